@@ -1,0 +1,57 @@
+// Package clock makes time injectable so tests can age documents, leases and
+// thresholds without waiting.
+package clock
+
+import (
+	"sync"
+	"time"
+)
+
+// Clock tells the time.
+type Clock interface {
+	Now() time.Time
+}
+
+// System is the real clock.
+var System Clock = systemClock{}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+// Fake is a clock that moves only when told. The zero value starts at the
+// moment of its first use.
+type Fake struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+// NewFake returns a fake clock set to t.
+func NewFake(t time.Time) *Fake { return &Fake{now: t} }
+
+// Now returns the fake time.
+func (f *Fake) Now() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.now.IsZero() {
+		f.now = time.Now()
+	}
+	return f.now
+}
+
+// Advance moves the fake time forward by d.
+func (f *Fake) Advance(d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.now.IsZero() {
+		f.now = time.Now()
+	}
+	f.now = f.now.Add(d)
+}
+
+// Set moves the fake time to t.
+func (f *Fake) Set(t time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.now = t
+}
