@@ -1,0 +1,71 @@
+// Package config reads command-line flags with OUTBOXD_* environment
+// fallbacks and validates them up front, so a bad value stops the process
+// with exit code 2 and a message that names the flag.
+package config
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+)
+
+// ErrUsage wraps every usage or configuration error (exit code 2).
+var ErrUsage = errors.New("usage error")
+
+// EnvName returns the environment variable that backs flag name:
+// "redis-url" → "OUTBOXD_REDIS_URL".
+func EnvName(flagName string) string {
+	return "OUTBOXD_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// Parse parses args into fs, then fills every flag not given on the command
+// line from its OUTBOXD_* variable. An invalid value names the flag and, when
+// it came from the environment, the variable.
+func Parse(fs *flag.FlagSet, args []string, lookupEnv func(string) (string, bool)) error {
+	if lookupEnv == nil {
+		lookupEnv = os.LookupEnv
+	}
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %v", ErrUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", ErrUsage, fs.Arg(0))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if err != nil || set[f.Name] {
+			return
+		}
+		if v, ok := lookupEnv(EnvName(f.Name)); ok {
+			if e := fs.Set(f.Name, v); e != nil {
+				err = fmt.Errorf("%w: invalid value for --%s from %s: %v", ErrUsage, f.Name, EnvName(f.Name), e)
+			}
+		}
+	})
+	return err
+}
+
+// Invalid returns a usage error for flag name.
+func Invalid(name, format string, args ...any) error {
+	return fmt.Errorf("%w: --%s %s", ErrUsage, name, fmt.Sprintf(format, args...))
+}
+
+// Usage writes the flags of fs, with their environment variables, to w.
+func Usage(w io.Writer, fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		def := ""
+		if f.DefValue != "" {
+			def = fmt.Sprintf(" (default %s)", f.DefValue)
+		}
+		fmt.Fprintf(w, "  --%-18s %s%s [%s]\n", f.Name, f.Usage, def, EnvName(f.Name))
+	})
+}
