@@ -1,0 +1,39 @@
+// Package reconciler is the backstop of the pipeline: it finds originals that
+// never reached syncedAt and puts their message back into the same stream,
+// so the worker's normal, idempotent path finishes them. It never writes to
+// PostgreSQL itself: recovery has no second implementation of the projection.
+//
+// One sweep:
+//
+//  1. Candidates: events with syncedAt == null, syncFailure == null,
+//     createdAt older than MinAge (so work still in flight is left alone)
+//     and lastRequeuedAt absent, null or older than RequeueAfter; oldest
+//     createdAt first, at most Limit per sweep. Reaching the limit is not a
+//     failure: the next sweep continues. The query is served by the
+//     "reconciler" index of package migrations.
+//  2. Per document, claim first: a conditional update that sets
+//     lastRequeuedAt to this attempt's stamp and increments requeueCount,
+//     only while the candidate conditions still hold. A document that no
+//     longer matches (another run claimed it, or it got synced or parked
+//     meanwhile) is skipped. This is a short per-document lease, not a lock
+//     on the whole job: two sweeps at once publish each document once.
+//  3. XADD the original's message (origin "reconciler") to the stream.
+//  4. When XADD fails, roll the claim back, but only while lastRequeuedAt
+//     still equals this attempt's stamp: a newer claim by another run is
+//     left alone. The rollback restores the previous lastRequeuedAt (null
+//     when there was none) and decrements requeueCount, since nothing was
+//     requeued; the document is a candidate again at the next sweep. When
+//     the rollback itself fails (or the process dies after the claim), the
+//     document stays claimed and becomes a candidate again after
+//     RequeueAfter: nothing is lost, only delayed.
+//
+// Every document is tried independently; the Report counts what happened
+// and Report.Failed tells the caller (the reconcile role exits 1) that at
+// least one document failed. The report also carries the age of the oldest
+// unsynced original and the parked (syncFailure) originals by category,
+// counted with CountDocuments because the embedded engine has no
+// aggregation.
+//
+// Times come from Config.Clock and are truncated to the millisecond,
+// MongoDB's date precision, so the stamp compares equal when read back.
+package reconciler

@@ -1,0 +1,435 @@
+package reconciler_test
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/bson/primitive"
+
+	"github.com/outboxd/outboxd/internal/fault"
+	"github.com/outboxd/outboxd/internal/testkit"
+	"github.com/outboxd/outboxd/migrations"
+	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/reconciler"
+)
+
+func TestReconciler(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("Defaults", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		r, err := reconciler.New(b.mongo.DB, b.rdb, nil, nil)
+		require.NoError(t, err)
+		// A fresh original is younger than the 5 minute default: untouched.
+		b.clock.Set(time.Now())
+		b.write(t)
+		rep, err := r.Sweep(ctx)
+		require.NoError(t, err)
+		require.Equal(t, outbox.StreamDefault, rep.Stream)
+		require.Zero(t, rep.Scanned)
+		require.False(t, rep.Failed())
+	})
+
+	t.Run("InvalidConfigNamesTheField", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		for field, cfg := range map[string]*reconciler.Config{
+			"MinAge":       {MinAge: -time.Second},
+			"RequeueAfter": {RequeueAfter: -time.Second},
+			"Limit":        {Limit: -1},
+		} {
+			_, err := reconciler.New(b.mongo.DB, b.rdb, cfg, nil)
+			require.ErrorContains(t, err, field)
+		}
+		_, err := reconciler.New(b.mongo.DB, b.rdb, &reconciler.Config{RequeueAfter: time.Microsecond}, nil)
+		require.ErrorContains(t, err, "RequeueAfter")
+	})
+
+	t.Run("ClaimsOnlyOldUnclaimedUnsyncedUnparked", func(t *testing.T) {
+		t.Parallel()
+		// Each case writes one original at t0 and shapes it; the sweep runs
+		// at now = t0 + age.
+		type shape func(b *testBundle, id primitive.ObjectID, now time.Time)
+		set := func(field string, v any) shape {
+			return func(b *testBundle, id primitive.ObjectID, _ time.Time) {
+				b.update(t, id, bson.D{{Key: "$set", Value: bson.D{{Key: field, Value: v}}}})
+			}
+		}
+		requeued := func(ago time.Duration) shape {
+			return func(b *testBundle, id primitive.ObjectID, now time.Time) {
+				b.update(t, id, bson.D{{Key: "$set", Value: bson.D{{Key: "lastRequeuedAt", Value: now.Add(-ago)}, {Key: "requeueCount", Value: int64(4)}}}})
+			}
+		}
+		old := minAge + time.Second
+		for _, tc := range []struct {
+			name    string
+			age     time.Duration
+			shape   shape
+			claimed bool
+		}{
+			{name: "TooYoung", age: minAge - time.Second},
+			{name: "ExactlyMinAge", age: minAge},
+			{name: "Synced", age: old, shape: set("syncedAt", t0.Add(time.Second))},
+			{name: "Failed", age: old, shape: set("syncFailure", outbox.SyncFailure{Category: outbox.CategoryPoison, Code: "x", At: t0})},
+			{name: "RecentlyRequeued", age: old, shape: requeued(requeueAfter / 2)},
+			{name: "RequeuedExactlyRequeueAfterAgo", age: old, shape: requeued(requeueAfter)},
+			{name: "RequeuedLongAgo", age: old, shape: requeued(requeueAfter + time.Millisecond), claimed: true},
+			{name: "NeverRequeued", age: old, claimed: true},
+			{name: "NeverRequeuedFieldAbsent", age: old, claimed: true, shape: func(b *testBundle, id primitive.ObjectID, _ time.Time) {
+				b.update(t, id, bson.D{{Key: "$unset", Value: bson.D{{Key: "lastRequeuedAt", Value: ""}}}})
+			}},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				b := setup(t)
+				id := b.write(t)
+				b.clock.Advance(tc.age)
+				now := b.clock.Now()
+				if tc.shape != nil {
+					tc.shape(b, id, now)
+				}
+				before := b.event(t, id)
+
+				rep, err := b.reconciler(t, nil).Sweep(ctx)
+				require.NoError(t, err)
+				require.False(t, rep.Failed())
+				after := b.event(t, id)
+				if !tc.claimed {
+					require.Zero(t, rep.Scanned)
+					require.Empty(t, b.published(t))
+					require.Equal(t, before, after)
+					return
+				}
+				require.Equal(t, 1, rep.Scanned)
+				require.Equal(t, 1, rep.Claimed)
+				require.Equal(t, 1, rep.Published)
+				require.Equal(t, []string{id.Hex()}, b.published(t))
+				require.NotNil(t, after.LastRequeuedAt)
+				require.True(t, now.Equal(*after.LastRequeuedAt))
+				require.Equal(t, before.RequeueCount+1, after.RequeueCount)
+				require.Nil(t, after.SyncedAt)
+			})
+		}
+	})
+
+	t.Run("OldestFirstWithinLimitAndNextSweepContinues", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		// createdAt order differs from insertion (_id) order.
+		offsets := []int{4, 0, 6, 2, 5, 1, 3}
+		ids := make([]primitive.ObjectID, len(offsets))
+		for i, off := range offsets {
+			b.clock.Set(t0.Add(time.Duration(off) * time.Second))
+			ids[i] = b.write(t)
+		}
+		byAge := slices.Clone(ids)
+		slices.SortFunc(byAge, func(x, y primitive.ObjectID) int {
+			return offsets[slices.Index(ids, x)] - offsets[slices.Index(ids, y)]
+		})
+		b.clock.Set(t0.Add(time.Hour))
+		cfg := b.config()
+		cfg.Limit = 3
+		r := b.reconciler(t, cfg)
+
+		for i, want := range []int{3, 3, 1, 0} {
+			rep, err := r.Sweep(ctx)
+			require.NoError(t, err)
+			require.Equal(t, want, rep.Scanned, "sweep %d", i)
+			require.Equal(t, want, rep.Published, "sweep %d", i)
+			require.Equal(t, want == 3, rep.LimitReached, "sweep %d", i)
+			require.False(t, rep.Failed())
+		}
+		require.Equal(t, hexes(byAge), b.published(t))
+		// Reaching the limit is no failure, and the oldest unsynced age
+		// counts claimed originals too.
+		rep, err := r.Sweep(ctx)
+		require.NoError(t, err)
+		require.Equal(t, time.Hour, rep.OldestUnsyncedAge)
+	})
+
+	t.Run("ConcurrentReconcilersPublishEachOnce", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		const n, runs = 60, 4
+		ids := b.writeAged(t, n)
+		reports := make([]reconciler.Report, runs)
+		errs := make([]error, runs)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := range runs {
+			r := b.reconciler(t, nil) // same store, same stream, own instance
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				reports[i], errs[i] = r.Sweep(ctx)
+			}()
+		}
+		close(start)
+		wg.Wait()
+
+		var claimed, published, skipped, scanned int
+		for i := range runs {
+			require.NoError(t, errs[i])
+			require.False(t, reports[i].Failed())
+			claimed += reports[i].Claimed
+			published += reports[i].Published
+			skipped += reports[i].Skipped
+			scanned += reports[i].Scanned
+		}
+		require.Equal(t, n, claimed)
+		require.Equal(t, n, published)
+		require.Equal(t, scanned-n, skipped)
+
+		counts := map[string]int{}
+		for _, id := range b.published(t) {
+			counts[id]++
+		}
+		require.Len(t, counts, n)
+		for _, id := range ids {
+			require.Equal(t, 1, counts[id.Hex()], "event %s", id.Hex())
+			require.Equal(t, int64(1), b.event(t, id).RequeueCount)
+		}
+	})
+
+	t.Run("PublishFailureRollsBackAndFails", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		srv := testkit.NewRedisServer(t)
+		rdb := srv.Client()
+		ids := b.writeAged(t, 3)
+		// One was requeued long ago: its rollback restores that stamp.
+		long := b.clock.Now().Add(-requeueAfter - time.Hour).UTC()
+		b.update(t, ids[1], bson.D{{Key: "$set", Value: bson.D{{Key: "lastRequeuedAt", Value: long}, {Key: "requeueCount", Value: int64(2)}}}})
+		r, err := reconciler.New(b.mongo.DB, rdb, b.config(), testkit.Logger(t))
+		require.NoError(t, err)
+
+		srv.Stop()
+		rep, err := r.Sweep(ctx)
+		require.NoError(t, err, "per-document failures are in the report")
+		require.Equal(t, 3, rep.Claimed)
+		require.Equal(t, 3, rep.PublishFailed)
+		require.Equal(t, 3, rep.RolledBack)
+		require.Zero(t, rep.Published)
+		require.True(t, rep.Failed())
+		require.Equal(t, float64(3), b.metric(t, "outboxd_reconciler_failed_total", "step", "publish"))
+		require.Equal(t, float64(1), b.metric(t, "outboxd_reconciler_sweeps_total", "result", "failed"))
+
+		for i, id := range ids {
+			ev := b.event(t, id)
+			if i == 1 {
+				require.True(t, long.Equal(*ev.LastRequeuedAt))
+				require.Equal(t, int64(2), ev.RequeueCount)
+				continue
+			}
+			require.Nil(t, ev.LastRequeuedAt)
+			require.Zero(t, ev.RequeueCount)
+		}
+
+		// Redis is back (empty): the same documents go out at once, without
+		// waiting for RequeueAfter.
+		srv.Start()
+		rep, err = r.Sweep(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 3, rep.Published)
+		require.False(t, rep.Failed())
+		require.ElementsMatch(t, hexes(ids), streamIDs(t, rdb, b.stream))
+	})
+
+	t.Run("FailedRollbackWaitsForRequeueAfter", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		srv := testkit.NewRedisServer(t)
+		rdb := srv.Client()
+		ids := b.writeAged(t, 1)
+		r, err := reconciler.New(b.mongo.DB, rdb, b.config(), testkit.Logger(t))
+		require.NoError(t, err)
+
+		srv.Stop()
+		b.faults.Arm(reconciler.FaultRollback, 1)
+		rep, err := r.Sweep(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, rep.PublishFailed)
+		require.Equal(t, 1, rep.RollbackFailed)
+		require.True(t, rep.Failed())
+		require.NotNil(t, b.event(t, ids[0]).LastRequeuedAt, "the claim stays")
+
+		srv.Start()
+		b.clock.Advance(requeueAfter - time.Millisecond)
+		rep, err = r.Sweep(ctx)
+		require.NoError(t, err)
+		require.Zero(t, rep.Scanned)
+
+		b.clock.Advance(2 * time.Millisecond)
+		rep, err = r.Sweep(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, rep.Published)
+		require.Equal(t, hexes(ids), streamIDs(t, rdb, b.stream))
+		require.Equal(t, int64(2), b.event(t, ids[0]).RequeueCount)
+	})
+
+	t.Run("CrashAfterClaimRepublishedAfterRequeueAfter", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		ids := b.writeAged(t, 2)
+		b.faults.Arm(reconciler.FaultAfterClaim, 1)
+		rep, err := b.reconciler(t, nil).Sweep(ctx)
+		require.ErrorIs(t, err, fault.ErrInjected)
+		require.Equal(t, 1, rep.Claimed)
+		require.Zero(t, rep.Published)
+		require.Empty(t, b.published(t))
+
+		// A restarted reconciler publishes the other one; the crashed claim
+		// holds until RequeueAfter has passed.
+		r := b.reconciler(t, nil)
+		rep, err = r.Sweep(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, rep.Published)
+		require.Equal(t, []string{ids[1].Hex()}, b.published(t))
+
+		b.clock.Advance(requeueAfter + time.Millisecond)
+		rep, err = r.Sweep(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 2, rep.Scanned) // ids[1] is unsynced too: no worker here
+		require.Equal(t, 2, rep.Published)
+		require.Equal(t, []string{ids[1].Hex(), ids[0].Hex(), ids[1].Hex()}, b.published(t))
+		require.Equal(t, int64(2), b.event(t, ids[0]).RequeueCount)
+	})
+
+	t.Run("ParkedAreCountedNeverPublished", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		ids := b.writeAged(t, 5)
+		for i, cat := range []string{outbox.CategoryPoison, outbox.CategoryPoison, outbox.CategoryNonRetryable, "mystery"} {
+			b.update(t, ids[i], bson.D{{Key: "$set", Value: bson.D{{Key: "syncFailure", Value: outbox.SyncFailure{Category: cat, Code: "c", At: t0, Deliveries: 3}}}}})
+		}
+		rep, err := b.reconciler(t, nil).Sweep(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, rep.Published)
+		require.Equal(t, []string{ids[4].Hex()}, b.published(t))
+		require.Equal(t, map[string]int64{outbox.CategoryPoison: 2, outbox.CategoryNonRetryable: 1, reconciler.CategoryOther: 1}, rep.Failures)
+		require.False(t, rep.Failed(), "parked originals are the worker's verdict, not a reconciler failure")
+		require.Equal(t, float64(2), b.metric(t, "outboxd_reconciler_parked_events", "category", outbox.CategoryPoison))
+		// Only ids[4] is pending; it was written last, 1s after ids[3].
+		require.Equal(t, minAge+time.Second, rep.OldestUnsyncedAge)
+	})
+
+	t.Run("ReportAndMetrics", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.writeAged(t, 2)
+		rep, err := b.reconciler(t, nil).Sweep(ctx)
+		require.NoError(t, err)
+		require.Equal(t, float64(2), b.metric(t, "outboxd_reconciler_published_total", "stream", b.stream))
+		require.Equal(t, (minAge + 2*time.Second).Seconds(), b.metric(t, "outboxd_reconciler_oldest_unsynced_age_seconds"))
+		require.Equal(t, float64(1), b.metric(t, "outboxd_reconciler_sweeps_total", "result", "ok"))
+
+		raw, err := json.Marshal(rep)
+		require.NoError(t, err)
+		var m map[string]any
+		require.NoError(t, json.Unmarshal(raw, &m))
+		require.Equal(t, (minAge + 2*time.Second).Seconds(), m["oldestUnsyncedAgeSeconds"])
+		require.Equal(t, float64(2), m["published"])
+		require.NotContains(t, m, "OldestUnsyncedAge")
+		var back reconciler.Report
+		require.NoError(t, json.Unmarshal(raw, &back))
+		back.Duration, rep.Duration = 0, 0
+		require.Equal(t, rep, back)
+		require.Contains(t, rep.String(), "published 2")
+		require.Contains(t, rep.String(), "oldest unsynced 5m2s")
+
+		// A second reconciler of the same stream shares the registered series.
+		b.reconciler(t, nil)
+	})
+
+	t.Run("RunSweepsUntilCancelled", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		r := b.reconciler(t, nil)
+		require.Error(t, r.Run(ctx, 0))
+
+		runCtx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- r.Run(runCtx, 10*time.Millisecond) }()
+		ids := b.writeAged(t, 2)
+		require.Eventually(t, func() bool { return len(b.published(t)) == 2 }, 5*time.Second, 10*time.Millisecond)
+		require.ElementsMatch(t, hexes(ids), b.published(t))
+		cancel()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(5 * time.Second):
+			t.Fatal("Run did not return after cancellation")
+		}
+	})
+
+	t.Run("RespectsContextCancellation", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.writeAged(t, 3)
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		rep, err := b.reconciler(t, nil).Sweep(cctx)
+		require.ErrorIs(t, err, context.Canceled)
+		require.Zero(t, rep.Claimed)
+	})
+}
+
+// TestCandidateQueryUsesReconcilerIndex proves on a real replica set that
+// the sweep's query is served by the reconciler index (no collection scan).
+func TestCandidateQueryUsesReconcilerIndex(t *testing.T) {
+	testkit.SkipUnlessRealMongo(t)
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	ids := b.writeAged(t, 50)
+	for _, id := range ids[:20] {
+		b.update(t, id, bson.D{{Key: "$set", Value: bson.D{{Key: "syncedAt", Value: t0}}}})
+	}
+	now := b.clock.Now()
+	var out bson.M
+	require.NoError(t, b.mongo.DB.RunCommand(ctx, bson.D{
+		{Key: "explain", Value: bson.D{
+			{Key: "find", Value: outbox.EventsCollection},
+			{Key: "filter", Value: reconciler.CandidateFilter(now, minAge, requeueAfter)},
+			{Key: "sort", Value: reconciler.CandidateSort},
+			{Key: "limit", Value: int64(reconciler.LimitDefault)},
+		}},
+		{Key: "verbosity", Value: "queryPlanner"},
+	}).Decode(&out))
+	planner, ok := out["queryPlanner"].(bson.M)
+	require.True(t, ok, "explain output: %v", out)
+	stages := map[string][]string{}
+	collectStages(planner["winningPlan"], stages)
+	require.NotContains(t, stages, "COLLSCAN", "winning plan: %v", planner["winningPlan"])
+	require.Contains(t, stages["IXSCAN"], migrations.IndexReconciler, "winning plan: %v", planner["winningPlan"])
+}
+
+// collectStages walks an explain plan and records the index names of each
+// stage ("" for stages without one).
+func collectStages(v any, into map[string][]string) {
+	switch x := v.(type) {
+	case bson.M:
+		if stage, ok := x["stage"].(string); ok {
+			name, _ := x["indexName"].(string)
+			into[stage] = append(into[stage], name)
+		}
+		for _, child := range x {
+			collectStages(child, into)
+		}
+	case bson.A:
+		for _, child := range x {
+			collectStages(child, into)
+		}
+	case bson.D:
+		collectStages(x.Map(), into)
+	}
+}
