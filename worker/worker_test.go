@@ -1,0 +1,534 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/bson/primitive"
+
+	"github.com/outboxd/outboxd/internal/fault"
+	"github.com/outboxd/outboxd/internal/testkit"
+	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/worker"
+)
+
+var _ worker.Projector = (*worker.EventsProjector)(nil)
+var _ worker.Projector = worker.ProjectorFunc(nil)
+
+const waitFor = 20 * time.Second
+
+type testBundle struct {
+	mongo  *testkit.Mongo
+	rdb    redis.UniversalClient
+	pg     *testkit.Postgres
+	stream string
+	group  string
+	writer *outbox.Writer
+	events []*outbox.Event // written so far, in order
+	// Originals the checker must not count: parked ones (not in events), and
+	// unsynced ones whose entry was lost (the reconciler's job).
+	parked, lost int
+}
+
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	rdb, prefix := testkit.NewRedis(t)
+	return setupWith(t, rdb, prefix)
+}
+
+func setupWith(t *testing.T, rdb redis.UniversalClient, prefix string) *testBundle {
+	t.Helper()
+	m := testkit.NewMongo(t, nil)
+	return &testBundle{
+		mongo: m, rdb: rdb, pg: testkit.NewPostgres(t),
+		stream: prefix + ":stream", group: "read-model",
+		writer: outbox.NewWriter(m.DB, nil),
+	}
+}
+
+func (b *testBundle) config(consumer string) *worker.Config {
+	return &worker.Config{
+		Stream: b.stream, Group: b.group, Consumer: consumer,
+		Block: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
+	}
+}
+
+// start starts a worker and stops it at cleanup.
+func (b *testBundle) start(t *testing.T, cfg *worker.Config) *worker.Worker {
+	t.Helper()
+	w, err := worker.New(b.mongo.DB, b.rdb, b.pg.Pool, cfg, testkit.Logger(t))
+	require.NoError(t, err)
+	require.NoError(t, w.Start(context.Background()))
+	t.Cleanup(func() { require.NoError(t, w.Stop(context.Background())) })
+	return w
+}
+
+// write stores n originals on device (spread over two UTC days) and returns
+// them; nothing goes into the stream.
+func (b *testBundle) write(t *testing.T, device string, n int) []*outbox.Event {
+	t.Helper()
+	ctx := context.Background()
+	inputs := make([]outbox.Input, n)
+	base := time.Date(2026, 3, 1, 23, 59, 0, 0, time.UTC)
+	for i := range inputs {
+		inputs[i] = outbox.Input{
+			SourceKey: "src", DeviceKey: device,
+			OccurredAt: base.Add(time.Duration(len(b.events)+i) * time.Second).Format(time.RFC3339Nano),
+		}
+	}
+	res, err := b.writer.Write(ctx, inputs)
+	require.NoError(t, err)
+	var out []*outbox.Event
+	for _, r := range res {
+		ev, err := outbox.FindEvent(ctx, b.mongo.DB, r.ID)
+		require.NoError(t, err)
+		out = append(out, ev)
+	}
+	b.events = append(b.events, out...)
+	return out
+}
+
+// publish XADDs one entry per event.
+func (b *testBundle) publish(t *testing.T, events ...*outbox.Event) {
+	t.Helper()
+	_, err := b.rdb.Pipelined(context.Background(), func(p redis.Pipeliner) error {
+		for _, ev := range events {
+			p.XAdd(context.Background(), &redis.XAddArgs{Stream: b.stream, Values: ev.Message(outbox.OriginOutbox).Values()})
+		}
+		return nil
+	})
+	require.NoError(t, err)
+}
+
+func (b *testBundle) pending(t *testing.T) int64 {
+	t.Helper()
+	p, err := b.rdb.XPending(context.Background(), b.stream, b.group).Result()
+	require.NoError(t, err)
+	return p.Count
+}
+
+// drained reports that the group has read the whole stream and acknowledged
+// everything.
+func (b *testBundle) drained(t *testing.T) bool {
+	t.Helper()
+	ctx := context.Background()
+	info, err := b.rdb.XInfoStream(ctx, b.stream).Result()
+	if err != nil {
+		return false
+	}
+	groups, err := b.rdb.XInfoGroups(ctx, b.stream).Result()
+	if err != nil {
+		return false
+	}
+	for _, g := range groups {
+		if g.Name == b.group {
+			return g.LastDeliveredID == info.LastGeneratedID && g.Pending == 0
+		}
+	}
+	return false
+}
+
+func (b *testBundle) rows(t *testing.T) (rows, stats int64) {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, b.pg.Pool.QueryRow(ctx, `SELECT count(*) FROM events`).Scan(&rows))
+	require.NoError(t, b.pg.Pool.QueryRow(ctx, `SELECT coalesce(sum(event_count), 0) FROM device_daily_stats`).Scan(&stats))
+	return rows, stats
+}
+
+func (b *testBundle) unsynced(t *testing.T) int64 {
+	t.Helper()
+	n, err := b.mongo.DB.Collection(outbox.EventsCollection).CountDocuments(context.Background(), bson.M{"syncedAt": nil})
+	require.NoError(t, err)
+	return n
+}
+
+// waitConverged waits until the stream is drained and every written
+// original is projected once and synced, then runs the RELIABILITY checker.
+func (b *testBundle) waitConverged(t *testing.T) {
+	t.Helper()
+	want := int64(len(b.events))
+	require.Eventually(t, func() bool {
+		rows, _ := b.rows(t)
+		return b.drained(t) && rows == want && b.unsynced(t) == 0
+	}, waitFor, 10*time.Millisecond)
+	b.check(t)
+}
+
+func (b *testBundle) check(t *testing.T) {
+	t.Helper()
+	keys := make([]string, len(b.events))
+	for i, ev := range b.events {
+		keys[i] = ev.IdempotencyKey
+	}
+	v, err := testkit.Check(context.Background(), b.mongo.DB, b.pg.Pool, b.rdb, b.stream, b.group, keys)
+	require.NoError(t, err)
+	v.Undispatched = 0 // no dispatcher here: the tests publish themselves
+	v.Duplicated -= b.parked + b.lost
+	v.Unsynced -= int64(b.lost)
+	require.True(t, v.OK(), v.String())
+	rows, stats := b.rows(t)
+	require.Equal(t, rows, stats, "sum(event_count) == count(*)")
+	require.Zero(t, b.pending(t))
+}
+
+func TestWorker(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("Defaults", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		w, err := worker.New(b.mongo.DB, b.rdb, b.pg.Pool, nil, nil)
+		require.NoError(t, err)
+		require.NotEmpty(t, w.Consumer())
+		require.NoError(t, w.Stop(ctx)) // before Start: a no-op that closes Stopped
+		<-w.Stopped()
+	})
+
+	t.Run("InvalidConfigNamesField", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		for field, cfg := range map[string]*worker.Config{
+			"BatchSize":     {BatchSize: -1},
+			"Block":         {Block: -time.Second},
+			"ClaimIdle":     {ClaimIdle: -time.Second},
+			"MaxDeliveries": {MaxDeliveries: -1},
+		} {
+			_, err := worker.New(b.mongo.DB, b.rdb, b.pg.Pool, cfg, nil)
+			require.ErrorContains(t, err, field)
+		}
+	})
+
+	t.Run("StartFailsFast", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		bad := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+		defer bad.Close()
+		w, err := worker.New(b.mongo.DB, bad, b.pg.Pool, b.config("c"), nil)
+		require.NoError(t, err)
+		require.ErrorContains(t, w.Start(ctx), "Redis")
+	})
+
+	t.Run("StartStopStress", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		for i := range 5 {
+			w, err := worker.New(b.mongo.DB, b.rdb, b.pg.Pool, b.config(fmt.Sprint("c", i)), nil)
+			require.NoError(t, err)
+			require.NoError(t, w.Start(ctx))
+			var wg sync.WaitGroup
+			for range 3 {
+				wg.Go(func() { require.NoError(t, w.Stop(ctx)) })
+			}
+			wg.Wait()
+			<-w.Stopped()
+			require.NoError(t, w.Err())
+			require.Error(t, w.Start(ctx))
+		}
+	})
+
+	t.Run("RespectsContextCancellation", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		w, err := worker.New(b.mongo.DB, b.rdb, b.pg.Pool, b.config("c"), nil)
+		require.NoError(t, err)
+		cctx, cancel := context.WithCancel(ctx)
+		require.NoError(t, w.Start(cctx))
+		cancel()
+		select {
+		case <-w.Stopped():
+		case <-time.After(waitFor):
+			t.Fatal("worker did not stop after its context was cancelled")
+		}
+	})
+
+	t.Run("ProjectsBatch", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.publish(t, b.write(t, "d1", 30)...)
+		b.publish(t, b.write(t, "d2", 7)...)
+		b.start(t, b.config("c"))
+		b.waitConverged(t)
+
+		// 2026-03-01 23:59:00 + i seconds: the first 60 seconds fall on
+		// March 1 and the rest on March 2 (UTC).
+		type stat struct {
+			device string
+			day    string
+			n      int64
+			first  time.Time
+		}
+		rows, err := b.pg.Pool.Query(ctx, `SELECT device_key, day::text, event_count, first_occurred_at FROM device_daily_stats ORDER BY 1, 2`)
+		require.NoError(t, err)
+		got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (stat, error) {
+			var s stat
+			return s, r.Scan(&s.device, &s.day, &s.n, &s.first)
+		})
+		require.NoError(t, err)
+		base := time.Date(2026, 3, 1, 23, 59, 0, 0, time.UTC)
+		require.Len(t, got, 2)
+		require.Equal(t, stat{"d1", "2026-03-01", 30, base}, stat{got[0].device, got[0].day, got[0].n, got[0].first.UTC()})
+		require.Equal(t, stat{"d2", "2026-03-01", 7, base.Add(30 * time.Second)}, stat{got[1].device, got[1].day, got[1].n, got[1].first.UTC()})
+	})
+
+	t.Run("DuplicatesWithinBatch", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		evs := b.write(t, "d1", 50)
+		for range 3 {
+			b.publish(t, evs...) // every event three times, all in one batch
+		}
+		b.start(t, b.config("c"))
+		b.waitConverged(t)
+		_, stats := b.rows(t)
+		require.Equal(t, int64(50), stats)
+	})
+
+	t.Run("SameEntryDeliveredTwice", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		evs := b.write(t, "d1", 20)
+		b.publish(t, evs...)
+		b.start(t, b.config("c"))
+		b.waitConverged(t)
+		first, _ := outbox.FindEvent(ctx, b.mongo.DB, evs[0].ID.Hex())
+
+		// The same messages again, as a replay or a duplicate XADD would.
+		b.publish(t, evs...)
+		b.waitConverged(t)
+		rows, stats := b.rows(t)
+		require.Equal(t, int64(20), rows)
+		require.Equal(t, int64(20), stats)
+		again, _ := outbox.FindEvent(ctx, b.mongo.DB, evs[0].ID.Hex())
+		require.Equal(t, first.SyncedAt, again.SyncedAt, "syncedAt is set once")
+	})
+
+	t.Run("SameEventToTwoWorkersAtOnce", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		evs := append(b.write(t, "d1", 150), b.write(t, "d2", 150)...)
+		for _, ev := range evs { // each event twice in a row: with batches
+			b.publish(t, ev, ev) // of 7 the copies often go to both workers
+		}
+		for _, c := range []string{"a", "b"} {
+			cfg := b.config(c)
+			cfg.BatchSize = 7
+			b.start(t, cfg)
+		}
+		b.waitConverged(t)
+		_, stats := b.rows(t)
+		require.Equal(t, int64(300), stats)
+	})
+
+	t.Run("GracefulStopAcknowledgesInFlight", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.publish(t, b.write(t, "d1", 40)...)
+		w, err := worker.New(b.mongo.DB, b.rdb, b.pg.Pool, b.config("c"), nil)
+		require.NoError(t, err)
+		require.NoError(t, w.Start(ctx))
+		require.Eventually(t, func() bool { rows, _ := b.rows(t); return rows > 0 }, waitFor, time.Millisecond)
+		require.NoError(t, w.Stop(ctx))
+		require.NoError(t, w.Err())
+		// Whatever was projected is also synced and acknowledged.
+		rows, _ := b.rows(t)
+		require.Equal(t, int64(40)-rows, b.unsynced(t))
+		require.Zero(t, b.pending(t))
+	})
+}
+
+func TestWorkerCrashPoints(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	for _, point := range []string{worker.FaultAfterCommit, worker.FaultAfterSyncedAt} {
+		for _, recovery := range []string{"OwnPendingDrainOnRestart", "XAutoClaimByAnother"} {
+			t.Run(point+"/"+recovery, func(t *testing.T) {
+				t.Parallel()
+				b := setup(t)
+				b.publish(t, b.write(t, "d1", 25)...)
+				faults := &fault.Set{}
+				faults.Arm(point, 1)
+				cfg := b.config("crashing")
+				cfg.Faults = faults
+				w, err := worker.New(b.mongo.DB, b.rdb, b.pg.Pool, cfg, nil)
+				require.NoError(t, err)
+				require.NoError(t, w.Start(ctx))
+				select {
+				case <-w.Stopped():
+				case <-time.After(waitFor):
+					t.Fatal("fault point did not stop the worker")
+				}
+				require.ErrorIs(t, w.Err(), fault.ErrInjected)
+				require.NoError(t, w.Stop(ctx))
+
+				// Crashed after the commit: rows and stats are in, the
+				// entries are still pending.
+				rows, stats := b.rows(t)
+				require.Equal(t, int64(25), rows)
+				require.Equal(t, int64(25), stats)
+				require.Equal(t, int64(25), b.pending(t))
+				if point == worker.FaultAfterCommit {
+					require.Equal(t, int64(25), b.unsynced(t))
+				} else {
+					require.Zero(t, b.unsynced(t))
+				}
+
+				next := b.config("crashing") // same name: drains its own PEL
+				if recovery == "XAutoClaimByAnother" {
+					next = b.config("rescuer")
+					next.ClaimIdle = 100 * time.Millisecond
+				}
+				b.start(t, next)
+				b.waitConverged(t)
+				rows, stats = b.rows(t)
+				require.Equal(t, int64(25), rows)
+				require.Equal(t, int64(25), stats, "stats unchanged by the redelivery")
+			})
+		}
+	}
+
+	t.Run("KilledConsumerEntriesReclaimed", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.publish(t, b.write(t, "d1", 30)...)
+		require.NoError(t, b.rdb.XGroupCreateMkStream(ctx, b.stream, b.group, "0").Err())
+		// A consumer reads everything and dies before doing anything.
+		res, err := b.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: b.group, Consumer: "dead", Streams: []string{b.stream, ">"}, Count: 100, Block: -1}).Result()
+		require.NoError(t, err)
+		require.Len(t, res[0].Messages, 30)
+		require.Equal(t, int64(30), b.pending(t))
+
+		cfg := b.config("alive")
+		cfg.ClaimIdle = 200 * time.Millisecond
+		b.start(t, cfg)
+		b.waitConverged(t)
+	})
+}
+
+func TestWorkerRedisRestartedEmpty(t *testing.T) {
+	t.Parallel()
+	srv := testkit.NewRedisServer(t)
+	b := setupWith(t, srv.Client(), testkit.Name("t"))
+	b.publish(t, b.write(t, "d1", 10)...)
+	b.start(t, b.config("c"))
+	b.waitConverged(t)
+
+	srv.Stop()
+	srv.Start() // empty: no stream, no group
+	b.publish(t, b.write(t, "d1", 10)...)
+	// The worker meets NOGROUP, recreates the group at the start of the new
+	// stream and projects the new entries.
+	b.waitConverged(t)
+	rows, stats := b.rows(t)
+	require.Equal(t, int64(20), rows)
+	require.Equal(t, int64(20), stats)
+}
+
+func TestWorkerDeadLetters(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("NonRetryableRecords", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		good := b.write(t, "d1", 5)
+		b.publish(t, good[:2]...)
+		// A malformed message, a message whose original does not exist, and
+		// an original without a deviceKey.
+		require.NoError(t, b.rdb.XAdd(ctx, &redis.XAddArgs{Stream: b.stream, Values: map[string]any{outbox.PayloadField: "{not json"}}).Err())
+		ghost := *good[0]
+		ghost.ID = primitive.NewObjectID()
+		b.publish(t, &ghost)
+		broken := *good[0]
+		broken.ID, broken.IdempotencyKey, broken.DeviceKey = primitive.NewObjectID(), "broken", ""
+		_, err := b.mongo.DB.Collection(outbox.EventsCollection).InsertOne(ctx, &broken)
+		require.NoError(t, err)
+		b.publish(t, &broken)
+		b.publish(t, good[2:]...)
+
+		b.start(t, b.config("c"))
+		require.Eventually(t, func() bool { return b.drained(t) }, waitFor, 10*time.Millisecond)
+
+		dlq, err := b.rdb.XRange(ctx, outbox.DLQStream(b.stream), "-", "+").Result()
+		require.NoError(t, err)
+		var reasons []string
+		for _, m := range dlq {
+			reasons = append(reasons, m.Values["reason"].(string))
+		}
+		require.ElementsMatch(t, []string{"bad_message", "original_missing", "invalid_original"}, reasons)
+
+		parked, err := outbox.FindEvent(ctx, b.mongo.DB, broken.ID.Hex())
+		require.NoError(t, err)
+		require.NotNil(t, parked.SyncFailure)
+		require.Equal(t, outbox.CategoryNonRetryable, parked.SyncFailure.Category)
+		require.Equal(t, "failed", parked.State())
+
+		// The other events kept flowing.
+		b.events, b.parked = good, 1
+		rows, _ := b.rows(t)
+		require.Equal(t, int64(5), rows)
+		b.check(t)
+	})
+
+	t.Run("TrimmedEntry", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		evs := b.write(t, "d1", 3)
+		b.publish(t, evs...)
+		require.NoError(t, b.rdb.XGroupCreateMkStream(ctx, b.stream, b.group, "0").Err())
+		res, err := b.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: b.group, Consumer: "c", Streams: []string{b.stream, ">"}, Count: 1, Block: -1}).Result()
+		require.NoError(t, err)
+		require.NoError(t, b.rdb.XDel(ctx, b.stream, res[0].Messages[0].ID).Err()) // trimmed while pending
+
+		b.start(t, b.config("c")) // drains its own PEL: the entry has nil values
+		require.Eventually(t, func() bool { return b.drained(t) }, waitFor, 10*time.Millisecond)
+		require.Equal(t, int64(1), b.rdb.XLen(ctx, outbox.DLQStream(b.stream)).Val())
+		b.events, b.lost = evs[1:], 1
+		b.check(t)
+	})
+
+	t.Run("PoisonAfterMaxDeliveries", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		evs := b.write(t, "d1", 6)
+		bad := evs[3].ID
+		projector := worker.NewEventsProjector()
+		cfg := b.config("c")
+		cfg.ClaimIdle, cfg.ClaimInterval, cfg.MaxDeliveries = 50*time.Millisecond, 20*time.Millisecond, 3
+		cfg.Projector = worker.ProjectorFunc(func(ctx context.Context, tx pgx.Tx, events []*outbox.Event) error {
+			for _, ev := range events {
+				if ev.ID == bad {
+					return fmt.Errorf("%w: this one never works", worker.ErrRecord)
+				}
+			}
+			return projector.Project(ctx, tx, events)
+		})
+		b.publish(t, evs...)
+		b.start(t, cfg)
+		require.Eventually(t, func() bool {
+			return b.drained(t) && b.rdb.XLen(ctx, outbox.DLQStream(b.stream)).Val() == 1
+		}, waitFor, 10*time.Millisecond)
+
+		dl, err := b.rdb.XRange(ctx, outbox.DLQStream(b.stream), "-", "+").Result()
+		require.NoError(t, err)
+		require.Equal(t, bad.Hex(), dl[0].Values["eventId"])
+		require.Equal(t, outbox.CategoryPoison, dl[0].Values["category"])
+		require.Equal(t, "3", dl[0].Values["deliveries"])
+		parked, err := outbox.FindEvent(ctx, b.mongo.DB, bad.Hex())
+		require.NoError(t, err)
+		require.Equal(t, outbox.CategoryPoison, parked.SyncFailure.Category)
+		require.Equal(t, int64(3), parked.SyncFailure.Deliveries)
+
+		b.events, b.parked = append(evs[:3:3], evs[4:]...), 1
+		b.check(t)
+	})
+}
