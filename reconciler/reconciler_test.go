@@ -360,7 +360,7 @@ func TestReconciler(t *testing.T) {
 		done := make(chan error, 1)
 		go func() { done <- r.Run(runCtx, 10*time.Millisecond) }()
 		ids := b.writeAged(t, 2)
-		require.Eventually(t, func() bool { return len(b.published(t)) == 2 }, 5*time.Second, 10*time.Millisecond)
+		require.Eventually(t, func() bool { return b.rdb.XLen(ctx, b.stream).Val() == 2 }, 5*time.Second, 10*time.Millisecond)
 		require.ElementsMatch(t, hexes(ids), b.published(t))
 		cancel()
 		select {
