@@ -1,0 +1,138 @@
+package reconciler_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/bson"
+
+	"github.com/outboxd/outboxd/internal/clock"
+	"github.com/outboxd/outboxd/internal/testkit"
+	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/reconciler"
+	"github.com/outboxd/outboxd/worker"
+)
+
+// TestEndToEndRedisRestartedEmpty: originals were dispatched into the
+// stream, then Redis restarted empty before the workers consumed them. Once
+// they are older than MinAge the reconciler re-publishes them, and through
+// the normal worker path every original ends synced with exactly one row
+// and one count in PostgreSQL; the ones synced before the restart are left
+// alone.
+func TestEndToEndRedisRestartedEmpty(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const half = 25
+
+	m := testkit.NewMongo(t, nil)
+	pg := testkit.NewPostgres(t)
+	srv := testkit.NewRedisServer(t)
+	stream, group := testkit.Name("e2e")+":"+outbox.StreamDefault, outbox.GroupDefault
+	clk := clock.NewFake(t0)
+	writer := outbox.NewWriter(m.DB, &outbox.WriterConfig{Clock: clk, Stream: stream})
+
+	var keys []string
+	write := func(from int) []string {
+		inputs := make([]outbox.Input, half)
+		for i := range inputs {
+			inputs[i] = outbox.Input{SourceKey: "src", DeviceKey: fmt.Sprintf("d%d", (from+i)%3),
+				OccurredAt: t0.Add(-time.Duration(from+i) * time.Minute).Format(time.RFC3339)}
+		}
+		res, err := writer.Write(ctx, inputs)
+		require.NoError(t, err)
+		ids := make([]string, len(res))
+		for i, r := range res {
+			keys = append(keys, r.IdempotencyKey)
+			ids[i] = r.ID
+		}
+		return ids
+	}
+	// dispatch does the dispatcher's job for the undispatched entries: XADD
+	// their message, mark them dispatched.
+	dispatch := func(rdb redis.UniversalClient) {
+		cur, err := m.DB.Collection(outbox.OutboxCollection).Find(ctx, bson.M{"dispatchedAt": nil})
+		require.NoError(t, err)
+		var entries []outbox.Entry
+		require.NoError(t, cur.All(ctx, &entries))
+		for _, e := range entries {
+			require.NoError(t, rdb.XAdd(ctx, &redis.XAddArgs{Stream: e.Stream, Values: map[string]any{outbox.PayloadField: e.Message}}).Err())
+			_, err := m.DB.Collection(outbox.OutboxCollection).UpdateOne(ctx, bson.M{"_id": e.ID}, bson.M{"$set": bson.M{"dispatchedAt": clk.Now()}})
+			require.NoError(t, err)
+		}
+	}
+	startWorker := func(rdb redis.UniversalClient) *worker.Worker {
+		w, err := worker.New(m.DB, rdb, pg.Pool, &worker.Config{
+			Stream: stream, Group: group, Consumer: testkit.Name("c"), Clock: clk,
+			Block: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
+		}, testkit.Logger(t))
+		require.NoError(t, err)
+		require.NoError(t, w.Start(ctx))
+		t.Cleanup(func() { require.NoError(t, w.Stop(context.Background())) })
+		return w
+	}
+	// unsynced is safe inside Eventually (no require): -1 on error.
+	unsynced := func() int64 {
+		n, err := m.DB.Collection(outbox.EventsCollection).CountDocuments(ctx, bson.M{"syncedAt": nil, "syncFailure": nil})
+		if err != nil {
+			return -1
+		}
+		return n
+	}
+
+	// The first half flows normally.
+	rdb := srv.Client()
+	write(0)
+	w := startWorker(rdb)
+	dispatch(rdb)
+	require.Eventually(t, func() bool { return unsynced() == 0 }, 20*time.Second, 20*time.Millisecond)
+	require.NoError(t, w.Stop(ctx))
+
+	// The second half is dispatched while no worker runs, then Redis
+	// restarts empty: the entries, and the consumer group, are gone.
+	clk.Advance(time.Minute)
+	write(half)
+	dispatch(rdb)
+	srv.Stop()
+	srv.Start()
+	rdb = srv.Client() // the old client's pooled connections are dead
+	startWorker(rdb)
+	require.Equal(t, int64(half), unsynced())
+
+	cfg := &reconciler.Config{Stream: stream, Clock: clk, MinAge: time.Minute, RequeueAfter: 10 * time.Minute}
+	r, err := reconciler.New(m.DB, rdb, cfg, testkit.Logger(t))
+	require.NoError(t, err)
+	rep, err := r.Sweep(ctx)
+	require.NoError(t, err)
+	require.Zero(t, rep.Scanned, "younger than MinAge: still in flight as far as the reconciler knows")
+
+	clk.Advance(time.Minute + time.Second)
+	rep, err = r.Sweep(ctx)
+	require.NoError(t, err)
+	require.Equal(t, half, rep.Published, "only the lost half: the synced half is no candidate")
+	require.False(t, rep.Failed())
+	require.Eventually(t, func() bool { return unsynced() == 0 }, 20*time.Second, 20*time.Millisecond)
+
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		v, err := testkit.Check(ctx, m.DB, pg.Pool, rdb, stream, group, keys)
+		if assert.NoError(c, err) {
+			assert.True(c, v.OK(), "checker: %s", v)
+		}
+	}, 20*time.Second, 20*time.Millisecond)
+
+	var rows, distinct, counted int64
+	require.NoError(t, pg.Pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT event_id), (SELECT coalesce(sum(event_count), 0) FROM device_daily_stats) FROM events`).
+		Scan(&rows, &distinct, &counted))
+	require.Equal(t, []int64{2 * half, 2 * half, 2 * half}, []int64{rows, distinct, counted})
+
+	// Converged: later sweeps find nothing to do.
+	clk.Advance(time.Hour)
+	rep, err = r.Sweep(ctx)
+	require.NoError(t, err)
+	require.Zero(t, rep.Scanned)
+	require.Zero(t, rep.OldestUnsyncedAge)
+}
