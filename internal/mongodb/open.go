@@ -37,6 +37,11 @@ var ErrEmbeddedNotAllowed = errors.New("the embedded engine serves one process o
 type Options struct {
 	// MaxOplogSize bounds the embedded oplog. Defaults to lungo's 1000 entries.
 	MaxOplogSize int
+	// MinOplogAge keeps oplog entries younger than this even past
+	// MaxOplogSize (lungo works in whole seconds). Defaults to lungo's
+	// 5 minutes, or to "no age guard" when MaxOplogSize is set, so that a
+	// small MaxOplogSize really bounds the oplog (tests of history loss).
+	MinOplogAge time.Duration
 	// ExpireInterval drives TTL indexes on the embedded engine. Defaults to 60s.
 	ExpireInterval time.Duration
 }
@@ -101,6 +106,10 @@ func Open(ctx context.Context, uri string, opts *Options) (*Conn, error) {
 	lopts := lungo.Options{MaxOplogSize: opts.MaxOplogSize, ExpireInterval: opts.ExpireInterval}
 	if lopts.MaxOplogSize > 0 && lopts.MinOplogSize == 0 {
 		lopts.MinOplogSize = min(100, lopts.MaxOplogSize)
+	}
+	lopts.MinOplogAge = opts.MinOplogAge
+	if lopts.MaxOplogSize > 0 && lopts.MinOplogAge == 0 {
+		lopts.MinOplogAge = time.Nanosecond // lungo reads 0 as its 5-minute default
 	}
 	var lock *os.File
 	if uri == EmbeddedMemory {

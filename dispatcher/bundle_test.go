@@ -1,0 +1,179 @@
+package dispatcher_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/bson"
+
+	"github.com/outboxd/outboxd/dispatcher"
+	"github.com/outboxd/outboxd/internal/fault"
+	"github.com/outboxd/outboxd/internal/mongodb"
+	"github.com/outboxd/outboxd/internal/testkit"
+	"github.com/outboxd/outboxd/outbox"
+)
+
+// testBundle is one test's stores, writer and stream.
+type testBundle struct {
+	t      *testing.T
+	mongo  *testkit.Mongo
+	rdb    redis.UniversalClient
+	stream string
+	writer *outbox.Writer
+	faults *fault.Set
+	source string
+	seq    atomic.Int64
+}
+
+type setupOpts struct {
+	mongo *mongodb.Options
+	// redis is a private server's client; nil means the shared test Redis.
+	redis redis.UniversalClient
+}
+
+func setup(t *testing.T, o *setupOpts) *testBundle {
+	t.Helper()
+	if o == nil {
+		o = &setupOpts{}
+	}
+	m := testkit.NewMongo(t, o.mongo)
+	b := &testBundle{t: t, mongo: m, faults: &fault.Set{}, source: testkit.Name("src")}
+	if o.redis != nil {
+		b.rdb = o.redis
+		b.stream = testkit.Name("stream")
+	} else {
+		rdb, prefix := testkit.NewRedis(t)
+		b.rdb, b.stream = rdb, prefix+":stream"
+	}
+	b.writer = outbox.NewWriter(m.DB, &outbox.WriterConfig{Stream: b.stream})
+	return b
+}
+
+// config returns a fast test configuration; callers adjust it.
+func (b *testBundle) config() *dispatcher.Config {
+	return &dispatcher.Config{
+		Stream:         b.stream,
+		LeaseTTL:       600 * time.Millisecond,
+		IdleCheckpoint: 50 * time.Millisecond,
+		PollInterval:   10 * time.Millisecond,
+		BackoffMax:     200 * time.Millisecond,
+		Owner:          testkit.Name("owner"),
+		Faults:         b.faults,
+	}
+}
+
+// newDispatcher builds a dispatcher stopped at cleanup.
+func (b *testBundle) newDispatcher(cfg *dispatcher.Config) *dispatcher.Dispatcher {
+	b.t.Helper()
+	d, err := dispatcher.New(b.mongo.DB, b.rdb, cfg, testkit.Logger(b.t))
+	require.NoError(b.t, err)
+	b.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		d.Stop(ctx)
+	})
+	return d
+}
+
+// start builds and starts a dispatcher.
+func (b *testBundle) start(cfg *dispatcher.Config) *dispatcher.Dispatcher {
+	b.t.Helper()
+	d := b.newDispatcher(cfg)
+	require.NoError(b.t, d.Start(context.Background()))
+	return d
+}
+
+// write stores n events, perBatch per Write call, and returns their ids in
+// commit order.
+func (b *testBundle) write(n, perBatch int) []string {
+	b.t.Helper()
+	ids := make([]string, 0, n)
+	for len(ids) < n {
+		k := min(perBatch, n-len(ids))
+		inputs := make([]outbox.Input, k)
+		for i := range inputs {
+			inputs[i] = outbox.Input{
+				SourceKey: b.source, DeviceKey: fmt.Sprintf("d%d", b.seq.Add(1)),
+				OccurredAt: "2026-11-01T10:00:00Z",
+			}
+		}
+		res, err := b.writer.Write(context.Background(), inputs)
+		require.NoError(b.t, err)
+		for _, r := range res {
+			ids = append(ids, r.ID)
+		}
+	}
+	return ids
+}
+
+// streamIDs returns the event ids in the stream, in stream order.
+func (b *testBundle) streamIDs() []string {
+	b.t.Helper()
+	msgs, err := b.rdb.XRange(context.Background(), b.stream, "-", "+").Result()
+	require.NoError(b.t, err)
+	ids := make([]string, len(msgs))
+	for i, m := range msgs {
+		msg, err := outbox.DecodeMessage(m.Values)
+		require.NoError(b.t, err)
+		require.Equal(b.t, outbox.OriginOutbox, msg.Origin)
+		ids[i] = msg.EventID
+	}
+	return ids
+}
+
+// containsAll reports whether the stream holds every id in want.
+func (b *testBundle) containsAll(want []string) bool {
+	have := map[string]bool{}
+	for _, id := range b.streamIDs() {
+		have[id] = true
+	}
+	for _, id := range want {
+		if !have[id] {
+			return false
+		}
+	}
+	return true
+}
+
+// undispatched counts outbox entries with dispatchedAt null.
+func (b *testBundle) undispatched() int64 {
+	b.t.Helper()
+	n, err := b.mongo.DB.Collection(outbox.OutboxCollection).CountDocuments(context.Background(), bson.M{"dispatchedAt": nil})
+	require.NoError(b.t, err)
+	return n
+}
+
+// state reads the dispatcher state document.
+func (b *testBundle) state() *dispatcher.State {
+	b.t.Helper()
+	st, err := dispatcher.ReadState(context.Background(), b.mongo.DB, b.stream)
+	require.NoError(b.t, err)
+	require.NotNil(b.t, st)
+	return st
+}
+
+// waitRelayed waits until every id is in the stream and nothing is left
+// undispatched.
+func (b *testBundle) waitRelayed(ids []string, timeout time.Duration) {
+	b.t.Helper()
+	require.Eventually(b.t, func() bool { return b.containsAll(ids) && b.undispatched() == 0 },
+		timeout, 10*time.Millisecond, "not every entry was relayed")
+}
+
+// unique returns ids without repetitions, first occurrence kept.
+func unique(ids []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, id := range ids {
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	return out
+}
