@@ -12,8 +12,16 @@ import (
 	"strings"
 )
 
-// ErrUsage wraps every usage or configuration error (exit code 2).
+// ErrUsage is matched by every usage or configuration error (exit code 2).
 var ErrUsage = errors.New("usage error")
+
+// usageError is a usage error whose message is only its text.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string        { return e.msg }
+func (e *usageError) Is(target error) bool { return target == ErrUsage }
+
+func usagef(format string, args ...any) error { return &usageError{msg: fmt.Sprintf(format, args...)} }
 
 // EnvName returns the environment variable that backs flag name:
 // "redis-url" → "OUTBOXD_REDIS_URL".
@@ -33,10 +41,10 @@ func Parse(fs *flag.FlagSet, args []string, lookupEnv func(string) (string, bool
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
-		return fmt.Errorf("%w: %v", ErrUsage, err)
+		return usagef("%v", err)
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q", ErrUsage, fs.Arg(0))
+		return usagef("unexpected argument %q", fs.Arg(0))
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -47,7 +55,7 @@ func Parse(fs *flag.FlagSet, args []string, lookupEnv func(string) (string, bool
 		}
 		if v, ok := lookupEnv(EnvName(f.Name)); ok {
 			if e := fs.Set(f.Name, v); e != nil {
-				err = fmt.Errorf("%w: invalid value for --%s from %s: %v", ErrUsage, f.Name, EnvName(f.Name), e)
+				err = usagef("invalid value for --%s from %s: %v", f.Name, EnvName(f.Name), e)
 			}
 		}
 	})
@@ -56,7 +64,7 @@ func Parse(fs *flag.FlagSet, args []string, lookupEnv func(string) (string, bool
 
 // Invalid returns a usage error for flag name.
 func Invalid(name, format string, args ...any) error {
-	return fmt.Errorf("%w: --%s %s", ErrUsage, name, fmt.Sprintf(format, args...))
+	return usagef("--%s %s", name, fmt.Sprintf(format, args...))
 }
 
 // Usage writes the flags of fs, with their environment variables, to w.
