@@ -76,8 +76,14 @@ func (a *app) run(ctx context.Context) error {
 		}
 		a.pg = pool
 	}
-	if a.o.role == "dev" {
+	switch a.o.role {
+	case "dev":
 		if err := a.migrate(ctx); err != nil {
+			return err
+		}
+	case "dispatch":
+		// The dispatcher owns --outbox-retention: keep the TTL index in step.
+		if err := migrations.Mongo(ctx, a.db, &migrations.MongoConfig{OutboxRetention: a.o.outboxRetention}); err != nil {
 			return err
 		}
 	}
