@@ -3,11 +3,16 @@ package worker_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/bson"
@@ -531,4 +536,129 @@ func TestWorkerDeadLetters(t *testing.T) {
 		b.events, b.parked = append(evs[:3:3], evs[4:]...), 1
 		b.check(t)
 	})
+}
+
+// tcpProxy stands between the worker and PostgreSQL so that a test can take
+// the database away and bring it back.
+type tcpProxy struct {
+	target string
+	addr   string
+	mu     sync.Mutex
+	ln     net.Listener
+	conns  []net.Conn
+	wg     sync.WaitGroup
+}
+
+func newTCPProxy(t *testing.T, target string) *tcpProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &tcpProxy{target: target, addr: ln.Addr().String()}
+	p.serve(ln)
+	t.Cleanup(func() { p.down(); p.wg.Wait() })
+	return p
+}
+
+func (p *tcpProxy) serve(ln net.Listener) {
+	p.mu.Lock()
+	p.ln = ln
+	p.mu.Unlock()
+	p.wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", p.target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, u)
+			p.mu.Unlock()
+			p.wg.Go(func() { _, _ = io.Copy(u, c); u.Close() })
+			p.wg.Go(func() { _, _ = io.Copy(c, u); c.Close() })
+		}
+	})
+}
+
+// down refuses new connections and cuts the open ones.
+func (p *tcpProxy) down() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ln != nil {
+		p.ln.Close()
+		p.ln = nil
+	}
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+func (p *tcpProxy) up(t *testing.T) {
+	ln, err := net.Listen("tcp", p.addr)
+	require.NoError(t, err)
+	p.serve(ln)
+}
+
+func TestWorkerPostgresDown(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	pcfg, err := pgxpool.ParseConfig(b.pg.URL)
+	require.NoError(t, err)
+	proxy := newTCPProxy(t, net.JoinHostPort(pcfg.ConnConfig.Host, strconv.Itoa(int(pcfg.ConnConfig.Port))))
+	host, port, _ := net.SplitHostPort(proxy.addr)
+	pcfg.ConnConfig.Host = host
+	p, _ := strconv.Atoi(port)
+	pcfg.ConnConfig.Port = uint16(p)
+	pcfg.ConnConfig.ConnectTimeout = time.Second
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+
+	reg := prometheus.NewRegistry()
+	cfg := b.config("c")
+	cfg.Registerer = reg
+	w, err := worker.New(b.mongo.DB, b.rdb, pool, cfg, testkit.Logger(t))
+	require.NoError(t, err)
+	require.NoError(t, w.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, w.Stop(ctx)) })
+	b.publish(t, b.write(t, "d1", 10)...)
+	b.waitConverged(t)
+
+	proxy.down()
+	b.publish(t, b.write(t, "d1", 10)...)
+	// The worker keeps retrying: entries read but not acknowledged, nothing
+	// dead-lettered or marked.
+	require.Eventually(t, func() bool {
+		return counter(t, reg, "outboxd_worker_retries_total", "infrastructure") >= 5
+	}, waitFor, 10*time.Millisecond)
+	require.Positive(t, b.pending(t))
+	require.Equal(t, int64(10), b.unsynced(t))
+	require.Zero(t, b.rdb.XLen(ctx, outbox.DLQStream(b.stream)).Val())
+
+	proxy.up(t)
+	b.waitConverged(t)
+	require.Zero(t, b.rdb.XLen(ctx, outbox.DLQStream(b.stream)).Val())
+}
+
+// counter returns the value of a counter in reg with the given label value.
+func counter(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == label {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
 }

@@ -1,0 +1,170 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/bson"
+	"go.uber.org/zap"
+
+	"github.com/outboxd/outboxd/internal/testkit"
+	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/worker"
+)
+
+// benchEventsEnv overrides the backlog size of BenchmarkProjectBacklog.
+const benchEventsEnv = "OUTBOXD_BENCH_EVENTS"
+
+// benchEventsDefault is the backlog size. Not 100k: every embedded-engine
+// write clones the whole collection, so writing the originals grows with the
+// square of their number (10k: ~30 s, 20k: ~2 min on 2 cores; 100k would
+// take far more than the 5 minutes a bench may use).
+const benchEventsDefault = 20_000
+
+// BenchmarkProjectBacklog measures how fast workers drain a backlog of
+// stream entries into PostgreSQL (decode, one Find, one transaction, one
+// UpdateMany, one XACK per batch), with 1 and 2 workers, against the raw
+// PostgreSQL limit: the default projector's one-statement unnest insert of
+// the same rows, without Redis or MongoDB. Run with -benchtime 1x.
+func BenchmarkProjectBacklog(b *testing.B) {
+	n := benchEventsDefault
+	if v, err := strconv.Atoi(os.Getenv(benchEventsEnv)); err == nil && v > 0 {
+		n = v
+	}
+	ctx := context.Background()
+	m := testkit.NewMongo(b, nil)
+	rdb, prefix := testkit.NewRedis(b)
+	pg := testkit.NewPostgres(b)
+	stream := prefix + ":stream"
+
+	// Originals in MongoDB, written like ingest does, 500 per transaction.
+	started := time.Now()
+	writer := outbox.NewWriter(m.DB, &outbox.WriterConfig{Stream: stream})
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := 0; i < n; i += 500 {
+		inputs := make([]outbox.Input, 0, 500)
+		for j := i; j < min(i+500, n); j++ {
+			inputs = append(inputs, outbox.Input{
+				SourceKey: "src", DeviceKey: "d" + strconv.Itoa(j%100),
+				OccurredAt: base.Add(time.Duration(j) * time.Minute).Format(time.RFC3339),
+				Payload:    []byte(`{"t":21.5,"n":3}`),
+			})
+		}
+		_, err := writer.Write(ctx, inputs)
+		require.NoError(b, err)
+	}
+	var events []*outbox.Event
+	cur, err := m.DB.Collection(outbox.EventsCollection).Find(ctx, bson.M{})
+	require.NoError(b, err)
+	require.NoError(b, cur.All(ctx, &events))
+	require.Len(b, events, n)
+	b.Logf("%d originals written in %s", n, time.Since(started).Round(time.Millisecond))
+
+	// The backlog: one entry per original.
+	for i := 0; i < n; i += 1000 {
+		_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, ev := range events[i:min(i+1000, n)] {
+				p.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: ev.Message(outbox.OriginOutbox).Values()})
+			}
+			return nil
+		})
+		require.NoError(b, err)
+	}
+
+	reset := func() {
+		_, err := pg.Pool.Exec(ctx, "TRUNCATE events, device_daily_stats")
+		require.NoError(b, err)
+		_, err = m.DB.Collection(outbox.EventsCollection).UpdateMany(ctx, bson.M{}, bson.M{"$set": bson.M{"syncedAt": nil}})
+		require.NoError(b, err)
+	}
+	rows := func() int64 {
+		var c int64
+		require.NoError(b, pg.Pool.QueryRow(ctx, "SELECT count(*) FROM events").Scan(&c))
+		return c
+	}
+	run := 0
+	// drain starts workers on a fresh group (so the whole stream is a
+	// backlog) and returns events/s once every row is in and the PEL empty.
+	drain := func(workers int) float64 {
+		reset()
+		run++
+		group := fmt.Sprintf("bench-%d", run)
+		start := time.Now()
+		var ws []*worker.Worker
+		for i := range workers {
+			w, err := worker.New(m.DB, rdb, pg.Pool, &worker.Config{
+				Stream: stream, Group: group, Consumer: fmt.Sprint("c", i), Block: 100 * time.Millisecond,
+			}, zap.NewNop())
+			require.NoError(b, err)
+			require.NoError(b, w.Start(ctx))
+			ws = append(ws, w)
+		}
+		tick := time.NewTicker(2 * time.Millisecond)
+		defer tick.Stop()
+		for ; ; <-tick.C {
+			if rows() == int64(n) {
+				p, err := rdb.XPending(ctx, stream, group).Result()
+				require.NoError(b, err)
+				if p.Count == 0 {
+					break
+				}
+			}
+		}
+		elapsed := time.Since(start)
+		for _, w := range ws {
+			require.NoError(b, w.Stop(ctx))
+		}
+		unsynced, err := m.DB.Collection(outbox.EventsCollection).CountDocuments(ctx, bson.M{"syncedAt": nil})
+		require.NoError(b, err)
+		require.Zero(b, unsynced)
+		var stats int64
+		require.NoError(b, pg.Pool.QueryRow(ctx, "SELECT sum(event_count) FROM device_daily_stats").Scan(&stats))
+		require.Equal(b, int64(n), stats)
+		return float64(n) / elapsed.Seconds()
+	}
+	// raw projects the same rows, batches of BatchSizeDefault, with conns
+	// connections and nothing else.
+	raw := func(conns int) float64 {
+		reset()
+		p := worker.NewEventsProjector()
+		start := time.Now()
+		var wg sync.WaitGroup
+		for c := range conns {
+			wg.Go(func() {
+				for i := c * worker.BatchSizeDefault; i < n; i += conns * worker.BatchSizeDefault {
+					batch := events[i:min(i+worker.BatchSizeDefault, n)]
+					require.NoError(b, pgx.BeginFunc(ctx, pg.Pool, func(tx pgx.Tx) error { return p.Project(ctx, tx, batch) }))
+				}
+			})
+		}
+		wg.Wait()
+		elapsed := time.Since(start)
+		require.Equal(b, int64(n), rows())
+		return float64(n) / elapsed.Seconds()
+	}
+
+	b.ResetTimer()
+	var w1, w2, r1, r2 float64
+	for range b.N {
+		w1 += drain(1)
+		w2 += drain(2)
+		r1 += raw(1)
+		r2 += raw(2)
+	}
+	k := float64(b.N)
+	b.ReportMetric(w1/k, "events/s_1worker")
+	b.ReportMetric(w2/k, "events/s_2workers")
+	b.ReportMetric(r1/k, "raw_rows/s_1conn")
+	b.ReportMetric(r2/k, "raw_rows/s_2conns")
+	b.ReportMetric(w1/r1, "ratio_1worker/raw")
+	b.ReportMetric(w2/r2, "ratio_2workers/raw")
+	b.ReportMetric(float64(n), "backlog")
+}

@@ -1,0 +1,111 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/outboxd/outboxd/internal/mongodb"
+	"github.com/outboxd/outboxd/internal/testkit"
+	"github.com/outboxd/outboxd/migrations"
+	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/worker"
+)
+
+// A custom Projector keeps a read model of its own: here the last time each
+// device was seen, in the worker's transaction. It is idempotent (a replayed
+// event cannot move last_seen) and writes the batch in one statement,
+// aggregated per key so that no row is touched twice.
+//
+// The example needs the test PostgreSQL and Redis (make test starts them);
+// MongoDB is the embedded engine.
+func ExampleProjector() {
+	ctx := context.Background()
+	check := func(err error) {
+		if err != nil {
+			log.Fatal(err)
+		}
+	}
+
+	conn, err := mongodb.Open(ctx, mongodb.EmbeddedMemory, nil)
+	check(err)
+	defer conn.Close(ctx)
+	db := conn.Client.Database("outboxd")
+	check(migrations.Mongo(ctx, db, nil))
+	opt, err := redis.ParseURL(testkit.RedisURL())
+	check(err)
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	pool, err := pgxpool.New(ctx, testkit.PostgresURL())
+	check(err)
+	defer pool.Close()
+
+	table := testkit.Name("example_device_last_seen")
+	_, err = pool.Exec(ctx, "CREATE TABLE "+table+" (device_key text PRIMARY KEY, last_seen timestamptz NOT NULL)")
+	check(err)
+	defer pool.Exec(ctx, "DROP TABLE "+table) //nolint:errcheck
+	stream := testkit.Name("example_stream")
+	defer rdb.Del(ctx, stream, outbox.DLQStream(stream))
+
+	lastSeen := worker.ProjectorFunc(func(ctx context.Context, tx pgx.Tx, events []*outbox.Event) error {
+		devices := make([]string, len(events))
+		times := make([]time.Time, len(events))
+		for i, ev := range events {
+			devices[i], times[i] = ev.DeviceKey, ev.OccurredAt
+		}
+		_, err := tx.Exec(ctx, `
+			INSERT INTO `+table+` AS t (device_key, last_seen)
+			SELECT d, max(o) FROM unnest($1::text[], $2::timestamptz[]) AS u(d, o) GROUP BY d ORDER BY d
+			ON CONFLICT (device_key) DO UPDATE SET last_seen = GREATEST(t.last_seen, EXCLUDED.last_seen)`,
+			devices, times)
+		return err
+	})
+
+	// Three originals, published twice: the second copy changes nothing.
+	res, err := outbox.NewWriter(db, nil).Write(ctx, []outbox.Input{
+		{SourceKey: "s", DeviceKey: "d1", OccurredAt: "2026-03-01T10:00:00Z"},
+		{SourceKey: "s", DeviceKey: "d1", OccurredAt: "2026-03-01T10:05:00Z"},
+		{SourceKey: "s", DeviceKey: "d2", OccurredAt: "2026-03-01T09:00:00Z"},
+	})
+	check(err)
+	for range 2 {
+		for _, r := range res {
+			ev, err := outbox.FindEvent(ctx, db, r.ID)
+			check(err)
+			check(rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: ev.Message(outbox.OriginOutbox).Values()}).Err())
+		}
+	}
+
+	w, err := worker.New(db, rdb, pool, &worker.Config{Stream: stream, Projector: lastSeen, Block: 50 * time.Millisecond}, nil)
+	check(err)
+	check(w.Start(ctx))
+	// Wait until every original is synced.
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); <-tick.C {
+		n, err := db.Collection(outbox.EventsCollection).CountDocuments(ctx, map[string]any{"syncedAt": nil})
+		check(err)
+		if n == 0 {
+			break
+		}
+	}
+	check(w.Stop(ctx))
+
+	rows, err := pool.Query(ctx, "SELECT device_key, last_seen FROM "+table+" ORDER BY 1")
+	check(err)
+	for rows.Next() {
+		var device string
+		var seen time.Time
+		check(rows.Scan(&device, &seen))
+		fmt.Println(device, seen.UTC().Format(time.RFC3339))
+	}
+	check(rows.Err())
+	// Output:
+	// d1 2026-03-01T10:05:00Z
+	// d2 2026-03-01T09:00:00Z
+}
