@@ -27,6 +27,7 @@ import (
 	"go.mongodb.org/mongo-driver/mongo/options"
 	"go.uber.org/zap"
 
+	"github.com/outboxd/outboxd/internal/metrics"
 	"github.com/outboxd/outboxd/internal/mongodb"
 )
 
@@ -143,14 +144,14 @@ func NewHandler(db lungo.IDatabase, w *Writer, cfg *HandlerConfig, logger *zap.L
 	}
 	if reg := h.cfg.Registerer; reg != nil {
 		var err error
-		h.requests, err = register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		h.requests, err = metrics.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "outboxd_http_requests_total",
 			Help: "HTTP requests served by the ingest API, by route and status code.",
 		}, []string{"route", "code"}))
 		if err != nil {
 			return nil, err
 		}
-		h.duration, err = register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		h.duration, err = metrics.Register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "outboxd_http_request_duration_seconds",
 			Help:    "Latency of the ingest API, by route.",
 			Buckets: prometheus.DefBuckets,
@@ -161,21 +162,6 @@ func NewHandler(db lungo.IDatabase, w *Writer, cfg *HandlerConfig, logger *zap.L
 	}
 	h.routes()
 	return h, nil
-}
-
-// register registers c, or returns the equal collector registered before.
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	err := reg.Register(c)
-	if err == nil {
-		return c, nil
-	}
-	var are prometheus.AlreadyRegisteredError
-	if errors.As(err, &are) {
-		if existing, ok := are.ExistingCollector.(C); ok {
-			return existing, nil
-		}
-	}
-	return c, fmt.Errorf("error registering HTTP metrics: %w", err)
 }
 
 func (h *handler) routes() {

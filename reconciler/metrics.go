@@ -1,8 +1,9 @@
 package reconciler
 
 import (
-	"errors"
 	"slices"
+
+	ometrics "github.com/outboxd/outboxd/internal/metrics"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -57,39 +58,25 @@ func newMetrics(reg prometheus.Registerer, stream string) (*metrics, error) {
 	}
 	var err error
 	for _, c := range []*prometheus.Counter{&m.scanned, &m.claimed, &m.skipped, &m.published, &m.rolledBack} {
-		*c, err = register(reg, *c)
+		*c, err = ometrics.Register(reg, *c)
 		if err != nil {
 			return nil, err
 		}
 	}
 	for _, c := range []**prometheus.CounterVec{&m.sweeps, &m.failed} {
-		if *c, err = register(reg, *c); err != nil {
+		if *c, err = ometrics.Register(reg, *c); err != nil {
 			return nil, err
 		}
 	}
 	for _, g := range []*prometheus.Gauge{&m.oldestAge, &m.lastSweepEnd} {
-		if *g, err = register(reg, *g); err != nil {
+		if *g, err = ometrics.Register(reg, *g); err != nil {
 			return nil, err
 		}
 	}
-	if m.parked, err = register(reg, m.parked); err != nil {
+	if m.parked, err = ometrics.Register(reg, m.parked); err != nil {
 		return nil, err
 	}
 	return m, nil
-}
-
-// register registers c, or returns the collector already registered under
-// the same description (a second reconciler of the same stream, as in
-// tests).
-func register[T prometheus.Collector](reg prometheus.Registerer, c T) (T, error) {
-	err := reg.Register(c)
-	var are prometheus.AlreadyRegisteredError
-	if errors.As(err, &are) {
-		if existing, ok := are.ExistingCollector.(T); ok {
-			return existing, nil
-		}
-	}
-	return c, err
 }
 
 // observe adds a sweep's counts; the gauges change only after a complete

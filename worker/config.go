@@ -4,14 +4,13 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"os"
-	"strconv"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/outboxd/outboxd/internal/clock"
+	"github.com/outboxd/outboxd/internal/config"
 	"github.com/outboxd/outboxd/internal/fault"
 	"github.com/outboxd/outboxd/outbox"
 )
@@ -106,7 +105,7 @@ func (cfg *Config) withDefaults() *Config {
 	c.Stream = cmp.Or(c.Stream, outbox.StreamDefault)
 	c.Group = cmp.Or(c.Group, outbox.GroupDefault)
 	if c.Consumer == "" {
-		c.Consumer = defaultConsumer(instances.Add(1))
+		c.Consumer = config.InstanceName("worker", instances.Add(1))
 	}
 	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
 	c.Block = cmp.Or(c.Block, BlockDefault)
@@ -118,18 +117,6 @@ func (cfg *Config) withDefaults() *Config {
 	c.Projector = cmp.Or[Projector](c.Projector, NewEventsProjector())
 	c.Clock = cmp.Or[clock.Clock](c.Clock, clock.System)
 	return &c
-}
-
-func defaultConsumer(n int64) string {
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "worker"
-	}
-	name := host + "-" + strconv.Itoa(os.Getpid())
-	if n > 1 {
-		name += "-" + strconv.FormatInt(n, 10)
-	}
-	return name
 }
 
 // validate checks a defaulted config and names the offending field.

@@ -1,9 +1,9 @@
 package worker
 
 import (
-	"errors"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	ometrics "github.com/outboxd/outboxd/internal/metrics"
 )
 
 // metrics of all Workers registered on one Registerer are shared.
@@ -49,39 +49,24 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	var err error
-	m.processed, err = register(reg, m.processed)
+	m.processed, err = ometrics.Register(reg, m.processed)
 	if err != nil {
 		return nil, err
 	}
-	if m.projection, err = register(reg, m.projection); err != nil {
+	if m.projection, err = ometrics.Register(reg, m.projection); err != nil {
 		return nil, err
 	}
-	if m.batchSize, err = register(reg, m.batchSize); err != nil {
+	if m.batchSize, err = ometrics.Register(reg, m.batchSize); err != nil {
 		return nil, err
 	}
-	if m.retries, err = register(reg, m.retries); err != nil {
+	if m.retries, err = ometrics.Register(reg, m.retries); err != nil {
 		return nil, err
 	}
-	if m.claimed, err = register(reg, m.claimed); err != nil {
+	if m.claimed, err = ometrics.Register(reg, m.claimed); err != nil {
 		return nil, err
 	}
-	if m.groupsCreated, err = register(reg, m.groupsCreated); err != nil {
+	if m.groupsCreated, err = ometrics.Register(reg, m.groupsCreated); err != nil {
 		return nil, err
 	}
 	return m, nil
-}
-
-// register registers c, or returns the collector already registered under
-// its name (a second Worker on the same registry).
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing, nil
-			}
-		}
-		return c, err
-	}
-	return c, nil
 }

@@ -12,6 +12,8 @@ import (
 	"github.com/outboxd/outboxd/internal/mongodb"
 	"github.com/outboxd/outboxd/migrations"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/reconciler"
+	"github.com/outboxd/outboxd/worker"
 )
 
 // Defaults of the common flags.
@@ -42,10 +44,10 @@ type options struct {
 	leaseTTL        time.Duration
 
 	// work
-	consumer  string
-	batchSize int
-	claimIdle time.Duration
-	workers   int
+	consumer      string
+	batchSize     int
+	claimIdle     time.Duration
+	maxDeliveries int
 
 	// reconcile
 	minAge, requeueAfter, every time.Duration
@@ -105,12 +107,13 @@ func newFlagSet(role string) (*flag.FlagSet, *options) {
 			fs.DurationVar(&o.outboxRetention, "outbox-retention", migrations.OutboxRetentionDefault, "how long dispatched outbox entries are kept")
 		case gWork:
 			fs.StringVar(&o.consumer, "consumer", "", "consumer name (default: host-pid)")
-			fs.IntVar(&o.batchSize, "batch-size", 256, "stream entries per batch")
-			fs.DurationVar(&o.claimIdle, "claim-idle", 30*time.Second, "reclaim entries pending longer than this on other consumers")
+			fs.IntVar(&o.batchSize, "batch-size", worker.BatchSizeDefault, "stream entries per batch")
+			fs.DurationVar(&o.claimIdle, "claim-idle", worker.ClaimIdleDefault, "reclaim entries pending longer than this on other consumers")
+			fs.IntVar(&o.maxDeliveries, "max-deliveries", worker.MaxDeliveriesDefault, "deliveries of a failing record before it is dead-lettered as poison")
 		case gReconcile:
-			fs.DurationVar(&o.minAge, "min-age", 5*time.Minute, "only originals older than this are candidates")
-			fs.DurationVar(&o.requeueAfter, "requeue-after", 30*time.Minute, "a requeued original is a candidate again after this")
-			fs.IntVar(&o.limit, "limit", 1000, "most originals per sweep")
+			fs.DurationVar(&o.minAge, "min-age", reconciler.MinAgeDefault, "only originals older than this are candidates")
+			fs.DurationVar(&o.requeueAfter, "requeue-after", reconciler.RequeueAfterDefault, "a requeued original is a candidate again after this")
+			fs.IntVar(&o.limit, "limit", reconciler.LimitDefault, "most originals per sweep")
 			fs.DurationVar(&o.every, "every", 0, "sweep every D (0: one sweep, then exit)")
 			fs.BoolVar(&o.jsonOut, "json", false, "print the sweep report as JSON")
 		}
@@ -172,8 +175,11 @@ func (o *options) validate() error {
 	if has["outbox-retention"] && o.outboxRetention < time.Second {
 		return config.Invalid("outbox-retention", "must be at least 1s")
 	}
-	if has["batch-size"] && (o.batchSize <= 0 || o.batchSize > 10000) {
-		return config.Invalid("batch-size", "must be between 1 and 10000")
+	if has["batch-size"] && (o.batchSize <= 0 || o.batchSize > worker.BatchSizeMax) {
+		return config.Invalid("batch-size", "must be between 1 and %d", worker.BatchSizeMax)
+	}
+	if has["max-deliveries"] && o.maxDeliveries <= 0 {
+		return config.Invalid("max-deliveries", "must be positive")
 	}
 	if has["claim-idle"] && o.claimIdle <= 0 {
 		return config.Invalid("claim-idle", "must be positive")

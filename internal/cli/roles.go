@@ -28,7 +28,7 @@ func (a *app) services() ([]service, error) {
 	if has(gWork) {
 		w, err := worker.New(a.db, a.rdb, a.pg, &worker.Config{
 			Stream: a.o.stream, Group: a.o.group, Consumer: a.o.consumer,
-			BatchSize: a.o.batchSize, ClaimIdle: a.o.claimIdle, Registerer: a.reg,
+			BatchSize: a.o.batchSize, ClaimIdle: a.o.claimIdle, MaxDeliveries: a.o.maxDeliveries, Registerer: a.reg,
 		}, a.log)
 		if err != nil {
 			return nil, err
