@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -46,6 +47,8 @@ type Stats struct {
 	// CaughtUp counts the part of Relayed found by catch-up scans of the
 	// outbox rather than by the change stream.
 	CaughtUp int64
+	// Dispatched counts entries marked dispatched (dispatchedAt set).
+	Dispatched int64
 	// Batches counts batches marked dispatched.
 	Batches int64
 	// HistoryLost counts lost change-stream positions.
@@ -79,9 +82,9 @@ type Dispatcher struct {
 	stopOnce   sync.Once
 	err        error
 
-	leaseExpires                                                        atomic.Int64
-	relayed, caughtUp, batches, historyLost, redisRetries, fenced, term atomic.Int64
-	leader                                                              atomic.Bool
+	leaseExpires                                                                    atomic.Int64
+	relayed, caughtUp, dispatched, batches, historyLost, redisRetries, fenced, term atomic.Int64
+	leader                                                                          atomic.Bool
 }
 
 // New returns a Dispatcher that relays the outbox of db into rdb. A nil cfg
@@ -182,6 +185,7 @@ func (d *Dispatcher) Stats() Stats {
 	return Stats{
 		Relayed:      d.relayed.Load(),
 		CaughtUp:     d.caughtUp.Load(),
+		Dispatched:   d.dispatched.Load(),
 		Batches:      d.batches.Load(),
 		HistoryLost:  d.historyLost.Load(),
 		RedisRetries: d.redisRetries.Load(),
@@ -382,7 +386,7 @@ func (d *Dispatcher) catchUp(ctx, hardCtx context.Context, term int64) (int, map
 	n := 0
 	for {
 		cur, err := d.outbox.Find(ctx,
-			bson.M{"stream": d.cfg.Stream, "dispatchedAt": nil, "_id": bson.M{"$gt": after}},
+			bson.D{{Key: "_id", Value: bson.M{"$gt": after}}, {Key: "dispatchedAt", Value: nil}, {Key: "stream", Value: d.cfg.Stream}},
 			options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(int64(d.cfg.BatchSize)))
 		if err != nil {
 			return n, nil, fmt.Errorf("error reading undispatched outbox entries: %w", err)
@@ -499,12 +503,7 @@ func (d *Dispatcher) relay(ctx, hardCtx context.Context, term int64, entries []o
 	if err := d.cfg.Faults.Check(FaultAfterXAdd); err != nil {
 		return err
 	}
-	ids := make([]primitive.ObjectID, len(entries))
-	for i, e := range entries {
-		ids[i] = e.ID
-	}
-	_, err := d.outbox.UpdateMany(hardCtx,
-		bson.M{"_id": bson.M{"$in": ids}, "dispatchedAt": nil},
+	_, err := d.outbox.UpdateMany(hardCtx, markFilter(entries),
 		bson.M{"$set": bson.M{"dispatchedAt": d.cfg.Clock.Now().UTC()}})
 	if err != nil {
 		return fmt.Errorf("error marking %d outbox entries dispatched: %w", len(entries), err)
@@ -512,9 +511,33 @@ func (d *Dispatcher) relay(ctx, hardCtx context.Context, term int64, entries []o
 	if err := d.cfg.Faults.Check(FaultAfterMark); err != nil {
 		return err
 	}
+	d.dispatched.Add(int64(len(entries)))
 	d.batches.Add(1)
 	d.metrics.batches.Inc()
 	return d.checkpoint(hardCtx, term, token, false)
+}
+
+// markFilter selects exactly the batch's entries that are still
+// undispatched. The _id range before $in changes nothing on a replica set
+// (the _id index serves $in), but lets the embedded engine, which scans the
+// collection and compares each document with every $in element, reject
+// documents outside the batch with two comparisons.
+func markFilter(entries []outbox.Entry) bson.D {
+	ids := make([]primitive.ObjectID, len(entries))
+	lo, hi := entries[0].ID, entries[0].ID
+	for i, e := range entries {
+		ids[i] = e.ID
+		if bytes.Compare(e.ID[:], lo[:]) < 0 {
+			lo = e.ID
+		}
+		if bytes.Compare(e.ID[:], hi[:]) > 0 {
+			hi = e.ID
+		}
+	}
+	return bson.D{
+		{Key: "_id", Value: bson.D{{Key: "$gte", Value: lo}, {Key: "$lte", Value: hi}, {Key: "$in", Value: ids}}},
+		{Key: "dispatchedAt", Value: nil},
+	}
 }
 
 // xadd adds entries to the stream in one pipeline, retrying with jittered

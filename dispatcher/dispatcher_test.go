@@ -70,11 +70,7 @@ func TestDispatcher(t *testing.T) {
 		cfg := b.config()
 		cfg.BatchSize = 8
 		d1 := b.start(cfg)
-		select {
-		case <-d1.Stopped():
-		case <-time.After(30 * time.Second):
-			t.Fatal("dispatcher did not stop at the fault point")
-		}
+		waitStopped(t, d1)
 		require.ErrorIs(t, d1.Err(), fault.ErrInjected)
 		require.Equal(t, 1, b.faults.Hits(dispatcher.FaultAfterXAdd))
 		st := b.state()
@@ -102,7 +98,7 @@ func TestDispatcher(t *testing.T) {
 		b.faults.Arm(dispatcher.FaultAfterMark, 1)
 		d1 := b.start(b.config())
 		ids := b.write(12, 4)
-		<-d1.Stopped()
+		waitStopped(t, d1)
 		require.ErrorIs(t, d1.Err(), fault.ErrInjected)
 		b.start(b.config())
 		b.waitRelayed(ids, 30*time.Second)
@@ -236,7 +232,7 @@ func TestDispatcher(t *testing.T) {
 
 		never := b.newDispatcher(b.config())
 		stop(t, never) // before Start
-		<-never.Stopped()
+		waitStopped(t, never)
 	})
 
 	t.Run("StartStopStress", func(t *testing.T) {
@@ -278,11 +274,7 @@ func TestDispatcher(t *testing.T) {
 		require.NoError(t, d.Start(runCtx))
 		require.Eventually(t, func() bool { return d.Stats().Leader }, 5*time.Second, 5*time.Millisecond)
 		cancel()
-		select {
-		case <-d.Stopped():
-		case <-time.After(10 * time.Second):
-			t.Fatal("dispatcher did not stop when its context was cancelled")
-		}
+		waitStopped(t, d)
 		require.Empty(t, b.state().Owner)
 	})
 
@@ -306,6 +298,16 @@ func stop(t *testing.T, d *dispatcher.Dispatcher) {
 	case <-d.Stopped():
 	default:
 		t.Fatal("Stopped not closed after Stop")
+	}
+}
+
+// waitStopped waits until d has stopped by itself.
+func waitStopped(t *testing.T, d *dispatcher.Dispatcher) {
+	t.Helper()
+	select {
+	case <-d.Stopped():
+	case <-time.After(30 * time.Second):
+		t.Fatal("dispatcher did not stop")
 	}
 }
 

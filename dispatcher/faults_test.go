@@ -1,0 +1,153 @@
+package dispatcher_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/mongo"
+	"go.mongodb.org/mongo-driver/mongo/options"
+
+	"github.com/outboxd/outboxd/internal/mongodb"
+	"github.com/outboxd/outboxd/internal/testkit"
+	"github.com/outboxd/outboxd/migrations"
+	"github.com/outboxd/outboxd/outbox"
+)
+
+// smallOplog makes the embedded oplog roll over after 50 entries.
+var smallOplog = &mongodb.Options{MaxOplogSize: 50}
+
+func TestDispatcherFaults(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("HistoryLostWhileStoppedCatchesUp", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, &setupOpts{mongo: smallOplog})
+		if b.mongo.Real {
+			t.Skip("skipped: a test cannot roll a replica set's oplog over; CorruptTokenCountsAsLost covers the replica set")
+		}
+		reg := prometheus.NewRegistry()
+		cfg := b.config()
+		cfg.Registerer = reg
+		d1 := b.start(cfg)
+		first := b.write(5, 5)
+		b.waitRelayed(first, 10*time.Second)
+		require.Eventually(t, func() bool { return b.state().ResumeToken != nil }, 5*time.Second, 5*time.Millisecond)
+		stop(t, d1)
+		token := b.state().ResumeToken
+
+		second := b.write(60, 10) // 120 oplog entries while stopped
+		b.waitTokenForgotten(token)
+
+		cfg2 := b.config()
+		cfg2.Registerer = reg
+		d2 := b.start(cfg2)
+		all := append(first, second...)
+		b.waitRelayed(all, 20*time.Second)
+		require.Equal(t, all, b.streamIDs(), "all relayed once, in commit order")
+		require.Equal(t, int64(1), d2.Stats().HistoryLost)
+		require.Equal(t, 1.0, counterValue(t, reg, "outboxd_dispatcher_history_lost_total"))
+	})
+
+	t.Run("HistoryLostWhileStreaming", func(t *testing.T) {
+		t.Parallel()
+		srv := testkit.NewRedisServer(t)
+		b := setup(t, &setupOpts{mongo: smallOplog, redis: srv.Client()})
+		if b.mongo.Real {
+			t.Skip("skipped: a test cannot roll a replica set's oplog over; CorruptTokenCountsAsLost covers the replica set")
+		}
+		d := b.start(b.config())
+		b.waitRelayed(b.write(2, 2), 10*time.Second)
+
+		srv.Stop()
+		stuck := b.write(1, 1) // read from the stream, then stuck in XADD back-off
+		require.Eventually(t, func() bool { return d.Stats().RedisRetries > 0 }, 10*time.Second, 5*time.Millisecond)
+		// A probe learns the token of the next entry: the dispatcher's
+		// stream position is before it.
+		probe, err := b.mongo.DB.Collection(outbox.OutboxCollection).Watch(ctx, mongo.Pipeline{})
+		require.NoError(t, err)
+		later := b.write(1, 1)
+		require.True(t, probe.TryNext(ctx))
+		token := probe.ResumeToken()
+		require.NoError(t, probe.Close(ctx))
+		later = append(later, b.write(60, 10)...)
+		b.waitTokenForgotten(token)
+
+		srv.Start() // empty
+		all := append(stuck, later...)
+		b.waitRelayed(all, 20*time.Second)
+		require.Equal(t, all, b.streamIDs())
+		require.Equal(t, int64(1), d.Stats().HistoryLost)
+	})
+
+	t.Run("RedisDownHoldsCheckpointAndResumes", func(t *testing.T) {
+		t.Parallel()
+		srv := testkit.NewRedisServer(t)
+		b := setup(t, &setupOpts{redis: srv.Client()})
+		reg := prometheus.NewRegistry()
+		cfg := b.config()
+		cfg.Registerer = reg
+		d := b.start(cfg)
+		b.waitRelayed(b.write(5, 5), 10*time.Second)
+
+		srv.Stop()
+		second := b.write(20, 5) // ingest does not need Redis
+		require.Eventually(t, func() bool { return d.Stats().RedisRetries >= 1 }, 10*time.Second, 5*time.Millisecond)
+		held := b.state()
+		require.Eventually(t, func() bool { return d.Stats().RedisRetries >= 4 }, 10*time.Second, 5*time.Millisecond,
+			"XADD is retried with back-off")
+		require.Equal(t, int64(20), b.undispatched(), "nothing marked dispatched without XADD")
+		st := b.state()
+		require.Equal(t, held.ResumeToken, st.ResumeToken, "the checkpoint is held")
+		require.Equal(t, held.CheckpointAt, st.CheckpointAt, "the checkpoint is held")
+		require.True(t, d.Stats().Leader, "the lease is kept during the outage")
+
+		srv.Start() // empty, like a Redis without persistence
+		b.waitRelayed(second, 20*time.Second)
+		require.Equal(t, second, b.streamIDs())
+		require.GreaterOrEqual(t, counterValue(t, reg, "outboxd_dispatcher_redis_retries_total"), 4.0)
+	})
+
+	t.Run("DispatchedEntriesExpire", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, &setupOpts{mongo: &mongodb.Options{ExpireInterval: 100 * time.Millisecond}})
+		require.NoError(t, migrations.Mongo(ctx, b.mongo.DB, &migrations.MongoConfig{OutboxRetention: time.Second}))
+		b.start(b.config())
+		ids := b.write(3, 3)
+		b.waitRelayed(ids, 10*time.Second)
+		timeout := 10 * time.Second
+		if b.mongo.Real {
+			timeout = 3 * time.Minute // the server's TTL monitor runs every 60s
+		}
+		require.Eventually(t, func() bool {
+			n, err := b.mongo.DB.Collection(outbox.OutboxCollection).CountDocuments(ctx, bson.M{})
+			require.NoError(t, err)
+			return n == 0
+		}, timeout, 50*time.Millisecond, "dispatched entries expire after the retention period")
+		n, err := b.mongo.DB.Collection(outbox.EventsCollection).CountDocuments(ctx, bson.M{})
+		require.NoError(t, err)
+		require.Equal(t, int64(3), n, "the originals stay")
+	})
+}
+
+// waitTokenForgotten writes to a scratch collection until the embedded oplog
+// no longer holds token (lungo drops entries in whole seconds).
+func (b *testBundle) waitTokenForgotten(token bson.Raw) {
+	b.t.Helper()
+	ctx := context.Background()
+	require.Eventually(b.t, func() bool {
+		_, err := b.mongo.DB.Collection("scratch").InsertOne(ctx, bson.M{})
+		require.NoError(b.t, err)
+		cs, err := b.mongo.DB.Collection(outbox.OutboxCollection).Watch(ctx, mongo.Pipeline{},
+			options.ChangeStream().SetResumeAfter(token))
+		if err == nil {
+			_ = cs.Close(ctx)
+			return false
+		}
+		return mongodb.IsHistoryLost(err)
+	}, 10*time.Second, 50*time.Millisecond, "the oplog did not roll over")
+}
