@@ -97,13 +97,21 @@ func (w *Worker) handle(ctx context.Context, msgs []redis.XMessage) error {
 			keep[id] = true
 		}
 	}
+	var firstSync []*outbox.Event // not synced before: their latency counts
 	for _, ev := range events {
 		if failed[ev.ID] == nil {
 			synced = append(synced, ev.ID)
+			if ev.SyncedAt == nil {
+				firstSync = append(firstSync, ev)
+			}
 		}
 	}
 	if err := w.markSynced(ctx, synced); err != nil {
 		return err
+	}
+	now := w.cfg.Clock.Now()
+	for _, ev := range firstSync {
+		w.metrics.latency.Observe(now.Sub(ev.CreatedAt).Seconds())
 	}
 	if err := w.park(ctx, parked); err != nil {
 		return err

@@ -10,6 +10,7 @@ import (
 type metrics struct {
 	processed     *prometheus.CounterVec
 	projection    prometheus.Histogram
+	latency       prometheus.Histogram
 	batchSize     prometheus.Histogram
 	retries       *prometheus.CounterVec
 	claimed       prometheus.Counter
@@ -26,6 +27,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name:    "outboxd_worker_projection_seconds",
 			Help:    "Latency of one batch's PostgreSQL projection transaction, retries included.",
 			Buckets: prometheus.ExponentialBucketsRange(0.0005, 10, 20),
+		}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "outboxd_pipeline_latency_seconds",
+			Help:    "Time from ingest (createdAt) to syncedAt, per original synced for the first time: the end-to-end latency whose p95/p99 matter.",
+			Buckets: prometheus.ExponentialBucketsRange(0.005, 3600, 24),
 		}),
 		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "outboxd_worker_batch_entries",
@@ -54,6 +60,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	if m.projection, err = ometrics.Register(reg, m.projection); err != nil {
+		return nil, err
+	}
+	if m.latency, err = ometrics.Register(reg, m.latency); err != nil {
 		return nil, err
 	}
 	if m.batchSize, err = ometrics.Register(reg, m.batchSize); err != nil {

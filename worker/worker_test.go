@@ -284,6 +284,31 @@ func TestWorker(t *testing.T) {
 		require.Equal(t, stat{"d2", "2026-03-01", 7, base.Add(30 * time.Second)}, stat{got[1].device, got[1].day, got[1].n, got[1].first.UTC()})
 	})
 
+	t.Run("PipelineLatencyCountsFirstSyncOnly", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		reg := prometheus.NewRegistry()
+		cfg := b.config("c")
+		cfg.Registerer = reg
+		evs := b.write(t, "d1", 12)
+		b.publish(t, evs...)
+		b.start(t, cfg)
+		b.waitConverged(t)
+		b.publish(t, evs...) // redelivery: already synced, not a new latency
+		require.Eventually(t, func() bool {
+			return counter(t, reg, "outboxd_worker_processed_total", "synced") >= 24
+		}, waitFor, 10*time.Millisecond)
+		mfs, err := reg.Gather()
+		require.NoError(t, err)
+		var samples uint64
+		for _, mf := range mfs {
+			if mf.GetName() == "outboxd_pipeline_latency_seconds" {
+				samples = mf.GetMetric()[0].GetHistogram().GetSampleCount()
+			}
+		}
+		require.Equal(t, uint64(12), samples)
+	})
+
 	t.Run("DuplicatesWithinBatch", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
