@@ -36,6 +36,10 @@ const (
 	FaultAfterMark = "dispatcher.after-mark"
 )
 
+// errPositionLost marks a change stream that failed at once after resuming
+// from the saved token.
+var errPositionLost = errors.New("change stream failed right after resuming from the saved token")
+
 // ErrAlreadyStarted is returned by Start on a Dispatcher that was started
 // or stopped before.
 var ErrAlreadyStarted = errors.New("dispatcher already started or stopped")
@@ -292,7 +296,7 @@ func (d *Dispatcher) follow(ctx, hardCtx context.Context, term int64) error {
 		switch {
 		case ctx.Err() != nil, errors.Is(err, ErrFenced), errors.Is(err, fault.ErrInjected):
 			return err
-		case mongodb.IsHistoryLost(err):
+		case mongodb.IsHistoryLost(err), errors.Is(err, errPositionLost):
 			lost = err // reopen from now at once: waiting does not bring it back
 		default:
 			wait := bo.NextBackOff()
@@ -331,6 +335,12 @@ func (d *Dispatcher) session(ctx, hardCtx context.Context, term int64, lost erro
 	if lost != nil {
 		d.historyLost.Add(1)
 		d.metrics.historyLost.Inc()
+		// Forget the dead token at once, so that a failure during the
+		// catch-up does not find it, and count it, again. Starting from
+		// now is safe: every start catches up from the outbox.
+		if err := d.checkpoint(hardCtx, term, nil, true); err != nil {
+			return err
+		}
 	}
 
 	n, seen, err := d.catchUp(ctx, hardCtx, term)
@@ -343,10 +353,10 @@ func (d *Dispatcher) session(ctx, hardCtx context.Context, term int64, lost erro
 	} else if n > 0 {
 		d.logger.Info("Caught up from the outbox", zap.Int("caught_up", n))
 	}
-	if err := d.checkpoint(hardCtx, term, cs.ResumeToken(), lost != nil); err != nil {
+	if err := d.checkpoint(hardCtx, term, cs.ResumeToken(), false); err != nil {
 		return err
 	}
-	return d.relayStream(ctx, hardCtx, term, cs, seen)
+	return d.relayStream(ctx, hardCtx, term, cs, seen, token != nil && lost == nil)
 }
 
 // readState returns the stream's state document (it exists: acquire
@@ -421,14 +431,16 @@ type changeEvent struct {
 
 // relayStream relays what the change stream delivers, in batches, and
 // checkpoints while idle, until ctx ends or something fails.
-func (d *Dispatcher) relayStream(ctx, hardCtx context.Context, term int64, cs lungo.IChangeStream, seen map[primitive.ObjectID]struct{}) error {
+func (d *Dispatcher) relayStream(ctx, hardCtx context.Context, term int64, cs lungo.IChangeStream, seen map[primitive.ObjectID]struct{}, resumed bool) error {
 	var batch []outbox.Entry
+	delivered := false
 	lastCheckpoint := time.Now()
 	for {
 		if err := ctx.Err(); err != nil {
 			return err // a batch not yet sent stays undispatched: relayed next time
 		}
 		if cs.TryNext(ctx) {
+			delivered = true
 			e, ok := d.accept(cs)
 			if ok {
 				if _, dup := seen[e.ID]; dup {
@@ -448,6 +460,11 @@ func (d *Dispatcher) relayStream(ctx, hardCtx context.Context, term int64, cs lu
 		if err := cs.Err(); err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
+			}
+			if resumed && !delivered && !mongodb.IsUnavailable(err) {
+				// A server may accept a resume token and fail on the first
+				// getMore: the saved position is unusable.
+				return fmt.Errorf("%w: %w", errPositionLost, err)
 			}
 			return fmt.Errorf("error reading the change stream: %w", err)
 		}
