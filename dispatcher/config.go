@@ -4,8 +4,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"os"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -13,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/outboxd/outboxd/internal/clock"
+	"github.com/outboxd/outboxd/internal/config"
 	"github.com/outboxd/outboxd/internal/fault"
 	"github.com/outboxd/outboxd/outbox"
 )
@@ -93,7 +92,7 @@ func (cfg *Config) withDefaults() *Config {
 	}
 	c.Stream = cmp.Or(c.Stream, outbox.StreamDefault)
 	if c.Owner == "" {
-		c.Owner = defaultOwner(instances.Add(1))
+		c.Owner = config.InstanceName("dispatcher", instances.Add(1))
 	}
 	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
 	c.LeaseTTL = cmp.Or(c.LeaseTTL, LeaseTTLDefault)
@@ -102,18 +101,6 @@ func (cfg *Config) withDefaults() *Config {
 	c.BackoffMax = cmp.Or(c.BackoffMax, BackoffMaxDefault)
 	c.Clock = cmp.Or[clock.Clock](c.Clock, clock.System)
 	return &c
-}
-
-func defaultOwner(n int64) string {
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "dispatcher"
-	}
-	name := host + "-" + strconv.Itoa(os.Getpid())
-	if n > 1 {
-		name += "-" + strconv.FormatInt(n, 10)
-	}
-	return name
 }
 
 // validate checks a defaulted config and names the offending field.

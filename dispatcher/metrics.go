@@ -1,7 +1,7 @@
 package dispatcher
 
 import (
-	"errors"
+	ometrics "github.com/outboxd/outboxd/internal/metrics"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -42,29 +42,14 @@ func newMetrics(reg prometheus.Registerer, stream string) (*metrics, error) {
 	}
 	var err error
 	for _, c := range []*prometheus.Counter{&m.relayed, &m.batches, &m.historyLost, &m.redisRetries, &m.fenced} {
-		if *c, err = register(reg, *c); err != nil {
+		if *c, err = ometrics.Register(reg, *c); err != nil {
 			return nil, err
 		}
 	}
 	for _, g := range []*prometheus.Gauge{&m.leader, &m.term, &m.checkpoint} {
-		if *g, err = register(reg, *g); err != nil {
+		if *g, err = ometrics.Register(reg, *g); err != nil {
 			return nil, err
 		}
 	}
 	return m, nil
-}
-
-// register registers c, or returns the collector already registered under
-// its name and labels (a second Dispatcher of the stream on the registry).
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing, nil
-			}
-		}
-		return c, err
-	}
-	return c, nil
 }
