@@ -195,16 +195,10 @@ func (w *Writer) write(ctx context.Context, prep []prepared) ([]Result, error) {
 			results[i] = Result{ID: k.ID.Hex(), IdempotencyKey: p.key, Duplicate: true}
 			continue
 		}
-		ev := Event{
-			ID: primitive.NewObjectID(), IdempotencyKey: p.key, SourceKey: p.sourceKey, DeviceKey: p.deviceKey,
-			Type: p.typ, OccurredAt: p.occurredAt, Payload: p.payload, ContentHash: p.hash, CreatedAt: now,
-		}
+		ev, entry := w.record(p, now)
 		known[p.key] = existing{ID: ev.ID, Key: p.key, ContentHash: p.hash}
 		docs = append(docs, ev)
-		entries = append(entries, Entry{
-			ID: primitive.NewObjectID(), EventID: ev.ID, Stream: w.stream,
-			Message: ev.Message(OriginOutbox).Encode(), CreatedAt: now,
-		})
+		entries = append(entries, entry)
 		results[i] = Result{ID: ev.ID.Hex(), IdempotencyKey: p.key}
 	}
 	if len(docs) == 0 {
@@ -220,6 +214,36 @@ func (w *Writer) write(ctx context.Context, prep []prepared) ([]Result, error) {
 		return nil, fmt.Errorf("error inserting outbox entries: %w", err)
 	}
 	return results, nil
+}
+
+// record builds the original and the outbox entry for a validated input.
+func (w *Writer) record(p prepared, now time.Time) (Event, Entry) {
+	ev := Event{
+		ID: primitive.NewObjectID(), IdempotencyKey: p.key, SourceKey: p.sourceKey, DeviceKey: p.deviceKey,
+		Type: p.typ, OccurredAt: p.occurredAt, Payload: p.payload, ContentHash: p.hash, CreatedAt: now,
+	}
+	return ev, Entry{
+		ID: primitive.NewObjectID(), EventID: ev.ID, Stream: w.stream,
+		Message: ev.Message(OriginOutbox).Encode(), CreatedAt: now,
+	}
+}
+
+// Records validates inputs and returns the originals and outbox entries that
+// Write would insert for them, without reading or writing anything: no
+// idempotency lookup, no transaction. It serves bulk loads whose keys are
+// known to be new (test fixtures, benchmarks, migrations from another
+// store); insert both slices in one transaction. Write is the safe path.
+func (w *Writer) Records(inputs []Input) ([]Event, []Entry, error) {
+	prep, err := w.prepareAll(inputs)
+	if err != nil {
+		return nil, nil, err
+	}
+	now := w.clock.Now().UTC().Truncate(time.Millisecond)
+	events, entries := make([]Event, len(prep)), make([]Entry, len(prep))
+	for i, p := range prep {
+		events[i], entries[i] = w.record(p, now)
+	}
+	return events, entries, nil
 }
 
 // FindEvent returns the original with id, or ErrNotFound.

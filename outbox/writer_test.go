@@ -170,6 +170,24 @@ func TestWriter(t *testing.T) {
 		require.Equal(t, int64(1), b.count(t, outbox.EventsCollection))
 	})
 
+	t.Run("RecordsMatchWhatWriteStores", func(t *testing.T) {
+		t.Parallel()
+		b := setupWriter(t)
+		events, entries, err := b.writer.Records([]outbox.Input{input("d1"), input("d2")})
+		require.NoError(t, err)
+		require.Len(t, entries, 2)
+		require.Equal(t, events[1].ID, entries[1].EventID)
+		_, err = b.mongo.DB.Collection(outbox.EventsCollection).InsertMany(ctx, []any{events[0], events[1]})
+		require.NoError(t, err)
+		// Write sees the seeded originals as the same content: duplicates.
+		res, err := b.writer.Write(ctx, []outbox.Input{input("d1"), input("d2")})
+		require.NoError(t, err)
+		require.True(t, res[0].Duplicate && res[1].Duplicate)
+		require.Equal(t, events[0].ID.Hex(), res[0].ID)
+		_, _, err = b.writer.Records([]outbox.Input{{SourceKey: "s"}})
+		require.ErrorIs(t, err, outbox.ErrInvalid)
+	})
+
 	t.Run("WriteInCallersTransaction", func(t *testing.T) {
 		t.Parallel()
 		b := setupWriter(t)

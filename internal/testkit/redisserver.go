@@ -74,3 +74,13 @@ func (s *RedisServer) Stop() {
 	_ = s.cmd.Wait()
 	s.cmd = nil
 }
+
+// quietLogger drops go-redis's own log lines.
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
+
+// QuietRedisLogs silences go-redis's pool messages ("failed to dial …"),
+// which tests that take Redis away on purpose would otherwise print by the
+// dozen. Call it from TestMain.
+func QuietRedisLogs() { redis.SetLogger(quietLogger{}) }
