@@ -83,16 +83,23 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer log.Sync() //nolint:errcheck
 	a := &app{o: o, log: log, stdout: stdout}
 	err = a.run(ctx)
+	code := exitCode(err)
+	if err != nil && !errors.Is(err, errSomeFailed) {
+		fmt.Fprintf(stderr, "outboxd %s: %v\n", role, err)
+	}
+	return code
+}
+
+// exitCode maps a role's result to the process exit code: usage and
+// configuration errors (a locked embedded store included) are 2, any other
+// failure, including a sweep whose report lists failed documents, is 1.
+func exitCode(err error) int {
 	switch {
 	case err == nil:
 		return ExitOK
 	case errors.Is(err, config.ErrUsage), errors.Is(err, mongodb.ErrLocked):
-		fmt.Fprintf(stderr, "outboxd %s: %v\n", role, err)
 		return ExitUsage
-	case errors.Is(err, errSomeFailed):
-		return ExitFailure
 	default:
-		fmt.Fprintf(stderr, "outboxd %s: %v\n", role, err)
 		return ExitFailure
 	}
 }
