@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/256dpi/lungo"
+	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo/options"
 	"go.mongodb.org/mongo-driver/mongo/readpref"
 	"go.mongodb.org/mongo-driver/mongo/writeconcern"
@@ -100,6 +101,15 @@ func Open(ctx context.Context, uri string, opts *Options) (*Conn, error) {
 			_ = client.Disconnect(context.Background())
 			return nil, fmt.Errorf("error reaching MongoDB at %s (transactions and change streams need a replica set): %w", Redact(uri), err)
 		}
+		var hello bson.M
+		if err := client.Database("admin").RunCommand(pingCtx, bson.D{{Key: "hello", Value: 1}}).Decode(&hello); err != nil {
+			_ = client.Disconnect(context.Background())
+			return nil, fmt.Errorf("error asking MongoDB at %s for its topology: %w", Redact(uri), err)
+		}
+		if err := checkTopology(hello); err != nil {
+			_ = client.Disconnect(context.Background())
+			return nil, fmt.Errorf("MongoDB at %s: %w", Redact(uri), err)
+		}
 		return &Conn{Client: client}, nil
 	}
 
@@ -134,6 +144,22 @@ func Open(ctx context.Context, uri string, opts *Options) (*Conn, error) {
 		return nil, fmt.Errorf("error opening embedded store %s: %w", uri, err)
 	}
 	return &Conn{Client: client, Embedded: true, engine: engine, lock: lock}, nil
+}
+
+// ErrStandalone is returned for a MongoDB server that is not part of a
+// replica set or sharded cluster.
+var ErrStandalone = errors.New("a standalone server has no transactions and no change streams; outboxd needs a replica set (a single node is enough: start mongod with --replSet rs0 and run rs.initiate()) or a sharded cluster")
+
+// checkTopology reads a hello reply: a replica set member names its set, a
+// mongos says "isdbgrid"; anything else is a standalone server.
+func checkTopology(hello bson.M) error {
+	if name, _ := hello["setName"].(string); name != "" {
+		return nil
+	}
+	if msg, _ := hello["msg"].(string); msg == "isdbgrid" {
+		return nil
+	}
+	return ErrStandalone
 }
 
 // lockFile takes an exclusive, non-blocking flock on path. The kernel drops
