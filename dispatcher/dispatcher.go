@@ -1,7 +1,6 @@
 package dispatcher
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -535,26 +534,13 @@ func (d *Dispatcher) relay(ctx, hardCtx context.Context, term int64, entries []o
 }
 
 // markFilter selects exactly the batch's entries that are still
-// undispatched. The _id range before $in changes nothing on a replica set
-// (the _id index serves $in), but lets the embedded engine, which scans the
-// collection and compares each document with every $in element, reject
-// documents outside the batch with two comparisons.
+// undispatched.
 func markFilter(entries []outbox.Entry) bson.D {
 	ids := make([]primitive.ObjectID, len(entries))
-	lo, hi := entries[0].ID, entries[0].ID
 	for i, e := range entries {
 		ids[i] = e.ID
-		if bytes.Compare(e.ID[:], lo[:]) < 0 {
-			lo = e.ID
-		}
-		if bytes.Compare(e.ID[:], hi[:]) > 0 {
-			hi = e.ID
-		}
 	}
-	return bson.D{
-		{Key: "_id", Value: bson.D{{Key: "$gte", Value: lo}, {Key: "$lte", Value: hi}, {Key: "$in", Value: ids}}},
-		{Key: "dispatchedAt", Value: nil},
-	}
+	return bson.D{{Key: "_id", Value: mongodb.IDsIn(ids)}, {Key: "dispatchedAt", Value: nil}}
 }
 
 // xadd adds entries to the stream in one pipeline, retrying with jittered

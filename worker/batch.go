@@ -15,6 +15,7 @@ import (
 	"go.mongodb.org/mongo-driver/bson/primitive"
 	"go.uber.org/zap"
 
+	"github.com/outboxd/outboxd/internal/mongodb"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -152,7 +153,7 @@ func (w *Worker) load(ctx context.Context, ids []primitive.ObjectID) (map[primit
 	if len(ids) == 0 {
 		return originals, invalid, nil
 	}
-	cur, err := w.db.Collection(outbox.EventsCollection).Find(ctx, bson.M{"_id": bson.M{"$in": ids}})
+	cur, err := w.db.Collection(outbox.EventsCollection).Find(ctx, bson.M{"_id": mongodb.IDsIn(ids)})
 	if err != nil {
 		return nil, nil, fmt.Errorf("error reading originals: %w", err)
 	}
@@ -307,7 +308,7 @@ func (w *Worker) markSynced(ctx context.Context, ids []primitive.ObjectID) error
 	}
 	now := w.cfg.Clock.Now().UTC()
 	_, err := w.db.Collection(outbox.EventsCollection).UpdateMany(ctx,
-		bson.M{"_id": bson.M{"$in": ids}, "syncedAt": nil},
+		bson.M{"_id": mongodb.IDsIn(ids), "syncedAt": nil},
 		bson.M{"$set": bson.M{"syncedAt": now, "syncFailure": nil}})
 	if err != nil {
 		return fmt.Errorf("error setting syncedAt on %d originals: %w", len(ids), err)
