@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/outboxd/outboxd/dispatcher"
 	"github.com/outboxd/outboxd/internal/config"
 	"github.com/outboxd/outboxd/internal/mongodb"
 	"github.com/outboxd/outboxd/migrations"
@@ -64,6 +65,7 @@ const (
 	gRedis
 	gPostgres
 	gHTTP
+	gAuth
 	gIngest
 	gDispatch
 	gWork
@@ -72,13 +74,13 @@ const (
 
 // roles lists each role's flag groups.
 var roles = map[string][]flagGroup{
-	"dev":       {gMongo, gRedis, gPostgres, gHTTP, gIngest, gDispatch, gWork, gReconcile},
-	"ingest":    {gMongo, gRedis, gHTTP, gIngest},
+	"dev":       {gMongo, gRedis, gPostgres, gHTTP, gAuth, gIngest, gDispatch, gWork, gReconcile},
+	"ingest":    {gMongo, gRedis, gHTTP, gAuth, gIngest},
 	"dispatch":  {gMongo, gRedis, gHTTP, gDispatch},
 	"work":      {gMongo, gRedis, gPostgres, gHTTP, gWork},
 	"reconcile": {gMongo, gRedis, gReconcile},
 	"migrate":   {gMongo, gPostgres, gDispatch},
-	"status":    {gHTTP, gIngest},
+	"status":    {gHTTP, gAuth},
 }
 
 func newFlagSet(role string) (*flag.FlagSet, *options) {
@@ -99,12 +101,16 @@ func newFlagSet(role string) (*flag.FlagSet, *options) {
 			fs.StringVar(&o.postgresURL, "postgres-url", PostgresURLDefault, "PostgreSQL URL of the read model")
 		case gHTTP:
 			fs.StringVar(&o.httpAddr, "http-addr", HTTPAddrDefault, "HTTP listen address (API, /healthz, /readyz, /metrics)")
-		case gIngest:
+		case gAuth:
 			fs.StringVar(&o.authToken, "auth-token", "", "bearer token required on /v1/* (empty: no auth)")
+		case gIngest:
 			fs.Int64Var(&o.maxBody, "max-body", outbox.MaxBodyDefault, "request body limit in bytes")
 			fs.IntVar(&o.maxBatch, "max-batch", outbox.MaxBatchDefault, "most events in one batch request")
 		case gDispatch:
 			fs.DurationVar(&o.outboxRetention, "outbox-retention", migrations.OutboxRetentionDefault, "how long dispatched outbox entries are kept")
+			if role != "migrate" {
+				fs.DurationVar(&o.leaseTTL, "lease-ttl", dispatcher.LeaseTTLDefault, "dispatcher lease: a standby takes over this long after the leader stops renewing")
+			}
 		case gWork:
 			fs.StringVar(&o.consumer, "consumer", "", "consumer name (default: host-pid)")
 			fs.IntVar(&o.batchSize, "batch-size", worker.BatchSizeDefault, "stream entries per batch")
@@ -174,6 +180,9 @@ func (o *options) validate() error {
 	}
 	if has["outbox-retention"] && o.outboxRetention < time.Second {
 		return config.Invalid("outbox-retention", "must be at least 1s")
+	}
+	if has["lease-ttl"] && o.leaseTTL < dispatcher.LeaseTTLMin {
+		return config.Invalid("lease-ttl", "must be at least %s", dispatcher.LeaseTTLMin)
 	}
 	if has["batch-size"] && (o.batchSize <= 0 || o.batchSize > worker.BatchSizeMax) {
 		return config.Invalid("batch-size", "must be between 1 and %d", worker.BatchSizeMax)

@@ -36,7 +36,7 @@ func (a *app) services() ([]service, error) {
 		out = append(out, stopErr{w})
 	}
 	if has(gDispatch) && a.o.role != "migrate" {
-		d, err := dispatcher.New(a.db, a.rdb, &dispatcher.Config{Stream: a.o.stream, Registerer: a.reg}, a.log)
+		d, err := dispatcher.New(a.db, a.rdb, &dispatcher.Config{Stream: a.o.stream, LeaseTTL: a.o.leaseTTL, Registerer: a.reg}, a.log)
 		if err != nil {
 			return nil, err
 		}
