@@ -49,10 +49,9 @@ type Options struct {
 
 // Conn is an open MongoDB connection on either engine.
 type Conn struct {
-	Client   lungo.IClient
-	Embedded bool
-	engine   *lungo.Engine
-	lock     *os.File
+	Client lungo.IClient
+	engine *lungo.Engine
+	lock   *os.File
 }
 
 // IsEmbedded reports whether uri selects the embedded engine.
@@ -143,7 +142,7 @@ func Open(ctx context.Context, uri string, opts *Options) (*Conn, error) {
 		}
 		return nil, fmt.Errorf("error opening embedded store %s: %w", uri, err)
 	}
-	return &Conn{Client: client, Embedded: true, engine: engine, lock: lock}, nil
+	return &Conn{Client: client, engine: engine, lock: lock}, nil
 }
 
 // ErrStandalone is returned for a MongoDB server that is not part of a
