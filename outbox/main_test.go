@@ -3,9 +3,7 @@ package outbox_test
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/outboxd/outboxd/internal/testkit"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/256dpi/lungo.(*Engine).expire"))
-}
+func TestMain(m *testing.M) { testkit.Main(m) }

@@ -80,7 +80,7 @@ type quietLogger struct{}
 
 func (quietLogger) Printf(context.Context, string, ...any) {}
 
-// QuietRedisLogs silences go-redis's pool messages ("failed to dial …"),
+// quietRedisLogs silences go-redis's pool messages ("failed to dial …"),
 // which tests that take Redis away on purpose would otherwise print by the
-// dozen. Call it from TestMain.
-func QuietRedisLogs() { redis.SetLogger(quietLogger{}) }
+// dozen. Main calls it.
+func quietRedisLogs() { redis.SetLogger(quietLogger{}) }
