@@ -15,10 +15,14 @@ const fuzzBatchMax = 4
 
 // decodeRequest is what the handler runs on a body before writing anything.
 func decodeRequest(w *Writer, body []byte, key string, batch bool) ([]Input, error) {
+	var inputs []Input
+	var err error
 	if batch {
-		return decodeBatch(w, body, fuzzBatchMax)
+		inputs, _, err = decodeBatch(w, body, fuzzBatchMax)
+	} else {
+		inputs, _, err = decodeEvent(w, body, key)
 	}
-	return decodeEvent(w, body, key)
+	return inputs, err
 }
 
 // encodeRequest is the body that carries inputs.

@@ -248,12 +248,12 @@ func (h *handler) postEvent(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	inputs, err := decodeEvent(h.writer, body, r.Header.Get(IdempotencyKeyHeader))
+	inputs, batch, err := decodeEvent(h.writer, body, r.Header.Get(IdempotencyKeyHeader))
 	if err != nil {
 		h.fail(w, r, err, "")
 		return
 	}
-	res, err := h.writer.Write(r.Context(), inputs)
+	res, err := h.writer.WriteBatch(r.Context(), batch)
 	if err != nil {
 		field := "idempotencyKey"
 		if len(keys) == 1 {
@@ -280,12 +280,12 @@ func (h *handler) postBatch(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	inputs, err := decodeBatch(h.writer, body, h.cfg.MaxBatch)
+	inputs, batch, err := decodeBatch(h.writer, body, h.cfg.MaxBatch)
 	if err != nil {
 		h.fail(w, r, err, "")
 		return
 	}
-	res, err := h.writer.Write(r.Context(), inputs)
+	res, err := h.writer.WriteBatch(r.Context(), batch)
 	if err != nil {
 		h.fail(w, r, err, "", zap.Int("events", len(inputs)))
 		return
@@ -466,21 +466,22 @@ func fieldError(field, reason string) *ValidationError {
 }
 
 // decodeEvent decodes and validates the body of POST /v1/events. headerKey is
-// the Idempotency-Key header ("" when absent). It returns one Input that
-// w.Validate accepts, a *requestError (400) or a *ValidationError (422).
-func decodeEvent(w *Writer, body []byte, headerKey string) ([]Input, error) {
+// the Idempotency-Key header ("" when absent). It returns the one Input and
+// its Batch from w.Prepare, a *requestError (400) or a *ValidationError (422).
+func decodeEvent(w *Writer, body []byte, headerKey string) ([]Input, *Batch, error) {
 	var in Input
 	if err := decodeObject(body, &in, ""); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if headerKey != "" {
 		if in.IdempotencyKey != "" && in.IdempotencyKey != headerKey {
-			return nil, fieldError("idempotencyKey", "differs from the "+IdempotencyKeyHeader+" header")
+			return nil, nil, fieldError("idempotencyKey", "differs from the "+IdempotencyKeyHeader+" header")
 		}
 		in.IdempotencyKey = headerKey
 	}
 	inputs := []Input{in}
-	if err := w.Validate(inputs); err != nil {
+	batch, err := w.Prepare(inputs)
+	if err != nil {
 		var ve *ValidationError
 		if headerKey != "" && errors.As(err, &ve) {
 			for i := range ve.Fields {
@@ -489,27 +490,27 @@ func decodeEvent(w *Writer, body []byte, headerKey string) ([]Input, error) {
 				}
 			}
 		}
-		return nil, err
+		return nil, nil, err
 	}
-	return inputs, nil
+	return inputs, batch, nil
 }
 
 // decodeBatch decodes and validates the body of POST /v1/events:batch
-// ({"events":[…]}, 1 to maxBatch items). It returns Inputs in request order
-// that w.Validate accepts, a *requestError (400) or a *ValidationError (422)
-// whose fields are named events[i].field.
-func decodeBatch(w *Writer, body []byte, maxBatch int) ([]Input, error) {
+// ({"events":[…]}, 1 to maxBatch items). It returns the Inputs in request
+// order and their Batch from w.Prepare, a *requestError (400) or a
+// *ValidationError (422) whose fields are named events[i].field.
+func decodeBatch(w *Writer, body []byte, maxBatch int) ([]Input, *Batch, error) {
 	var req struct {
 		Events []json.RawMessage `json:"events"`
 	}
 	if err := decodeObject(body, &req, ""); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	switch {
 	case len(req.Events) == 0:
-		return nil, fieldError("events", "must hold at least one event")
+		return nil, nil, fieldError("events", "must hold at least one event")
 	case len(req.Events) > maxBatch:
-		return nil, fieldError("events", fmt.Sprintf("must hold at most %d events (got %d)", maxBatch, len(req.Events)))
+		return nil, nil, fieldError("events", fmt.Sprintf("must hold at most %d events (got %d)", maxBatch, len(req.Events)))
 	}
 	inputs := make([]Input, len(req.Events))
 	var fields []FieldError
@@ -524,23 +525,24 @@ func decodeBatch(w *Writer, body []byte, maxBatch int) ([]Input, error) {
 		if errors.As(err, &ve) {
 			fields = append(fields, ve.Fields...)
 		} else if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	if len(fields) > 0 {
-		return nil, &ValidationError{Fields: fields}
+		return nil, nil, &ValidationError{Fields: fields}
 	}
-	if err := w.Validate(inputs); err != nil {
-		// Validate names fields without an index when there is one input.
+	batch, err := w.Prepare(inputs)
+	if err != nil {
+		// Prepare names fields without an index when there is one input.
 		var ve *ValidationError
 		if len(inputs) == 1 && errors.As(err, &ve) {
 			for i := range ve.Fields {
 				ve.Fields[i].Field = "events[0]." + ve.Fields[i].Field
 			}
 		}
-		return nil, err
+		return nil, nil, err
 	}
-	return inputs, nil
+	return inputs, batch, nil
 }
 
 // isObject reports whether the JSON value data starts an object.

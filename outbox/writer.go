@@ -90,6 +90,23 @@ func (w *Writer) Validate(inputs []Input) error {
 	return err
 }
 
+// Batch is a set of inputs that Prepare validated and normalised, ready for
+// WriteBatch.
+type Batch struct {
+	prep []prepared
+}
+
+// Prepare validates inputs like Validate and returns them ready to write, so
+// a caller that validates before writing (the HTTP handler renames fields
+// first) does the work once.
+func (w *Writer) Prepare(inputs []Input) (*Batch, error) {
+	prep, err := w.prepareAll(inputs)
+	if err != nil {
+		return nil, err
+	}
+	return &Batch{prep: prep}, nil
+}
+
 func (w *Writer) prepareAll(inputs []Input) ([]prepared, error) {
 	now := w.clock.Now()
 	out := make([]prepared, len(inputs))
@@ -115,10 +132,16 @@ func (w *Writer) prepareAll(inputs []Input) ([]prepared, error) {
 // whole write fails with a *MismatchError. A transaction that loses a race on
 // the idempotency index, or fails transiently, is run again.
 func (w *Writer) Write(ctx context.Context, inputs []Input) ([]Result, error) {
-	prep, err := w.prepareAll(inputs)
+	b, err := w.Prepare(inputs)
 	if err != nil {
 		return nil, err
 	}
+	return w.WriteBatch(ctx, b)
+}
+
+// WriteBatch writes a batch from Prepare, as Write does.
+func (w *Writer) WriteBatch(ctx context.Context, b *Batch) ([]Result, error) {
+	prep := b.prep
 	sess, err := w.db.Client().StartSession()
 	if err != nil {
 		return nil, fmt.Errorf("error starting MongoDB session: %w", err)
