@@ -174,12 +174,10 @@ func requeueEligible(threshold time.Time) bson.E {
 // now-requeueAfter. Sort by createdAt ascending. It is exported so that
 // tests and tools can explain it against the reconciler index.
 func CandidateFilter(now time.Time, minAge, requeueAfter time.Duration) bson.D {
-	return bson.D{
-		{Key: "syncedAt", Value: nil},
-		{Key: "syncFailure", Value: nil},
-		{Key: "createdAt", Value: bson.D{{Key: "$lt", Value: now.Add(-minAge)}}},
+	return append(outbox.PendingFilter(),
+		bson.E{Key: "createdAt", Value: bson.D{{Key: "$lt", Value: now.Add(-minAge)}}},
 		requeueEligible(now.Add(-requeueAfter)),
-	}
+	)
 }
 
 // CandidateSort is the order of candidates: oldest first.
@@ -303,12 +301,8 @@ var errNotClaimed = errors.New("event not claimed")
 // the document no longer matches, for example because another run claimed
 // it first.
 func (r *Reconciler) claim(ctx context.Context, id primitive.ObjectID, attemptedAt time.Time) (*outbox.Event, error) {
-	filter := bson.D{
-		{Key: "_id", Value: id},
-		{Key: "syncedAt", Value: nil},
-		{Key: "syncFailure", Value: nil},
-		requeueEligible(attemptedAt.Add(-r.requeueAfter)),
-	}
+	filter := append(bson.D{{Key: "_id", Value: id}}, outbox.PendingFilter()...)
+	filter = append(filter, requeueEligible(attemptedAt.Add(-r.requeueAfter)))
 	update := bson.D{
 		{Key: "$set", Value: bson.D{{Key: "lastRequeuedAt", Value: attemptedAt}}},
 		{Key: "$inc", Value: bson.D{{Key: "requeueCount", Value: int64(1)}}},
@@ -353,19 +347,12 @@ func (r *Reconciler) rollback(ctx context.Context, id primitive.ObjectID, attemp
 // unparked original (claimed or not) and the parked originals by
 // category.
 func (r *Reconciler) measure(ctx context.Context, now time.Time, rep *Report) error {
-	var oldest struct {
-		CreatedAt time.Time `bson:"createdAt"`
-	}
-	err := r.events.FindOne(ctx,
-		bson.D{{Key: "syncedAt", Value: nil}, {Key: "syncFailure", Value: nil}},
-		options.FindOne().SetSort(CandidateSort).SetProjection(bson.D{{Key: "createdAt", Value: 1}}),
-	).Decode(&oldest)
-	switch {
-	case errors.Is(err, mongo.ErrNoDocuments):
-	case err != nil:
+	oldest, ok, err := outbox.OldestPending(ctx, r.events.Database())
+	if err != nil {
 		return fmt.Errorf("error finding the oldest unsynced event: %w", err)
-	default:
-		rep.OldestUnsyncedAge = max(now.Sub(oldest.CreatedAt), 0)
+	}
+	if ok {
+		rep.OldestUnsyncedAge = max(now.Sub(oldest), 0)
 	}
 
 	// Parked originals are unsynced ones with a syncFailure. The embedded

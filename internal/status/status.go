@@ -6,7 +6,6 @@ package status
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"time"
 
@@ -14,8 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"go.mongodb.org/mongo-driver/bson"
-	"go.mongodb.org/mongo-driver/mongo"
-	"go.mongodb.org/mongo-driver/mongo/options"
 
 	"github.com/outboxd/outboxd/internal/clock"
 	"github.com/outboxd/outboxd/outbox"
@@ -87,18 +84,16 @@ func (s *Source) Snapshot(ctx context.Context) (*Snapshot, error) {
 	if snap.Outbox.Undispatched, err = count(s.DB.Collection(outbox.OutboxCollection), bson.M{"dispatchedAt": nil}); err != nil {
 		return nil, err
 	}
-	var oldest outbox.Event
-	err = events.FindOne(ctx, bson.M{"syncedAt": nil, "syncFailure": nil},
-		options.FindOne().SetSort(bson.D{{Key: "createdAt", Value: 1}}).SetProjection(bson.M{"createdAt": 1})).Decode(&oldest)
-	switch {
-	case err == nil:
+	oldest, ok, err := outbox.OldestPending(ctx, s.DB)
+	if err != nil {
+		return nil, err
+	}
+	if ok {
 		now := time.Now()
 		if s.Clock != nil {
 			now = s.Clock.Now()
 		}
-		snap.OldestPendingAgeSeconds = max(0, now.Sub(oldest.CreatedAt).Seconds())
-	case !errors.Is(err, mongo.ErrNoDocuments):
-		return nil, err
+		snap.OldestPendingAgeSeconds = max(0, now.Sub(oldest).Seconds())
 	}
 	if s.Redis != nil {
 		snap.Stream, snap.DLQ = s.streamCounts(ctx)

@@ -109,7 +109,7 @@ func Check(ctx context.Context, db lungo.IDatabase, pool *pgxpool.Pool, rdb redi
 	} else if int(n) > len(want) {
 		v.Duplicated += int(n) - len(want)
 	}
-	if v.Unsynced, err = db.Collection(outbox.EventsCollection).CountDocuments(ctx, bson.M{"syncedAt": nil, "syncFailure": nil}); err != nil {
+	if v.Unsynced, err = db.Collection(outbox.EventsCollection).CountDocuments(ctx, outbox.PendingFilter()); err != nil {
 		return v, err
 	}
 	if v.Undispatched, err = db.Collection(outbox.OutboxCollection).CountDocuments(ctx, bson.M{"dispatchedAt": nil}); err != nil {
