@@ -213,9 +213,7 @@ func (w *Worker) drainOwn(fetchCtx, workCtx context.Context) error {
 			return err
 		}
 		start = msgs[len(msgs)-1].ID
-		if len(msgs) > 0 {
-			w.logger.Info("draining own pending entries", zap.Int("entries", len(msgs)))
-		}
+		w.logger.Info("draining own pending entries", zap.Int("entries", len(msgs)))
 		if err := w.process(fetchCtx, workCtx, msgs); err != nil {
 			return err
 		}
