@@ -4,6 +4,8 @@ GO ?= go
 PKGS ?= ./...
 TEST_FLAGS ?= -race -count=1 -timeout 9m
 BIN := bin/outboxd
+GOLANGCI_LINT_VERSION := v2.15.0
+GOLANGCI_LINT := $(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 
 .DEFAULT_GOAL := help
 
@@ -20,7 +22,7 @@ build: ## Build bin/outboxd
 	$(GO) build -o $(BIN) ./cmd/outboxd
 
 .PHONY: run
-run: services build ## Run everything in one process (outboxd dev) on the embedded MongoDB engine
+run: services build ## Run every role in one process (outboxd dev) on the SQLite store data/outboxd.db
 	./$(BIN) dev
 
 .PHONY: test
@@ -33,9 +35,8 @@ bench: services ## Run the benchmarks (ratios against the raw store limits)
 
 .PHONY: fuzz
 fuzz: ## Fuzz request decoding and validation for 30s
-	$(GO) test ./outbox -run '^$$' -fuzz FuzzDecodeEvent -fuzztime 30s
+	$(GO) test ./httpapi -run '^$$' -fuzz FuzzDecodeEvent -fuzztime 30s
 
 .PHONY: lint
-lint: ## gofmt and go vet
-	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	$(GO) vet $(PKGS)
+lint: ## golangci-lint (pinned, through the Go module proxy) with .golangci.yml
+	$(GOLANGCI_LINT) run $(PKGS)

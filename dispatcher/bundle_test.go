@@ -9,19 +9,31 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
-	"go.mongodb.org/mongo-driver/bson"
 
 	"github.com/outboxd/outboxd/dispatcher"
 	"github.com/outboxd/outboxd/internal/fault"
-	"github.com/outboxd/outboxd/internal/mongodb"
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/store"
+	"github.com/outboxd/outboxd/store/mongostore"
 )
+
+// Store kinds the dispatcher's tests run on: the SQLite store (its feed is
+// the outbox sequence) and the MongoDB store on lungo (its feed is a change
+// stream).
+const (
+	kindSQLite = "SQLite"
+	kindMongo  = "Mongo"
+)
+
+var kinds = []string{kindSQLite, kindMongo}
 
 // testBundle is one test's stores, writer and stream.
 type testBundle struct {
 	t      *testing.T
-	mongo  *testkit.Mongo
+	kind   string
+	st     store.Store
+	mongo  *mongostore.Store // set on kindMongo
 	rdb    redis.UniversalClient
 	stream string
 	writer *outbox.Writer
@@ -31,7 +43,8 @@ type testBundle struct {
 }
 
 type setupOpts struct {
-	mongo *mongodb.Options
+	kind  string // kindSQLite by default
+	mongo *mongostore.Options
 	// redis is a private server's client; nil means the shared test Redis.
 	redis redis.UniversalClient
 }
@@ -41,8 +54,16 @@ func setup(t *testing.T, o *setupOpts) *testBundle {
 	if o == nil {
 		o = &setupOpts{}
 	}
-	m := testkit.NewMongo(t, o.mongo)
-	b := &testBundle{t: t, mongo: m, faults: &fault.Set{}, source: testkit.Name("src")}
+	b := &testBundle{t: t, kind: o.kind, faults: &fault.Set{}, source: testkit.Name("src")}
+	if b.kind == "" {
+		b.kind = kindSQLite
+	}
+	if b.kind == kindMongo {
+		b.mongo = testkit.NewMongo(t, o.mongo)
+		b.st = b.mongo
+	} else {
+		b.st = testkit.NewSQLite(t)
+	}
 	if o.redis != nil {
 		b.rdb = o.redis
 		b.stream = testkit.Name("stream")
@@ -50,32 +71,33 @@ func setup(t *testing.T, o *setupOpts) *testBundle {
 		rdb, prefix := testkit.NewRedis(t)
 		b.rdb, b.stream = rdb, prefix+":stream"
 	}
-	b.writer = outbox.NewWriter(m.DB, &outbox.WriterConfig{Stream: b.stream})
+	b.writer = outbox.NewWriter(b.st, &outbox.WriterConfig{Stream: b.stream})
 	return b
 }
 
 // config returns a fast test configuration; callers adjust it.
 func (b *testBundle) config() *dispatcher.Config {
-	return &dispatcher.Config{
+	cfg := &dispatcher.Config{
 		Stream:         b.stream,
 		LeaseTTL:       600 * time.Millisecond,
 		IdleCheckpoint: 50 * time.Millisecond,
 		PollInterval:   10 * time.Millisecond,
 		BackoffMax:     200 * time.Millisecond,
 		Owner:          testkit.Name("owner"),
-		Faults:         b.faults,
 	}
+	dispatcher.SetFaults(cfg, b.faults)
+	return cfg
 }
 
 // newDispatcher builds a dispatcher stopped at cleanup.
 func (b *testBundle) newDispatcher(cfg *dispatcher.Config) *dispatcher.Dispatcher {
 	b.t.Helper()
-	d, err := dispatcher.New(b.mongo.DB, b.rdb, cfg, testkit.Logger(b.t))
+	d, err := dispatcher.New(b.st, b.rdb, cfg, testkit.Logger(b.t))
 	require.NoError(b.t, err)
 	b.t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		d.Stop(ctx)
+		_ = d.Stop(ctx)
 	})
 	return d
 }
@@ -140,18 +162,18 @@ func (b *testBundle) containsAll(want []string) bool {
 	return true
 }
 
-// undispatched counts outbox entries with dispatchedAt null.
+// undispatched counts the outbox entries not dispatched yet.
 func (b *testBundle) undispatched() int64 {
 	b.t.Helper()
-	n, err := b.mongo.DB.Collection(outbox.OutboxCollection).CountDocuments(context.Background(), bson.M{"dispatchedAt": nil})
+	c, err := b.st.Counts(context.Background())
 	require.NoError(b.t, err)
-	return n
+	return c.Undispatched
 }
 
-// state reads the dispatcher state document.
-func (b *testBundle) state() *dispatcher.State {
+// state reads the dispatcher's lease and checkpoint.
+func (b *testBundle) state() *store.LeaseState {
 	b.t.Helper()
-	st, err := dispatcher.ReadState(context.Background(), b.mongo.DB, b.stream)
+	st, err := b.st.ReadLease(context.Background(), dispatcher.LeaseName(b.stream))
 	require.NoError(b.t, err)
 	require.NotNil(b.t, st)
 	return st

@@ -10,7 +10,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/outboxd/outboxd/internal/clock"
 	"github.com/outboxd/outboxd/internal/config"
 	"github.com/outboxd/outboxd/internal/fault"
 	"github.com/outboxd/outboxd/outbox"
@@ -19,7 +18,7 @@ import (
 // Defaults of Config.
 const (
 	// BatchSizeDefault is the default Config.BatchSize.
-	BatchSizeDefault = 256
+	BatchSizeDefault = 500
 	// LeaseTTLDefault is the default Config.LeaseTTL.
 	LeaseTTLDefault = 15 * time.Second
 	// IdleCheckpointDefault is the default Config.IdleCheckpoint.
@@ -28,104 +27,126 @@ const (
 	PollIntervalDefault = 100 * time.Millisecond
 	// BackoffMaxDefault is the default Config.BackoffMax.
 	BackoffMaxDefault = 5 * time.Second
+	// SweepIntervalDefault is the default Config.SweepInterval.
+	SweepIntervalDefault = 30 * time.Second
+	// SweepMinAgeDefault is the default Config.SweepMinAge.
+	SweepMinAgeDefault = 5 * time.Second
+	// RetentionDefault is the default Config.Retention.
+	RetentionDefault = 24 * time.Hour
 )
 
 // Bounds checked by validate.
 const (
 	// BatchSizeMax is the largest accepted Config.BatchSize.
 	BatchSizeMax = 10_000
-	// LeaseTTLMin is the shortest accepted Config.LeaseTTL.
-	LeaseTTLMin = 30 * time.Millisecond
+	// MinLeaseTTL is the shortest accepted Config.LeaseTTL.
+	MinLeaseTTL = 30 * time.Millisecond
 )
 
 // Config configures a Dispatcher. A nil config means all defaults.
 type Config struct {
 	// Stream is the Redis stream to relay into; only outbox entries whose
-	// stream field equals it are relayed, and it names the dispatcher state
-	// document. Defaults to outbox.StreamDefault.
+	// stream equals it are relayed, and it names the dispatcher's lease and
+	// checkpoint. Defaults to outbox.StreamDefault.
 	Stream string
 	// BatchSize is the most entries relayed by one pipelined XADD, one
-	// UpdateMany and one checkpoint. Defaults to BatchSizeDefault (256); at
-	// most BatchSizeMax.
+	// MarkDispatched and one checkpoint. Defaults to BatchSizeDefault
+	// (500); at most BatchSizeMax.
 	BatchSize int
-	// LeaseTTL is how long a lease lasts without renewal: the time a standby
-	// waits before taking over from a leader that died. The leader renews
-	// and standbys poll every LeaseTTL/3. Defaults to LeaseTTLDefault (15s);
-	// at least LeaseTTLMin.
+	// LeaseTTL is how long the lease lasts without renewal: the time a
+	// standby waits before taking over from a leader that died. The leader
+	// renews and standbys poll every LeaseTTL/3. Defaults to
+	// LeaseTTLDefault (15s); at least MinLeaseTTL.
 	LeaseTTL time.Duration
 	// Owner names this dispatcher in the lease. Defaults to
 	// "<hostname>-<pid>", with "-<n>" appended for the second and later
 	// Dispatcher of one process.
 	Owner string
-	// IdleCheckpoint is how often the checkpoint (resume token when the
-	// stream provides one, and checkpointAt) is written while no entry
+	// IdleCheckpoint is how often the checkpoint is written while no entry
 	// arrives. Defaults to IdleCheckpointDefault (1s).
 	IdleCheckpoint time.Duration
-	// PollInterval is the pause after the change stream reported nothing new
-	// (TryNext false) before it is asked again, and the MaxAwaitTime of the
-	// stream on a replica set. Defaults to PollIntervalDefault (100ms).
+	// PollInterval is the feed's pause between two looks at the store when
+	// nothing arrived (and its MaxAwaitTime on MongoDB). Defaults to
+	// PollIntervalDefault (100ms).
 	PollInterval time.Duration
+	// SweepInterval is how often the leader relays the undispatched entries
+	// older than SweepMinAge that the feed did not deliver (an entry that
+	// became visible behind the feed's start, an undecodable change event).
+	// Defaults to SweepIntervalDefault (30s).
+	SweepInterval time.Duration
+	// SweepMinAge keeps the periodic sweep away from entries the feed is
+	// about to deliver. Defaults to SweepMinAgeDefault (5s).
+	SweepMinAge time.Duration
+	// Retention is how long a dispatched entry is kept; the leader deletes
+	// older ones every SweepInterval. Defaults to RetentionDefault (24h).
+	Retention time.Duration
 	// MaxStreamLen trims the stream approximately (XADD MAXLEN ~) when
 	// positive. Defaults to 0: no trimming, because trimming can delete
 	// entries no consumer has acknowledged yet (see the package doc).
 	MaxStreamLen int64
 	// BackoffMax caps the jittered exponential back-off after a failure
-	// (Redis or MongoDB unreachable). Defaults to BackoffMaxDefault (5s).
+	// (Redis or the store unreachable). Defaults to BackoffMaxDefault (5s).
 	BackoffMax time.Duration
-	// Clock stamps dispatchedAt, checkpointAt and lease expiries. Defaults
-	// to the system clock.
-	Clock clock.Clock
-	// Faults arms fault points in tests. Defaults to none.
-	Faults *fault.Set
+	// Now tells the time for dispatchedAt, checkpoints and lease expiries.
+	// Defaults to time.Now; tests set a fake clock.
+	Now func() time.Time
 	// Registerer receives the dispatcher's metrics. Defaults to none
 	// (metrics are kept but not exported).
 	Registerer prometheus.Registerer
+
+	// faults arms fault points in tests (export_test.go).
+	faults *fault.Set
 }
 
 var instances atomic.Int64
 
 // withDefaults returns a copy of cfg with every unset field defaulted.
-func (cfg *Config) withDefaults() *Config {
-	var c Config
-	if cfg != nil {
-		c = *cfg
+func (c *Config) withDefaults() *Config {
+	var out Config
+	if c != nil {
+		out = *c
 	}
-	c.Stream = cmp.Or(c.Stream, outbox.StreamDefault)
-	if c.Owner == "" {
-		c.Owner = config.InstanceName("dispatcher", instances.Add(1))
+	out.Stream = cmp.Or(out.Stream, outbox.StreamDefault)
+	if out.Owner == "" {
+		out.Owner = config.InstanceName("dispatcher", instances.Add(1))
 	}
-	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
-	c.LeaseTTL = cmp.Or(c.LeaseTTL, LeaseTTLDefault)
-	c.IdleCheckpoint = cmp.Or(c.IdleCheckpoint, IdleCheckpointDefault)
-	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
-	c.BackoffMax = cmp.Or(c.BackoffMax, BackoffMaxDefault)
-	c.Clock = cmp.Or[clock.Clock](c.Clock, clock.System)
-	return &c
+	out.BatchSize = cmp.Or(out.BatchSize, BatchSizeDefault)
+	out.LeaseTTL = cmp.Or(out.LeaseTTL, LeaseTTLDefault)
+	out.IdleCheckpoint = cmp.Or(out.IdleCheckpoint, IdleCheckpointDefault)
+	out.PollInterval = cmp.Or(out.PollInterval, PollIntervalDefault)
+	out.SweepInterval = cmp.Or(out.SweepInterval, SweepIntervalDefault)
+	out.SweepMinAge = cmp.Or(out.SweepMinAge, SweepMinAgeDefault)
+	out.Retention = cmp.Or(out.Retention, RetentionDefault)
+	out.BackoffMax = cmp.Or(out.BackoffMax, BackoffMaxDefault)
+	if out.Now == nil {
+		out.Now = time.Now
+	}
+	return &out
 }
 
-// validate checks a defaulted config and names the offending field.
+// validate checks a defaulted config; each error names the field.
 func (c *Config) validate() error {
 	var errs []error
 	if strings.TrimSpace(c.Stream) != c.Stream {
-		errs = append(errs, fmt.Errorf("Stream must not start or end with white space, got %q", c.Stream))
+		errs = append(errs, fmt.Errorf("Stream must not start or end with white space (got %q)", c.Stream))
 	}
 	if c.BatchSize < 1 || c.BatchSize > BatchSizeMax {
-		errs = append(errs, fmt.Errorf("BatchSize must be between 1 and %d, got %d", BatchSizeMax, c.BatchSize))
+		errs = append(errs, fmt.Errorf("BatchSize must be between 1 and %d (got %d)", BatchSizeMax, c.BatchSize))
 	}
-	if c.LeaseTTL < LeaseTTLMin {
-		errs = append(errs, fmt.Errorf("LeaseTTL must be at least %s, got %s", LeaseTTLMin, c.LeaseTTL))
+	if c.LeaseTTL < MinLeaseTTL {
+		errs = append(errs, fmt.Errorf("LeaseTTL must be at least %s (got %s)", MinLeaseTTL, c.LeaseTTL))
 	}
-	if c.IdleCheckpoint < time.Millisecond {
-		errs = append(errs, fmt.Errorf("IdleCheckpoint must be at least 1ms, got %s", c.IdleCheckpoint))
+	for name, d := range map[string]time.Duration{"IdleCheckpoint": c.IdleCheckpoint, "PollInterval": c.PollInterval,
+		"SweepInterval": c.SweepInterval, "BackoffMax": c.BackoffMax, "Retention": c.Retention} {
+		if d < time.Millisecond {
+			errs = append(errs, fmt.Errorf("%s must be at least 1ms (got %s)", name, d))
+		}
 	}
-	if c.PollInterval < time.Millisecond {
-		errs = append(errs, fmt.Errorf("PollInterval must be at least 1ms, got %s", c.PollInterval))
+	if c.SweepMinAge < 0 {
+		errs = append(errs, fmt.Errorf("SweepMinAge must not be negative (got %s)", c.SweepMinAge))
 	}
 	if c.MaxStreamLen < 0 {
-		errs = append(errs, fmt.Errorf("MaxStreamLen must be 0 (no trimming) or positive, got %d", c.MaxStreamLen))
-	}
-	if c.BackoffMax < time.Millisecond {
-		errs = append(errs, fmt.Errorf("BackoffMax must be at least 1ms, got %s", c.BackoffMax))
+		errs = append(errs, fmt.Errorf("MaxStreamLen must be 0 (no trimming) or positive (got %d)", c.MaxStreamLen))
 	}
 	return errors.Join(errs...)
 }

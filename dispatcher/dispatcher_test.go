@@ -14,11 +14,31 @@ import (
 	"github.com/outboxd/outboxd/internal/fault"
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/store/mongostore"
+	"github.com/outboxd/outboxd/store/sqlitestore"
 )
 
+// TestDispatcher runs on both stores: the relay algorithm is written once,
+// above the port, and must hold on either feed.
 func TestDispatcher(t *testing.T) {
 	t.Parallel()
+	for _, kind := range kinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			testDispatcher(t, kind)
+		})
+	}
+}
+
+func testDispatcher(t *testing.T, kind string) {
 	ctx := context.Background()
+	setup := func(t *testing.T, o *setupOpts) *testBundle {
+		if o == nil {
+			o = &setupOpts{}
+		}
+		o.kind = kind
+		return setup(t, o)
+	}
 
 	t.Run("RelaysEveryEntryInCommitOrder", func(t *testing.T) {
 		t.Parallel()
@@ -43,21 +63,20 @@ func TestDispatcher(t *testing.T) {
 		require.Equal(t, int64(len(all)), stats.Relayed)
 		require.GreaterOrEqual(t, stats.CaughtUp, int64(len(before)))
 
-		var e outbox.Entry
-		require.NoError(t, b.mongo.DB.Collection(outbox.OutboxCollection).FindOne(ctx, bson.M{}).Decode(&e))
-		require.NotNil(t, e.DispatchedAt)
+		require.Zero(t, b.undispatched())
 	})
 
 	t.Run("OnlyItsOwnStream", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, nil)
-		other := outbox.NewWriter(b.mongo.DB, &outbox.WriterConfig{Stream: b.stream + ":other"})
+		other := outbox.NewWriter(b.st, &outbox.WriterConfig{Stream: b.stream + ":other"})
 		_, err := other.Write(ctx, []outbox.Input{{SourceKey: "s", DeviceKey: "x", OccurredAt: "2026-11-01T10:00:00Z"}})
 		require.NoError(t, err)
 		d := b.start(b.config())
 		ids := b.write(5, 1)
 		b.waitRelayedOwn(ids)
 		require.Equal(t, ids, b.streamIDs())
+		require.Eventually(t, func() bool { return d.Stats().Dispatched == 5 }, 10*time.Second, 5*time.Millisecond)
 		require.Equal(t, int64(5), d.Stats().Relayed)
 		require.Equal(t, int64(1), b.undispatched(), "the other stream's entry is not ours to relay")
 	})
@@ -107,7 +126,11 @@ func TestDispatcher(t *testing.T) {
 
 	t.Run("CorruptTokenCountsAsLost", func(t *testing.T) {
 		t.Parallel()
-		for _, tok := range []any{bson.M{"_data": "00"}, "not-a-document"} {
+		tokens := []any{bson.M{"_data": "00"}, "not-a-document"}
+		if kind == kindSQLite {
+			tokens = []any{"not-a-number", "-7x"}
+		}
+		for _, tok := range tokens {
 			b := setup(t, nil)
 			reg := prometheus.NewRegistry()
 			cfg := b.config()
@@ -116,9 +139,7 @@ func TestDispatcher(t *testing.T) {
 			first := b.write(3, 3)
 			b.waitRelayed(first, 10*time.Second)
 			stop(t, d)
-			_, err := b.mongo.DB.Collection(outbox.DispatcherCollection).UpdateOne(ctx,
-				bson.M{"_id": b.stream}, bson.M{"$set": bson.M{"resumeToken": tok}})
-			require.NoError(t, err)
+			b.corruptPosition(tok)
 			second := b.write(4, 2)
 
 			cfg2 := b.config()
@@ -182,12 +203,11 @@ func TestDispatcher(t *testing.T) {
 		b.waitRelayed(first, 10*time.Second)
 		old := b.state()
 
-		// Another dispatcher takes over while d is "paused".
-		_, err := b.mongo.DB.Collection(outbox.DispatcherCollection).UpdateOne(ctx, bson.M{"_id": b.stream}, bson.M{
-			"$set": bson.M{"owner": "usurper", "leaseExpiresAt": time.Now().Add(time.Hour)},
-			"$inc": bson.M{"term": 1},
-		})
+		// Another dispatcher takes over while d is "paused" (its clock says
+		// the lease expired).
+		usurper, err := b.st.AcquireLease(ctx, dispatcher.LeaseName(b.stream), "usurper", time.Now().Add(2*time.Minute), time.Hour)
 		require.NoError(t, err)
+		require.True(t, usurper.Held())
 		usurped := b.state()
 		b.write(2, 2) // d relays it (a duplicate at worst), then its checkpoint is fenced
 		require.Eventually(t, func() bool { return !d.Stats().Leader && d.Stats().Fenced == 1 }, 10*time.Second, 5*time.Millisecond)
@@ -195,7 +215,7 @@ func TestDispatcher(t *testing.T) {
 		require.Equal(t, "usurper", st.Owner)
 		require.Equal(t, old.Term+1, st.Term)
 		require.Equal(t, usurped.CheckpointAt, st.CheckpointAt, "the stale leader's checkpoint was rejected")
-		require.Equal(t, usurped.ResumeToken, st.ResumeToken)
+		require.Equal(t, usurped.Position, st.Position)
 	})
 
 	t.Run("IdleCheckpointKeepsMoving", func(t *testing.T) {
@@ -209,9 +229,9 @@ func TestDispatcher(t *testing.T) {
 			st := b.state()
 			return st.CheckpointAt.After(first.CheckpointAt.Add(100 * time.Millisecond))
 		}, 5*time.Second, 10*time.Millisecond, "checkpointAt advances while idle")
-		if b.mongo.Real {
+		if kind == kindMongo && testkit.RealMongo() {
 			// A replica set hands out a post-batch resume token while idle.
-			require.Eventually(t, func() bool { return !bytesEqual(b.state().ResumeToken, first.ResumeToken) },
+			require.Eventually(t, func() bool { return !bytesEqual(b.state().Position, first.Position) },
 				30*time.Second, 50*time.Millisecond, "the resume token advances while idle")
 		}
 		require.Equal(t, int64(1), d.Stats().Relayed)
@@ -228,7 +248,10 @@ func TestDispatcher(t *testing.T) {
 		st := b.state()
 		require.Empty(t, st.Owner, "the lease is released")
 		require.NoError(t, d.Err())
-		require.ErrorIs(t, d.Start(ctx), dispatcher.ErrAlreadyStarted)
+		require.NoError(t, d.Start(ctx), "a stopped dispatcher starts again")
+		more := b.write(3, 3)
+		b.waitRelayed(more, 10*time.Second)
+		stop(t, d)
 
 		never := b.newDispatcher(b.config())
 		stop(t, never) // before Start
@@ -244,7 +267,7 @@ func TestDispatcher(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for range 3 {
-					d, err := dispatcher.New(b.mongo.DB, b.rdb, b.config(), testkit.Logger(t))
+					d, err := dispatcher.New(b.st, b.rdb, b.config(), testkit.Logger(t))
 					if err != nil {
 						t.Error(err)
 						return
@@ -254,7 +277,9 @@ func TestDispatcher(t *testing.T) {
 						return
 					}
 					stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-					d.Stop(stopCtx)
+					if err := d.Stop(stopCtx); err != nil {
+						t.Error(err)
+					}
 					cancel()
 				}
 			}()
@@ -293,7 +318,7 @@ func stop(t *testing.T, d *dispatcher.Dispatcher) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	d.Stop(ctx)
+	require.NoError(t, d.Stop(ctx))
 	select {
 	case <-d.Stopped():
 	default:
@@ -332,4 +357,22 @@ func bytesEqual(a, b []byte) bool { return string(a) == string(b) }
 func (b *testBundle) waitRelayedOwn(ids []string) {
 	b.t.Helper()
 	require.Eventually(b.t, func() bool { return b.containsAll(ids) }, 10*time.Second, 10*time.Millisecond)
+}
+
+// corruptPosition overwrites the saved feed position with tok, as a bad
+// restore or a bug would.
+func (b *testBundle) corruptPosition(tok any) {
+	b.t.Helper()
+	ctx := context.Background()
+	switch st := b.st.(type) {
+	case *mongostore.Store:
+		_, err := st.Database().Collection(mongostore.LeasesCollection).UpdateOne(ctx,
+			bson.M{"_id": dispatcher.LeaseName(b.stream)}, bson.M{"$set": bson.M{"resumeToken": tok}})
+		require.NoError(b.t, err)
+	case *sqlitestore.Store:
+		_, err := st.DB().ExecContext(ctx, `UPDATE leases SET position = ? WHERE name = ?`, tok, dispatcher.LeaseName(b.stream))
+		require.NoError(b.t, err)
+	default:
+		b.t.Fatalf("no way to corrupt the position of %T", b.st)
+	}
 }

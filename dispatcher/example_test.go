@@ -3,45 +3,46 @@ package dispatcher_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/outboxd/outboxd/dispatcher"
-	"github.com/outboxd/outboxd/internal/mongodb"
-	"github.com/outboxd/outboxd/internal/testkit"
-	"github.com/outboxd/outboxd/migrations"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/store/sqlitestore"
 )
 
-// A dispatcher relays what the transactional writer put into the outbox.
+// A dispatcher relays what the transactional writer put into the outbox of
+// a store, here an SQLite file, into a Redis stream.
 func Example() {
 	ctx := context.Background()
-	conn, err := mongodb.Open(ctx, mongodb.EmbeddedMemory, nil)
+	dir, err := os.MkdirTemp("", "outboxd-example")
 	if err != nil {
 		panic(err)
 	}
-	defer conn.Close(ctx)
-	db := conn.Client.Database("outboxd")
-	if err := migrations.Mongo(ctx, db, nil); err != nil {
-		panic(err)
-	}
-	opt, err := redis.ParseURL(testkit.RedisURL())
+	defer os.RemoveAll(dir)
+	st, err := sqlitestore.Open(ctx, filepath.Join(dir, "outboxd.db"), nil)
 	if err != nil {
 		panic(err)
 	}
-	rdb := redis.NewClient(opt)
+	defer st.Close(ctx)
+	if err := st.Migrate(ctx, nil); err != nil {
+		panic(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer rdb.Close()
-	stream := testkit.Name("example")
+	stream := fmt.Sprintf("example-%d", time.Now().UnixNano())
 	defer rdb.Del(ctx, stream)
 
-	w := outbox.NewWriter(db, &outbox.WriterConfig{Stream: stream})
+	w := outbox.NewWriter(st, &outbox.WriterConfig{Stream: stream})
 	if _, err := w.Write(ctx, []outbox.Input{{SourceKey: "s1", DeviceKey: "d1", OccurredAt: "2026-11-01T10:00:00Z"}}); err != nil {
 		panic(err)
 	}
 
-	d, err := dispatcher.New(db, rdb, &dispatcher.Config{Stream: stream}, zap.NewNop())
+	d, err := dispatcher.New(st, rdb, &dispatcher.Config{Stream: stream}, zap.NewNop())
 	if err != nil {
 		panic(err)
 	}
@@ -53,7 +54,9 @@ func Example() {
 	}
 	stopCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	d.Stop(stopCtx)
+	if err := d.Stop(stopCtx); err != nil {
+		panic(err)
+	}
 
 	msgs, err := rdb.XRange(ctx, stream, "-", "+").Result()
 	if err != nil {

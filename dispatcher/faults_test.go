@@ -2,7 +2,9 @@ package dispatcher_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -13,16 +15,17 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo"
-	"go.mongodb.org/mongo-driver/mongo/options"
 
-	"github.com/outboxd/outboxd/internal/mongodb"
+	"github.com/outboxd/outboxd/httpapi"
 	"github.com/outboxd/outboxd/internal/testkit"
-	"github.com/outboxd/outboxd/migrations"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/store"
+	"github.com/outboxd/outboxd/store/mongostore"
+	"github.com/outboxd/outboxd/store/sqlitestore"
 )
 
-// smallOplog makes the embedded oplog roll over after 50 entries.
-var smallOplog = &mongodb.Options{MaxOplogSize: 50}
+// smallOplog makes lungo's oplog roll over after 50 entries.
+var smallOplog = &mongostore.Options{OplogSize: 50}
 
 func TestDispatcherFaults(t *testing.T) {
 	t.Parallel()
@@ -30,8 +33,8 @@ func TestDispatcherFaults(t *testing.T) {
 
 	t.Run("HistoryLostWhileStoppedCatchesUp", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, &setupOpts{mongo: smallOplog})
-		if b.mongo.Real {
+		b := setup(t, &setupOpts{kind: kindMongo, mongo: smallOplog})
+		if testkit.RealMongo() {
 			t.Skip("skipped: a test cannot roll a replica set's oplog over; CorruptTokenCountsAsLost covers the replica set")
 		}
 		reg := prometheus.NewRegistry()
@@ -40,9 +43,9 @@ func TestDispatcherFaults(t *testing.T) {
 		d1 := b.start(cfg)
 		first := b.write(5, 5)
 		b.waitRelayed(first, 10*time.Second)
-		require.Eventually(t, func() bool { return b.state().ResumeToken != nil }, 5*time.Second, 5*time.Millisecond)
+		require.Eventually(t, func() bool { return b.state().Position != nil }, 5*time.Second, 5*time.Millisecond)
 		stop(t, d1)
-		token := b.state().ResumeToken
+		token := b.state().Position
 
 		second := b.write(60, 10) // 120 oplog entries while stopped
 		b.waitTokenForgotten(token)
@@ -60,8 +63,8 @@ func TestDispatcherFaults(t *testing.T) {
 	t.Run("HistoryLostWhileStreaming", func(t *testing.T) {
 		t.Parallel()
 		srv := testkit.NewRedisServer(t)
-		b := setup(t, &setupOpts{mongo: smallOplog, redis: srv.Client()})
-		if b.mongo.Real {
+		b := setup(t, &setupOpts{kind: kindMongo, mongo: smallOplog, redis: srv.Client()})
+		if testkit.RealMongo() {
 			t.Skip("skipped: a test cannot roll a replica set's oplog over; CorruptTokenCountsAsLost covers the replica set")
 		}
 		d := b.start(b.config())
@@ -72,14 +75,14 @@ func TestDispatcherFaults(t *testing.T) {
 		require.Eventually(t, func() bool { return d.Stats().RedisRetries > 0 }, 10*time.Second, 5*time.Millisecond)
 		// A probe learns the token of the next entry: the dispatcher's
 		// stream position is before it.
-		probe, err := b.mongo.DB.Collection(outbox.OutboxCollection).Watch(ctx, mongo.Pipeline{})
+		probe, err := b.mongo.Database().Collection(mongostore.OutboxCollection).Watch(ctx, mongo.Pipeline{})
 		require.NoError(t, err)
 		later := b.write(1, 1)
 		require.True(t, probe.TryNext(ctx))
 		token := probe.ResumeToken()
 		require.NoError(t, probe.Close(ctx))
 		later = append(later, b.write(60, 10)...)
-		b.waitTokenForgotten(token)
+		b.waitTokenForgotten(store.Position(token))
 
 		srv.Start() // empty
 		all := append(stuck, later...)
@@ -101,7 +104,7 @@ func TestDispatcherFaults(t *testing.T) {
 		srv.Stop()
 		second := b.write(20, 5) // ingest does not need Redis
 		// Nor does the HTTP API: a POST is answered 201 during the outage.
-		h, err := outbox.NewHandler(b.mongo.DB, b.writer, nil, nil)
+		h, err := httpapi.New(&httpapi.Config{Writer: b.writer}, nil)
 		require.NoError(t, err)
 		rec := httptest.NewRecorder()
 		req := httptest.NewRequest(http.MethodPost, "/v1/events", strings.NewReader(
@@ -118,7 +121,7 @@ func TestDispatcherFaults(t *testing.T) {
 			"XADD is retried with back-off")
 		require.Equal(t, int64(len(second)), b.undispatched(), "nothing marked dispatched without XADD")
 		st := b.state()
-		require.Equal(t, held.ResumeToken, st.ResumeToken, "the checkpoint is held")
+		require.Equal(t, held.Position, st.Position, "the checkpoint is held")
 		require.Equal(t, held.CheckpointAt, st.CheckpointAt, "the checkpoint is held")
 		require.True(t, d.Stats().Leader, "the lease is kept during the outage")
 
@@ -130,40 +133,77 @@ func TestDispatcherFaults(t *testing.T) {
 
 	t.Run("DispatchedEntriesExpire", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, &setupOpts{mongo: &mongodb.Options{ExpireInterval: 100 * time.Millisecond}})
-		require.NoError(t, migrations.Mongo(ctx, b.mongo.DB, &migrations.MongoConfig{OutboxRetention: time.Second}))
-		b.start(b.config())
-		ids := b.write(3, 3)
-		b.waitRelayed(ids, 10*time.Second)
-		timeout := 10 * time.Second
-		if b.mongo.Real {
-			timeout = 3 * time.Minute // the server's TTL monitor runs every 60s
+		for _, kind := range kinds {
+			t.Run(kind, func(t *testing.T) {
+				t.Parallel()
+				b := setup(t, &setupOpts{kind: kind})
+				cfg := b.config()
+				cfg.Retention, cfg.SweepInterval = 200*time.Millisecond, 50*time.Millisecond
+				b.start(cfg)
+				ids := b.write(3, 3)
+				b.waitRelayed(ids, 10*time.Second)
+				require.Eventually(t, func() bool {
+					entries := 0
+					switch st := b.st.(type) {
+					case *mongostore.Store:
+						n, err := st.Database().Collection(mongostore.OutboxCollection).CountDocuments(ctx, bson.M{})
+						require.NoError(t, err)
+						entries = int(n)
+					default:
+						require.NoError(t, sqliteDB(t, b).QueryRowContext(ctx, `SELECT count(*) FROM outbox`).Scan(&entries))
+					}
+					return entries == 0
+				}, 10*time.Second, 20*time.Millisecond, "dispatched entries are deleted after the retention")
+				c, err := b.st.Counts(ctx)
+				require.NoError(t, err)
+				require.Equal(t, int64(3), c.Total, "the originals stay")
+			})
 		}
-		require.Eventually(t, func() bool {
-			n, err := b.mongo.DB.Collection(outbox.OutboxCollection).CountDocuments(ctx, bson.M{})
-			require.NoError(t, err)
-			return n == 0
-		}, timeout, 50*time.Millisecond, "dispatched entries expire after the retention period")
-		n, err := b.mongo.DB.Collection(outbox.EventsCollection).CountDocuments(ctx, bson.M{})
-		require.NoError(t, err)
-		require.Equal(t, int64(3), n, "the originals stay")
+	})
+
+	t.Run("FeedInvalidatedReopensAndCatchesUp", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, &setupOpts{kind: kindMongo})
+		reg := prometheus.NewRegistry()
+		cfg := b.config()
+		cfg.Registerer = reg
+		d := b.start(cfg)
+		first := b.write(3, 3)
+		b.waitRelayed(first, 10*time.Second)
+		// Dropping the outbox (or renaming it, or restoring it with
+		// mongorestore --drop) ends the change stream with invalidate.
+		require.NoError(t, b.mongo.Database().Collection(mongostore.OutboxCollection).Drop(ctx))
+		second := b.write(2, 2)
+		require.Eventually(t, func() bool { return b.containsAll(second) }, 10*time.Second, 10*time.Millisecond,
+			"entries written after the drop are relayed")
+		require.Eventually(t, func() bool { return d.Stats().Invalidated >= 1 }, 10*time.Second, 10*time.Millisecond)
+		require.Equal(t, float64(d.Stats().Invalidated), counterValue(t, reg, "outboxd_dispatcher_feed_invalidated_total"))
+		require.True(t, d.Stats().Leader, "the dispatcher keeps leading")
+		third := b.write(2, 2)
+		b.waitRelayed(third, 10*time.Second)
 	})
 }
 
-// waitTokenForgotten writes to a scratch collection until the embedded oplog
-// no longer holds token (lungo drops entries in whole seconds).
-func (b *testBundle) waitTokenForgotten(token bson.Raw) {
+// waitTokenForgotten writes to a scratch collection until lungo's oplog no
+// longer holds token (lungo drops entries in whole seconds).
+func (b *testBundle) waitTokenForgotten(token store.Position) {
 	b.t.Helper()
 	ctx := context.Background()
 	require.Eventually(b.t, func() bool {
-		_, err := b.mongo.DB.Collection("scratch").InsertOne(ctx, bson.M{})
+		_, err := b.mongo.Database().Collection("scratch").InsertOne(ctx, bson.M{})
 		require.NoError(b.t, err)
-		cs, err := b.mongo.DB.Collection(outbox.OutboxCollection).Watch(ctx, mongo.Pipeline{},
-			options.ChangeStream().SetResumeAfter(token))
+		f, err := b.st.OpenFeed(ctx, b.stream, token, store.FeedOptions{})
 		if err == nil {
-			_ = cs.Close(ctx)
-			return false
+			_, err = f.Next(ctx, 1, 0)
+			_ = f.Close(ctx)
 		}
-		return mongodb.IsHistoryLost(err)
+		return errors.Is(err, store.ErrPositionLost)
 	}, 10*time.Second, 50*time.Millisecond, "the oplog did not roll over")
+}
+
+func sqliteDB(t *testing.T, b *testBundle) *sql.DB {
+	t.Helper()
+	st, ok := b.st.(*sqlitestore.Store)
+	require.True(t, ok)
+	return st.DB()
 }

@@ -1,8 +1,11 @@
-// Package outbox owns the document and message schema of outboxd, the
-// transactional writer that stores an original event and its outbox entry in
-// one MongoDB transaction, and the ingest HTTP handler.
+// Package outbox owns the schema of outboxd (the original event, its outbox
+// entry, the stream message) and the transactional writer that stores an
+// original and its outbox entry atomically, with idempotency keys.
 //
-// Other Go services can import it: Writer.Write runs its own transaction;
-// Writer.WriteInSession joins the caller's transaction so a service can commit
-// its own writes together with the event and its outbox entry.
+// The writer talks to a store through the small Tx and Transactor
+// interfaces; the stores of the storage port (package store) provide them.
+// Other Go services can import this package: Writer.Write runs its own
+// transaction; Writer.WriteInTx joins the caller's transaction so a service
+// commits its own writes together with the event and its outbox entry.
+// It imports no HTTP, metrics or database driver code.
 package outbox

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/bson/primitive"
 )
 
@@ -27,48 +26,64 @@ const (
 	CategoryPoison       = "poison"
 )
 
-// Event is an original in the events collection.
+// States of an original, as GET /v1/events/{id} reports them.
+const (
+	StatePending = "pending"
+	StateSynced  = "synced"
+	StateFailed  = "failed"
+)
+
+// Event is an original: what ingest stored for one accepted event. Times are
+// UTC at millisecond precision (MongoDB's), in every store.
 type Event struct {
-	ID             primitive.ObjectID `bson:"_id"`
-	IdempotencyKey string             `bson:"idempotencyKey"`
-	SourceKey      string             `bson:"sourceKey"`
-	DeviceKey      string             `bson:"deviceKey"`
-	Type           string             `bson:"type"`
-	OccurredAt     time.Time          `bson:"occurredAt"`
-	Payload        bson.M             `bson:"payload"`
-	ContentHash    string             `bson:"contentHash"`
-	CreatedAt      time.Time          `bson:"createdAt"`
-	SyncedAt       *time.Time         `bson:"syncedAt"`
-	LastRequeuedAt *time.Time         `bson:"lastRequeuedAt"`
-	RequeueCount   int64              `bson:"requeueCount"`
-	SyncFailure    *SyncFailure       `bson:"syncFailure"`
+	// ID is a 24-hex-digit ObjectID, chosen by the writer.
+	ID             string
+	IdempotencyKey string
+	SourceKey      string
+	DeviceKey      string
+	Type           string
+	OccurredAt     time.Time
+	// Payload is the canonical JSON object (sorted keys) the client sent,
+	// "{}" when it sent none. A store may hold it in another form (BSON) and
+	// gives it back as equivalent JSON.
+	Payload     json.RawMessage
+	ContentHash string
+	CreatedAt   time.Time
+	// SyncedAt is set by the worker once the read model holds the event.
+	SyncedAt *time.Time
+	// LastRequeuedAt is the reconciler's claim stamp.
+	LastRequeuedAt *time.Time
+	// RequeueCount counts the reconciler's successful claims.
+	RequeueCount int64
+	// SyncFailure parks an original that will not be projected.
+	SyncFailure *SyncFailure
 }
 
 // SyncFailure parks an original that the worker could not project.
 type SyncFailure struct {
-	Category   string    `bson:"category" json:"category"`
-	Code       string    `bson:"code" json:"code"`
-	Message    string    `bson:"message" json:"message"`
-	At         time.Time `bson:"at" json:"at"`
-	Deliveries int64     `bson:"deliveries" json:"deliveries"`
+	Category   string    `json:"category"`
+	Code       string    `json:"code"`
+	Message    string    `json:"message"`
+	At         time.Time `json:"at"`
+	Deliveries int64     `json:"deliveries"`
 }
 
-// State returns pending, synced or failed.
+// State returns StatePending, StateSynced or StateFailed.
 func (e *Event) State() string {
 	switch {
 	case e.SyncFailure != nil:
-		return "failed"
+		return StateFailed
 	case e.SyncedAt != nil:
-		return "synced"
+		return StateSynced
 	default:
-		return "pending"
+		return StatePending
 	}
 }
 
 // Message returns the stream message for e.
 func (e *Event) Message(origin Origin) Message {
 	return Message{
-		EventID:        e.ID.Hex(),
+		EventID:        e.ID,
 		IdempotencyKey: e.IdempotencyKey,
 		SourceKey:      e.SourceKey,
 		DeviceKey:      e.DeviceKey,
@@ -78,15 +93,18 @@ func (e *Event) Message(origin Origin) Message {
 	}
 }
 
-// Entry is a document of the outbox collection.
+// Entry is an outbox entry: one per original, relayed to Stream by the
+// dispatcher.
 type Entry struct {
-	ID      primitive.ObjectID `bson:"_id"`
-	EventID primitive.ObjectID `bson:"eventId"`
-	Stream  string             `bson:"stream"`
+	// ID is assigned by the store on insert. Within one store, IDs of one
+	// stream sort (as strings) in the order the store hands entries out.
+	ID      string
+	EventID string
+	Stream  string
 	// Message is the JSON that goes into the stream entry's payload field.
-	Message      string     `bson:"message"`
-	CreatedAt    time.Time  `bson:"createdAt"`
-	DispatchedAt *time.Time `bson:"dispatchedAt"`
+	Message      string
+	CreatedAt    time.Time
+	DispatchedAt *time.Time
 }
 
 // Message is the JSON carried in a stream entry's payload field. Workers
@@ -104,6 +122,10 @@ type Message struct {
 // ErrBadMessage is wrapped by DecodeMessage errors.
 var ErrBadMessage = errors.New("bad stream message")
 
+// ErrTrimmed is wrapped by DecodeMessage when the entry has no data at all:
+// the stream was trimmed (or the entry deleted) while it was pending.
+var ErrTrimmed = errors.New("stream entry trimmed while pending")
+
 // Encode returns the message JSON.
 func (m Message) Encode() string {
 	b, err := json.Marshal(m)
@@ -119,18 +141,41 @@ func (m Message) Values() map[string]any {
 }
 
 // DecodeMessage reads a stream entry's fields. A nil map (an entry trimmed
-// while pending) or a malformed payload yields an error wrapping ErrBadMessage.
+// while pending) yields an error wrapping ErrTrimmed and ErrBadMessage; a
+// malformed payload one wrapping ErrBadMessage.
 func DecodeMessage(values map[string]any) (Message, error) {
 	var m Message
+	if values == nil {
+		return m, fmt.Errorf("%w: %w", ErrBadMessage, ErrTrimmed)
+	}
 	raw, ok := values[PayloadField].(string)
 	if !ok {
 		return m, fmt.Errorf("%w: no %q field", ErrBadMessage, PayloadField)
 	}
 	if err := json.Unmarshal([]byte(raw), &m); err != nil {
-		return m, fmt.Errorf("%w: %v", ErrBadMessage, err)
+		return m, fmt.Errorf("%w: %w", ErrBadMessage, err)
 	}
-	if _, err := primitive.ObjectIDFromHex(m.EventID); err != nil {
+	if !IsEventID(m.EventID) {
 		return m, fmt.Errorf("%w: eventId %q is not an ObjectID", ErrBadMessage, m.EventID)
 	}
 	return m, nil
+}
+
+// NewEventID returns a new event id: an ObjectID in hex, which sorts by
+// creation time.
+func NewEventID() string { return primitive.NewObjectID().Hex() }
+
+// IsEventID reports whether s has the form of an event id (24 lower-case
+// hex digits).
+func IsEventID(s string) bool {
+	if len(s) != 24 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }

@@ -11,17 +11,15 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
 	"unicode/utf8"
-
-	"go.mongodb.org/mongo-driver/bson"
 )
 
 // Limits applied to every Input.
 const (
 	// MaxKeyLength bounds sourceKey, deviceKey, type and idempotencyKey.
 	MaxKeyLength = 200
-	// MaxPayloadDepth bounds the nesting of payload objects and arrays.
+	// MaxPayloadDepth bounds the nesting of payload objects and arrays: the
+	// payload object itself is level 1; scalars add no level.
 	MaxPayloadDepth = 32
 	// MaxFutureSkew is how far occurredAt may lie after the server's clock.
 	MaxFutureSkew = 24 * time.Hour
@@ -39,8 +37,8 @@ type Input struct {
 	IdempotencyKey string `json:"idempotencyKey,omitempty"`
 	SourceKey      string `json:"sourceKey"`
 	DeviceKey      string `json:"deviceKey"`
-	// OccurredAt is RFC 3339; it is stored in UTC at millisecond precision,
-	// MongoDB's date precision.
+	// OccurredAt is an RFC 3339 date-time; it is stored in UTC at
+	// millisecond precision, MongoDB's date precision.
 	OccurredAt string `json:"occurredAt"`
 	// Type defaults to TypeDefault.
 	Type string `json:"type,omitempty"`
@@ -73,6 +71,11 @@ func (e *ValidationError) Error() string {
 // Is makes errors.Is(err, ErrInvalid) true.
 func (e *ValidationError) Is(target error) bool { return target == ErrInvalid }
 
+// Invalid returns a *ValidationError for one field.
+func Invalid(field, reason string) *ValidationError {
+	return &ValidationError{Fields: []FieldError{{Field: field, Reason: reason}}}
+}
+
 // prepared is a validated input ready to be written.
 type prepared struct {
 	key        string
@@ -80,7 +83,7 @@ type prepared struct {
 	deviceKey  string
 	typ        string
 	occurredAt time.Time
-	payload    bson.M
+	payload    json.RawMessage // canonical JSON
 	hash       string
 }
 
@@ -91,49 +94,80 @@ func prepare(in Input, now time.Time, prefix string) (prepared, []FieldError) {
 	bad := func(field, reason string) { errs = append(errs, FieldError{Field: prefix + field, Reason: reason}) }
 
 	checkKey := func(field, v string, required bool) {
-		switch {
-		case v == "" && required:
-			bad(field, "is required")
-		case len(v) > MaxKeyLength:
-			bad(field, fmt.Sprintf("is longer than %d bytes", MaxKeyLength))
-		case !utf8.ValidString(v) || strings.ContainsFunc(v, unicode.IsControl):
-			bad(field, "must be printable UTF-8")
+		if v == "" && !required {
+			return
+		}
+		if reason := KeyProblem(v); reason != "" {
+			bad(field, reason)
 		}
 	}
 	checkKey("sourceKey", in.SourceKey, true)
 	checkKey("deviceKey", in.DeviceKey, true)
 	checkKey("type", in.Type, false)
 	checkKey("idempotencyKey", in.IdempotencyKey, false)
+	if strings.HasPrefix(in.IdempotencyKey, DerivedKeyPrefix) {
+		bad("idempotencyKey", fmt.Sprintf("must not start with %q, which is reserved for keys the server derives", DerivedKeyPrefix))
+	}
 
 	p := prepared{sourceKey: in.SourceKey, deviceKey: in.DeviceKey, typ: cmp.Or(in.Type, TypeDefault)}
 	if in.OccurredAt == "" {
 		bad("occurredAt", "is required")
-	} else if t, err := time.Parse(time.RFC3339Nano, in.OccurredAt); err != nil {
-		bad("occurredAt", "must be an RFC 3339 date-time")
+	} else if t, err := ParseTime(in.OccurredAt); err != nil {
+		bad("occurredAt", "must be an RFC 3339 date-time: "+err.Error())
 	} else if t = t.UTC().Truncate(time.Millisecond); t.Before(MinOccurredAt) || t.After(now.Add(MaxFutureSkew)) {
 		bad("occurredAt", fmt.Sprintf("must lie between %s and %s after now", MinOccurredAt.Format(time.RFC3339), MaxFutureSkew))
 	} else {
 		p.occurredAt = t
 	}
 
-	var canonical []byte
 	if len(in.Payload) > 0 && !bytes.Equal(bytes.TrimSpace(in.Payload), []byte("null")) {
-		doc, canon, reason := decodePayload(in.Payload)
+		canon, field, reason := canonicalPayload(in.Payload)
 		if reason != "" {
-			bad("payload", reason)
+			bad(field, reason)
 		}
-		p.payload, canonical = doc, canon
+		p.payload = canon
 	}
 	if len(errs) > 0 {
 		return p, errs
 	}
 	if p.payload == nil {
-		p.payload, canonical = bson.M{}, []byte("{}")
+		p.payload = json.RawMessage("{}")
 	}
 	p.key = cmp.Or(in.IdempotencyKey, DeriveKey(p.sourceKey, p.deviceKey, p.occurredAt))
-	p.hash = contentHash(p, canonical)
+	p.hash = contentHash(p)
 	return p, nil
 }
+
+// KeyProblem returns why v is not a valid key (sourceKey, deviceKey, type,
+// idempotencyKey), or "" when it is: keys are 1 to MaxKeyLength bytes of
+// UTF-8 made of graphic characters (letters, marks, numbers, punctuation,
+// symbols and the ASCII space), not only spaces. Control, format
+// (bidirectional overrides, zero-width), private-use, surrogate and
+// unassigned code points and the other space characters are refused: a key
+// must read the same everywhere it is printed.
+func KeyProblem(v string) string {
+	switch {
+	case v == "":
+		return "is required"
+	case len(v) > MaxKeyLength:
+		return fmt.Sprintf("is longer than %d bytes", MaxKeyLength)
+	case !utf8.ValidString(v):
+		return "must be printable UTF-8"
+	case strings.TrimSpace(v) == "":
+		return "must not be only white space"
+	}
+	for _, r := range v {
+		if r != ' ' && !isGraphic(r) {
+			return fmt.Sprintf("must be printable UTF-8 (holds %U)", r)
+		}
+	}
+	return ""
+}
+
+// DerivedKeyPrefix starts every key the server derives (DeriveKey). Client
+// keys may not start with it, so no client can take the key of someone
+// else's keyless event.
+const DerivedKeyPrefix = "derived:"
 
 // DeriveKey is the idempotency key of an event that carries none: a hash of
 // sourceKey, deviceKey and occurredAt (UTC, millisecond precision).
@@ -142,85 +176,84 @@ func DeriveKey(sourceKey, deviceKey string, occurredAt time.Time) string {
 	for _, s := range []string{sourceKey, deviceKey, occurredAt.UTC().Truncate(time.Millisecond).Format(time.RFC3339Nano)} {
 		fmt.Fprintf(h, "%d:%s;", len(s), s)
 	}
-	return "derived:" + hex.EncodeToString(h.Sum(nil))
+	return DerivedKeyPrefix + hex.EncodeToString(h.Sum(nil))
 }
 
 // contentHash fingerprints what the client sent, so a retry with the same key
 // can be told apart from a different event reusing the key.
-func contentHash(p prepared, canonicalPayload []byte) string {
+func contentHash(p prepared) string {
 	h := sha256.New()
 	for _, s := range []string{p.sourceKey, p.deviceKey, p.typ, p.occurredAt.Format(time.RFC3339Nano)} {
 		fmt.Fprintf(h, "%d:%s;", len(s), s)
 	}
-	h.Write(canonicalPayload)
+	h.Write(p.payload)
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// decodePayload checks that raw is a JSON object fit for MongoDB and returns
-// it as BSON plus its canonical JSON (sorted keys). A non-empty reason
-// explains why it was refused.
-func decodePayload(raw json.RawMessage) (bson.M, []byte, string) {
+// canonicalPayload checks that raw is a JSON object every store and the
+// read model can hold, and returns its canonical JSON (sorted keys, numbers
+// as written). On refusal it returns the offending field ("payload" or
+// "payload.a.b[2]") and the reason.
+func canonicalPayload(raw json.RawMessage) (json.RawMessage, string, string) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	var v any
 	if err := dec.Decode(&v); err != nil {
-		return nil, nil, "must be a JSON object"
+		return nil, "payload", "must be a JSON object"
 	}
 	obj, ok := v.(map[string]any)
 	if !ok {
-		return nil, nil, "must be a JSON object"
+		return nil, "payload", "must be a JSON object"
 	}
-	conv, reason := toBSON(obj, 1)
-	if reason != "" {
-		return nil, nil, reason
+	if field, reason := checkValue(obj, "payload", 0); reason != "" {
+		return nil, field, reason
 	}
 	canonical, err := json.Marshal(obj)
 	if err != nil {
-		return nil, nil, "must be a JSON object"
+		return nil, "payload", "must be a JSON object"
 	}
-	return conv.(bson.M), canonical, ""
+	return canonical, "", ""
 }
 
-// toBSON converts a decoded JSON value: json.Number becomes int64 when it is
-// integral and fits, float64 otherwise.
-func toBSON(v any, depth int) (any, string) {
-	if depth > MaxPayloadDepth {
-		return nil, fmt.Sprintf("is nested deeper than %d levels", MaxPayloadDepth)
-	}
+// checkValue walks a decoded JSON value. depth counts the objects and arrays
+// around v; only objects and arrays add a level.
+func checkValue(v any, path string, depth int) (string, string) {
 	switch x := v.(type) {
 	case map[string]any:
-		out := bson.M{}
+		if depth+1 > MaxPayloadDepth {
+			return path, fmt.Sprintf("is nested deeper than %d levels", MaxPayloadDepth)
+		}
 		for k, e := range x {
 			if k == "" || strings.HasPrefix(k, "$") || strings.ContainsRune(k, 0) {
-				return nil, fmt.Sprintf("key %q is not allowed (empty, starts with $ or holds NUL)", k)
+				return path, fmt.Sprintf("key %q is not allowed (empty, starts with $ or holds NUL)", k)
 			}
-			c, reason := toBSON(e, depth+1)
-			if reason != "" {
-				return nil, reason
+			if f, reason := checkValue(e, path+"."+k, depth+1); reason != "" {
+				return f, reason
 			}
-			out[k] = c
 		}
-		return out, ""
 	case []any:
-		out := make(bson.A, len(x))
+		if depth+1 > MaxPayloadDepth {
+			return path, fmt.Sprintf("is nested deeper than %d levels", MaxPayloadDepth)
+		}
 		for i, e := range x {
-			c, reason := toBSON(e, depth+1)
-			if reason != "" {
-				return nil, reason
+			if f, reason := checkValue(e, fmt.Sprintf("%s[%d]", path, i), depth+1); reason != "" {
+				return f, reason
 			}
-			out[i] = c
 		}
-		return out, ""
+	case string:
+		// PostgreSQL text and jsonb cannot hold U+0000 (22P05).
+		if strings.ContainsRune(x, 0) {
+			return path, "must not contain the NUL character (U+0000), which the read model cannot store"
+		}
 	case json.Number:
-		if i, err := strconv.ParseInt(string(x), 10, 64); err == nil {
-			return i, ""
+		// Integers beyond 64 bits and floats beyond float64 do not survive
+		// BSON, and PostgreSQL's numeric would read them differently.
+		if _, err := strconv.ParseInt(string(x), 10, 64); err == nil {
+			return "", ""
 		}
-		f, err := x.Float64()
-		if err != nil {
-			return nil, fmt.Sprintf("number %s is out of range", x)
+		if _, err := x.Float64(); err != nil {
+			return path, fmt.Sprintf("number %s is out of range", x)
 		}
-		return f, ""
-	default:
-		return x, ""
 	}
+	return "", ""
 }

@@ -7,15 +7,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/256dpi/lungo"
-	"go.mongodb.org/mongo-driver/bson"
-	"go.mongodb.org/mongo-driver/bson/primitive"
-	"go.mongodb.org/mongo-driver/mongo"
-	"go.mongodb.org/mongo-driver/mongo/options"
+	"github.com/cenkalti/backoff/v4"
 
-	"github.com/outboxd/outboxd/internal/clock"
 	"github.com/outboxd/outboxd/internal/fault"
-	"github.com/outboxd/outboxd/internal/mongodb"
 )
 
 // FaultBetweenInserts fires after the originals are inserted and before their
@@ -23,22 +17,36 @@ import (
 const FaultBetweenInserts = "outbox.between-inserts"
 
 // WriteAttemptsDefault is how often Write runs its transaction when a
-// concurrent writer inserted the same idempotency key first.
-const WriteAttemptsDefault = 5
+// concurrent writer stored one of its idempotency keys first: the next run
+// finds the winner's original and answers with it.
+const WriteAttemptsDefault = 3
+
+// ErrDuplicateKey is wrapped by the error of Tx.InsertEvents when an
+// idempotency key is already stored: another writer committed it after this
+// transaction looked the key up. The transaction then fails as a whole.
+var ErrDuplicateKey = errors.New("idempotency key already stored")
 
 // ErrIdempotencyMismatch is matched by *MismatchError.
 var ErrIdempotencyMismatch = errors.New("idempotency key reused with different content")
 
-// MismatchError reports an idempotency key that already names an original
-// with other content. The original is left untouched.
+// MismatchError reports an idempotency key that already names an event
+// with other content. Nothing of the request was written.
 type MismatchError struct {
-	Key        string
+	Key string
+	// ExistingID is the stored original the key names, or "" when the key
+	// conflicts with an earlier item of the same batch (OtherIndex).
 	ExistingID string
 	// Index is the position of the offending input in the request.
 	Index int
+	// OtherIndex is the earlier input of the same request that uses the key
+	// with other content, or -1.
+	OtherIndex int
 }
 
 func (e *MismatchError) Error() string {
+	if e.OtherIndex >= 0 {
+		return fmt.Sprintf("idempotency key %q of item %d is used by item %d with different content", e.Key, e.Index, e.OtherIndex)
+	}
 	return fmt.Sprintf("idempotency key %q already names event %s with different content", e.Key, e.ExistingID)
 }
 
@@ -52,36 +60,67 @@ type Result struct {
 	Duplicate      bool   `json:"duplicate"`
 }
 
+// KeyRecord is what a store keeps of an idempotency key: the original it
+// names and that original's content hash.
+type KeyRecord struct {
+	ID          string
+	ContentHash string
+}
+
+// Tx is what the writer needs inside one store transaction. Every store of
+// the storage port provides it (store.Store.WriteTx), and a store may hand
+// one out for a transaction its caller runs (see WriteInTx).
+type Tx interface {
+	// LookupKeys returns the stored originals named by keys, by key.
+	LookupKeys(ctx context.Context, keys []string) (map[string]KeyRecord, error)
+	// InsertEvents inserts originals. A key stored meanwhile by another
+	// transaction fails it with an error wrapping ErrDuplicateKey.
+	InsertEvents(ctx context.Context, events []Event) error
+	// InsertEntries inserts outbox entries; the store assigns their IDs.
+	InsertEntries(ctx context.Context, entries []Entry) error
+}
+
+// Transactor runs fn in one store transaction, committing when fn returns
+// nil and rolling back otherwise. It may run fn again after a transient
+// failure of the store (fn must be repeatable).
+type Transactor interface {
+	WriteTx(ctx context.Context, fn func(ctx context.Context, tx Tx) error) error
+}
+
 // WriterConfig configures a Writer. A nil config means all defaults.
 type WriterConfig struct {
 	// Stream is recorded in each outbox entry. Defaults to StreamDefault.
 	Stream string
-	// Clock stamps createdAt. Defaults to the system clock.
-	Clock clock.Clock
-	// Faults arms fault points in tests. Defaults to none.
-	Faults *fault.Set
+	// Now stamps createdAt. Defaults to time.Now; tests set a fake clock.
+	Now func() time.Time
+
+	// faults arms fault points in tests (export_test.go).
+	faults *fault.Set
 }
 
 // Writer stores originals and their outbox entries atomically.
 type Writer struct {
-	db     lungo.IDatabase
+	db     Transactor
 	stream string
-	clock  clock.Clock
+	now    func() time.Time
 	faults *fault.Set
 }
 
-// NewWriter returns a Writer on db.
-func NewWriter(db lungo.IDatabase, cfg *WriterConfig) *Writer {
+// NewWriter returns a Writer that writes through db (a store of the storage
+// port). A nil cfg means all defaults.
+func NewWriter(db Transactor, cfg *WriterConfig) *Writer {
 	if cfg == nil {
 		cfg = &WriterConfig{}
 	}
-	return &Writer{
-		db:     db,
-		stream: cmp.Or(cfg.Stream, StreamDefault),
-		clock:  cmp.Or[clock.Clock](cfg.Clock, clock.System),
-		faults: cfg.Faults,
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
 	}
+	return &Writer{db: db, stream: cmp.Or(cfg.Stream, StreamDefault), now: now, faults: cfg.faults}
 }
+
+// Stream returns the stream the writer's outbox entries name.
+func (w *Writer) Stream() string { return w.stream }
 
 // Validate checks inputs without writing; field names carry the index
 // ("events[2].occurredAt") when there is more than one input.
@@ -96,9 +135,18 @@ type Batch struct {
 	prep []prepared
 }
 
+// Len returns the number of inputs in b.
+func (b *Batch) Len() int { return len(b.prep) }
+
+// Key returns the idempotency key of input i (given or derived).
+func (b *Batch) Key(i int) string { return b.prep[i].key }
+
+// ContentHash returns the content hash of input i: two inputs with the same
+// key and hash are the same event.
+func (b *Batch) ContentHash(i int) string { return b.prep[i].hash }
+
 // Prepare validates inputs like Validate and returns them ready to write, so
-// a caller that validates before writing (the HTTP handler renames fields
-// first) does the work once.
+// a caller that validates before writing does the work once.
 func (w *Writer) Prepare(inputs []Input) (*Batch, error) {
 	prep, err := w.prepareAll(inputs)
 	if err != nil {
@@ -108,7 +156,7 @@ func (w *Writer) Prepare(inputs []Input) (*Batch, error) {
 }
 
 func (w *Writer) prepareAll(inputs []Input) ([]prepared, error) {
-	now := w.clock.Now()
+	now := w.now()
 	out := make([]prepared, len(inputs))
 	var all []FieldError
 	for i, in := range inputs {
@@ -129,8 +177,7 @@ func (w *Writer) prepareAll(inputs []Input) ([]prepared, error) {
 // Write validates inputs and stores them, with their outbox entries, in one
 // transaction: all or nothing. An input whose key already exists with the
 // same content yields the existing id and Duplicate; with other content the
-// whole write fails with a *MismatchError. A transaction that loses a race on
-// the idempotency index, or fails transiently, is run again.
+// whole write fails with a *MismatchError.
 func (w *Writer) Write(ctx context.Context, inputs []Input) ([]Result, error) {
 	b, err := w.Prepare(inputs)
 	if err != nil {
@@ -139,101 +186,88 @@ func (w *Writer) Write(ctx context.Context, inputs []Input) ([]Result, error) {
 	return w.WriteBatch(ctx, b)
 }
 
-// WriteBatch writes a batch from Prepare, as Write does.
+// WriteBatch writes a batch from Prepare, as Write does. A transaction that
+// loses the race for an idempotency key to a concurrent writer runs again
+// after a short jittered pause (at most WriteAttemptsDefault runs, within
+// ctx) and then answers with the winner's original. Other failures are
+// returned as they are: the store already retried what was transient.
 func (w *Writer) WriteBatch(ctx context.Context, b *Batch) ([]Result, error) {
-	prep := b.prep
-	sess, err := w.db.Client().StartSession()
-	if err != nil {
-		return nil, fmt.Errorf("error starting MongoDB session: %w", err)
-	}
-	defer sess.EndSession(context.WithoutCancel(ctx))
-
-	for attempt := 1; ; attempt++ {
-		res, err := sess.WithTransaction(ctx, func(sc lungo.ISessionContext) (any, error) {
-			return w.write(sc, prep)
+	bo := backoff.NewExponentialBackOff(backoff.WithInitialInterval(5*time.Millisecond),
+		backoff.WithMaxInterval(100*time.Millisecond), backoff.WithMaxElapsedTime(0))
+	var results []Result
+	op := func() error {
+		err := w.db.WriteTx(ctx, func(ctx context.Context, tx Tx) error {
+			var err error
+			results, err = w.write(ctx, tx, b.prep)
+			return err
 		})
-		if err == nil {
-			return res.([]Result), nil
+		if err != nil && !errors.Is(err, ErrDuplicateKey) {
+			return backoff.Permanent(err)
 		}
-		if attempt >= WriteAttemptsDefault || !retryable(err) || ctx.Err() != nil {
-			return nil, err
-		}
+		return err
 	}
+	err := backoff.Retry(op, backoff.WithContext(backoff.WithMaxRetries(bo, WriteAttemptsDefault-1), ctx))
+	if err != nil {
+		return nil, err
+	}
+	return results, nil
 }
 
-// WriteInSession stores inputs inside the caller's running transaction (sc
-// from the caller's WithTransaction), so the caller's own writes commit or
-// abort together with them. A concurrent writer of the same key makes the
-// caller's transaction fail with a duplicate-key error; retry the whole
-// transaction then (WithTransaction does so for transient errors).
-func (w *Writer) WriteInSession(sc lungo.ISessionContext, inputs []Input) ([]Result, error) {
+// WriteInTx stores inputs inside a transaction the caller runs, so the
+// caller's own writes commit or abort together with them. tx comes from the
+// store: mongostore.Store.Tx for a MongoDB session, sqlitestore.Store.Tx for
+// a *sql.Tx. A concurrent writer of the same key makes it fail with an error
+// wrapping ErrDuplicateKey; run the whole transaction again then.
+func (w *Writer) WriteInTx(ctx context.Context, tx Tx, inputs []Input) ([]Result, error) {
 	prep, err := w.prepareAll(inputs)
 	if err != nil {
 		return nil, err
 	}
-	return w.write(sc, prep)
+	return w.write(ctx, tx, prep)
 }
 
-func retryable(err error) bool {
-	if mongodb.IsDuplicateKey(err) {
-		return true
-	}
-	var le mongo.LabeledError
-	return errors.As(err, &le) && le.HasErrorLabel("TransientTransactionError")
-}
-
-func (w *Writer) write(ctx context.Context, prep []prepared) ([]Result, error) {
-	events := w.db.Collection(EventsCollection)
+func (w *Writer) write(ctx context.Context, tx Tx, prep []prepared) ([]Result, error) {
 	keys := make([]string, len(prep))
 	for i, p := range prep {
 		keys[i] = p.key
 	}
-	type existing struct {
-		ID          primitive.ObjectID `bson:"_id"`
-		Key         string             `bson:"idempotencyKey"`
-		ContentHash string             `bson:"contentHash"`
-	}
-	cur, err := events.Find(ctx, bson.M{"idempotencyKey": bson.M{"$in": keys}},
-		options.Find().SetProjection(bson.M{"_id": 1, "idempotencyKey": 1, "contentHash": 1}))
+	known, err := tx.LookupKeys(ctx, keys)
 	if err != nil {
 		return nil, fmt.Errorf("error looking up idempotency keys: %w", err)
 	}
-	var found []existing
-	if err := cur.All(ctx, &found); err != nil {
-		return nil, fmt.Errorf("error reading idempotency keys: %w", err)
-	}
-	known := make(map[string]existing, len(found))
-	for _, f := range found {
-		known[f.Key] = f
-	}
-
-	now := w.clock.Now().UTC().Truncate(time.Millisecond)
+	now := w.now().UTC().Truncate(time.Millisecond)
 	results := make([]Result, len(prep))
-	var docs, entries []any
+	firstIndex := map[string]int{} // key -> index of the input that inserts it
+	var events []Event
+	var entries []Entry
 	for i, p := range prep {
 		if k, ok := known[p.key]; ok {
 			if k.ContentHash != p.hash {
-				return nil, &MismatchError{Key: p.key, ExistingID: k.ID.Hex(), Index: i}
+				if j, inBatch := firstIndex[p.key]; inBatch {
+					return nil, &MismatchError{Key: p.key, Index: i, OtherIndex: j}
+				}
+				return nil, &MismatchError{Key: p.key, ExistingID: k.ID, Index: i, OtherIndex: -1}
 			}
-			results[i] = Result{ID: k.ID.Hex(), IdempotencyKey: p.key, Duplicate: true}
+			results[i] = Result{ID: k.ID, IdempotencyKey: p.key, Duplicate: true}
 			continue
 		}
 		ev, entry := w.record(p, now)
-		known[p.key] = existing{ID: ev.ID, Key: p.key, ContentHash: p.hash}
-		docs = append(docs, ev)
+		known[p.key] = KeyRecord{ID: ev.ID, ContentHash: p.hash}
+		firstIndex[p.key] = i
+		events = append(events, ev)
 		entries = append(entries, entry)
-		results[i] = Result{ID: ev.ID.Hex(), IdempotencyKey: p.key}
+		results[i] = Result{ID: ev.ID, IdempotencyKey: p.key}
 	}
-	if len(docs) == 0 {
+	if len(events) == 0 {
 		return results, nil
 	}
-	if _, err := events.InsertMany(ctx, docs); err != nil {
+	if err := tx.InsertEvents(ctx, events); err != nil {
 		return nil, fmt.Errorf("error inserting originals: %w", err)
 	}
 	if err := w.faults.Check(FaultBetweenInserts); err != nil {
 		return nil, err
 	}
-	if _, err := w.db.Collection(OutboxCollection).InsertMany(ctx, entries); err != nil {
+	if err := tx.InsertEntries(ctx, entries); err != nil {
 		return nil, fmt.Errorf("error inserting outbox entries: %w", err)
 	}
 	return results, nil
@@ -242,49 +276,27 @@ func (w *Writer) write(ctx context.Context, prep []prepared) ([]Result, error) {
 // record builds the original and the outbox entry for a validated input.
 func (w *Writer) record(p prepared, now time.Time) (Event, Entry) {
 	ev := Event{
-		ID: primitive.NewObjectID(), IdempotencyKey: p.key, SourceKey: p.sourceKey, DeviceKey: p.deviceKey,
+		ID: NewEventID(), IdempotencyKey: p.key, SourceKey: p.sourceKey, DeviceKey: p.deviceKey,
 		Type: p.typ, OccurredAt: p.occurredAt, Payload: p.payload, ContentHash: p.hash, CreatedAt: now,
 	}
-	return ev, Entry{
-		ID: primitive.NewObjectID(), EventID: ev.ID, Stream: w.stream,
-		Message: ev.Message(OriginOutbox).Encode(), CreatedAt: now,
-	}
+	return ev, Entry{EventID: ev.ID, Stream: w.stream, Message: ev.Message(OriginOutbox).Encode(), CreatedAt: now}
 }
 
 // Records validates inputs and returns the originals and outbox entries that
 // Write would insert for them, without reading or writing anything: no
 // idempotency lookup, no transaction. It serves bulk loads whose keys are
 // known to be new (test fixtures, benchmarks, migrations from another
-// store); insert both slices in one transaction. Write is the safe path.
+// store); insert both slices in one transaction (Tx.InsertEvents and
+// Tx.InsertEntries). Write is the safe path.
 func (w *Writer) Records(inputs []Input) ([]Event, []Entry, error) {
 	prep, err := w.prepareAll(inputs)
 	if err != nil {
 		return nil, nil, err
 	}
-	now := w.clock.Now().UTC().Truncate(time.Millisecond)
+	now := w.now().UTC().Truncate(time.Millisecond)
 	events, entries := make([]Event, len(prep)), make([]Entry, len(prep))
 	for i, p := range prep {
 		events[i], entries[i] = w.record(p, now)
 	}
 	return events, entries, nil
 }
-
-// FindEvent returns the original with id, or ErrNotFound.
-func FindEvent(ctx context.Context, db lungo.IDatabase, id string) (*Event, error) {
-	oid, err := primitive.ObjectIDFromHex(id)
-	if err != nil {
-		return nil, ErrNotFound
-	}
-	var ev Event
-	err = db.Collection(EventsCollection).FindOne(ctx, bson.M{"_id": oid}).Decode(&ev)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return nil, ErrNotFound
-	}
-	if err != nil {
-		return nil, fmt.Errorf("error reading event %s: %w", id, err)
-	}
-	return &ev, nil
-}
-
-// ErrNotFound is returned for an unknown event id.
-var ErrNotFound = errors.New("event not found")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,26 +14,32 @@ import (
 	"github.com/outboxd/outboxd/internal/fault"
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/store"
 )
 
 type writerBundle struct {
-	mongo  *testkit.Mongo
+	st     store.Store
 	writer *outbox.Writer
 	faults *fault.Set
 }
 
 func setupWriter(t *testing.T) *writerBundle {
 	t.Helper()
-	m := testkit.NewMongo(t, nil)
+	st := testkit.NewStore(t)
 	f := &fault.Set{}
-	return &writerBundle{mongo: m, faults: f, writer: outbox.NewWriter(m.DB, &outbox.WriterConfig{Faults: f})}
+	cfg := &outbox.WriterConfig{}
+	outbox.SetFaults(cfg, f)
+	return &writerBundle{st: st, faults: f, writer: outbox.NewWriter(st, cfg)}
 }
 
-func (b *writerBundle) count(t *testing.T, coll string) int64 {
+func (b *writerBundle) requireStored(t *testing.T, n int64) {
 	t.Helper()
-	n, err := b.mongo.DB.Collection(coll).CountDocuments(context.Background(), bson.M{})
-	require.NoError(t, err)
-	return n
+	testkit.RequireStored(t, b.st, n)
+}
+
+func (b *writerBundle) event(t *testing.T, id string) *outbox.Event {
+	t.Helper()
+	return testkit.Event(t, b.st, id)
 }
 
 func input(device string) outbox.Input {
@@ -51,17 +56,17 @@ func TestWriter(t *testing.T) {
 		res, err := b.writer.Write(ctx, []outbox.Input{input("d1")})
 		require.NoError(t, err)
 		require.False(t, res[0].Duplicate)
-		ev, err := outbox.FindEvent(ctx, b.mongo.DB, res[0].ID)
-		require.NoError(t, err)
-		require.Equal(t, "pending", ev.State())
-		require.Equal(t, int64(3), ev.Payload["n"])
+		ev := b.event(t, res[0].ID)
+		require.Equal(t, outbox.StatePending, ev.State())
+		require.JSONEq(t, `{"n":3,"t":21.5}`, string(ev.Payload))
 		require.Equal(t, time.Date(2026, 11, 1, 10, 0, 0, 123e6, time.UTC), ev.OccurredAt.UTC())
-		var entry outbox.Entry
-		require.NoError(t, b.mongo.DB.Collection(outbox.OutboxCollection).FindOne(ctx, bson.M{"eventId": ev.ID}).Decode(&entry))
-		require.Nil(t, entry.DispatchedAt)
-		msg, err := outbox.DecodeMessage(map[string]any{outbox.PayloadField: entry.Message})
+		entries, err := b.st.Undispatched(ctx, outbox.StreamDefault, "", 10)
 		require.NoError(t, err)
-		require.Equal(t, ev.ID.Hex(), msg.EventID)
+		require.Len(t, entries, 1)
+		require.Equal(t, ev.ID, entries[0].EventID)
+		msg, err := outbox.DecodeMessage(map[string]any{outbox.PayloadField: entries[0].Message})
+		require.NoError(t, err)
+		require.Equal(t, ev.ID, msg.EventID)
 		require.Equal(t, outbox.OriginOutbox, msg.Origin)
 	})
 
@@ -71,69 +76,11 @@ func TestWriter(t *testing.T) {
 		b.faults.Arm(outbox.FaultBetweenInserts, -1)
 		_, err := b.writer.Write(ctx, []outbox.Input{input("d1"), input("d2")})
 		require.ErrorIs(t, err, fault.ErrInjected)
-		require.Equal(t, int64(0), b.count(t, outbox.EventsCollection))
-		require.Equal(t, int64(0), b.count(t, outbox.OutboxCollection))
+		b.requireStored(t, 0)
 		b.faults.Disarm(outbox.FaultBetweenInserts)
 		_, err = b.writer.Write(ctx, []outbox.Input{input("d1")})
 		require.NoError(t, err)
-		require.Equal(t, int64(1), b.count(t, outbox.EventsCollection))
-		require.Equal(t, int64(1), b.count(t, outbox.OutboxCollection))
-	})
-
-	t.Run("ReplayReturnsFirstID", func(t *testing.T) {
-		t.Parallel()
-		b := setupWriter(t)
-		first, err := b.writer.Write(ctx, []outbox.Input{input("d1")})
-		require.NoError(t, err)
-		again, err := b.writer.Write(ctx, []outbox.Input{input("d1")})
-		require.NoError(t, err)
-		require.Equal(t, first[0].ID, again[0].ID)
-		require.True(t, again[0].Duplicate)
-		require.Equal(t, int64(1), b.count(t, outbox.EventsCollection))
-		require.Equal(t, int64(1), b.count(t, outbox.OutboxCollection))
-	})
-
-	t.Run("KeyReuseWithOtherContentIsMismatch", func(t *testing.T) {
-		t.Parallel()
-		b := setupWriter(t)
-		in := input("d1")
-		in.IdempotencyKey = "k1"
-		first, err := b.writer.Write(ctx, []outbox.Input{in})
-		require.NoError(t, err)
-		in.Payload = json.RawMessage(`{"t":99}`)
-		_, err = b.writer.Write(ctx, []outbox.Input{in})
-		var mm *outbox.MismatchError
-		require.ErrorAs(t, err, &mm)
-		require.Equal(t, first[0].ID, mm.ExistingID)
-		ev, err := outbox.FindEvent(ctx, b.mongo.DB, first[0].ID)
-		require.NoError(t, err)
-		require.Equal(t, 21.5, ev.Payload["t"])
-	})
-
-	t.Run("ConcurrentSameKeyYieldsOneOriginal", func(t *testing.T) {
-		t.Parallel()
-		b := setupWriter(t)
-		var wg sync.WaitGroup
-		ids := make([]string, 50)
-		errs := make([]error, 50)
-		for i := range ids {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				res, err := b.writer.Write(ctx, []outbox.Input{input("same")})
-				errs[i] = err
-				if err == nil {
-					ids[i] = res[0].ID
-				}
-			}()
-		}
-		wg.Wait()
-		for i := range ids {
-			require.NoError(t, errs[i])
-			require.Equal(t, ids[0], ids[i])
-		}
-		require.Equal(t, int64(1), b.count(t, outbox.EventsCollection))
-		require.Equal(t, int64(1), b.count(t, outbox.OutboxCollection))
+		b.requireStored(t, 1)
 	})
 
 	t.Run("BatchIsAllOrNothing", func(t *testing.T) {
@@ -145,7 +92,7 @@ func TestWriter(t *testing.T) {
 		var ve *outbox.ValidationError
 		require.ErrorAs(t, err, &ve)
 		require.Equal(t, "events[2].occurredAt", ve.Fields[0].Field)
-		require.Equal(t, int64(0), b.count(t, outbox.EventsCollection))
+		b.requireStored(t, 0)
 
 		// A mismatch on one item rejects the whole batch too.
 		k := input("d9")
@@ -155,8 +102,7 @@ func TestWriter(t *testing.T) {
 		k.Payload = json.RawMessage(`{"other":true}`)
 		_, err = b.writer.Write(ctx, []outbox.Input{input("d1"), k})
 		require.ErrorIs(t, err, outbox.ErrIdempotencyMismatch)
-		require.Equal(t, int64(1), b.count(t, outbox.EventsCollection))
-		require.Equal(t, int64(1), b.count(t, outbox.OutboxCollection))
+		b.requireStored(t, 1)
 	})
 
 	t.Run("DuplicateWithinBatch", func(t *testing.T) {
@@ -167,7 +113,37 @@ func TestWriter(t *testing.T) {
 		require.Equal(t, res[0].ID, res[1].ID)
 		require.False(t, res[0].Duplicate)
 		require.True(t, res[1].Duplicate)
-		require.Equal(t, int64(1), b.count(t, outbox.EventsCollection))
+		b.requireStored(t, 1)
+	})
+
+	t.Run("MismatchWithinBatchNamesTheItem", func(t *testing.T) {
+		t.Parallel()
+		b := setupWriter(t)
+		a, c := input("d1"), input("d1")
+		a.IdempotencyKey, c.IdempotencyKey = "same", "same"
+		c.Payload = json.RawMessage(`{"t":1}`)
+		_, err := b.writer.Write(ctx, []outbox.Input{input("x"), a, c})
+		var mm *outbox.MismatchError
+		require.ErrorAs(t, err, &mm)
+		require.Equal(t, 2, mm.Index)
+		require.Equal(t, 1, mm.OtherIndex)
+		require.Empty(t, mm.ExistingID, "no id of the rolled-back transaction is named")
+		b.requireStored(t, 0)
+	})
+
+	t.Run("DerivedKeyPrefixIsReserved", func(t *testing.T) {
+		t.Parallel()
+		b := setupWriter(t)
+		victim := input("d1")
+		stolen := input("other")
+		stolen.IdempotencyKey = outbox.DeriveKey("src", "d1", time.Date(2026, 11, 1, 10, 0, 0, 123e6, time.UTC))
+		_, err := b.writer.Write(ctx, []outbox.Input{stolen})
+		var ve *outbox.ValidationError
+		require.ErrorAs(t, err, &ve)
+		require.Equal(t, "idempotencyKey", ve.Fields[0].Field)
+		res, err := b.writer.Write(ctx, []outbox.Input{victim})
+		require.NoError(t, err)
+		require.False(t, res[0].Duplicate)
 	})
 
 	t.Run("RecordsMatchWhatWriteStores", func(t *testing.T) {
@@ -177,47 +153,91 @@ func TestWriter(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, entries, 2)
 		require.Equal(t, events[1].ID, entries[1].EventID)
-		_, err = b.mongo.DB.Collection(outbox.EventsCollection).InsertMany(ctx, []any{events[0], events[1]})
-		require.NoError(t, err)
+		testkit.Seed(t, b.st, b.writer, []outbox.Input{input("d1"), input("d2")})
 		// Write sees the seeded originals as the same content: duplicates.
 		res, err := b.writer.Write(ctx, []outbox.Input{input("d1"), input("d2")})
 		require.NoError(t, err)
 		require.True(t, res[0].Duplicate && res[1].Duplicate)
-		require.Equal(t, events[0].ID.Hex(), res[0].ID)
 		_, _, err = b.writer.Records([]outbox.Input{{SourceKey: "s"}})
 		require.ErrorIs(t, err, outbox.ErrInvalid)
 	})
+}
 
-	t.Run("WriteInCallersTransaction", func(t *testing.T) {
+// TestWriteInCallersTransaction writes events inside a transaction the
+// caller runs, with the caller's own rows: on SQLite (a *sql.Tx) and on
+// MongoDB (a session), the caller's abort takes the events with it and its
+// commit keeps both.
+func TestWriteInCallersTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	errAbort := errors.New("caller aborts")
+
+	t.Run("SQLite", func(t *testing.T) {
 		t.Parallel()
-		b := setupWriter(t)
-		sess, err := b.mongo.DB.Client().StartSession()
+		st := testkit.NewSQLite(t)
+		w := outbox.NewWriter(st, nil)
+		_, err := st.DB().ExecContext(ctx, `CREATE TABLE orders (n INTEGER)`)
+		require.NoError(t, err)
+		run := func(commit bool) error {
+			tx, err := st.DB().BeginTx(ctx, nil)
+			require.NoError(t, err)
+			if _, err := tx.ExecContext(ctx, `INSERT INTO orders VALUES (1)`); err != nil {
+				return err
+			}
+			if _, err := w.WriteInTx(ctx, st.Tx(tx), []outbox.Input{input("d1")}); err != nil {
+				return err
+			}
+			if !commit {
+				require.NoError(t, tx.Rollback())
+				return errAbort
+			}
+			return tx.Commit()
+		}
+		orders := func() (n int) {
+			require.NoError(t, st.DB().QueryRowContext(ctx, `SELECT count(*) FROM orders`).Scan(&n))
+			return n
+		}
+		require.ErrorIs(t, run(false), errAbort)
+		require.Equal(t, 0, orders())
+		testkit.RequireStored(t, st, 0)
+		require.NoError(t, run(true))
+		require.Equal(t, 1, orders())
+		testkit.RequireStored(t, st, 1)
+	})
+
+	t.Run("MongoDB", func(t *testing.T) {
+		t.Parallel()
+		st := testkit.NewMongo(t, nil)
+		w := outbox.NewWriter(st, nil)
+		orders := st.Database().Collection("orders")
+		sess, err := st.Database().Client().StartSession()
 		require.NoError(t, err)
 		defer sess.EndSession(ctx)
-		errAbort := errors.New("caller aborts")
 		_, err = sess.WithTransaction(ctx, func(sc lungo.ISessionContext) (any, error) {
-			if _, err := b.mongo.DB.Collection("orders").InsertOne(sc, bson.M{"n": 1}); err != nil {
+			if _, err := orders.InsertOne(sc, bson.M{"n": 1}); err != nil {
 				return nil, err
 			}
-			if _, err := b.writer.WriteInSession(sc, []outbox.Input{input("d1")}); err != nil {
+			if _, err := w.WriteInTx(sc, st.Tx(sc), []outbox.Input{input("d1")}); err != nil {
 				return nil, err
 			}
 			return nil, errAbort
 		})
 		require.ErrorIs(t, err, errAbort)
-		require.Equal(t, int64(0), b.count(t, "orders"))
-		require.Equal(t, int64(0), b.count(t, outbox.EventsCollection))
-		require.Equal(t, int64(0), b.count(t, outbox.OutboxCollection))
+		n, err := orders.CountDocuments(ctx, bson.M{})
+		require.NoError(t, err)
+		require.Zero(t, n)
+		testkit.RequireStored(t, st, 0)
 
 		_, err = sess.WithTransaction(ctx, func(sc lungo.ISessionContext) (any, error) {
-			if _, err := b.mongo.DB.Collection("orders").InsertOne(sc, bson.M{"n": 1}); err != nil {
+			if _, err := orders.InsertOne(sc, bson.M{"n": 1}); err != nil {
 				return nil, err
 			}
-			return b.writer.WriteInSession(sc, []outbox.Input{input("d1")})
+			return w.WriteInTx(sc, st.Tx(sc), []outbox.Input{input("d1")})
 		})
 		require.NoError(t, err)
-		require.Equal(t, int64(1), b.count(t, "orders"))
-		require.Equal(t, int64(1), b.count(t, outbox.EventsCollection))
-		require.Equal(t, int64(1), b.count(t, outbox.OutboxCollection))
+		n, err = orders.CountDocuments(ctx, bson.M{})
+		require.NoError(t, err)
+		require.Equal(t, int64(1), n)
+		testkit.RequireStored(t, st, 1)
 	})
 }

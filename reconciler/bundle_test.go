@@ -9,14 +9,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
-	"go.mongodb.org/mongo-driver/bson"
-	"go.mongodb.org/mongo-driver/bson/primitive"
 
 	"github.com/outboxd/outboxd/internal/clock"
 	"github.com/outboxd/outboxd/internal/fault"
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/reconciler"
+	"github.com/outboxd/outboxd/store"
 )
 
 // t0 is when every test's fake clock starts.
@@ -29,7 +28,7 @@ const (
 )
 
 type testBundle struct {
-	mongo  *testkit.Mongo
+	st     store.Store
 	rdb    redis.UniversalClient
 	stream string
 	clock  *clock.Fake
@@ -39,27 +38,29 @@ type testBundle struct {
 	seq    int
 }
 
-// setup gives a test its own MongoDB database, a unique stream on the test
-// Redis and a fake clock at t0.
+// setup gives a test its own store, a unique stream on the test Redis and
+// a fake clock at t0.
 func setup(t *testing.T) *testBundle {
 	t.Helper()
-	m := testkit.NewMongo(t, nil)
+	st := testkit.NewStore(t)
 	rdb, prefix := testkit.NewRedis(t)
 	clk := clock.NewFake(t0)
 	stream := prefix + ":" + outbox.StreamDefault
 	return &testBundle{
-		mongo: m, rdb: rdb, stream: stream, clock: clk, faults: &fault.Set{},
-		writer: outbox.NewWriter(m.DB, &outbox.WriterConfig{Clock: clk, Stream: stream}),
+		st: st, rdb: rdb, stream: stream, clock: clk, faults: &fault.Set{},
+		writer: outbox.NewWriter(st, &outbox.WriterConfig{Now: clk.Now, Stream: stream}),
 		reg:    prometheus.NewRegistry(),
 	}
 }
 
 // config returns the bundle's reconciler configuration.
 func (b *testBundle) config() *reconciler.Config {
-	return &reconciler.Config{
+	cfg := &reconciler.Config{
 		Stream: b.stream, MinAge: minAge, RequeueAfter: requeueAfter,
-		Clock: b.clock, Faults: b.faults, Registerer: b.reg,
+		Now: b.clock.Now, Registerer: b.reg,
 	}
+	reconciler.SetFaults(cfg, b.faults)
+	return cfg
 }
 
 func (b *testBundle) reconciler(t *testing.T, cfg *reconciler.Config) *reconciler.Reconciler {
@@ -67,30 +68,28 @@ func (b *testBundle) reconciler(t *testing.T, cfg *reconciler.Config) *reconcile
 	if cfg == nil {
 		cfg = b.config()
 	}
-	r, err := reconciler.New(b.mongo.DB, b.rdb, cfg, testkit.Logger(t))
+	r, err := reconciler.New(b.st, b.rdb, cfg, testkit.Logger(t))
 	require.NoError(t, err)
 	return r
 }
 
 // write stores one original stamped createdAt at the clock's time and
 // returns its id.
-func (b *testBundle) write(t *testing.T) primitive.ObjectID {
+func (b *testBundle) write(t *testing.T) string {
 	t.Helper()
 	b.seq++
 	res, err := b.writer.Write(context.Background(), []outbox.Input{{
 		SourceKey: "src", DeviceKey: fmt.Sprintf("d%04d", b.seq), OccurredAt: "2026-11-01T10:00:00Z",
 	}})
 	require.NoError(t, err)
-	id, err := primitive.ObjectIDFromHex(res[0].ID)
-	require.NoError(t, err)
-	return id
+	return res[0].ID
 }
 
 // writeAged stores n originals, one a second apart, then moves the clock
 // past MinAge.
-func (b *testBundle) writeAged(t *testing.T, n int) []primitive.ObjectID {
+func (b *testBundle) writeAged(t *testing.T, n int) []string {
 	t.Helper()
-	ids := make([]primitive.ObjectID, n)
+	ids := make([]string, n)
 	for i := range ids {
 		ids[i] = b.write(t)
 		b.clock.Advance(time.Second)
@@ -99,18 +98,31 @@ func (b *testBundle) writeAged(t *testing.T, n int) []primitive.ObjectID {
 	return ids
 }
 
-func (b *testBundle) update(t *testing.T, id primitive.ObjectID, update bson.D) {
+// claimAt claims id as a reconciler run at at would (lastRequeuedAt = at,
+// requeueCount + 1), whatever claimed it before.
+func (b *testBundle) claimAt(t *testing.T, id string, at time.Time) {
 	t.Helper()
-	res, err := b.mongo.DB.Collection(outbox.EventsCollection).UpdateOne(context.Background(), bson.D{{Key: "_id", Value: id}}, update)
+	_, err := b.st.Claim(context.Background(), id, at, at)
 	require.NoError(t, err)
-	require.Equal(t, int64(1), res.MatchedCount)
 }
 
-func (b *testBundle) event(t *testing.T, id primitive.ObjectID) *outbox.Event {
+func (b *testBundle) park(t *testing.T, id, category string) {
 	t.Helper()
-	ev, err := outbox.FindEvent(context.Background(), b.mongo.DB, id.Hex())
+	ok, err := b.st.Park(context.Background(), id, outbox.SyncFailure{Category: category, Code: "c", At: t0, Deliveries: 3})
 	require.NoError(t, err)
-	return ev
+	require.True(t, ok)
+}
+
+func (b *testBundle) markSynced(t *testing.T, id string, at time.Time) {
+	t.Helper()
+	n, err := b.st.MarkSynced(context.Background(), []string{id}, at)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
+}
+
+func (b *testBundle) event(t *testing.T, id string) *outbox.Event {
+	t.Helper()
+	return testkit.Event(t, b.st, id)
 }
 
 // published returns the event ids in the stream, in stream order, checking
@@ -132,14 +144,6 @@ func streamIDs(t *testing.T, rdb redis.UniversalClient, stream string) []string 
 		ids[i] = msg.EventID
 	}
 	return ids
-}
-
-func hexes(ids []primitive.ObjectID) []string {
-	out := make([]string, len(ids))
-	for i, id := range ids {
-		out[i] = id.Hex()
-	}
-	return out
 }
 
 // metric returns the value of the reconciler series name whose labels

@@ -9,8 +9,8 @@
 //     createdAt older than MinAge (so work still in flight is left alone)
 //     and lastRequeuedAt absent, null or older than RequeueAfter; oldest
 //     createdAt first, at most Limit per sweep. Reaching the limit is not a
-//     failure: the next sweep continues. The query is served by the
-//     "reconciler" index of package migrations.
+//     failure: the next sweep continues. The query is served by an
+//     index of each store (store.Store.Candidates).
 //  2. Per document, claim first: a conditional update that sets
 //     lastRequeuedAt to this attempt's stamp and increments requeueCount,
 //     only while the candidate conditions still hold. A document that no
@@ -31,9 +31,13 @@
 // and Report.Failed tells the caller (the reconcile role exits 1) that at
 // least one document failed. The report also carries the age of the oldest
 // unsynced original and the parked (syncFailure) originals by category,
-// counted with CountDocuments because the embedded engine has no
-// aggregation.
+// from the store's counts.
 //
-// Times come from Config.Clock and are truncated to the millisecond,
-// MongoDB's date precision, so the stamp compares equal when read back.
+// Sweep runs one sweep on demand (outboxd reconcile). Start runs the
+// schedule (outboxd reconcile --every, and dev): every Config.Every, on
+// whichever replica holds the lease "reconciler:<stream>", so any number of
+// replicas can run it and one sweeps at a time.
+//
+// Times come from Config.Now and are truncated to the millisecond, the
+// stores' precision, so a claim stamp compares equal when read back.
 package reconciler

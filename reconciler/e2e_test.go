@@ -9,7 +9,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.mongodb.org/mongo-driver/bson"
 
 	"github.com/outboxd/outboxd/internal/clock"
 	"github.com/outboxd/outboxd/internal/testkit"
@@ -29,12 +28,12 @@ func TestEndToEndRedisRestartedEmpty(t *testing.T) {
 	ctx := context.Background()
 	const half = 25
 
-	m := testkit.NewMongo(t, nil)
+	st := testkit.NewStore(t)
 	pg := testkit.NewPostgres(t)
 	srv := testkit.NewRedisServer(t)
 	stream, group := testkit.Name("e2e")+":"+outbox.StreamDefault, outbox.GroupDefault
 	clk := clock.NewFake(t0)
-	writer := outbox.NewWriter(m.DB, &outbox.WriterConfig{Clock: clk, Stream: stream})
+	writer := outbox.NewWriter(st, &outbox.WriterConfig{Now: clk.Now, Stream: stream})
 
 	var keys []string
 	write := func(from int) []string {
@@ -54,20 +53,21 @@ func TestEndToEndRedisRestartedEmpty(t *testing.T) {
 	}
 	// dispatch does the dispatcher's job for the undispatched entries: XADD
 	// their message, mark them dispatched.
+	lease, err := st.AcquireLease(ctx, stream, "test", time.Now(), time.Hour)
+	require.NoError(t, err)
 	dispatch := func(rdb redis.UniversalClient) {
-		cur, err := m.DB.Collection(outbox.OutboxCollection).Find(ctx, bson.M{"dispatchedAt": nil})
+		entries, err := st.Undispatched(ctx, stream, "", 1000)
 		require.NoError(t, err)
-		var entries []outbox.Entry
-		require.NoError(t, cur.All(ctx, &entries))
+		var ids []string
 		for _, e := range entries {
 			require.NoError(t, rdb.XAdd(ctx, &redis.XAddArgs{Stream: e.Stream, Values: map[string]any{outbox.PayloadField: e.Message}}).Err())
-			_, err := m.DB.Collection(outbox.OutboxCollection).UpdateOne(ctx, bson.M{"_id": e.ID}, bson.M{"$set": bson.M{"dispatchedAt": clk.Now()}})
-			require.NoError(t, err)
+			ids = append(ids, e.ID)
 		}
+		require.NoError(t, st.MarkDispatched(ctx, lease, ids, clk.Now()))
 	}
 	startWorker := func(rdb redis.UniversalClient) *worker.Worker {
-		w, err := worker.New(m.DB, rdb, pg.Pool, &worker.Config{
-			Stream: stream, Group: group, Consumer: testkit.Name("c"), Clock: clk,
+		w, err := worker.New(st, rdb, pg.Pool, &worker.Config{
+			Stream: stream, Group: group, Consumer: testkit.Name("c"), Now: clk.Now,
 			Block: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
 		}, testkit.Logger(t))
 		require.NoError(t, err)
@@ -77,11 +77,11 @@ func TestEndToEndRedisRestartedEmpty(t *testing.T) {
 	}
 	// unsynced is safe inside Eventually (no require): -1 on error.
 	unsynced := func() int64 {
-		n, err := m.DB.Collection(outbox.EventsCollection).CountDocuments(ctx, bson.M{"syncedAt": nil, "syncFailure": nil})
+		c, err := st.Counts(ctx)
 		if err != nil {
 			return -1
 		}
-		return n
+		return c.Pending
 	}
 
 	// The first half flows normally.
@@ -103,8 +103,8 @@ func TestEndToEndRedisRestartedEmpty(t *testing.T) {
 	startWorker(rdb)
 	require.Equal(t, int64(half), unsynced())
 
-	cfg := &reconciler.Config{Stream: stream, Clock: clk, MinAge: time.Minute, RequeueAfter: 10 * time.Minute}
-	r, err := reconciler.New(m.DB, rdb, cfg, testkit.Logger(t))
+	cfg := &reconciler.Config{Stream: stream, Now: clk.Now, MinAge: time.Minute, RequeueAfter: 10 * time.Minute}
+	r, err := reconciler.New(st, rdb, cfg, testkit.Logger(t))
 	require.NoError(t, err)
 	rep, err := r.Sweep(ctx)
 	require.NoError(t, err)
@@ -118,7 +118,7 @@ func TestEndToEndRedisRestartedEmpty(t *testing.T) {
 	require.Eventually(t, func() bool { return unsynced() == 0 }, 20*time.Second, 20*time.Millisecond)
 
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		v, err := testkit.Check(ctx, m.DB, pg.Pool, rdb, stream, group, keys)
+		v, err := testkit.Check(ctx, st, pg.Pool, rdb, stream, group, keys)
 		if assert.NoError(c, err) {
 			assert.True(c, v.OK(), "checker: %s", v)
 		}

@@ -1,15 +1,14 @@
 package reconciler
 
 import (
-	"slices"
+	"github.com/prometheus/client_golang/prometheus"
 
 	ometrics "github.com/outboxd/outboxd/internal/metrics"
-
-	"github.com/prometheus/client_golang/prometheus"
 )
 
-// metrics mirror the reports. Every series carries the stream as a
-// constant label, so reconcilers of several streams share a registry.
+// metrics mirror the reports. The state the report measures (oldest
+// unsynced age, parked originals) is exported once, by the status
+// collector (outboxd_oldest_unsynced_age_seconds, outboxd_events).
 type metrics struct {
 	sweeps       *prometheus.CounterVec
 	scanned      prometheus.Counter
@@ -18,9 +17,8 @@ type metrics struct {
 	published    prometheus.Counter
 	failed       *prometheus.CounterVec
 	rolledBack   prometheus.Counter
-	oldestAge    prometheus.Gauge
-	parked       *prometheus.GaugeVec
 	lastSweepEnd prometheus.Gauge
+	leader       prometheus.Gauge
 }
 
 // Sweep results, the values of the result label of
@@ -32,55 +30,22 @@ const (
 )
 
 func newMetrics(reg prometheus.Registerer, stream string) (*metrics, error) {
-	labels := prometheus.Labels{"stream": stream}
-	counter := func(name, help string) prometheus.Counter {
-		return prometheus.NewCounter(prometheus.CounterOpts{Namespace: "outboxd", Subsystem: "reconciler", Name: name, Help: help, ConstLabels: labels})
-	}
+	f := ometrics.NewFactory(reg, "reconciler", stream)
 	m := &metrics{
-		sweeps: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "outboxd", Subsystem: "reconciler", Name: "sweeps_total",
-			Help: "Reconciler sweeps by result: ok, failed (some document failed) or error (the sweep failed).", ConstLabels: labels}, []string{"result"}),
-		scanned:   counter("scanned_total", "Candidates returned by the reconciler's query."),
-		claimed:   counter("claimed_total", "Candidates the reconciler claimed."),
-		skipped:   counter("skipped_total", "Candidates skipped because they no longer matched at claim time (claimed by another run, synced or parked)."),
-		published: counter("published_total", "Originals the reconciler re-published to the stream."),
-		failed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "outboxd", Subsystem: "reconciler", Name: "failed_total",
-			Help: "Documents the reconciler failed on, by step: claim, publish or rollback.", ConstLabels: labels}, []string{"step"}),
-		rolledBack: counter("rolled_back_total", "Claims undone after a failed publish."),
-		oldestAge: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "outboxd", Subsystem: "reconciler", Name: "oldest_unsynced_age_seconds",
-			Help: "Age of the oldest original with neither syncedAt nor syncFailure, at the last sweep.", ConstLabels: labels}),
-		parked: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "outboxd", Subsystem: "reconciler", Name: "parked_events",
-			Help: "Originals parked with a syncFailure, by category, at the last sweep.", ConstLabels: labels}, []string{"category"}),
-		lastSweepEnd: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "outboxd", Subsystem: "reconciler", Name: "last_sweep_timestamp_seconds",
-			Help: "When the last complete sweep ended (Unix time).", ConstLabels: labels}),
+		sweeps:       f.CounterVec("sweeps_total", "Reconciler sweeps by result: ok, failed (some document failed) or error (the sweep failed).", "result"),
+		scanned:      f.Counter("scanned_total", "Candidates returned by the reconciler's query."),
+		claimed:      f.Counter("claimed_total", "Candidates the reconciler claimed."),
+		skipped:      f.Counter("skipped_total", "Candidates skipped because they no longer matched at claim time (claimed by another run, synced or parked)."),
+		published:    f.Counter("published_total", "Originals the reconciler re-published to the stream."),
+		failed:       f.CounterVec("failed_total", "Documents the reconciler failed on, by step: claim, publish or rollback.", "step"),
+		rolledBack:   f.Counter("rolled_back_total", "Claims undone after a failed publish."),
+		lastSweepEnd: f.Gauge("last_sweep_timestamp_seconds", "When the last complete sweep ended (Unix time)."),
+		leader:       f.Gauge("leader", "1 while this process holds the reconciler's lease and sweeps on schedule."),
 	}
-	if reg == nil {
-		return m, nil
-	}
-	var err error
-	for _, c := range []*prometheus.Counter{&m.scanned, &m.claimed, &m.skipped, &m.published, &m.rolledBack} {
-		*c, err = ometrics.Register(reg, *c)
-		if err != nil {
-			return nil, err
-		}
-	}
-	for _, c := range []**prometheus.CounterVec{&m.sweeps, &m.failed} {
-		if *c, err = ometrics.Register(reg, *c); err != nil {
-			return nil, err
-		}
-	}
-	for _, g := range []*prometheus.Gauge{&m.oldestAge, &m.lastSweepEnd} {
-		if *g, err = ometrics.Register(reg, *g); err != nil {
-			return nil, err
-		}
-	}
-	if m.parked, err = ometrics.Register(reg, m.parked); err != nil {
-		return nil, err
-	}
-	return m, nil
+	return m, f.Err()
 }
 
-// observe adds a sweep's counts; the gauges change only after a complete
-// sweep, which measured them.
+// observe adds a sweep's counts.
 func (m *metrics) observe(rep *Report, err error) {
 	m.scanned.Add(float64(rep.Scanned))
 	m.claimed.Add(float64(rep.Claimed))
@@ -98,11 +63,6 @@ func (m *metrics) observe(rep *Report, err error) {
 		m.sweeps.WithLabelValues(resultFailed).Inc()
 	default:
 		m.sweeps.WithLabelValues(resultOK).Inc()
-	}
-	m.oldestAge.Set(rep.OldestUnsyncedAge.Seconds())
-	// Set every category, so one that emptied reads 0 rather than stale.
-	for _, cat := range append(slices.Clone(knownCategories), CategoryOther) {
-		m.parked.WithLabelValues(cat).Set(float64(rep.Failures[cat]))
 	}
 	m.lastSweepEnd.Set(float64(rep.StartedAt.Add(rep.Duration).Unix()))
 }

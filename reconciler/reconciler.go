@@ -5,21 +5,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync/atomic"
 	"time"
 
-	"github.com/256dpi/lungo"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
-	"go.mongodb.org/mongo-driver/bson"
-	"go.mongodb.org/mongo-driver/bson/primitive"
-	"go.mongodb.org/mongo-driver/mongo"
-	"go.mongodb.org/mongo-driver/mongo/options"
 	"go.uber.org/zap"
 
-	"github.com/outboxd/outboxd/internal/clock"
+	"github.com/outboxd/outboxd/internal/config"
 	"github.com/outboxd/outboxd/internal/fault"
-	"github.com/outboxd/outboxd/internal/mongodb"
+	"github.com/outboxd/outboxd/internal/leader"
+	"github.com/outboxd/outboxd/internal/startstop"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/store"
 )
 
 // Defaults of Config.
@@ -32,6 +31,10 @@ const (
 	RequeueAfterDefault = 30 * time.Minute
 	// LimitDefault is the most candidates one sweep handles (--limit).
 	LimitDefault = 1000
+	// EveryDefault is the default Config.Every of the service.
+	EveryDefault = time.Minute
+	// LeaseTTLDefault is the default Config.LeaseTTL.
+	LeaseTTLDefault = 15 * time.Second
 )
 
 // Fault points (tests only).
@@ -40,8 +43,8 @@ const (
 	// published, and ends the sweep as a crash would: the claim stays, so
 	// the document is a candidate again only after RequeueAfter.
 	FaultAfterClaim = "reconciler.after-claim"
-	// FaultRollback makes the rollback of a failed publish fail, as a
-	// MongoDB error would.
+	// FaultRollback makes the rollback of a failed publish fail, as a store
+	// error would.
 	FaultRollback = "reconciler.rollback"
 )
 
@@ -65,351 +68,153 @@ type Config struct {
 	// Limit is the most candidates one sweep handles, oldest first; the
 	// next sweep continues. Defaults to LimitDefault (1000).
 	Limit int
-	// Clock tells the time for ages, thresholds and claim stamps. Defaults
-	// to the system clock.
-	Clock clock.Clock
-	// Faults arms fault points in tests. Defaults to none.
-	Faults *fault.Set
+	// Every is how often the service (Start) sweeps while it holds the
+	// reconciler's lease. Defaults to EveryDefault (1 minute).
+	Every time.Duration
+	// LeaseTTL is the reconciler lease's TTL: one replica sweeps at a time.
+	// Defaults to LeaseTTLDefault (15s).
+	LeaseTTL time.Duration
+	// Owner names this reconciler in the lease. Defaults to
+	// "<hostname>-<pid>".
+	Owner string
+	// Now tells the time for ages, thresholds and claim stamps. Defaults to
+	// time.Now; tests set a fake clock.
+	Now func() time.Time
 	// Registerer receives the reconciler's metrics. Defaults to none (the
 	// metrics are kept but not exported).
 	Registerer prometheus.Registerer
+
+	// faults arms fault points in tests (export_test.go).
+	faults *fault.Set
+	// beforeRollback runs after a failed publish, before its rollback
+	// (tests only).
+	beforeRollback func(id string)
 }
+
+var instances atomic.Int64
 
 func (c *Config) withDefaults() *Config {
-	if c == nil {
-		c = &Config{}
+	var out Config
+	if c != nil {
+		out = *c
 	}
-	return &Config{
-		Stream:       cmp.Or(c.Stream, outbox.StreamDefault),
-		MinAge:       cmp.Or(c.MinAge, MinAgeDefault),
-		RequeueAfter: cmp.Or(c.RequeueAfter, RequeueAfterDefault),
-		Limit:        cmp.Or(c.Limit, LimitDefault),
-		Clock:        cmp.Or[clock.Clock](c.Clock, clock.System),
-		Faults:       c.Faults,
-		Registerer:   c.Registerer,
+	out.Stream = cmp.Or(out.Stream, outbox.StreamDefault)
+	out.MinAge = cmp.Or(out.MinAge, MinAgeDefault)
+	out.RequeueAfter = cmp.Or(out.RequeueAfter, RequeueAfterDefault)
+	out.Limit = cmp.Or(out.Limit, LimitDefault)
+	out.Every = cmp.Or(out.Every, EveryDefault)
+	out.LeaseTTL = cmp.Or(out.LeaseTTL, LeaseTTLDefault)
+	if out.Owner == "" {
+		out.Owner = config.InstanceName("reconciler", instances.Add(1))
 	}
+	if out.Now == nil {
+		out.Now = time.Now
+	}
+	return &out
 }
 
+// validate checks a defaulted config; each error names the field.
 func (c *Config) validate() error {
-	switch {
-	case c.MinAge < 0:
-		return fmt.Errorf("reconciler: MinAge must not be negative, got %s", c.MinAge)
-	case c.RequeueAfter < 0:
-		// A claim must hold for some time, or concurrent runs would both
-		// claim the same document.
-		return fmt.Errorf("reconciler: RequeueAfter must be positive, got %s", c.RequeueAfter)
-	case c.RequeueAfter < time.Millisecond:
-		return fmt.Errorf("reconciler: RequeueAfter must be at least 1ms (MongoDB's date precision), got %s", c.RequeueAfter)
-	case c.Limit < 0:
-		return fmt.Errorf("reconciler: Limit must be positive, got %d", c.Limit)
+	var errs []error
+	if c.MinAge < 0 {
+		errs = append(errs, fmt.Errorf("MinAge must not be negative (got %s)", c.MinAge))
 	}
-	return nil
+	// A claim must hold for some time, or concurrent runs would both claim
+	// the same document; a millisecond is the stores' time precision.
+	if c.RequeueAfter < time.Millisecond {
+		errs = append(errs, fmt.Errorf("RequeueAfter must be at least 1ms (got %s)", c.RequeueAfter))
+	}
+	if c.Limit < 1 {
+		errs = append(errs, fmt.Errorf("Limit must be at least 1 (got %d)", c.Limit))
+	}
+	if c.Every < time.Millisecond {
+		errs = append(errs, fmt.Errorf("Every must be at least 1ms (got %s)", c.Every))
+	}
+	if c.LeaseTTL < 30*time.Millisecond {
+		errs = append(errs, fmt.Errorf("LeaseTTL must be at least 30ms (got %s)", c.LeaseTTL))
+	}
+	return errors.Join(errs...)
 }
 
-// Reconciler re-publishes originals that never reached syncedAt. See the
-// package documentation for one sweep's steps.
+// Reconciler re-publishes originals that never reached syncedAt. Sweep runs
+// one sweep on demand. As a service (package startstop's lifecycle), Start
+// checks that Redis and the store answer, then sweeps every Config.Every
+// while this replica holds the reconciler's lease (one replica sweeps at a
+// time); Stop ends the schedule, a sweep in progress stopping between two
+// documents.
 type Reconciler struct {
-	events       lungo.ICollection
-	rdb          redis.UniversalClient
-	stream       string
-	minAge       time.Duration
-	requeueAfter time.Duration
-	limit        int
-	clock        clock.Clock
-	faults       *fault.Set
-	logger       *zap.Logger
-	metrics      *metrics
+	startstop.Base
 
-	// testHookBeforeRollback runs after a failed publish, before its
-	// rollback (tests only).
-	testHookBeforeRollback func(id primitive.ObjectID)
+	st      store.Store
+	rdb     redis.UniversalClient
+	cfg     *Config
+	logger  *zap.Logger
+	metrics *metrics
+	elector *leader.Elector
+
+	last atomic.Pointer[Report]
 }
 
-// New returns a Reconciler for the originals in db that publishes to rdb.
+// New returns a Reconciler for the originals in st that publishes to rdb.
 // A nil cfg means all defaults; an invalid one is an error naming the field.
-func New(db lungo.IDatabase, rdb redis.UniversalClient, cfg *Config, logger *zap.Logger) (*Reconciler, error) {
-	if db == nil || rdb == nil {
-		return nil, errors.New("reconciler: a MongoDB database and a Redis client are required")
+func New(st store.Store, rdb redis.UniversalClient, cfg *Config, logger *zap.Logger) (*Reconciler, error) {
+	if st == nil || rdb == nil {
+		return nil, errors.New("reconciler: a store and a Redis client are required")
 	}
-	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
-		return nil, err
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, fmt.Errorf("invalid reconciler config: %w", err)
 	}
 	if logger == nil {
 		logger = zap.NewNop()
 	}
-	m, err := newMetrics(cfg.Registerer, cfg.Stream)
+	m, err := newMetrics(c.Registerer, c.Stream)
 	if err != nil {
-		return nil, fmt.Errorf("reconciler: error registering metrics: %w", err)
+		return nil, fmt.Errorf("error registering reconciler metrics: %w", err)
 	}
-	return &Reconciler{
-		events:       db.Collection(outbox.EventsCollection),
-		rdb:          rdb,
-		stream:       cfg.Stream,
-		minAge:       cfg.MinAge,
-		requeueAfter: cfg.RequeueAfter,
-		limit:        cfg.Limit,
-		clock:        cfg.Clock,
-		faults:       cfg.Faults,
-		logger:       logger.Named("reconciler").With(zap.String("stream", cfg.Stream)),
-		metrics:      m,
-	}, nil
+	r := &Reconciler{st: st, rdb: rdb, cfg: c, metrics: m,
+		logger: logger.Named("reconciler").With(zap.String("stream", c.Stream))}
+	r.elector = leader.New(st, leader.Config{Name: LeaseName(c.Stream), Owner: c.Owner, TTL: c.LeaseTTL, Now: c.Now,
+		Hooks: leader.Hooks{
+			Elected: func(store.Lease) { m.leader.Set(1) },
+			Demoted: func(store.Lease, error) { m.leader.Set(0) },
+		}}, r.logger)
+	r.Init(r.preflight, r.run)
+	return r, nil
 }
 
-// now returns the clock's time at MongoDB's precision, so a stamp written
-// to a document compares equal when it is used in a filter.
-func (r *Reconciler) now() time.Time { return r.clock.Now().UTC().Truncate(time.Millisecond) }
+// LeaseName is the name of the periodic reconciler's lease of stream.
+func LeaseName(stream string) string { return "reconciler:" + stream }
 
-// requeueEligible matches documents never claimed, or claimed before
-// threshold. {lastRequeuedAt: null} matches a missing field too.
-func requeueEligible(threshold time.Time) bson.E {
-	return bson.E{Key: "$or", Value: bson.A{
-		bson.D{{Key: "lastRequeuedAt", Value: nil}},
-		bson.D{{Key: "lastRequeuedAt", Value: bson.D{{Key: "$lt", Value: threshold}}}},
-	}}
-}
-
-// CandidateFilter returns the query of one sweep at now: unsynced, not
-// parked, created before now-minAge, and never claimed or claimed before
-// now-requeueAfter. Sort by createdAt ascending. It is exported so that
-// tests and tools can explain it against the reconciler index.
-func CandidateFilter(now time.Time, minAge, requeueAfter time.Duration) bson.D {
-	return append(outbox.PendingFilter(),
-		bson.E{Key: "createdAt", Value: bson.D{{Key: "$lt", Value: now.Add(-minAge)}}},
-		requeueEligible(now.Add(-requeueAfter)),
-	)
-}
-
-// CandidateSort is the order of candidates: oldest first.
-var CandidateSort = bson.D{{Key: "createdAt", Value: 1}}
-
-// Sweep runs one sweep and reports what it did. Per-document failures are
-// counted in the report (see Report.Failed); the error is for failures of
-// the sweep itself: the candidate query, MongoDB becoming unreachable,
-// ctx ending, or an injected crash. The report holds what was done until
-// then.
-func (r *Reconciler) Sweep(ctx context.Context) (rep Report, err error) {
-	began := time.Now()
-	now := r.now()
-	rep = Report{Stream: r.stream, StartedAt: now}
-	defer func() {
-		rep.Duration = time.Since(began)
-		r.metrics.observe(&rep, err)
-	}()
-
-	ids, err := r.candidates(ctx, now)
-	if err != nil {
-		return rep, err
+func (r *Reconciler) preflight(ctx context.Context) error {
+	if err := r.rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("error reaching Redis: %w", err)
 	}
-	rep.Scanned = len(ids)
-	rep.LimitReached = len(ids) == r.limit
-	for _, id := range ids {
-		if err := ctx.Err(); err != nil {
-			return rep, err
-		}
-		if err := r.reconcile(ctx, id, &rep); err != nil {
-			return rep, err
-		}
-	}
-	if err := r.measure(ctx, now, &rep); err != nil {
-		return rep, err
-	}
-	return rep, nil
-}
-
-// candidates returns the ids of this sweep's candidates, oldest first.
-func (r *Reconciler) candidates(ctx context.Context, now time.Time) ([]primitive.ObjectID, error) {
-	cur, err := r.events.Find(ctx, CandidateFilter(now, r.minAge, r.requeueAfter), options.Find().
-		SetSort(CandidateSort).
-		SetLimit(int64(r.limit)).
-		SetProjection(bson.D{{Key: "_id", Value: 1}}))
-	if err != nil {
-		return nil, fmt.Errorf("error querying reconciler candidates: %w", err)
-	}
-	var docs []struct {
-		ID primitive.ObjectID `bson:"_id"`
-	}
-	if err := cur.All(ctx, &docs); err != nil {
-		return nil, fmt.Errorf("error reading reconciler candidates: %w", err)
-	}
-	ids := make([]primitive.ObjectID, len(docs))
-	for i, d := range docs {
-		ids[i] = d.ID
-	}
-	return ids, nil
-}
-
-// reconcile claims, publishes and, when publishing fails, rolls back one
-// document, counting the outcome in rep. It returns an error only when the
-// sweep must stop.
-func (r *Reconciler) reconcile(ctx context.Context, id primitive.ObjectID, rep *Report) error {
-	logger := r.logger.With(zap.String("event_id", id.Hex()))
-	attemptedAt := r.now()
-	ev, err := r.claim(ctx, id, attemptedAt)
-	switch {
-	case errors.Is(err, errNotClaimed):
-		rep.Skipped++
-		return nil
-	case err != nil && (ctx.Err() != nil || mongodb.IsUnavailable(err)):
-		return err
-	case err != nil:
-		rep.ClaimFailed++
-		logger.Warn("error claiming event", zap.Error(err))
-		return nil
-	}
-	rep.Claimed++
-
-	if err := r.faults.Check(FaultAfterClaim); err != nil {
-		return err
-	}
-
-	err = r.rdb.XAdd(ctx, &redis.XAddArgs{Stream: r.stream, Values: ev.Message(outbox.OriginReconciler).Values()}).Err()
-	if err == nil {
-		rep.Published++
-		return nil
-	}
-	rep.PublishFailed++
-	logger.Warn("error publishing event, rolling back its claim", zap.Error(err))
-
-	if r.testHookBeforeRollback != nil {
-		r.testHookBeforeRollback(id)
-	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
-	defer cancel()
-	restored, rerr := r.rollback(rctx, id, attemptedAt, ev.LastRequeuedAt)
-	switch {
-	case rerr != nil:
-		rep.RollbackFailed++
-		logger.Error("error rolling back claim; the event is a candidate again after requeue-after",
-			zap.Duration("requeue_after", r.requeueAfter), zap.Error(rerr))
-	case restored:
-		rep.RolledBack++
-	default:
-		rep.RollbackSkipped++
-		logger.Info("claim not rolled back: a newer claim owns the event")
-	}
-	return ctx.Err()
-}
-
-// errNotClaimed means the document no longer matched the claim conditions.
-var errNotClaimed = errors.New("event not claimed")
-
-// claim stamps the document with attemptedAt and increments its
-// requeueCount while it is still a candidate (unsynced, not parked, not
-// claimed since attemptedAt-RequeueAfter), and returns the document as it
-// was before the claim, without its payload. It returns errNotClaimed when
-// the document no longer matches, for example because another run claimed
-// it first.
-func (r *Reconciler) claim(ctx context.Context, id primitive.ObjectID, attemptedAt time.Time) (*outbox.Event, error) {
-	filter := append(bson.D{{Key: "_id", Value: id}}, outbox.PendingFilter()...)
-	filter = append(filter, requeueEligible(attemptedAt.Add(-r.requeueAfter)))
-	update := bson.D{
-		{Key: "$set", Value: bson.D{{Key: "lastRequeuedAt", Value: attemptedAt}}},
-		{Key: "$inc", Value: bson.D{{Key: "requeueCount", Value: int64(1)}}},
-	}
-	var ev outbox.Event
-	err := r.events.FindOneAndUpdate(ctx, filter, update, options.FindOneAndUpdate().
-		SetReturnDocument(options.Before).
-		SetProjection(bson.D{{Key: "payload", Value: 0}})).Decode(&ev)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return nil, errNotClaimed
-	}
-	if err != nil {
-		return nil, fmt.Errorf("error claiming event %s: %w", id.Hex(), err)
-	}
-	return &ev, nil
-}
-
-// rollback undoes this run's claim on id after a failed publish, only
-// while lastRequeuedAt still equals attemptedAt (the run's ownership
-// token): a newer claim by another run is left alone. It restores the
-// value the claim replaced (prev; null when there was none), so the
-// document is a candidate again at the next sweep instead of after
-// RequeueAfter, and decrements requeueCount, since nothing was requeued.
-// It reports whether it restored the document.
-func (r *Reconciler) rollback(ctx context.Context, id primitive.ObjectID, attemptedAt time.Time, prev *time.Time) (bool, error) {
-	if err := r.faults.Check(FaultRollback); err != nil {
-		return false, err
-	}
-	res, err := r.events.UpdateOne(ctx,
-		bson.D{{Key: "_id", Value: id}, {Key: "lastRequeuedAt", Value: attemptedAt}},
-		bson.D{
-			{Key: "$set", Value: bson.D{{Key: "lastRequeuedAt", Value: prev}}},
-			{Key: "$inc", Value: bson.D{{Key: "requeueCount", Value: int64(-1)}}},
-		})
-	if err != nil {
-		return false, fmt.Errorf("error rolling back the claim on event %s: %w", id.Hex(), err)
-	}
-	return res.MatchedCount == 1, nil
-}
-
-// measure fills the state part of rep: the age of the oldest unsynced,
-// unparked original (claimed or not) and the parked originals by
-// category.
-func (r *Reconciler) measure(ctx context.Context, now time.Time, rep *Report) error {
-	oldest, ok, err := outbox.OldestPending(ctx, r.events.Database())
-	if err != nil {
-		return fmt.Errorf("error finding the oldest unsynced event: %w", err)
-	}
-	if ok {
-		rep.OldestUnsyncedAge = max(now.Sub(oldest), 0)
-	}
-
-	// Parked originals are unsynced ones with a syncFailure. The embedded
-	// engine has no aggregation, so count per known category and put the
-	// rest under CategoryOther.
-	parked, err := r.events.CountDocuments(ctx, bson.D{
-		{Key: "syncedAt", Value: nil},
-		{Key: "syncFailure", Value: bson.D{{Key: "$ne", Value: nil}}},
-	})
-	if err != nil {
-		return fmt.Errorf("error counting parked events: %w", err)
-	}
-	rep.Failures = make(map[string]int64, len(knownCategories)+1)
-	var known int64
-	for _, cat := range knownCategories {
-		n, err := r.events.CountDocuments(ctx, bson.D{
-			{Key: "syncedAt", Value: nil},
-			{Key: "syncFailure.category", Value: cat},
-		})
-		if err != nil {
-			return fmt.Errorf("error counting parked events of category %s: %w", cat, err)
-		}
-		rep.Failures[cat] = n
-		known += n
-	}
-	if other := parked - known; other > 0 {
-		rep.Failures[CategoryOther] = other
+	if err := r.st.Ping(ctx); err != nil {
+		return fmt.Errorf("error reaching the store: %w", err)
 	}
 	return nil
 }
 
-// CategoryOther counts, in Report.Failures, parked originals whose
-// syncFailure category is none of the known ones.
-const CategoryOther = "other"
+// LastReport returns the report of the last sweep this Reconciler ran, or
+// nil.
+func (r *Reconciler) LastReport() *Report { return r.last.Load() }
 
-var knownCategories = []string{outbox.CategoryNonRetryable, outbox.CategoryPoison}
-
-// Run sweeps now and then every interval until ctx ends, logging each
-// report (at Info only when the sweep did work). It returns nil when ctx
-// ends; per-sweep errors are logged, not returned, so one bad sweep does
-// not stop the schedule.
-func (r *Reconciler) Run(ctx context.Context, every time.Duration) error {
-	if every <= 0 {
-		return fmt.Errorf("reconciler: every must be positive, got %s", every)
-	}
-	r.logger.Debug("reconciler started", zap.Duration("every", every))
+func (r *Reconciler) run(fetchCtx, workCtx context.Context) error {
+	r.logger.Debug("reconciler started", zap.Duration("every", r.cfg.Every))
 	defer r.logger.Debug("reconciler stopped")
-	ticker := time.NewTicker(every)
-	defer ticker.Stop()
-	for {
-		r.sweepAndLog(ctx)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-ticker.C:
+	return r.elector.Run(fetchCtx, workCtx, func(ctx context.Context, _ store.Lease) error {
+		ticker := time.NewTicker(r.cfg.Every)
+		defer ticker.Stop()
+		for {
+			r.sweepAndLog(ctx)
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-ticker.C:
+			}
 		}
-	}
+	})
 }
 
 func (r *Reconciler) sweepAndLog(ctx context.Context) {
@@ -427,3 +232,137 @@ func (r *Reconciler) sweepAndLog(ctx context.Context) {
 		r.logger.Debug("sweep done", zap.Object("report", rep))
 	}
 }
+
+// now returns the clock's time at the stores' millisecond precision, so a
+// stamp written to a document compares equal when it is used in a filter.
+func (r *Reconciler) now() time.Time { return r.cfg.Now().UTC().Truncate(time.Millisecond) }
+
+// Sweep runs one sweep and reports what it did. Per-document failures are
+// counted in the report (see Report.Failed); the error is for failures of
+// the sweep itself: the candidate query, the store becoming unreachable,
+// ctx ending, or an injected crash. The report holds what was done until
+// then.
+func (r *Reconciler) Sweep(ctx context.Context) (rep Report, err error) {
+	began := time.Now()
+	now := r.now()
+	rep = Report{Stream: r.cfg.Stream, StartedAt: now}
+	defer func() {
+		rep.Duration = time.Since(began)
+		r.metrics.observe(&rep, err)
+		saved := rep
+		r.last.Store(&saved)
+	}()
+
+	ids, err := r.st.Candidates(ctx, store.CandidateQuery{
+		CreatedBefore: now.Add(-r.cfg.MinAge), ClaimedBefore: now.Add(-r.cfg.RequeueAfter), Limit: r.cfg.Limit,
+	})
+	if err != nil {
+		return rep, fmt.Errorf("error querying reconciler candidates: %w", err)
+	}
+	rep.Scanned = len(ids)
+	rep.LimitReached = len(ids) == r.cfg.Limit
+	for _, id := range ids {
+		if err := ctx.Err(); err != nil {
+			return rep, err
+		}
+		if err := r.reconcile(ctx, id, &rep); err != nil {
+			return rep, err
+		}
+	}
+	if err := r.measure(ctx, now, &rep); err != nil {
+		return rep, err
+	}
+	return rep, nil
+}
+
+// reconcile claims, publishes and, when publishing fails, rolls back one
+// document, counting the outcome in rep. It returns an error only when the
+// sweep must stop.
+func (r *Reconciler) reconcile(ctx context.Context, id string, rep *Report) error {
+	logger := r.logger.With(zap.String("event_id", id))
+	attemptedAt := r.now()
+	ev, err := r.st.Claim(ctx, id, attemptedAt, attemptedAt.Add(-r.cfg.RequeueAfter))
+	switch {
+	case errors.Is(err, store.ErrNotClaimed):
+		rep.Skipped++
+		return nil
+	case err != nil && (ctx.Err() != nil || store.IsUnavailable(err)):
+		return err
+	case err != nil:
+		rep.ClaimFailed++
+		logger.Warn("error claiming event", zap.Error(err))
+		return nil
+	}
+	rep.Claimed++
+
+	if err := r.cfg.faults.Check(FaultAfterClaim); err != nil {
+		return err
+	}
+
+	err = r.rdb.XAdd(ctx, &redis.XAddArgs{Stream: r.cfg.Stream, Values: ev.Message(outbox.OriginReconciler).Values()}).Err()
+	if err == nil {
+		rep.Published++
+		return nil
+	}
+	rep.PublishFailed++
+	logger.Warn("error publishing event, rolling back its claim", zap.Error(err))
+
+	if r.cfg.beforeRollback != nil {
+		r.cfg.beforeRollback(id)
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	defer cancel()
+	restored, rerr := r.rollback(rctx, id, attemptedAt, ev.LastRequeuedAt)
+	switch {
+	case rerr != nil:
+		rep.RollbackFailed++
+		logger.Error("error rolling back claim; the event is a candidate again after requeue-after",
+			zap.Duration("requeue_after", r.cfg.RequeueAfter), zap.Error(rerr))
+	case restored:
+		rep.RolledBack++
+	default:
+		rep.RollbackSkipped++
+		logger.Info("claim not rolled back: a newer claim owns the event")
+	}
+	return ctx.Err()
+}
+
+// rollback undoes this run's claim on id after a failed publish, only
+// while lastRequeuedAt still equals attemptedAt (the run's ownership
+// token): a newer claim by another run is left alone.
+func (r *Reconciler) rollback(ctx context.Context, id string, attemptedAt time.Time, prev *time.Time) (bool, error) {
+	if err := r.cfg.faults.Check(FaultRollback); err != nil {
+		return false, err
+	}
+	return r.st.RollbackClaim(ctx, id, attemptedAt, prev)
+}
+
+// measure fills the state part of rep from the store's counts: the age of
+// the oldest unsynced, unparked original (claimed or not) and the parked
+// originals by category.
+func (r *Reconciler) measure(ctx context.Context, now time.Time, rep *Report) error {
+	c, err := r.st.Counts(ctx)
+	if err != nil {
+		return fmt.Errorf("error reading the store's counts: %w", err)
+	}
+	if c.OldestPending != nil {
+		rep.OldestUnsyncedAge = max(now.Sub(*c.OldestPending), 0)
+	}
+	rep.Failures = map[string]int64{}
+	for _, cat := range knownCategories {
+		rep.Failures[cat] = 0
+	}
+	for cat, n := range c.FailedByCategory {
+		if !slices.Contains(knownCategories, cat) {
+			cat = CategoryOther
+		}
+		rep.Failures[cat] += n
+	}
+	return nil
+}
+
+// CategoryOther counts, in Report.Failures, parked originals whose
+// syncFailure category is none of the known ones.
+const CategoryOther = store.CategoryOther
+
+var knownCategories = []string{outbox.CategoryNonRetryable, outbox.CategoryPoison}

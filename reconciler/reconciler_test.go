@@ -9,12 +9,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.mongodb.org/mongo-driver/bson"
-	"go.mongodb.org/mongo-driver/bson/primitive"
 
 	"github.com/outboxd/outboxd/internal/fault"
 	"github.com/outboxd/outboxd/internal/testkit"
-	"github.com/outboxd/outboxd/migrations"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/reconciler"
 )
@@ -26,7 +23,7 @@ func TestReconciler(t *testing.T) {
 	t.Run("Defaults", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		r, err := reconciler.New(b.mongo.DB, b.rdb, nil, nil)
+		r, err := reconciler.New(b.st, b.rdb, nil, nil)
 		require.NoError(t, err)
 		// A fresh original is younger than the 5 minute default: untouched.
 		b.clock.Set(time.Now())
@@ -45,11 +42,13 @@ func TestReconciler(t *testing.T) {
 			"MinAge":       {MinAge: -time.Second},
 			"RequeueAfter": {RequeueAfter: -time.Second},
 			"Limit":        {Limit: -1},
+			"Every":        {Every: -time.Second},
+			"LeaseTTL":     {LeaseTTL: time.Millisecond},
 		} {
-			_, err := reconciler.New(b.mongo.DB, b.rdb, cfg, nil)
+			_, err := reconciler.New(b.st, b.rdb, cfg, nil)
 			require.ErrorContains(t, err, field)
 		}
-		_, err := reconciler.New(b.mongo.DB, b.rdb, &reconciler.Config{RequeueAfter: time.Microsecond}, nil)
+		_, err := reconciler.New(b.st, b.rdb, &reconciler.Config{RequeueAfter: time.Microsecond}, nil)
 		require.ErrorContains(t, err, "RequeueAfter")
 	})
 
@@ -57,16 +56,11 @@ func TestReconciler(t *testing.T) {
 		t.Parallel()
 		// Each case writes one original at t0 and shapes it; the sweep runs
 		// at now = t0 + age.
-		type shape func(b *testBundle, id primitive.ObjectID, now time.Time)
-		set := func(field string, v any) shape {
-			return func(b *testBundle, id primitive.ObjectID, _ time.Time) {
-				b.update(t, id, bson.D{{Key: "$set", Value: bson.D{{Key: field, Value: v}}}})
-			}
-		}
+		type shape func(t *testing.T, b *testBundle, id string, now time.Time)
+		synced := func(t *testing.T, b *testBundle, id string, _ time.Time) { b.markSynced(t, id, t0.Add(time.Second)) }
+		failed := func(t *testing.T, b *testBundle, id string, _ time.Time) { b.park(t, id, outbox.CategoryPoison) }
 		requeued := func(ago time.Duration) shape {
-			return func(b *testBundle, id primitive.ObjectID, now time.Time) {
-				b.update(t, id, bson.D{{Key: "$set", Value: bson.D{{Key: "lastRequeuedAt", Value: now.Add(-ago)}, {Key: "requeueCount", Value: int64(4)}}}})
-			}
+			return func(t *testing.T, b *testBundle, id string, now time.Time) { b.claimAt(t, id, now.Add(-ago)) }
 		}
 		old := minAge + time.Second
 		for _, tc := range []struct {
@@ -77,15 +71,12 @@ func TestReconciler(t *testing.T) {
 		}{
 			{name: "TooYoung", age: minAge - time.Second},
 			{name: "ExactlyMinAge", age: minAge},
-			{name: "Synced", age: old, shape: set("syncedAt", t0.Add(time.Second))},
-			{name: "Failed", age: old, shape: set("syncFailure", outbox.SyncFailure{Category: outbox.CategoryPoison, Code: "x", At: t0})},
+			{name: "Synced", age: old, shape: synced},
+			{name: "Failed", age: old, shape: failed},
 			{name: "RecentlyRequeued", age: old, shape: requeued(requeueAfter / 2)},
 			{name: "RequeuedExactlyRequeueAfterAgo", age: old, shape: requeued(requeueAfter)},
 			{name: "RequeuedLongAgo", age: old, shape: requeued(requeueAfter + time.Millisecond), claimed: true},
 			{name: "NeverRequeued", age: old, claimed: true},
-			{name: "NeverRequeuedFieldAbsent", age: old, claimed: true, shape: func(b *testBundle, id primitive.ObjectID, _ time.Time) {
-				b.update(t, id, bson.D{{Key: "$unset", Value: bson.D{{Key: "lastRequeuedAt", Value: ""}}}})
-			}},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				t.Parallel()
@@ -94,7 +85,7 @@ func TestReconciler(t *testing.T) {
 				b.clock.Advance(tc.age)
 				now := b.clock.Now()
 				if tc.shape != nil {
-					tc.shape(b, id, now)
+					tc.shape(t, b, id, now)
 				}
 				before := b.event(t, id)
 
@@ -111,7 +102,7 @@ func TestReconciler(t *testing.T) {
 				require.Equal(t, 1, rep.Scanned)
 				require.Equal(t, 1, rep.Claimed)
 				require.Equal(t, 1, rep.Published)
-				require.Equal(t, []string{id.Hex()}, b.published(t))
+				require.Equal(t, []string{id}, b.published(t))
 				require.NotNil(t, after.LastRequeuedAt)
 				require.True(t, now.Equal(*after.LastRequeuedAt))
 				require.Equal(t, before.RequeueCount+1, after.RequeueCount)
@@ -125,13 +116,13 @@ func TestReconciler(t *testing.T) {
 		b := setup(t)
 		// createdAt order differs from insertion (_id) order.
 		offsets := []int{4, 0, 6, 2, 5, 1, 3}
-		ids := make([]primitive.ObjectID, len(offsets))
+		ids := make([]string, len(offsets))
 		for i, off := range offsets {
 			b.clock.Set(t0.Add(time.Duration(off) * time.Second))
 			ids[i] = b.write(t)
 		}
 		byAge := slices.Clone(ids)
-		slices.SortFunc(byAge, func(x, y primitive.ObjectID) int {
+		slices.SortFunc(byAge, func(x, y string) int {
 			return offsets[slices.Index(ids, x)] - offsets[slices.Index(ids, y)]
 		})
 		b.clock.Set(t0.Add(time.Hour))
@@ -147,7 +138,7 @@ func TestReconciler(t *testing.T) {
 			require.Equal(t, want == 3, rep.LimitReached, "sweep %d", i)
 			require.False(t, rep.Failed())
 		}
-		require.Equal(t, hexes(byAge), b.published(t))
+		require.Equal(t, byAge, b.published(t))
 		// Reaching the limit is no failure, and the oldest unsynced age
 		// counts claimed originals too.
 		rep, err := r.Sweep(ctx)
@@ -195,7 +186,7 @@ func TestReconciler(t *testing.T) {
 		}
 		require.Len(t, counts, n)
 		for _, id := range ids {
-			require.Equal(t, 1, counts[id.Hex()], "event %s", id.Hex())
+			require.Equal(t, 1, counts[id], "event %s", id)
 			require.Equal(t, int64(1), b.event(t, id).RequeueCount)
 		}
 	})
@@ -208,8 +199,9 @@ func TestReconciler(t *testing.T) {
 		ids := b.writeAged(t, 3)
 		// One was requeued long ago: its rollback restores that stamp.
 		long := b.clock.Now().Add(-requeueAfter - time.Hour).UTC()
-		b.update(t, ids[1], bson.D{{Key: "$set", Value: bson.D{{Key: "lastRequeuedAt", Value: long}, {Key: "requeueCount", Value: int64(2)}}}})
-		r, err := reconciler.New(b.mongo.DB, rdb, b.config(), testkit.Logger(t))
+		b.claimAt(t, ids[1], long.Add(-requeueAfter-time.Hour))
+		b.claimAt(t, ids[1], long)
+		r, err := reconciler.New(b.st, rdb, b.config(), testkit.Logger(t))
 		require.NoError(t, err)
 
 		srv.Stop()
@@ -241,7 +233,7 @@ func TestReconciler(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 3, rep.Published)
 		require.False(t, rep.Failed())
-		require.ElementsMatch(t, hexes(ids), streamIDs(t, rdb, b.stream))
+		require.ElementsMatch(t, ids, streamIDs(t, rdb, b.stream))
 	})
 
 	t.Run("FailedRollbackWaitsForRequeueAfter", func(t *testing.T) {
@@ -250,7 +242,7 @@ func TestReconciler(t *testing.T) {
 		srv := testkit.NewRedisServer(t)
 		rdb := srv.Client()
 		ids := b.writeAged(t, 1)
-		r, err := reconciler.New(b.mongo.DB, rdb, b.config(), testkit.Logger(t))
+		r, err := reconciler.New(b.st, rdb, b.config(), testkit.Logger(t))
 		require.NoError(t, err)
 
 		srv.Stop()
@@ -272,7 +264,7 @@ func TestReconciler(t *testing.T) {
 		rep, err = r.Sweep(ctx)
 		require.NoError(t, err)
 		require.Equal(t, 1, rep.Published)
-		require.Equal(t, hexes(ids), streamIDs(t, rdb, b.stream))
+		require.Equal(t, ids, streamIDs(t, rdb, b.stream))
 		require.Equal(t, int64(2), b.event(t, ids[0]).RequeueCount)
 	})
 
@@ -293,14 +285,14 @@ func TestReconciler(t *testing.T) {
 		rep, err = r.Sweep(ctx)
 		require.NoError(t, err)
 		require.Equal(t, 1, rep.Published)
-		require.Equal(t, []string{ids[1].Hex()}, b.published(t))
+		require.Equal(t, []string{ids[1]}, b.published(t))
 
 		b.clock.Advance(requeueAfter + time.Millisecond)
 		rep, err = r.Sweep(ctx)
 		require.NoError(t, err)
 		require.Equal(t, 2, rep.Scanned) // ids[1] is unsynced too: no worker here
 		require.Equal(t, 2, rep.Published)
-		require.Equal(t, []string{ids[1].Hex(), ids[0].Hex(), ids[1].Hex()}, b.published(t))
+		require.Equal(t, []string{ids[1], ids[0], ids[1]}, b.published(t))
 		require.Equal(t, int64(2), b.event(t, ids[0]).RequeueCount)
 	})
 
@@ -309,15 +301,14 @@ func TestReconciler(t *testing.T) {
 		b := setup(t)
 		ids := b.writeAged(t, 5)
 		for i, cat := range []string{outbox.CategoryPoison, outbox.CategoryPoison, outbox.CategoryNonRetryable, "mystery"} {
-			b.update(t, ids[i], bson.D{{Key: "$set", Value: bson.D{{Key: "syncFailure", Value: outbox.SyncFailure{Category: cat, Code: "c", At: t0, Deliveries: 3}}}}})
+			b.park(t, ids[i], cat)
 		}
 		rep, err := b.reconciler(t, nil).Sweep(ctx)
 		require.NoError(t, err)
 		require.Equal(t, 1, rep.Published)
-		require.Equal(t, []string{ids[4].Hex()}, b.published(t))
+		require.Equal(t, []string{ids[4]}, b.published(t))
 		require.Equal(t, map[string]int64{outbox.CategoryPoison: 2, outbox.CategoryNonRetryable: 1, reconciler.CategoryOther: 1}, rep.Failures)
 		require.False(t, rep.Failed(), "parked originals are the worker's verdict, not a reconciler failure")
-		require.Equal(t, float64(2), b.metric(t, "outboxd_reconciler_parked_events", "category", outbox.CategoryPoison))
 		// Only ids[4] is pending; it was written last, 1s after ids[3].
 		require.Equal(t, minAge+time.Second, rep.OldestUnsyncedAge)
 	})
@@ -329,7 +320,6 @@ func TestReconciler(t *testing.T) {
 		rep, err := b.reconciler(t, nil).Sweep(ctx)
 		require.NoError(t, err)
 		require.Equal(t, float64(2), b.metric(t, "outboxd_reconciler_published_total", "stream", b.stream))
-		require.Equal(t, (minAge + 2*time.Second).Seconds(), b.metric(t, "outboxd_reconciler_oldest_unsynced_age_seconds"))
 		require.Equal(t, float64(1), b.metric(t, "outboxd_reconciler_sweeps_total", "result", "ok"))
 
 		raw, err := json.Marshal(rep)
@@ -350,25 +340,45 @@ func TestReconciler(t *testing.T) {
 		b.reconciler(t, nil)
 	})
 
-	t.Run("RunSweepsUntilCancelled", func(t *testing.T) {
+	t.Run("ServiceSweepsOnScheduleUntilStopped", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		r := b.reconciler(t, nil)
-		require.Error(t, r.Run(ctx, 0))
-
-		runCtx, cancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- r.Run(runCtx, 10*time.Millisecond) }()
+		cfg := b.config()
+		cfg.Every, cfg.LeaseTTL = 10*time.Millisecond, 300*time.Millisecond
+		r := b.reconciler(t, cfg)
+		require.NoError(t, r.Start(ctx))
 		ids := b.writeAged(t, 2)
 		require.Eventually(t, func() bool { return b.rdb.XLen(ctx, b.stream).Val() == 2 }, 5*time.Second, 10*time.Millisecond)
-		require.ElementsMatch(t, hexes(ids), b.published(t))
-		cancel()
-		select {
-		case err := <-done:
-			require.NoError(t, err)
-		case <-time.After(5 * time.Second):
-			t.Fatal("Run did not return after cancellation")
+		require.ElementsMatch(t, ids, b.published(t))
+		require.NotNil(t, r.LastReport())
+		require.Equal(t, float64(1), b.metric(t, "outboxd_reconciler_leader"))
+		require.NoError(t, r.Stop(ctx))
+		<-r.Stopped()
+		require.Equal(t, float64(0), b.metric(t, "outboxd_reconciler_leader"))
+		require.NoError(t, r.Stop(ctx), "Stop is idempotent")
+	})
+
+	t.Run("OnlyTheLeaderSweepsOnSchedule", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		var rs []*reconciler.Reconciler
+		for range 3 { // three replicas running reconcile --every
+			cfg := b.config()
+			cfg.Every, cfg.LeaseTTL, cfg.Registerer = 10*time.Millisecond, 300*time.Millisecond, nil
+			r := b.reconciler(t, cfg)
+			require.NoError(t, r.Start(ctx))
+			t.Cleanup(func() { _ = r.Stop(context.Background()) })
+			rs = append(rs, r)
 		}
+		b.writeAged(t, 1)
+		require.Eventually(t, func() bool { return b.rdb.XLen(ctx, b.stream).Val() == 1 }, 5*time.Second, 10*time.Millisecond)
+		sweepers := 0
+		for _, r := range rs {
+			if r.LastReport() != nil {
+				sweepers++
+			}
+		}
+		require.Equal(t, 1, sweepers, "one replica sweeps; the others stand by")
 	})
 
 	t.Run("RespectsContextCancellation", func(t *testing.T) {
@@ -381,55 +391,4 @@ func TestReconciler(t *testing.T) {
 		require.ErrorIs(t, err, context.Canceled)
 		require.Zero(t, rep.Claimed)
 	})
-}
-
-// TestCandidateQueryUsesReconcilerIndex proves on a real replica set that
-// the sweep's query is served by the reconciler index (no collection scan).
-func TestCandidateQueryUsesReconcilerIndex(t *testing.T) {
-	testkit.SkipUnlessRealMongo(t)
-	t.Parallel()
-	ctx := context.Background()
-	b := setup(t)
-	ids := b.writeAged(t, 50)
-	for _, id := range ids[:20] {
-		b.update(t, id, bson.D{{Key: "$set", Value: bson.D{{Key: "syncedAt", Value: t0}}}})
-	}
-	now := b.clock.Now()
-	var out bson.M
-	require.NoError(t, b.mongo.DB.RunCommand(ctx, bson.D{
-		{Key: "explain", Value: bson.D{
-			{Key: "find", Value: outbox.EventsCollection},
-			{Key: "filter", Value: reconciler.CandidateFilter(now, minAge, requeueAfter)},
-			{Key: "sort", Value: reconciler.CandidateSort},
-			{Key: "limit", Value: int64(reconciler.LimitDefault)},
-		}},
-		{Key: "verbosity", Value: "queryPlanner"},
-	}).Decode(&out))
-	planner, ok := out["queryPlanner"].(bson.M)
-	require.True(t, ok, "explain output: %v", out)
-	stages := map[string][]string{}
-	collectStages(planner["winningPlan"], stages)
-	require.NotContains(t, stages, "COLLSCAN", "winning plan: %v", planner["winningPlan"])
-	require.Contains(t, stages["IXSCAN"], migrations.IndexReconciler, "winning plan: %v", planner["winningPlan"])
-}
-
-// collectStages walks an explain plan and records the index names of each
-// stage ("" for stages without one).
-func collectStages(v any, into map[string][]string) {
-	switch x := v.(type) {
-	case bson.M:
-		if stage, ok := x["stage"].(string); ok {
-			name, _ := x["indexName"].(string)
-			into[stage] = append(into[stage], name)
-		}
-		for _, child := range x {
-			collectStages(child, into)
-		}
-	case bson.A:
-		for _, child := range x {
-			collectStages(child, into)
-		}
-	case bson.D:
-		collectStages(x.Map(), into)
-	}
 }

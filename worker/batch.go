@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"maps"
@@ -11,11 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
-	"go.mongodb.org/mongo-driver/bson"
-	"go.mongodb.org/mongo-driver/bson/primitive"
 	"go.uber.org/zap"
 
-	"github.com/outboxd/outboxd/internal/mongodb"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -28,15 +24,15 @@ type deadLetter struct {
 	deliveries int64
 }
 
-// handle runs one batch end to end: decode, one Find of the originals, one
-// PostgreSQL transaction, one UpdateMany for syncedAt, then the dead letters
-// and one XACK. Any error leaves the whole batch unacknowledged; running it
+// handle runs one batch end to end: decode, one read of the originals, one
+// PostgreSQL transaction, one write of syncedAt, then the dead letters and
+// one XACK. Any error leaves the whole batch unacknowledged; running it
 // again converges to the same state.
 func (w *Worker) handle(ctx context.Context, msgs []redis.XMessage) error {
 	w.metrics.batchSize.Observe(float64(len(msgs)))
 	var (
 		dead    []deadLetter
-		entries = map[primitive.ObjectID][]redis.XMessage{}
+		entries = map[string][]redis.XMessage{}
 	)
 	for _, m := range msgs {
 		msg, err := outbox.DecodeMessage(m.Values)
@@ -44,10 +40,9 @@ func (w *Worker) handle(ctx context.Context, msgs []redis.XMessage) error {
 			dead = append(dead, deadLetter{msg: m, err: err, category: outbox.CategoryNonRetryable})
 			continue
 		}
-		oid, _ := primitive.ObjectIDFromHex(msg.EventID) // checked by DecodeMessage
-		entries[oid] = append(entries[oid], m)
+		entries[msg.EventID] = append(entries[msg.EventID], m)
 	}
-	ids := slices.SortedFunc(maps.Keys(entries), func(a, b primitive.ObjectID) int { return bytes.Compare(a[:], b[:]) })
+	ids := slices.Sorted(maps.Keys(entries))
 
 	originals, invalid, err := w.load(ctx, ids)
 	if err != nil {
@@ -61,13 +56,13 @@ func (w *Worker) handle(ctx context.Context, msgs []redis.XMessage) error {
 		case invalid[id] != nil:
 			err = invalid[id]
 		case originals[id] == nil:
-			err = fmt.Errorf("%w: event %s", errMissingOriginal, id.Hex())
+			err = fmt.Errorf("%w: event %s", errMissingOriginal, id)
 		default:
 			events = append(events, originals[id])
 			continue
 		}
 		for i, m := range entries[id] {
-			dl := deadLetter{msg: m, eventID: id.Hex(), err: err, category: outbox.CategoryNonRetryable}
+			dl := deadLetter{msg: m, eventID: id, err: err, category: outbox.CategoryNonRetryable}
 			dead = append(dead, dl)
 			if i == 0 && invalid[id] != nil {
 				parked = append(parked, dl)
@@ -79,11 +74,11 @@ func (w *Worker) handle(ctx context.Context, msgs []redis.XMessage) error {
 	if err != nil {
 		return err
 	}
-	if err := w.cfg.Faults.Check(FaultAfterCommit); err != nil {
+	if err := w.cfg.faults.Check(FaultAfterCommit); err != nil {
 		return err
 	}
 
-	synced := make([]primitive.ObjectID, 0, len(events))
+	synced := make([]string, 0, len(events))
 	keep := map[string]bool{} // entries left pending for another delivery
 	if len(failed) > 0 {
 		poison, pending, err := w.poison(ctx, failed, entries)
@@ -110,14 +105,14 @@ func (w *Worker) handle(ctx context.Context, msgs []redis.XMessage) error {
 	if err := w.markSynced(ctx, synced); err != nil {
 		return err
 	}
-	now := w.cfg.Clock.Now()
+	now := w.cfg.Now()
 	for _, ev := range firstSync {
 		w.metrics.latency.Observe(now.Sub(ev.CreatedAt).Seconds())
 	}
 	if err := w.park(ctx, parked); err != nil {
 		return err
 	}
-	if err := w.cfg.Faults.Check(FaultAfterSyncedAt); err != nil {
+	if err := w.cfg.faults.Check(FaultAfterSyncedAt); err != nil {
 		return err
 	}
 
@@ -145,37 +140,29 @@ func (w *Worker) handle(ctx context.Context, msgs []redis.XMessage) error {
 	return nil
 }
 
-// load reads the originals of ids with one Find. A document that does not
-// decode, or lacks what the read model needs, is returned in invalid.
-func (w *Worker) load(ctx context.Context, ids []primitive.ObjectID) (map[primitive.ObjectID]*outbox.Event, map[primitive.ObjectID]error, error) {
-	originals := make(map[primitive.ObjectID]*outbox.Event, len(ids))
-	invalid := map[primitive.ObjectID]error{}
+// load reads the originals of ids with one store read. An original that
+// does not decode, or lacks what the read model needs, is returned in
+// invalid.
+func (w *Worker) load(ctx context.Context, ids []string) (map[string]*outbox.Event, map[string]error, error) {
+	originals := make(map[string]*outbox.Event, len(ids))
+	invalid := map[string]error{}
 	if len(ids) == 0 {
 		return originals, invalid, nil
 	}
-	cur, err := w.db.Collection(outbox.EventsCollection).Find(ctx, bson.M{"_id": mongodb.IDsIn(ids)})
+	loaded, err := w.st.LoadEvents(ctx, ids)
 	if err != nil {
 		return nil, nil, fmt.Errorf("error reading originals: %w", err)
 	}
-	var docs []bson.Raw
-	if err := cur.All(ctx, &docs); err != nil {
-		return nil, nil, fmt.Errorf("error reading originals: %w", err)
-	}
-	for _, doc := range docs {
-		oid, ok := doc.Lookup("_id").ObjectIDOK()
-		if !ok {
+	for id, l := range loaded {
+		if l.Err != nil {
+			invalid[id] = fmt.Errorf("%w: %w", errInvalidOriginal, l.Err)
 			continue
 		}
-		var ev outbox.Event
-		if err := bson.Unmarshal(doc, &ev); err != nil {
-			invalid[oid] = fmt.Errorf("%w: event %s does not decode: %v", errInvalidOriginal, oid.Hex(), err)
+		if err := checkOriginal(l.Event); err != nil {
+			invalid[id] = err
 			continue
 		}
-		if err := checkOriginal(&ev); err != nil {
-			invalid[oid] = err
-			continue
-		}
-		originals[oid] = &ev
+		originals[id] = l.Event
 	}
 	return originals, invalid, nil
 }
@@ -198,10 +185,7 @@ func checkOriginal(ev *outbox.Event) error {
 		missing = "createdAt"
 	}
 	if missing != "" {
-		return fmt.Errorf("%w: event %s has no %s", errInvalidOriginal, ev.ID.Hex(), missing)
-	}
-	if _, err := projectRows([]*outbox.Event{ev}); err != nil {
-		return fmt.Errorf("%w: %v", errInvalidOriginal, err)
+		return fmt.Errorf("%w: event %s has no %s", errInvalidOriginal, ev.ID, missing)
 	}
 	return nil
 }
@@ -210,7 +194,7 @@ func checkOriginal(ev *outbox.Event) error {
 // record, it projects each event alone to find the failing ones, so that
 // one bad record does not hold back the others; those are returned in
 // failed. Any other error is returned as is.
-func (w *Worker) project(ctx context.Context, events []*outbox.Event) (failed map[primitive.ObjectID]error, err error) {
+func (w *Worker) project(ctx context.Context, events []*outbox.Event) (failed map[string]error, err error) {
 	if len(events) == 0 {
 		return nil, nil
 	}
@@ -218,7 +202,7 @@ func (w *Worker) project(ctx context.Context, events []*outbox.Event) (failed ma
 	if classify(err) != classRecord {
 		return nil, err
 	}
-	failed = map[primitive.ObjectID]error{}
+	failed = map[string]error{}
 	if len(events) == 1 {
 		failed[events[0].ID] = err
 		return failed, nil
@@ -260,9 +244,9 @@ func (w *Worker) projectTx(ctx context.Context, events []*outbox.Event) error {
 // poison looks up the delivery count of the entries of failed events: those
 // delivered MaxDeliveries times are returned as poison, the others stay
 // pending to be reclaimed after ClaimIdle.
-func (w *Worker) poison(ctx context.Context, failed map[primitive.ObjectID]error, entries map[primitive.ObjectID][]redis.XMessage) (poison []deadLetter, pending []string, err error) {
+func (w *Worker) poison(ctx context.Context, failed map[string]error, entries map[string][]redis.XMessage) (poison []deadLetter, pending []string, err error) {
 	var cmds []*redis.XPendingExtCmd
-	var order []primitive.ObjectID
+	var order []string
 	_, err = w.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for id := range failed {
 			for _, m := range entries[id] {
@@ -277,7 +261,7 @@ func (w *Worker) poison(ctx context.Context, failed map[primitive.ObjectID]error
 	if err != nil {
 		return nil, nil, fmt.Errorf("error reading delivery counts: %w", err)
 	}
-	deliveries := map[primitive.ObjectID]int64{}
+	deliveries := map[string]int64{}
 	for i, cmd := range cmds {
 		for _, p := range cmd.Val() {
 			deliveries[order[i]] = max(deliveries[order[i]], p.RetryCount)
@@ -289,28 +273,24 @@ func (w *Worker) poison(ctx context.Context, failed map[primitive.ObjectID]error
 			for _, m := range entries[id] {
 				pending = append(pending, m.ID)
 			}
-			w.logger.Warn("record failed; left pending for another delivery", zap.String("event_id", id.Hex()),
+			w.logger.Warn("record failed; left pending for another delivery", zap.String("event_id", id),
 				zap.Int64("deliveries", n), zap.Error(ferr))
 			continue
 		}
 		for _, m := range entries[id] {
-			poison = append(poison, deadLetter{msg: m, eventID: id.Hex(), err: ferr, category: outbox.CategoryPoison, deliveries: n})
+			poison = append(poison, deadLetter{msg: m, eventID: id, err: ferr, category: outbox.CategoryPoison, deliveries: n})
 		}
 	}
 	return poison, pending, nil
 }
 
 // markSynced sets syncedAt (and clears a syncFailure a replay overcame) on
-// the originals not yet marked, in one UpdateMany.
-func (w *Worker) markSynced(ctx context.Context, ids []primitive.ObjectID) error {
+// the originals not yet marked, in one store write.
+func (w *Worker) markSynced(ctx context.Context, ids []string) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	now := w.cfg.Clock.Now().UTC()
-	_, err := w.db.Collection(outbox.EventsCollection).UpdateMany(ctx,
-		bson.M{"_id": mongodb.IDsIn(ids), "syncedAt": nil},
-		bson.M{"$set": bson.M{"syncedAt": now, "syncFailure": nil}})
-	if err != nil {
+	if _, err := w.st.MarkSynced(ctx, ids, w.cfg.Now()); err != nil {
 		return fmt.Errorf("error setting syncedAt on %d originals: %w", len(ids), err)
 	}
 	return nil
@@ -324,14 +304,11 @@ func (w *Worker) park(ctx context.Context, parked []deadLetter) error {
 			continue
 		}
 		seen[dl.eventID] = true
-		oid, _ := primitive.ObjectIDFromHex(dl.eventID)
 		f := outbox.SyncFailure{
 			Category: dl.category, Code: reason(dl.err), Message: dl.err.Error(),
-			At: w.cfg.Clock.Now().UTC(), Deliveries: dl.deliveries,
+			At: w.cfg.Now().UTC(), Deliveries: dl.deliveries,
 		}
-		_, err := w.db.Collection(outbox.EventsCollection).UpdateOne(ctx,
-			bson.M{"_id": oid, "syncedAt": nil}, bson.M{"$set": bson.M{"syncFailure": f}})
-		if err != nil {
+		if _, err := w.st.Park(ctx, dl.eventID, f); err != nil {
 			return fmt.Errorf("error setting syncFailure on %s: %w", dl.eventID, err)
 		}
 	}
@@ -344,7 +321,7 @@ func (w *Worker) finish(ctx context.Context, dead []deadLetter, ack []string) er
 		return nil
 	}
 	dlq := outbox.DLQStream(w.cfg.Stream)
-	now := w.cfg.Clock.Now().UTC().Format(time.RFC3339Nano)
+	now := w.cfg.Now().UTC().Format(time.RFC3339Nano)
 	var ackCmd *redis.IntCmd
 	cmds, err := w.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, dl := range dead {

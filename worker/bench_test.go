@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
-	"go.mongodb.org/mongo-driver/bson"
 	"go.uber.org/zap"
 
 	"github.com/outboxd/outboxd/internal/testkit"
@@ -24,30 +23,29 @@ import (
 const benchEventsEnv = "OUTBOXD_BENCH_EVENTS"
 
 // benchEventsDefault is the backlog size; OUTBOXD_BENCH_EVENTS=100000 gives
-// the 100k figure. The originals are seeded in bulk (testkit.Seed, not
-// timed), but the embedded engine clones the whole collection for every
-// inserted document, so seeding 100k takes about 16 minutes on 2 cores.
+// the 100k figure. The originals are seeded in bulk on the SQLite store
+// (testkit.Seed, not timed).
 const benchEventsDefault = 20_000
 
 // BenchmarkProjectBacklog measures how fast workers drain a backlog of
-// stream entries into PostgreSQL (decode, one Find, one transaction, one
-// UpdateMany, one XACK per batch), with 1 and 2 workers, against the raw
-// PostgreSQL limit: the default projector's one-statement unnest insert of
-// the same rows, without Redis or MongoDB. Run with -benchtime 1x.
+// stream entries into PostgreSQL (decode, one store read, one transaction,
+// one syncedAt write, one XACK per batch), with 1 and 2 workers, against the
+// raw PostgreSQL limit: the default projector's one-statement unnest insert
+// of the same rows, without Redis or the store. Run with -benchtime 1x.
 func BenchmarkProjectBacklog(b *testing.B) {
 	n := benchEventsDefault
 	if v, err := strconv.Atoi(os.Getenv(benchEventsEnv)); err == nil && v > 0 {
 		n = v
 	}
 	ctx := context.Background()
-	m := testkit.NewMongo(b, nil)
+	st := testkit.NewSQLite(b)
 	rdb, prefix := testkit.NewRedis(b)
 	pg := testkit.NewPostgres(b)
 	stream := prefix + ":stream"
 
-	// Originals in MongoDB, seeded in bulk with the documents ingest builds.
+	// Originals in the store, seeded in bulk with the records ingest builds.
 	started := time.Now()
-	writer := outbox.NewWriter(m.DB, &outbox.WriterConfig{Stream: stream})
+	writer := outbox.NewWriter(st, &outbox.WriterConfig{Stream: stream})
 	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	inputs := make([]outbox.Input, n)
 	for j := range inputs {
@@ -57,12 +55,11 @@ func BenchmarkProjectBacklog(b *testing.B) {
 			Payload:    []byte(`{"t":21.5,"n":3}`),
 		}
 	}
-	testkit.Seed(b, m.DB, writer, inputs)
-	var events []*outbox.Event
-	cur, err := m.DB.Collection(outbox.EventsCollection).Find(ctx, bson.M{})
-	require.NoError(b, err)
-	require.NoError(b, cur.All(ctx, &events))
-	require.Len(b, events, n)
+	seeded := testkit.Seed(b, st, writer, inputs)
+	events := make([]*outbox.Event, len(seeded))
+	for i := range seeded {
+		events[i] = &seeded[i]
+	}
 	b.Logf("%d originals written in %s", n, time.Since(started).Round(time.Millisecond))
 
 	// The backlog: one entry per original.
@@ -79,7 +76,7 @@ func BenchmarkProjectBacklog(b *testing.B) {
 	reset := func() {
 		_, err := pg.Pool.Exec(ctx, "TRUNCATE events, device_daily_stats")
 		require.NoError(b, err)
-		_, err = m.DB.Collection(outbox.EventsCollection).UpdateMany(ctx, bson.M{}, bson.M{"$set": bson.M{"syncedAt": nil}})
+		_, err = st.DB().ExecContext(ctx, "UPDATE events SET synced_at = NULL")
 		require.NoError(b, err)
 	}
 	rows := func() int64 {
@@ -97,7 +94,7 @@ func BenchmarkProjectBacklog(b *testing.B) {
 		start := time.Now()
 		var ws []*worker.Worker
 		for i := range workers {
-			w, err := worker.New(m.DB, rdb, pg.Pool, &worker.Config{
+			w, err := worker.New(st, rdb, pg.Pool, &worker.Config{
 				Stream: stream, Group: group, Consumer: fmt.Sprint("c", i), Block: 100 * time.Millisecond,
 			}, zap.NewNop())
 			require.NoError(b, err)
@@ -119,9 +116,9 @@ func BenchmarkProjectBacklog(b *testing.B) {
 		for _, w := range ws {
 			require.NoError(b, w.Stop(ctx))
 		}
-		unsynced, err := m.DB.Collection(outbox.EventsCollection).CountDocuments(ctx, bson.M{"syncedAt": nil})
+		c, err := st.Counts(ctx)
 		require.NoError(b, err)
-		require.Zero(b, unsynced)
+		require.Zero(b, c.Pending)
 		var stats int64
 		require.NoError(b, pg.Pool.QueryRow(ctx, "SELECT sum(event_count) FROM device_daily_stats").Scan(&stats))
 		require.Equal(b, int64(n), stats)

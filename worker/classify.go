@@ -9,8 +9,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/outboxd/outboxd/internal/fault"
-	"github.com/outboxd/outboxd/internal/mongodb"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/store"
 )
 
 // class is what the worker does about an error.
@@ -37,7 +37,7 @@ const (
 	classStopped
 )
 
-// errMissingOriginal reports a stream entry whose original is not in MongoDB.
+// errMissingOriginal reports a stream entry whose original is not in the store.
 var errMissingOriginal = errors.New("original not found")
 
 // errInvalidOriginal reports an original that cannot be projected as stored.
@@ -60,7 +60,7 @@ func classify(err error) class {
 	case errors.Is(err, ErrRecord), errors.Is(err, outbox.ErrBadMessage),
 		errors.Is(err, errMissingOriginal), errors.Is(err, errInvalidOriginal):
 		return classRecord
-	case mongodb.IsUnavailable(err), pgconn.Timeout(err):
+	case store.IsUnavailable(err), pgconn.Timeout(err):
 		return classInfra
 	}
 	var pgErr *pgconn.PgError

@@ -9,7 +9,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/outboxd/outboxd/internal/clock"
 	"github.com/outboxd/outboxd/internal/config"
 	"github.com/outboxd/outboxd/internal/fault"
 	"github.com/outboxd/outboxd/outbox"
@@ -79,69 +78,73 @@ type Config struct {
 	// TxAttemptsDefault (5).
 	TxAttempts int
 	// BackoffMax caps the jittered exponential backoff after an
-	// infrastructure failure (Redis, MongoDB or PostgreSQL unreachable).
+	// infrastructure failure (Redis, the store or PostgreSQL unreachable).
 	// Defaults to BackoffMaxDefault (10s).
 	BackoffMax time.Duration
 	// Projector writes batches into PostgreSQL. Defaults to
 	// NewEventsProjector().
 	Projector Projector
-	// Clock stamps syncedAt and syncFailure.at. Defaults to the system clock.
-	Clock clock.Clock
-	// Faults arms fault points in tests. Defaults to none.
-	Faults *fault.Set
+	// Now stamps syncedAt and syncFailure.at. Defaults to time.Now; tests
+	// set a fake clock.
+	Now func() time.Time
 	// Registerer receives the worker's metrics. Defaults to none (metrics
 	// are kept but not exported).
 	Registerer prometheus.Registerer
+
+	// faults arms fault points in tests (export_test.go).
+	faults *fault.Set
 }
 
 var instances atomic.Int64
 
 // withDefaults returns a copy of cfg with every unset field defaulted.
-func (cfg *Config) withDefaults() *Config {
-	var c Config
-	if cfg != nil {
-		c = *cfg
+func (c *Config) withDefaults() *Config {
+	var out Config
+	if c != nil {
+		out = *c
 	}
-	c.Stream = cmp.Or(c.Stream, outbox.StreamDefault)
-	c.Group = cmp.Or(c.Group, outbox.GroupDefault)
-	if c.Consumer == "" {
-		c.Consumer = config.InstanceName("worker", instances.Add(1))
+	out.Stream = cmp.Or(out.Stream, outbox.StreamDefault)
+	out.Group = cmp.Or(out.Group, outbox.GroupDefault)
+	if out.Consumer == "" {
+		out.Consumer = config.InstanceName("worker", instances.Add(1))
 	}
-	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
-	c.Block = cmp.Or(c.Block, BlockDefault)
-	c.ClaimIdle = cmp.Or(c.ClaimIdle, ClaimIdleDefault)
-	c.ClaimInterval = cmp.Or(c.ClaimInterval, min(c.ClaimIdle/2, ClaimIntervalMax))
-	c.MaxDeliveries = cmp.Or(c.MaxDeliveries, MaxDeliveriesDefault)
-	c.TxAttempts = cmp.Or(c.TxAttempts, TxAttemptsDefault)
-	c.BackoffMax = cmp.Or(c.BackoffMax, BackoffMaxDefault)
-	c.Projector = cmp.Or[Projector](c.Projector, NewEventsProjector())
-	c.Clock = cmp.Or[clock.Clock](c.Clock, clock.System)
-	return &c
+	out.BatchSize = cmp.Or(out.BatchSize, BatchSizeDefault)
+	out.Block = cmp.Or(out.Block, BlockDefault)
+	out.ClaimIdle = cmp.Or(out.ClaimIdle, ClaimIdleDefault)
+	out.ClaimInterval = cmp.Or(out.ClaimInterval, min(out.ClaimIdle/2, ClaimIntervalMax))
+	out.MaxDeliveries = cmp.Or(out.MaxDeliveries, MaxDeliveriesDefault)
+	out.TxAttempts = cmp.Or(out.TxAttempts, TxAttemptsDefault)
+	out.BackoffMax = cmp.Or(out.BackoffMax, BackoffMaxDefault)
+	out.Projector = cmp.Or[Projector](out.Projector, NewEventsProjector())
+	if out.Now == nil {
+		out.Now = time.Now
+	}
+	return &out
 }
 
 // validate checks a defaulted config and names the offending field.
 func (c *Config) validate() error {
 	var errs []error
 	if c.BatchSize < 1 || c.BatchSize > BatchSizeMax {
-		errs = append(errs, fmt.Errorf("BatchSize must be between 1 and %d, got %d", BatchSizeMax, c.BatchSize))
+		errs = append(errs, fmt.Errorf("BatchSize must be between 1 and %d (got %d)", BatchSizeMax, c.BatchSize))
 	}
 	if c.Block < time.Millisecond || c.Block > BlockMax {
-		errs = append(errs, fmt.Errorf("Block must be between 1ms and %s, got %s", BlockMax, c.Block))
+		errs = append(errs, fmt.Errorf("Block must be between 1ms and %s (got %s)", BlockMax, c.Block))
 	}
 	if c.ClaimIdle < time.Millisecond {
-		errs = append(errs, fmt.Errorf("ClaimIdle must be at least 1ms, got %s", c.ClaimIdle))
+		errs = append(errs, fmt.Errorf("ClaimIdle must be at least 1ms (got %s)", c.ClaimIdle))
 	}
 	if c.ClaimInterval < time.Millisecond {
-		errs = append(errs, fmt.Errorf("ClaimInterval must be at least 1ms, got %s", c.ClaimInterval))
+		errs = append(errs, fmt.Errorf("ClaimInterval must be at least 1ms (got %s)", c.ClaimInterval))
 	}
 	if c.MaxDeliveries < 1 {
-		errs = append(errs, fmt.Errorf("MaxDeliveries must be at least 1, got %d", c.MaxDeliveries))
+		errs = append(errs, fmt.Errorf("MaxDeliveries must be at least 1 (got %d)", c.MaxDeliveries))
 	}
 	if c.TxAttempts < 1 {
-		errs = append(errs, fmt.Errorf("TxAttempts must be at least 1, got %d", c.TxAttempts))
+		errs = append(errs, fmt.Errorf("TxAttempts must be at least 1 (got %d)", c.TxAttempts))
 	}
 	if c.BackoffMax < time.Millisecond {
-		errs = append(errs, fmt.Errorf("BackoffMax must be at least 1ms, got %s", c.BackoffMax))
+		errs = append(errs, fmt.Errorf("BackoffMax must be at least 1ms (got %s)", c.BackoffMax))
 	}
 	return errors.Join(errs...)
 }

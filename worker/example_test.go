@@ -4,16 +4,17 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"os"
+	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/outboxd/outboxd/internal/mongodb"
-	"github.com/outboxd/outboxd/internal/testkit"
-	"github.com/outboxd/outboxd/migrations"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/store/sqlitestore"
 	"github.com/outboxd/outboxd/worker"
 )
 
@@ -22,8 +23,8 @@ import (
 // event cannot move last_seen) and writes the batch in one statement,
 // aggregated per key so that no row is touched twice.
 //
-// The example needs the test PostgreSQL and Redis (make test starts them);
-// MongoDB is the embedded engine.
+// The example needs PostgreSQL and Redis at their defaults (make test and
+// make run set them up); the system of record is an SQLite file.
 func ExampleProjector() {
 	ctx := context.Background()
 	check := func(err error) {
@@ -32,24 +33,25 @@ func ExampleProjector() {
 		}
 	}
 
-	conn, err := mongodb.Open(ctx, mongodb.EmbeddedMemory, nil)
+	dir, err := os.MkdirTemp("", "outboxd-example")
 	check(err)
-	defer conn.Close(ctx)
-	db := conn.Client.Database("outboxd")
-	check(migrations.Mongo(ctx, db, nil))
-	opt, err := redis.ParseURL(testkit.RedisURL())
+	defer os.RemoveAll(dir)
+	st, err := sqlitestore.Open(ctx, filepath.Join(dir, "outboxd.db"), nil)
 	check(err)
-	rdb := redis.NewClient(opt)
+	defer st.Close(ctx)
+	check(st.Migrate(ctx, nil))
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer rdb.Close()
-	pool, err := pgxpool.New(ctx, testkit.PostgresURL())
+	pool, err := pgxpool.New(ctx, "postgres://outboxd:outboxd@127.0.0.1:5432/outboxd?sslmode=disable")
 	check(err)
 	defer pool.Close()
 
-	table := testkit.Name("example_device_last_seen")
+	unique := strconv.FormatInt(time.Now().UnixNano(), 36)
+	table := "example_device_last_seen_" + unique
 	_, err = pool.Exec(ctx, "CREATE TABLE "+table+" (device_key text PRIMARY KEY, last_seen timestamptz NOT NULL)")
 	check(err)
 	defer pool.Exec(ctx, "DROP TABLE "+table) //nolint:errcheck
-	stream := testkit.Name("example_stream")
+	stream := "example-stream-" + unique
 	defer rdb.Del(ctx, stream, outbox.DLQStream(stream))
 
 	lastSeen := worker.ProjectorFunc(func(ctx context.Context, tx pgx.Tx, events []*outbox.Event) error {
@@ -67,30 +69,32 @@ func ExampleProjector() {
 	})
 
 	// Three originals, published twice: the second copy changes nothing.
-	res, err := outbox.NewWriter(db, nil).Write(ctx, []outbox.Input{
+	res, err := outbox.NewWriter(st, nil).Write(ctx, []outbox.Input{
 		{SourceKey: "s", DeviceKey: "d1", OccurredAt: "2026-03-01T10:00:00Z"},
 		{SourceKey: "s", DeviceKey: "d1", OccurredAt: "2026-03-01T10:05:00Z"},
 		{SourceKey: "s", DeviceKey: "d2", OccurredAt: "2026-03-01T09:00:00Z"},
 	})
 	check(err)
+	ids := []string{res[0].ID, res[1].ID, res[2].ID}
+	originals, err := st.LoadEvents(ctx, ids)
+	check(err)
 	for range 2 {
-		for _, r := range res {
-			ev, err := outbox.FindEvent(ctx, db, r.ID)
-			check(err)
-			check(rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: ev.Message(outbox.OriginOutbox).Values()}).Err())
+		for _, id := range ids {
+			msg := originals[id].Event.Message(outbox.OriginOutbox)
+			check(rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: msg.Values()}).Err())
 		}
 	}
 
-	w, err := worker.New(db, rdb, pool, &worker.Config{Stream: stream, Projector: lastSeen, Block: 50 * time.Millisecond}, nil)
+	w, err := worker.New(st, rdb, pool, &worker.Config{Stream: stream, Projector: lastSeen, Block: 50 * time.Millisecond}, nil)
 	check(err)
 	check(w.Start(ctx))
 	// Wait until every original is synced.
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); <-tick.C {
-		n, err := db.Collection(outbox.EventsCollection).CountDocuments(ctx, map[string]any{"syncedAt": nil})
+		c, err := st.Counts(ctx)
 		check(err)
-		if n == 0 {
+		if c.Pending == 0 {
 			break
 		}
 	}

@@ -6,7 +6,8 @@ import (
 	ometrics "github.com/outboxd/outboxd/internal/metrics"
 )
 
-// metrics of all Workers registered on one Registerer are shared.
+// metrics of the Workers of one stream registered on one Registerer are
+// shared.
 type metrics struct {
 	processed     *prometheus.CounterVec
 	projection    prometheus.Histogram
@@ -17,65 +18,26 @@ type metrics struct {
 	groupsCreated prometheus.Counter
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, stream string) (*metrics, error) {
+	f := ometrics.NewFactory(reg, "worker", stream)
+	pipeline := ometrics.NewFactory(reg, "", stream)
 	m := &metrics{
-		processed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "outboxd_worker_processed_total",
-			Help: "Stream entries acknowledged by the worker, by result (synced, dead_lettered, poisoned).",
-		}, []string{"result"}),
-		projection: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "outboxd_worker_projection_seconds",
-			Help:    "Latency of one batch's PostgreSQL projection transaction, retries included.",
-			Buckets: prometheus.ExponentialBucketsRange(0.0005, 10, 20),
-		}),
-		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "outboxd_pipeline_latency_seconds",
-			Help:    "Time from ingest (createdAt) to syncedAt, per original synced for the first time: the end-to-end latency whose p95/p99 matter.",
-			Buckets: prometheus.ExponentialBucketsRange(0.005, 3600, 24),
-		}),
-		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "outboxd_worker_batch_entries",
-			Help:    "Stream entries per processed batch.",
-			Buckets: prometheus.ExponentialBuckets(1, 2, 14),
-		}),
-		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "outboxd_worker_retries_total",
-			Help: "Operations retried after a failure that was not the record's fault, by reason.",
-		}, []string{"reason"}),
-		claimed: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "outboxd_worker_claimed_total",
-			Help: "Pending entries taken over from idle consumers with XAUTOCLAIM.",
-		}),
-		groupsCreated: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "outboxd_worker_groups_created_total",
-			Help: "Consumer groups created, at start or after Redis lost them (NOGROUP).",
-		}),
+		processed: f.CounterVec("processed_total",
+			"Stream entries acknowledged by the worker, by result (synced, dead_lettered, poisoned).", "result"),
+		projection: f.Histogram("projection_seconds",
+			"Latency of one batch's PostgreSQL projection transaction, retries included.",
+			prometheus.ExponentialBucketsRange(0.0005, 10, 20)),
+		latency: pipeline.Histogram("pipeline_latency_seconds",
+			"Time from ingest (createdAt) to syncedAt, per original synced for the first time: the end-to-end latency whose p95/p99 matter.",
+			prometheus.ExponentialBucketsRange(0.005, 3600, 24)),
+		batchSize: f.Histogram("batch_entries", "Stream entries per processed batch.", prometheus.ExponentialBuckets(1, 2, 14)),
+		retries: f.CounterVec("retries_total",
+			"Operations retried after a failure that was not the record's fault, by reason.", "reason"),
+		claimed:       f.Counter("claimed_total", "Pending entries taken over from idle consumers with XAUTOCLAIM."),
+		groupsCreated: f.Counter("groups_created_total", "Consumer groups created, at start or after Redis lost them (NOGROUP)."),
 	}
-	if reg == nil {
-		return m, nil
-	}
-	var err error
-	m.processed, err = ometrics.Register(reg, m.processed)
-	if err != nil {
+	if err := f.Err(); err != nil {
 		return nil, err
 	}
-	if m.projection, err = ometrics.Register(reg, m.projection); err != nil {
-		return nil, err
-	}
-	if m.latency, err = ometrics.Register(reg, m.latency); err != nil {
-		return nil, err
-	}
-	if m.batchSize, err = ometrics.Register(reg, m.batchSize); err != nil {
-		return nil, err
-	}
-	if m.retries, err = ometrics.Register(reg, m.retries); err != nil {
-		return nil, err
-	}
-	if m.claimed, err = ometrics.Register(reg, m.claimed); err != nil {
-		return nil, err
-	}
-	if m.groupsCreated, err = ometrics.Register(reg, m.groupsCreated); err != nil {
-		return nil, err
-	}
-	return m, nil
+	return m, pipeline.Err()
 }

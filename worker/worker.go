@@ -4,15 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
-	"github.com/256dpi/lungo"
 	"github.com/cenkalti/backoff/v4"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
 	"go.uber.org/zap"
+
+	"github.com/outboxd/outboxd/internal/startstop"
+	"github.com/outboxd/outboxd/store"
 )
 
 // Fault points (tests only). When one fires the worker stops at once, as if
@@ -30,35 +31,35 @@ const (
 // after Config.MaxDeliveries deliveries.
 var ErrRecord = errors.New("record cannot be projected")
 
-// errStarted is returned by a second Start.
-var errStarted = errors.New("worker already started")
-
 // Worker consumes a stream through a consumer group and projects each
 // entry's original into PostgreSQL, then sets its syncedAt and acknowledges
-// the entry. Any number of Workers (in one process or many) may share a group.
+// the entry. Any number of Workers (in one process or many) may share a
+// group.
+//
+// Its lifecycle is package startstop's: Start checks that Redis,
+// PostgreSQL and the store answer, creates the consumer group (and the
+// stream) when missing and consumes in the background; Stop stops reading
+// and waits until the batch in flight is projected, marked and
+// acknowledged, or abandons it when its context ends first (the entries
+// stay pending and are reclaimed later); Err reports a fault point that
+// stopped it abruptly.
 type Worker struct {
-	db      lungo.IDatabase
+	startstop.Base
+
+	st      store.Store
 	rdb     redis.UniversalClient
 	pool    *pgxpool.Pool
 	cfg     *Config
 	logger  *zap.Logger
 	metrics *metrics
 	breaker *gobreaker.CircuitBreaker[struct{}]
-
-	mu          sync.Mutex
-	started     bool
-	fetchCancel context.CancelFunc
-	workCancel  context.CancelFunc
-	stopOnce    sync.Once
-	stopped     chan struct{}
-	err         error
 }
 
 // New returns a Worker reading cfg.Stream as cfg.Group. A nil cfg means all
 // defaults. It does not touch the stores; Start does.
-func New(db lungo.IDatabase, rdb redis.UniversalClient, pool *pgxpool.Pool, cfg *Config, logger *zap.Logger) (*Worker, error) {
-	if db == nil || rdb == nil || pool == nil {
-		return nil, errors.New("worker: MongoDB database, Redis client and PostgreSQL pool are required")
+func New(st store.Store, rdb redis.UniversalClient, pool *pgxpool.Pool, cfg *Config, logger *zap.Logger) (*Worker, error) {
+	if st == nil || rdb == nil || pool == nil {
+		return nil, errors.New("worker: a store, a Redis client and a PostgreSQL pool are required")
 	}
 	c := cfg.withDefaults()
 	if err := c.validate(); err != nil {
@@ -67,12 +68,12 @@ func New(db lungo.IDatabase, rdb redis.UniversalClient, pool *pgxpool.Pool, cfg 
 	if logger == nil {
 		logger = zap.NewNop()
 	}
-	m, err := newMetrics(c.Registerer)
+	m, err := newMetrics(c.Registerer, c.Stream)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("error registering worker metrics: %w", err)
 	}
 	w := &Worker{
-		db: db, rdb: rdb, pool: pool, cfg: c, metrics: m, stopped: make(chan struct{}),
+		st: st, rdb: rdb, pool: pool, cfg: c, metrics: m,
 		logger: logger.Named("worker").With(zap.String("stream", c.Stream), zap.String("group", c.Group), zap.String("consumer", c.Consumer)),
 	}
 	w.breaker = gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
@@ -81,99 +82,38 @@ func New(db lungo.IDatabase, rdb redis.UniversalClient, pool *pgxpool.Pool, cfg 
 		// Only infrastructure failures open the circuit; a bad record does not.
 		IsSuccessful: func(err error) bool { return err == nil || classify(err) != classInfra },
 		OnStateChange: func(_ string, from, to gobreaker.State) {
-			w.logger.Info("PostgreSQL circuit changed state", zap.Stringer("from", from), zap.Stringer("to", to))
+			w.logger.Info("postgres circuit changed state", zap.Stringer("from", from), zap.Stringer("to", to))
 		},
 	})
+	w.Init(w.preflight, w.run)
 	return w, nil
 }
 
 // Consumer returns the worker's consumer name.
 func (w *Worker) Consumer() string { return w.cfg.Consumer }
 
-// Start checks that Redis, PostgreSQL and MongoDB answer, creates the
-// consumer group (and the stream) when missing, and starts consuming in the
-// background. It fails fast: an error means nothing was started. Cancelling
-// ctx stops the worker like Stop does.
-func (w *Worker) Start(ctx context.Context) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.started {
-		return errStarted
-	}
-	select {
-	case <-w.stopped:
-		return errors.New("worker was stopped")
-	default:
-	}
+func (w *Worker) preflight(ctx context.Context) error {
 	if err := w.rdb.Ping(ctx).Err(); err != nil {
 		return fmt.Errorf("error pinging Redis: %w", err)
 	}
 	if err := w.pool.Ping(ctx); err != nil {
 		return fmt.Errorf("error pinging PostgreSQL: %w", err)
 	}
-	if err := w.db.Client().Ping(ctx, nil); err != nil {
-		return fmt.Errorf("error pinging MongoDB: %w", err)
+	if err := w.st.Ping(ctx); err != nil {
+		return fmt.Errorf("error reaching the store: %w", err)
 	}
-	if err := w.ensureGroup(ctx); err != nil {
-		return err
-	}
-	fetchCtx, fetchCancel := context.WithCancel(ctx)
-	workCtx, workCancel := context.WithCancel(context.WithoutCancel(ctx))
-	w.started, w.fetchCancel, w.workCancel = true, fetchCancel, workCancel
-	go w.run(fetchCtx, workCtx)
-	return nil
+	return w.ensureGroup(ctx)
 }
 
-// Stop asks the worker to stop reading, waits until the batch in flight is
-// projected, marked and acknowledged, and returns. If ctx ends first, the
-// batch in flight is abandoned (its entries stay pending and are reclaimed
-// later) and Stop returns ctx's error once the worker has stopped. Stop is
-// idempotent and safe to call concurrently and before Start.
-func (w *Worker) Stop(ctx context.Context) error {
-	w.mu.Lock()
-	if !w.started {
-		w.stopOnce.Do(func() { close(w.stopped) })
-		w.mu.Unlock()
-		return nil
-	}
-	fetchCancel, workCancel := w.fetchCancel, w.workCancel
-	w.mu.Unlock()
-	fetchCancel()
-	select {
-	case <-w.stopped:
-		return nil
-	case <-ctx.Done():
-	}
-	workCancel()
-	<-w.stopped
-	return ctx.Err()
-}
-
-// Stopped is closed when the worker has stopped: after Stop, after the
-// context given to Start ended, or after a fault point fired.
-func (w *Worker) Stopped() <-chan struct{} { return w.stopped }
-
-// Err returns why the worker stopped on its own (a fault point fired), or
-// nil. Valid after Stopped is closed.
-func (w *Worker) Err() error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.err
-}
-
-func (w *Worker) run(fetchCtx, workCtx context.Context) {
-	defer w.stopOnce.Do(func() { close(w.stopped) })
-	defer w.workCancel()
+func (w *Worker) run(fetchCtx, workCtx context.Context) error {
 	w.logger.Debug("worker started")
 	err := w.loop(fetchCtx, workCtx)
 	if err != nil && classify(err) != classStopped {
-		w.mu.Lock()
-		w.err = err
-		w.mu.Unlock()
 		w.logger.Error("worker stopped abruptly", zap.Error(err))
-		return
+		return err
 	}
 	w.logger.Debug("worker stopped")
+	return nil
 }
 
 // loop drains this consumer's own pending entries, then alternates reading

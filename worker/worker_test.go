@@ -15,12 +15,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
-	"go.mongodb.org/mongo-driver/bson"
-	"go.mongodb.org/mongo-driver/bson/primitive"
 
 	"github.com/outboxd/outboxd/internal/fault"
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/store"
 	"github.com/outboxd/outboxd/worker"
 )
 
@@ -30,7 +29,7 @@ var _ worker.Projector = worker.ProjectorFunc(nil)
 const waitFor = 20 * time.Second
 
 type testBundle struct {
-	mongo  *testkit.Mongo
+	st     store.Store
 	rdb    redis.UniversalClient
 	pg     *testkit.Postgres
 	stream string
@@ -50,11 +49,11 @@ func setup(t *testing.T) *testBundle {
 
 func setupWith(t *testing.T, rdb redis.UniversalClient, prefix string) *testBundle {
 	t.Helper()
-	m := testkit.NewMongo(t, nil)
+	st := testkit.NewStore(t)
 	return &testBundle{
-		mongo: m, rdb: rdb, pg: testkit.NewPostgres(t),
+		st: st, rdb: rdb, pg: testkit.NewPostgres(t),
 		stream: prefix + ":stream", group: "read-model",
-		writer: outbox.NewWriter(m.DB, nil),
+		writer: outbox.NewWriter(st, nil),
 	}
 }
 
@@ -68,7 +67,7 @@ func (b *testBundle) config(consumer string) *worker.Config {
 // start starts a worker and stops it at cleanup.
 func (b *testBundle) start(t *testing.T, cfg *worker.Config) *worker.Worker {
 	t.Helper()
-	w, err := worker.New(b.mongo.DB, b.rdb, b.pg.Pool, cfg, testkit.Logger(t))
+	w, err := worker.New(b.st, b.rdb, b.pg.Pool, cfg, testkit.Logger(t))
 	require.NoError(t, err)
 	require.NoError(t, w.Start(context.Background()))
 	t.Cleanup(func() { require.NoError(t, w.Stop(context.Background())) })
@@ -92,9 +91,7 @@ func (b *testBundle) write(t *testing.T, device string, n int) []*outbox.Event {
 	require.NoError(t, err)
 	var out []*outbox.Event
 	for _, r := range res {
-		ev, err := outbox.FindEvent(ctx, b.mongo.DB, r.ID)
-		require.NoError(t, err)
-		out = append(out, ev)
+		out = append(out, b.event(t, r.ID))
 	}
 	b.events = append(b.events, out...)
 	return out
@@ -148,11 +145,18 @@ func (b *testBundle) rows(t *testing.T) (rows, stats int64) {
 	return rows, stats
 }
 
+// unsynced counts the originals with no syncedAt (pending or parked).
 func (b *testBundle) unsynced(t *testing.T) int64 {
 	t.Helper()
-	n, err := b.mongo.DB.Collection(outbox.EventsCollection).CountDocuments(context.Background(), bson.M{"syncedAt": nil})
+	c, err := b.st.Counts(context.Background())
 	require.NoError(t, err)
-	return n
+	return c.Pending + c.Failed
+}
+
+// event reads an original.
+func (b *testBundle) event(t *testing.T, id string) *outbox.Event {
+	t.Helper()
+	return testkit.Event(t, b.st, id)
 }
 
 // waitConverged waits until the stream is drained and every written
@@ -173,7 +177,7 @@ func (b *testBundle) check(t *testing.T) {
 	for i, ev := range b.events {
 		keys[i] = ev.IdempotencyKey
 	}
-	v, err := testkit.Check(context.Background(), b.mongo.DB, b.pg.Pool, b.rdb, b.stream, b.group, keys)
+	v, err := testkit.Check(context.Background(), b.st, b.pg.Pool, b.rdb, b.stream, b.group, keys)
 	require.NoError(t, err)
 	v.Undispatched = 0 // no dispatcher here: the tests publish themselves
 	v.Duplicated -= b.parked + b.lost
@@ -191,7 +195,7 @@ func TestWorker(t *testing.T) {
 	t.Run("Defaults", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		w, err := worker.New(b.mongo.DB, b.rdb, b.pg.Pool, nil, nil)
+		w, err := worker.New(b.st, b.rdb, b.pg.Pool, nil, nil)
 		require.NoError(t, err)
 		require.NotEmpty(t, w.Consumer())
 		require.NoError(t, w.Stop(ctx)) // before Start: a no-op that closes Stopped
@@ -207,7 +211,7 @@ func TestWorker(t *testing.T) {
 			"ClaimIdle":     {ClaimIdle: -time.Second},
 			"MaxDeliveries": {MaxDeliveries: -1},
 		} {
-			_, err := worker.New(b.mongo.DB, b.rdb, b.pg.Pool, cfg, nil)
+			_, err := worker.New(b.st, b.rdb, b.pg.Pool, cfg, nil)
 			require.ErrorContains(t, err, field)
 		}
 	})
@@ -217,7 +221,7 @@ func TestWorker(t *testing.T) {
 		b := setup(t)
 		bad := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
 		defer bad.Close()
-		w, err := worker.New(b.mongo.DB, bad, b.pg.Pool, b.config("c"), nil)
+		w, err := worker.New(b.st, bad, b.pg.Pool, b.config("c"), nil)
 		require.NoError(t, err)
 		require.ErrorContains(t, w.Start(ctx), "Redis")
 	})
@@ -226,7 +230,7 @@ func TestWorker(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		for i := range 5 {
-			w, err := worker.New(b.mongo.DB, b.rdb, b.pg.Pool, b.config(fmt.Sprint("c", i)), nil)
+			w, err := worker.New(b.st, b.rdb, b.pg.Pool, b.config(fmt.Sprint("c", i)), nil)
 			require.NoError(t, err)
 			require.NoError(t, w.Start(ctx))
 			var wg sync.WaitGroup
@@ -236,14 +240,20 @@ func TestWorker(t *testing.T) {
 			wg.Wait()
 			<-w.Stopped()
 			require.NoError(t, w.Err())
-			require.Error(t, w.Start(ctx))
+		}
+		// A stopped worker starts again.
+		w, err := worker.New(b.st, b.rdb, b.pg.Pool, b.config("again"), nil)
+		require.NoError(t, err)
+		for range 3 {
+			require.NoError(t, w.Start(ctx))
+			require.NoError(t, w.Stop(ctx))
 		}
 	})
 
 	t.Run("RespectsContextCancellation", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		w, err := worker.New(b.mongo.DB, b.rdb, b.pg.Pool, b.config("c"), nil)
+		w, err := worker.New(b.st, b.rdb, b.pg.Pool, b.config("c"), nil)
 		require.NoError(t, err)
 		cctx, cancel := context.WithCancel(ctx)
 		require.NoError(t, w.Start(cctx))
@@ -329,7 +339,7 @@ func TestWorker(t *testing.T) {
 		b.publish(t, evs...)
 		b.start(t, b.config("c"))
 		b.waitConverged(t)
-		first, _ := outbox.FindEvent(ctx, b.mongo.DB, evs[0].ID.Hex())
+		first := b.event(t, evs[0].ID)
 
 		// The same messages again, as a replay or a duplicate XADD would.
 		b.publish(t, evs...)
@@ -337,7 +347,7 @@ func TestWorker(t *testing.T) {
 		rows, stats := b.rows(t)
 		require.Equal(t, int64(20), rows)
 		require.Equal(t, int64(20), stats)
-		again, _ := outbox.FindEvent(ctx, b.mongo.DB, evs[0].ID.Hex())
+		again := b.event(t, evs[0].ID)
 		require.Equal(t, first.SyncedAt, again.SyncedAt, "syncedAt is set once")
 	})
 
@@ -362,7 +372,7 @@ func TestWorker(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		b.publish(t, b.write(t, "d1", 40)...)
-		w, err := worker.New(b.mongo.DB, b.rdb, b.pg.Pool, b.config("c"), nil)
+		w, err := worker.New(b.st, b.rdb, b.pg.Pool, b.config("c"), nil)
 		require.NoError(t, err)
 		require.NoError(t, w.Start(ctx))
 		require.Eventually(t, func() bool { rows, _ := b.rows(t); return rows > 0 }, waitFor, time.Millisecond)
@@ -388,8 +398,8 @@ func TestWorkerCrashPoints(t *testing.T) {
 				faults := &fault.Set{}
 				faults.Arm(point, 1)
 				cfg := b.config("crashing")
-				cfg.Faults = faults
-				w, err := worker.New(b.mongo.DB, b.rdb, b.pg.Pool, cfg, nil)
+				worker.SetFaults(cfg, faults)
+				w, err := worker.New(b.st, b.rdb, b.pg.Pool, cfg, nil)
 				require.NoError(t, err)
 				require.NoError(t, w.Start(ctx))
 				select {
@@ -476,12 +486,15 @@ func TestWorkerDeadLetters(t *testing.T) {
 		// an original without a deviceKey.
 		require.NoError(t, b.rdb.XAdd(ctx, &redis.XAddArgs{Stream: b.stream, Values: map[string]any{outbox.PayloadField: "{not json"}}).Err())
 		ghost := *good[0]
-		ghost.ID = primitive.NewObjectID()
+		ghost.ID = outbox.NewEventID()
 		b.publish(t, &ghost)
+		// An original that a writer other than ingest stored without a
+		// deviceKey (the store's insert does not validate).
 		broken := *good[0]
-		broken.ID, broken.IdempotencyKey, broken.DeviceKey = primitive.NewObjectID(), "broken", ""
-		_, err := b.mongo.DB.Collection(outbox.EventsCollection).InsertOne(ctx, &broken)
-		require.NoError(t, err)
+		broken.ID, broken.IdempotencyKey, broken.DeviceKey = outbox.NewEventID(), "broken", ""
+		require.NoError(t, b.st.WriteTx(ctx, func(ctx context.Context, tx outbox.Tx) error {
+			return tx.InsertEvents(ctx, []outbox.Event{broken})
+		}))
 		b.publish(t, &broken)
 		b.publish(t, good[2:]...)
 
@@ -496,8 +509,7 @@ func TestWorkerDeadLetters(t *testing.T) {
 		}
 		require.ElementsMatch(t, []string{"bad_message", "original_missing", "invalid_original"}, reasons)
 
-		parked, err := outbox.FindEvent(ctx, b.mongo.DB, broken.ID.Hex())
-		require.NoError(t, err)
+		parked := b.event(t, broken.ID)
 		require.NotNil(t, parked.SyncFailure)
 		require.Equal(t, outbox.CategoryNonRetryable, parked.SyncFailure.Category)
 		require.Equal(t, "failed", parked.State())
@@ -550,11 +562,10 @@ func TestWorkerDeadLetters(t *testing.T) {
 
 		dl, err := b.rdb.XRange(ctx, outbox.DLQStream(b.stream), "-", "+").Result()
 		require.NoError(t, err)
-		require.Equal(t, bad.Hex(), dl[0].Values["eventId"])
+		require.Equal(t, bad, dl[0].Values["eventId"])
 		require.Equal(t, outbox.CategoryPoison, dl[0].Values["category"])
 		require.Equal(t, "3", dl[0].Values["deliveries"])
-		parked, err := outbox.FindEvent(ctx, b.mongo.DB, bad.Hex())
-		require.NoError(t, err)
+		parked := b.event(t, bad)
 		require.Equal(t, outbox.CategoryPoison, parked.SyncFailure.Category)
 		require.Equal(t, int64(3), parked.SyncFailure.Deliveries)
 
@@ -647,7 +658,7 @@ func TestWorkerPostgresDown(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	cfg := b.config("c")
 	cfg.Registerer = reg
-	w, err := worker.New(b.mongo.DB, b.rdb, pool, cfg, testkit.Logger(t))
+	w, err := worker.New(b.st, b.rdb, pool, cfg, testkit.Logger(t))
 	require.NoError(t, err)
 	require.NoError(t, w.Start(ctx))
 	t.Cleanup(func() { require.NoError(t, w.Stop(ctx)) })
@@ -680,8 +691,10 @@ func counter(t *testing.T, reg *prometheus.Registry, name, label string) float64
 			continue
 		}
 		for _, m := range mf.GetMetric() {
-			if len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == label {
-				return m.GetCounter().GetValue()
+			for _, l := range m.GetLabel() {
+				if l.GetName() != "stream" && l.GetValue() == label {
+					return m.GetCounter().GetValue()
+				}
 			}
 		}
 	}

@@ -1,5 +1,7 @@
-// Command outboxd keeps a PostgreSQL read model in step with a MongoDB system
-// of record through a transactional outbox. See README.md.
+// Command outboxd keeps a PostgreSQL read model in step with a system of
+// record (MongoDB, or an embedded SQLite file) through a transactional
+// outbox. One binary, one role per subcommand; see README.md and
+// `outboxd help`.
 package main
 
 import (
@@ -7,13 +9,11 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-
-	"github.com/outboxd/outboxd/internal/cli"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := cli.Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }

@@ -5,12 +5,10 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/256dpi/lungo"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
-	"go.mongodb.org/mongo-driver/bson"
 
-	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/store"
 )
 
 // Verdict is what the checker of RELIABILITY.md counts for a set of
@@ -39,10 +37,10 @@ func (v Verdict) String() string {
 		v.Lost, v.Duplicated, v.Unexpected, v.Pending, v.Undispatched, v.Unsynced, strings.Join(v.StatsMismatch, "; "))
 }
 
-// Check counts, from PostgreSQL, MongoDB and Redis, what happened to the
-// accepted keys. db may be nil to skip the MongoDB checks (a store only
-// the process under test can reach), rdb nil to skip the PEL check.
-func Check(ctx context.Context, db lungo.IDatabase, pool *pgxpool.Pool, rdb redis.UniversalClient, stream, group string, accepted []string) (Verdict, error) {
+// Check counts, from PostgreSQL, the store and Redis, what happened to the
+// accepted keys. st may be nil to skip the store's checks (a store only the
+// process under test can reach), rdb nil to skip the PEL check.
+func Check(ctx context.Context, st store.Store, pool *pgxpool.Pool, rdb redis.UniversalClient, stream, group string, accepted []string) (Verdict, error) {
 	var v Verdict
 	want := make(map[string]bool, len(accepted))
 	for _, k := range accepted {
@@ -100,28 +98,25 @@ func Check(ctx context.Context, db lungo.IDatabase, pool *pgxpool.Pool, rdb redi
 		return v, err
 	}
 
-	if db == nil {
+	if st == nil {
 		return v, checkPEL(ctx, &v, rdb, stream, group)
 	}
-	// One original per key in MongoDB.
-	if n, err := db.Collection(outbox.EventsCollection).CountDocuments(ctx, bson.M{}); err != nil {
-		return v, err
-	} else if int(n) > len(want) {
-		v.Duplicated += int(n) - len(want)
-	}
-	if v.Unsynced, err = db.Collection(outbox.EventsCollection).CountDocuments(ctx, outbox.PendingFilter()); err != nil {
+	// One original per key in the store.
+	c, err := st.Counts(ctx)
+	if err != nil {
 		return v, err
 	}
-	if v.Undispatched, err = db.Collection(outbox.OutboxCollection).CountDocuments(ctx, bson.M{"dispatchedAt": nil}); err != nil {
-		return v, err
+	if int(c.Total) > len(want) {
+		v.Duplicated += int(c.Total) - len(want)
 	}
+	v.Unsynced, v.Undispatched = c.Pending, c.Undispatched
 	return v, checkPEL(ctx, &v, rdb, stream, group)
 }
 
 func checkPEL(ctx context.Context, v *Verdict, rdb redis.UniversalClient, stream, group string) error {
 	if rdb != nil {
 		p, err := rdb.XPending(ctx, stream, group).Result()
-		if err != nil && !strings.HasPrefix(err.Error(), "NOGROUP") {
+		if err != nil && !redis.HasErrorPrefix(err, "NOGROUP") {
 			return err
 		}
 		if p != nil {

@@ -3,9 +3,9 @@ package testkit_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.mongodb.org/mongo-driver/bson"
 
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
@@ -15,16 +15,16 @@ import (
 func TestCheckerCanFail(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	m := testkit.NewMongo(t, nil)
+	st := testkit.NewStore(t)
 	pg := testkit.NewPostgres(t)
-	res, err := outbox.NewWriter(m.DB, nil).Write(ctx, []outbox.Input{
+	res, err := outbox.NewWriter(st, nil).Write(ctx, []outbox.Input{
 		{SourceKey: "s", DeviceKey: "d", OccurredAt: "2026-11-01T10:00:00Z"},
 		{SourceKey: "s", DeviceKey: "d", OccurredAt: "2026-11-01T11:00:00Z"},
 	})
 	require.NoError(t, err)
 	keys := []string{res[0].IdempotencyKey, res[1].IdempotencyKey}
 
-	v, err := testkit.Check(ctx, m.DB, pg.Pool, nil, "", "", keys)
+	v, err := testkit.Check(ctx, st, pg.Pool, nil, "", "", keys)
 	require.NoError(t, err)
 	require.False(t, v.OK())
 	require.Equal(t, 2, v.Lost)
@@ -40,12 +40,15 @@ func TestCheckerCanFail(t *testing.T) {
 	require.NoError(t, err)
 	_, err = pg.Pool.Exec(ctx, `INSERT INTO device_daily_stats VALUES ('s', 'd', '2026-11-01', 4, now(), now())`)
 	require.NoError(t, err)
-	_, err = m.DB.Collection(outbox.EventsCollection).UpdateMany(ctx, bson.M{}, bson.M{"$currentDate": bson.M{"syncedAt": true}})
+	_, err = st.MarkSynced(ctx, []string{res[0].ID, res[1].ID}, time.Now())
 	require.NoError(t, err)
-	_, err = m.DB.Collection(outbox.OutboxCollection).UpdateMany(ctx, bson.M{}, bson.M{"$currentDate": bson.M{"dispatchedAt": true}})
+	lease, err := st.AcquireLease(ctx, outbox.StreamDefault, "test", time.Now(), time.Minute)
 	require.NoError(t, err)
+	entries, err := st.Undispatched(ctx, outbox.StreamDefault, "", 10)
+	require.NoError(t, err)
+	require.NoError(t, st.MarkDispatched(ctx, lease, []string{entries[0].ID, entries[1].ID}, time.Now()))
 
-	v, err = testkit.Check(ctx, m.DB, pg.Pool, nil, "", "", keys)
+	v, err = testkit.Check(ctx, st, pg.Pool, nil, "", "", keys)
 	require.NoError(t, err)
 	require.Equal(t, 0, v.Lost)
 	require.Equal(t, 1, v.Unexpected)
@@ -54,7 +57,7 @@ func TestCheckerCanFail(t *testing.T) {
 
 	_, err = pg.Pool.Exec(ctx, `DELETE FROM events WHERE event_id = 'x'; UPDATE device_daily_stats SET event_count = 2`)
 	require.NoError(t, err)
-	v, err = testkit.Check(ctx, m.DB, pg.Pool, nil, "", "", keys)
+	v, err = testkit.Check(ctx, st, pg.Pool, nil, "", "", keys)
 	require.NoError(t, err)
 	require.True(t, v.OK(), v.String())
 }

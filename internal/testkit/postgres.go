@@ -37,7 +37,7 @@ func NewPostgres(t testing.TB) *Postgres {
 	defer admin.Close(context.Background())
 
 	tmpl := templateName(t)
-	ensureTemplate(t, ctx, admin, tmpl)
+	ensureTemplate(ctx, t, admin, tmpl)
 
 	name := Name("outboxd_test")
 	for attempt := 0; ; attempt++ {
@@ -82,7 +82,7 @@ func templateName(t testing.TB) string {
 	return "outboxd_tmpl_" + hex.EncodeToString(h.Sum(nil))[:12]
 }
 
-func ensureTemplate(t testing.TB, ctx context.Context, admin *pgx.Conn, tmpl string) {
+func ensureTemplate(ctx context.Context, t testing.TB, admin *pgx.Conn, tmpl string) {
 	t.Helper()
 	// Serialise template creation across test processes.
 	_, err := admin.Exec(ctx, "SELECT pg_advisory_lock(7307341)")

@@ -1,8 +1,9 @@
-// Package testkit gives every test its own stores: a fresh embedded MongoDB
-// engine (or a uniquely named database on the replica set named by
-// OUTBOXD_TEST_MONGO_URI), unique Redis key names, and a fresh PostgreSQL
-// database cloned from a migrated template. Tests using it can run with
-// t.Parallel().
+// Package testkit gives every test its own stores: a fresh SQLite store in
+// a temporary folder (the default store of component tests), a fresh
+// MongoDB store on lungo's in-memory engine (or a uniquely named database
+// on the replica set named by OUTBOXD_TEST_MONGO_URI), unique Redis key
+// names, and a fresh PostgreSQL database cloned from a migrated template.
+// Tests using it can run with t.Parallel().
 package testkit
 
 import (
@@ -11,17 +12,18 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/256dpi/lungo"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 
-	"github.com/outboxd/outboxd/internal/mongodb"
-	"github.com/outboxd/outboxd/migrations"
+	"github.com/outboxd/outboxd/store"
+	"github.com/outboxd/outboxd/store/mongostore"
+	"github.com/outboxd/outboxd/store/sqlitestore"
 )
 
 // Environment variables that point the tests at other servers.
@@ -59,48 +61,68 @@ func Logger(t testing.TB) *zap.Logger {
 	return l.With(zap.String("test", t.Name()))
 }
 
-// Mongo is a test's MongoDB database with its indexes created.
-type Mongo struct {
-	Conn *mongodb.Conn
-	DB   lungo.IDatabase
-	// URI opens the same store again (a replica set URI, or "" for a
-	// per-test embedded memory engine, which only this Conn can reach).
-	URI string
-	// Real is true on a real replica set.
-	Real bool
-}
+// NewStore returns the default store of component tests: a fresh, migrated
+// SQLite store.
+func NewStore(t testing.TB) store.Store { return NewSQLite(t) }
 
-// NewMongo opens a fresh database for t. opts tune the embedded engine and
-// are ignored on a real replica set.
-func NewMongo(t testing.TB, opts *mongodb.Options) *Mongo {
+// NewSQLite returns a fresh, migrated SQLite store in a temporary folder,
+// closed at cleanup. Path() names its file, for a second Store (standing in
+// for a second process) or a subprocess.
+func NewSQLite(t testing.TB) *sqlitestore.Store {
 	t.Helper()
 	ctx := context.Background()
-	uri := os.Getenv(EnvMongoURI)
-	m := &Mongo{URI: uri, Real: uri != ""}
-	if uri == "" {
-		uri = mongodb.EmbeddedMemory
-	}
-	conn, err := mongodb.Open(ctx, uri, opts)
+	s, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "outboxd.db"), nil)
 	require.NoError(t, err)
-	m.Conn = conn
-	dbName := "outboxd"
-	if m.Real {
-		dbName = Name("outboxd_test")
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	require.NoError(t, s.Migrate(ctx, nil))
+	return s
+}
+
+// RealMongo reports whether OUTBOXD_TEST_MONGO_URI names a replica set.
+func RealMongo() bool { return os.Getenv(EnvMongoURI) != "" }
+
+// MongoURI returns the store URI of Mongo tests: the replica set of
+// OUTBOXD_TEST_MONGO_URI, or lungo's in-memory engine.
+func MongoURI() string {
+	if uri := os.Getenv(EnvMongoURI); uri != "" {
+		return uri
 	}
-	m.DB = conn.Client.Database(dbName)
-	require.NoError(t, migrations.Mongo(ctx, m.DB, nil))
+	return mongostore.LungoMemory
+}
+
+// NewMongo returns a fresh, migrated MongoDB store: lungo's in-memory engine,
+// or a database of its own on the replica set of OUTBOXD_TEST_MONGO_URI
+// (dropped at cleanup). Counts are not cached. opts tune it (the database
+// name is chosen here).
+func NewMongo(t testing.TB, opts *mongostore.Options) *mongostore.Store {
+	t.Helper()
+	ctx := context.Background()
+	o := mongostore.Options{}
+	if opts != nil {
+		o = *opts
+	}
+	if o.CountsTTL == 0 {
+		o.CountsTTL = -1
+	}
+	o.Database = mongostore.DatabaseDefault
+	if RealMongo() {
+		o.Database = Name("outboxd_test")
+	}
+	s, err := mongostore.Open(ctx, MongoURI(), &o)
+	require.NoError(t, err)
 	t.Cleanup(func() {
-		if m.Real {
-			_ = m.DB.Drop(context.Background())
+		if RealMongo() {
+			_ = s.Database().Drop(context.Background())
 		}
-		_ = conn.Close(context.Background())
+		_ = s.Close(context.Background())
 	})
-	return m
+	require.NoError(t, s.Migrate(ctx, nil))
+	return s
 }
 
 // SkipUnlessRealMongo skips t unless OUTBOXD_TEST_MONGO_URI names a replica set.
 func SkipUnlessRealMongo(t testing.TB) {
-	if os.Getenv(EnvMongoURI) == "" {
+	if !RealMongo() {
 		t.Skipf("skipped: needs a real replica set in %s", EnvMongoURI)
 	}
 }

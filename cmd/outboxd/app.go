@@ -1,0 +1,363 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/outboxd/outboxd/dispatcher"
+	"github.com/outboxd/outboxd/httpapi"
+	"github.com/outboxd/outboxd/internal/config"
+	"github.com/outboxd/outboxd/migrations"
+	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/reconciler"
+	"github.com/outboxd/outboxd/store"
+	"github.com/outboxd/outboxd/store/mongostore"
+	"github.com/outboxd/outboxd/store/sqlitestore"
+	"github.com/outboxd/outboxd/worker"
+)
+
+// service is a long-running component (package startstop's contract).
+type service interface {
+	Start(ctx context.Context) error
+	Stop(ctx context.Context) error
+}
+
+// app holds what a role opened; run closes it.
+type app struct {
+	o      *options
+	role   *role
+	log    *zap.Logger
+	stdout io.Writer
+
+	st  store.Store
+	rdb *redis.Client
+	pg  *pgxpool.Pool
+	reg *prometheus.Registry
+}
+
+// run opens what the role needs, runs it, and closes everything.
+func (a *app) run(ctx context.Context) error {
+	r := a.role
+	if r.store || r.redis || r.postgres {
+		a.log.Info("starting", zap.String("config", a.o.String()))
+	}
+	defer a.close()
+	if err := a.open(ctx); err != nil {
+		return err
+	}
+	if r.migrate {
+		if err := a.applyMigrations(ctx); err != nil {
+			return err
+		}
+	} else if a.st != nil && r.name != "migrate" {
+		if err := a.st.CheckSchema(ctx); err != nil {
+			return err
+		}
+	}
+	if r.once != nil && (r.onceWhen == nil || r.onceWhen(a.o)) {
+		return r.once(ctx, a)
+	}
+	var services []service
+	if r.services != nil {
+		var err error
+		if services, err = r.services(a); err != nil {
+			return err
+		}
+	}
+	return a.serve(ctx, services)
+}
+
+// open opens the backends the role needs.
+func (a *app) open(ctx context.Context) error {
+	r := a.role
+	a.reg = prometheus.NewRegistry()
+	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if r.store {
+		st, err := openStore(ctx, a.o.store, a.o.mongoDB)
+		if err != nil {
+			return err
+		}
+		a.st = st
+	}
+	if r.redis {
+		opt, err := redis.ParseURL(a.o.redisURL)
+		if err != nil {
+			return config.Invalid("redis-url", "%v", err)
+		}
+		a.rdb = redis.NewClient(opt)
+	}
+	if r.postgres {
+		pool, err := pgxpool.New(ctx, a.o.postgresURL)
+		if err != nil {
+			return fmt.Errorf("error opening PostgreSQL at %s: %w", config.Redact(a.o.postgresURL), err)
+		}
+		a.pg = pool
+	}
+	return nil
+}
+
+// openStore opens the store a --store value names.
+func openStore(ctx context.Context, uri, mongoDB string) (store.Store, error) {
+	kind, target, err := storeKind(uri)
+	if err != nil {
+		return nil, config.Invalid("store", "%v", err)
+	}
+	if kind == "sqlite" {
+		st, err := sqlitestore.Open(ctx, target, nil)
+		if errors.Is(err, sqlitestore.ErrNotADatabase) {
+			return nil, config.Invalid("store", "%v", err)
+		}
+		return st, err
+	}
+	return mongostore.Open(ctx, target, &mongostore.Options{Database: mongoDB})
+}
+
+// close releases the backends, the store last.
+func (a *app) close() {
+	if a.pg != nil {
+		a.pg.Close()
+	}
+	if a.rdb != nil {
+		_ = a.rdb.Close()
+	}
+	if a.st != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = a.st.Close(ctx)
+	}
+}
+
+// applyMigrations applies the PostgreSQL schema and the store's.
+func (a *app) applyMigrations(ctx context.Context) error {
+	n, err := migrations.Postgres(ctx, a.o.postgresURL)
+	if err != nil {
+		return err
+	}
+	if err := a.st.Migrate(ctx, &store.MigrateConfig{OutboxRetention: a.o.outboxRetention}); err != nil {
+		return err
+	}
+	a.log.Info("migrations applied", zap.Int("postgres_applied", n), zap.String("store", a.st.Kind()))
+	return nil
+}
+
+// build returns the services the constructors make, in order.
+func (a *app) build(ctors ...func() (service, error)) ([]service, error) {
+	out := make([]service, 0, len(ctors))
+	for _, c := range ctors {
+		s, err := c()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+func (a *app) newWorker() (service, error) {
+	return worker.New(a.st, a.rdb, a.pg, &worker.Config{
+		Stream: a.o.stream, Group: a.o.group, Consumer: a.o.consumer,
+		BatchSize: a.o.batchSize, ClaimIdle: a.o.claimIdle, MaxDeliveries: a.o.maxDeliveries, Registerer: a.reg,
+	}, a.log)
+}
+
+func (a *app) newDispatcher() (service, error) {
+	return dispatcher.New(a.st, a.rdb, &dispatcher.Config{
+		Stream: a.o.stream, LeaseTTL: a.o.leaseTTL, Retention: a.o.outboxRetention, Registerer: a.reg,
+	}, a.log)
+}
+
+func (a *app) reconcilerConfig() *reconciler.Config {
+	return &reconciler.Config{
+		Stream: a.o.stream, MinAge: a.o.minAge, RequeueAfter: a.o.requeueAfter, Limit: a.o.limit,
+		Every: a.o.every, Registerer: a.reg,
+	}
+}
+
+func (a *app) newReconciler() (service, error) {
+	return reconciler.New(a.st, a.rdb, a.reconcilerConfig(), a.log)
+}
+
+// reconcileOnce runs one sweep for cron: the report goes to stdout (JSON
+// with --json) and the log; any failed document makes the exit code 1.
+func (a *app) reconcileOnce(ctx context.Context) error {
+	r, err := reconciler.New(a.st, a.rdb, a.reconcilerConfig(), a.log)
+	if err != nil {
+		return err
+	}
+	rep, err := r.Sweep(ctx)
+	if a.o.jsonOut {
+		b, _ := json.Marshal(rep)
+		fmt.Fprintln(a.stdout, string(b))
+	} else {
+		fmt.Fprintln(a.stdout, rep.String())
+	}
+	a.log.Info("sweep done", zap.Object("report", rep))
+	if err != nil {
+		return fmt.Errorf("sweep failed: %w", err)
+	}
+	if rep.Failed() {
+		return errReported
+	}
+	return nil
+}
+
+// serve starts the services and the HTTP server, waits for ctx to end,
+// then shuts down in this order, each step within --shutdown-timeout:
+//  1. the HTTP server stops accepting connections and answers the requests
+//     in flight (their events are written before it returns);
+//  2. the services stop in the role's order, producers first: each stops
+//     reading new work and finishes (acknowledges, checkpoints) its work in
+//     flight;
+//  3. the stores close (run's deferred close).
+//
+// The services are started on a context of their own, so that the signal
+// reaches them only through this order.
+func (a *app) serve(ctx context.Context, services []service) error {
+	shutdownCtx := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.Background(), a.o.shutdownTimeout)
+	}
+	var started []service
+	stopServices := func() error {
+		sctx, cancel := shutdownCtx()
+		defer cancel()
+		var errs []error
+		for _, s := range started {
+			if err := s.Stop(sctx); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		return errors.Join(errs...)
+	}
+	runCtx := context.WithoutCancel(ctx)
+	for _, s := range services {
+		if err := s.Start(runCtx); err != nil {
+			_ = stopServices()
+			return err
+		}
+		started = append(started, s)
+	}
+	srv, errc, err := a.listen()
+	if err != nil {
+		_ = stopServices()
+		return err
+	}
+	var serveErr error
+	select {
+	case serveErr = <-errc:
+		serveErr = fmt.Errorf("HTTP server: %w", serveErr)
+	case <-ctx.Done():
+	}
+	a.log.Info("stopping")
+	if srv != nil {
+		sctx, cancel := shutdownCtx()
+		if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			serveErr = errors.Join(serveErr, fmt.Errorf("HTTP shutdown: %w", err))
+		}
+		cancel()
+	}
+	if err := stopServices(); err != nil {
+		serveErr = errors.Join(serveErr, fmt.Errorf("stopping: %w", err))
+	}
+	a.log.Info("stopped")
+	return serveErr
+}
+
+// listen starts the HTTP server of the role on --http-addr (none when it is
+// empty).
+func (a *app) listen() (*http.Server, <-chan error, error) {
+	if a.o.httpAddr == "" {
+		return nil, nil, nil
+	}
+	handler, err := a.httpHandler()
+	if err != nil {
+		return nil, nil, err
+	}
+	ln, err := net.Listen("tcp", a.o.httpAddr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("error listening on --http-addr %s: %w", a.o.httpAddr, err)
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	a.log.Info("listening", zap.String("addr", ln.Addr().String()))
+	return srv, errc, nil
+}
+
+// httpHandler builds the role's HTTP surface: probes, metrics and status for
+// every serving role, the ingest API for the api roles.
+func (a *app) httpHandler() (http.Handler, error) {
+	cfg := &httpapi.Config{
+		AuthToken:  a.o.authToken,
+		MaxBody:    a.o.maxBody,
+		MaxBatch:   a.o.maxBatch,
+		Metrics:    promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}),
+		Registerer: a.reg,
+		Ready:      a.readyChecks(),
+	}
+	if a.st != nil {
+		status := &httpapi.Status{Store: a.st, Stream: a.o.stream, Group: a.o.group}
+		if a.rdb != nil {
+			status.Redis = a.rdb
+		}
+		cfg.Status, cfg.Store = status, a.st
+		if err := a.reg.Register(httpapi.NewCollector(status)); err != nil {
+			return nil, err
+		}
+	}
+	if a.role.api {
+		cfg.Writer = outbox.NewWriter(a.st, &outbox.WriterConfig{Stream: a.o.stream})
+	}
+	return httpapi.New(cfg, a.log)
+}
+
+// readyChecks are the dependencies of the role. Redis is not on the
+// ingest path, so the ingest role does not check it.
+func (a *app) readyChecks() []httpapi.Check {
+	var checks []httpapi.Check
+	if a.st != nil {
+		checks = append(checks, httpapi.Check{Name: "store", Func: a.st.Ping})
+	}
+	if a.rdb != nil {
+		checks = append(checks, httpapi.Check{Name: "redis", Func: func(ctx context.Context) error { return a.rdb.Ping(ctx).Err() }})
+	}
+	if a.pg != nil {
+		checks = append(checks, httpapi.Check{Name: "postgres", Func: a.pg.Ping})
+	}
+	return checks
+}
+
+// printStatus prints GET /v1/status of the instance at --server.
+func (a *app) printStatus(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.o.server+"/v1/status", nil)
+	if err != nil {
+		return err
+	}
+	if a.o.authToken != "" {
+		req.Header.Set("Authorization", "Bearer "+a.o.authToken)
+	}
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		return fmt.Errorf("error reaching outboxd at %s (is it running?): %w", a.o.server, err)
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(a.stdout, resp.Body); err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET /v1/status answered %s", resp.Status)
+	}
+	return nil
+}

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outboxd/internal/config"
+	"github.com/outboxd/outboxd/store"
+)
+
+func runCLI(t *testing.T, env map[string]string, args ...string) (int, string) {
+	t.Helper()
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
+	var out, errOut bytes.Buffer
+	code := run(context.Background(), args, &out, &errOut)
+	return code, out.String() + errOut.String()
+}
+
+func TestUsageErrors(t *testing.T) {
+	notSQLite := filepath.Join(t.TempDir(), "old.db")
+	// What lungo's file store left behind: BSON, not SQLite.
+	require.NoError(t, os.WriteFile(notSQLite, []byte("\x16\x00\x00\x00\x02events\x00\x05\x00\x00\x00none\x00\x00"), 0o644))
+	for _, tc := range []struct {
+		name  string
+		env   map[string]string
+		args  []string
+		wants []string
+	}{
+		{"NoRole", nil, nil, []string{"usage: outboxd"}},
+		{"UnknownRole", nil, []string{"fly"}, []string{`unknown role "fly"`}},
+		{"UnknownFlag", nil, []string{"ingest", "--nope"}, []string{"nope"}},
+		{"BadDuration", nil, []string{"reconcile", "--min-age", "soon"}, []string{"min-age"}},
+		{"BadEnv", map[string]string{"OUTBOXD_LIMIT": "many"}, []string{"reconcile", "--store", "mongodb://h"}, []string{"--limit", "OUTBOXD_LIMIT"}},
+		{"NegativeLimit", nil, []string{"reconcile", "--store", "mongodb://h", "--limit", "-1"}, []string{"--limit must be positive"}},
+		{"BadStore", nil, []string{"ingest", "--store", "http://x"}, []string{"--store", "sqlite:PATH"}},
+		{"EmptySQLitePath", nil, []string{"ingest", "--store", "sqlite:"}, []string{"--store", "needs a path"}},
+		{"OldEmbeddedScheme", nil, []string{"dev", "--store", "embedded:data/outboxd.db"}, []string{"--store", "no longer offered", "sqlite:"}},
+		{"LungoRefusedOutsideDev", nil, []string{"ingest", "--store", "lungo:memory"}, []string{"--store", "only dev"}},
+		{"LungoFileRefused", nil, []string{"dev", "--store", "lungo:data/x"}, []string{"--store", "memory only"}},
+		{"NotASQLiteFile", nil, []string{"ingest", "--store", "sqlite:" + notSQLite, "--http-addr", "127.0.0.1:0"}, []string{"--store", "not an SQLite database", "move it away"}},
+		{"BadRedisURL", nil, []string{"dispatch", "--store", "mongodb://h", "--redis-url", "tcp://x"}, []string{"--redis-url"}},
+		{"RedactsPassword", nil, []string{"work", "--store", "mongodb://h", "--postgres-url", "mysql://u:hunter2@h/db"}, []string{"--postgres-url", "xxxxx"}},
+		{"BadHTTPAddr", nil, []string{"ingest", "--store", "mongodb://h", "--http-addr", "8080"}, []string{"--http-addr"}},
+		{"NoHTTPAddrForTheAPI", nil, []string{"ingest", "--http-addr", ""}, []string{"--http-addr", "must not be empty"}},
+		{"BadLogLevel", nil, []string{"ingest", "--store", "mongodb://h", "--log-level", "loud"}, []string{"--log-level"}},
+		{"BadServer", nil, []string{"status", "--server", "localhost:8080"}, []string{"--server"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out := runCLI(t, tc.env, tc.args...)
+			require.Equal(t, ExitUsage, code, out)
+			for _, w := range tc.wants {
+				require.Contains(t, out, w)
+			}
+			require.NotContains(t, out, "hunter2")
+		})
+	}
+}
+
+// TestRoleNeedsMigrate: a role other than dev and migrate refuses to start
+// on a store whose schema is missing, saying what to run.
+func TestRoleNeedsMigrate(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "fresh.db")
+	code, out := runCLI(t, nil, "ingest", "--store", "sqlite:"+path, "--http-addr", "127.0.0.1:0")
+	require.Equal(t, ExitUsage, code, out)
+	require.Contains(t, out, "outboxd migrate")
+}
+
+func TestHelp(t *testing.T) {
+	code, out := runCLI(t, nil, "dev", "-h")
+	require.Equal(t, ExitOK, code)
+	require.Contains(t, out, "OUTBOXD_STORE")
+	code, out = runCLI(t, nil, "help")
+	require.Equal(t, ExitOK, code)
+	for _, r := range roles {
+		require.Contains(t, out, r.name)
+	}
+}
+
+func TestExitCode(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		err  error
+		code int
+	}{
+		{nil, ExitOK},
+		{errReported, ExitFailure}, // reconcile: a document failed
+		{fmt.Errorf("sweep failed: %w", errors.New("boom")), ExitFailure},
+		{config.Invalid("limit", "must be positive"), ExitUsage},
+		{fmt.Errorf("check: %w", store.ErrSchema), ExitUsage},
+	} {
+		require.Equal(t, tc.code, exitCode(tc.err), "%v", tc.err)
+	}
+}

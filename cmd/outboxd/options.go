@@ -1,0 +1,217 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/outboxd/outboxd/dispatcher"
+	"github.com/outboxd/outboxd/httpapi"
+	"github.com/outboxd/outboxd/internal/config"
+	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/reconciler"
+	"github.com/outboxd/outboxd/store"
+	"github.com/outboxd/outboxd/store/mongostore"
+	"github.com/outboxd/outboxd/worker"
+)
+
+// Defaults of the common flags.
+const (
+	StoreDefault       = "sqlite:data/outboxd.db"
+	RedisURLDefault    = "redis://127.0.0.1:6379/0"
+	PostgresURLDefault = "postgres://outboxd:outboxd@127.0.0.1:5432/outboxd?sslmode=disable"
+	HTTPAddrDefault    = "127.0.0.1:8080"
+	ServerDefault      = "http://127.0.0.1:8080"
+	ShutdownDefault    = 30 * time.Second
+	// devEvery is how often dev sweeps unless told otherwise.
+	devEvery = time.Minute
+)
+
+// options holds every flag; each role registers the groups it reads.
+type options struct {
+	role *role
+
+	store, mongoDB, redisURL, postgresURL string
+	stream, group, httpAddr, logLevel     string
+	shutdownTimeout                       time.Duration
+
+	// ingest
+	authToken string
+	maxBody   int64
+	maxBatch  int
+
+	// dispatch
+	outboxRetention time.Duration
+	leaseTTL        time.Duration
+
+	// work
+	consumer      string
+	batchSize     int
+	claimIdle     time.Duration
+	maxDeliveries int
+
+	// reconcile
+	minAge, requeueAfter, every time.Duration
+	limit                       int
+	jsonOut                     bool
+
+	// operator commands
+	server string
+
+	registered map[string]bool
+}
+
+func newFlagSet(r *role) (*flag.FlagSet, *options) {
+	o := &options{role: r}
+	fs := flag.NewFlagSet("outboxd "+r.name, flag.ContinueOnError)
+	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	if r.serve || r.store {
+		fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", ShutdownDefault, "grace period for in-flight work on SIGINT/SIGTERM")
+	}
+	for _, g := range r.flags {
+		switch g {
+		case gStore:
+			fs.StringVar(&o.store, "store", StoreDefault, "system of record: sqlite:PATH, mongodb://… or mongodb+srv://… (a replica set), "+mongostore.LungoMemory+" (dev only)")
+			fs.StringVar(&o.mongoDB, "mongo-db", mongostore.DatabaseDefault, "MongoDB database (mongodb stores)")
+		case gRedis:
+			fs.StringVar(&o.redisURL, "redis-url", RedisURLDefault, "Redis URL")
+			fs.StringVar(&o.stream, "stream", outbox.StreamDefault, "Redis stream")
+			fs.StringVar(&o.group, "group", outbox.GroupDefault, "Redis consumer group")
+		case gPostgres:
+			fs.StringVar(&o.postgresURL, "postgres-url", PostgresURLDefault, "PostgreSQL URL of the read model")
+		case gHTTP:
+			fs.StringVar(&o.httpAddr, "http-addr", HTTPAddrDefault, "HTTP listen address (API, /healthz, /readyz, /metrics); empty disables it for roles without the API")
+		case gAuth:
+			fs.StringVar(&o.authToken, "auth-token", "", "bearer token required on /v1/* (empty: no auth)")
+		case gIngest:
+			fs.Int64Var(&o.maxBody, "max-body", httpapi.MaxBodyDefault, "request body limit in bytes")
+			fs.IntVar(&o.maxBatch, "max-batch", httpapi.MaxBatchDefault, "most events in one batch request")
+		case gDispatch:
+			fs.DurationVar(&o.outboxRetention, "outbox-retention", store.OutboxRetentionDefault, "how long dispatched outbox entries are kept")
+			if r.serve {
+				fs.DurationVar(&o.leaseTTL, "lease-ttl", dispatcher.LeaseTTLDefault, "dispatcher lease: a standby takes over this long after the leader stops renewing")
+			}
+		case gWork:
+			fs.StringVar(&o.consumer, "consumer", "", "consumer name (default: host-pid)")
+			fs.IntVar(&o.batchSize, "batch-size", worker.BatchSizeDefault, "stream entries per batch")
+			fs.DurationVar(&o.claimIdle, "claim-idle", worker.ClaimIdleDefault, "reclaim entries pending longer than this on other consumers")
+			fs.IntVar(&o.maxDeliveries, "max-deliveries", worker.MaxDeliveriesDefault, "deliveries of a failing record before it is dead-lettered as poison")
+		case gReconcile:
+			fs.DurationVar(&o.minAge, "min-age", reconciler.MinAgeDefault, "only originals older than this are candidates")
+			fs.DurationVar(&o.requeueAfter, "requeue-after", reconciler.RequeueAfterDefault, "a requeued original is a candidate again after this")
+			fs.IntVar(&o.limit, "limit", reconciler.LimitDefault, "most originals per sweep")
+			fs.DurationVar(&o.every, "every", 0, "sweep every D on the replica that holds the reconciler lease (0: one sweep, then exit)")
+			fs.BoolVar(&o.jsonOut, "json", false, "print the sweep report as JSON")
+		case gClient:
+			fs.StringVar(&o.server, "server", ServerDefault, "URL of a running outboxd")
+			fs.StringVar(&o.authToken, "auth-token", "", "bearer token of the running outboxd")
+			fs.BoolVar(&o.jsonOut, "json", false, "print JSON instead of a table")
+		}
+	}
+	if r.name == "dev" {
+		o.every = devEvery
+		fs.Lookup("every").DefValue = devEvery.String()
+	}
+	o.registered = map[string]bool{}
+	fs.VisitAll(func(f *flag.Flag) { o.registered[f.Name] = true })
+	return fs, o
+}
+
+// storeKind tells the store a --store value selects: "sqlite" or "mongodb".
+func storeKind(uri string) (string, string, error) {
+	switch {
+	case strings.HasPrefix(uri, "sqlite:"):
+		path := strings.TrimPrefix(uri, "sqlite:")
+		if path == "" {
+			return "", "", fmt.Errorf("sqlite: needs a path (sqlite:data/outboxd.db)")
+		}
+		return "sqlite", path, nil
+	case strings.HasPrefix(uri, "mongodb://"), strings.HasPrefix(uri, "mongodb+srv://"), strings.HasPrefix(uri, "lungo:"):
+		if err := mongostore.ValidateURI(uri); err != nil {
+			return "", "", err
+		}
+		return "mongodb", uri, nil
+	case strings.HasPrefix(uri, "embedded:"):
+		return "", "", fmt.Errorf("the embedded MongoDB engine (embedded:…) is no longer offered: use sqlite:PATH (the default, sqlite:data/outboxd.db) for a file, or %s", mongostore.LungoMemory)
+	}
+	return "", "", fmt.Errorf("must be sqlite:PATH, mongodb://…, mongodb+srv://… or %s (got %q)", mongostore.LungoMemory, config.Redact(uri))
+}
+
+// validate checks every registered flag; the error names the flag.
+func (o *options) validate() error {
+	has := o.registered
+	if has["store"] {
+		if _, _, err := storeKind(o.store); err != nil {
+			return config.Invalid("store", "%v", err)
+		}
+		if o.store == mongostore.LungoMemory && o.role.name != "dev" {
+			return config.Invalid("store", "%s lives inside one process, so only dev may use it; use sqlite:PATH or a replica set for %s", mongostore.LungoMemory, o.role.name)
+		}
+		if o.mongoDB == "" || strings.ContainsAny(o.mongoDB, "/\\. \"$") {
+			return config.Invalid("mongo-db", "must be a MongoDB database name (got %q)", o.mongoDB)
+		}
+	}
+	if has["shutdown-timeout"] && o.shutdownTimeout <= 0 {
+		return config.Invalid("shutdown-timeout", "must be positive")
+	}
+	if has["redis-url"] {
+		if u, err := url.Parse(o.redisURL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") {
+			return config.Invalid("redis-url", "must be redis://host:port/db or rediss://… (got %q)", config.Redact(o.redisURL))
+		}
+		if o.stream == "" {
+			return config.Invalid("stream", "must not be empty")
+		}
+		if o.group == "" {
+			return config.Invalid("group", "must not be empty")
+		}
+	}
+	if has["postgres-url"] {
+		if u, err := url.Parse(o.postgresURL); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+			return config.Invalid("postgres-url", "must be postgres://user:password@host:port/db (got %q)", config.Redact(o.postgresURL))
+		}
+	}
+	if has["http-addr"] && o.httpAddr != "" {
+		if _, _, err := net.SplitHostPort(o.httpAddr); err != nil {
+			return config.Invalid("http-addr", "must be host:port (got %q)", o.httpAddr)
+		}
+	}
+	if has["http-addr"] && o.httpAddr == "" && o.role.api {
+		return config.Invalid("http-addr", "must not be empty for %s, which serves the API", o.role.name)
+	}
+	if has["server"] {
+		if u, err := url.Parse(o.server); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return config.Invalid("server", "must be http://host:port or https://… (got %q)", o.server)
+		}
+	}
+	checks := []struct {
+		name string
+		bad  bool
+		msg  string
+	}{
+		{"max-body", o.maxBody <= 0, "must be positive"},
+		{"max-batch", o.maxBatch <= 0, "must be positive"},
+		{"outbox-retention", o.outboxRetention < time.Second, "must be at least 1s"},
+		{"lease-ttl", o.leaseTTL < dispatcher.MinLeaseTTL, fmt.Sprintf("must be at least %s", dispatcher.MinLeaseTTL)},
+		{"batch-size", o.batchSize <= 0 || o.batchSize > worker.BatchSizeMax, fmt.Sprintf("must be between 1 and %d", worker.BatchSizeMax)},
+		{"max-deliveries", o.maxDeliveries <= 0, "must be positive"},
+		{"claim-idle", o.claimIdle <= 0, "must be positive"},
+		{"min-age", o.minAge < 0, "must not be negative"},
+		{"requeue-after", o.requeueAfter <= 0, "must be positive"},
+		{"limit", o.limit <= 0, "must be positive"},
+		{"every", o.every < 0, "must not be negative"},
+	}
+	for _, c := range checks {
+		if has[c.name] && c.bad {
+			return config.Invalid(c.name, "%s", c.msg)
+		}
+	}
+	return nil
+}
+
+func (o *options) String() string {
+	return fmt.Sprintf("role=%s store=%s redis=%s postgres=%s", o.role.name,
+		config.Redact(o.store), config.Redact(o.redisURL), config.Redact(o.postgresURL))
+}

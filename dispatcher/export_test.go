@@ -1,0 +1,6 @@
+package dispatcher
+
+import "github.com/outboxd/outboxd/internal/fault"
+
+// SetFaults arms cfg's fault points (tests only).
+func SetFaults(cfg *Config, f *fault.Set) { cfg.faults = f }

@@ -1,0 +1,245 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"go.uber.org/zap"
+
+	"github.com/outboxd/outboxd/internal/fault"
+	"github.com/outboxd/outboxd/internal/leader"
+	"github.com/outboxd/outboxd/store"
+)
+
+// errPositionUnreadable marks a saved position the store cannot read.
+var errPositionUnreadable = errors.New("the saved feed position cannot be read")
+
+// lead relays while this dispatcher holds lease: it opens the feed, catches
+// up from the outbox and relays what the feed delivers, and opens it again
+// after a lost position, the feed's end or a failure. It returns when ctx
+// ends, on a fenced write and on a fault point.
+func (d *Dispatcher) lead(ctx, workCtx context.Context, lease store.Lease) error {
+	bo := d.newBackoff()
+	var lost error // why the previous feed cannot be resumed
+	for {
+		err := d.follow(ctx, workCtx, lease, lost)
+		lost = nil
+		switch {
+		case errors.Is(err, fault.ErrInjected):
+			return leader.Abort(err)
+		case ctx.Err() != nil, errors.Is(err, store.ErrFenced):
+			return err
+		case errors.Is(err, store.ErrPositionLost), errors.Is(err, store.ErrFeedInvalidated):
+			lost = err // reopen from now at once: waiting does not bring it back
+		default:
+			wait := bo.NextBackOff()
+			d.logger.Warn("relaying failed; reopening the feed", zap.Duration("wait", wait), zap.Error(err))
+			if err := sleep(ctx, wait); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// follow is one feed's life: open it (from the saved position unless lost
+// says it is gone), catch up from the outbox, then relay what it delivers.
+// The feed opens before the catch-up reads the outbox, so an entry
+// committed meanwhile is in one or both (relayed once: seen).
+func (d *Dispatcher) follow(ctx, workCtx context.Context, lease store.Lease, lost error) error {
+	var from store.Position
+	if lost == nil {
+		st, err := d.st.ReadLease(ctx, lease.Name)
+		if err != nil {
+			return err
+		}
+		if st != nil {
+			from = st.Position
+			if st.PositionInvalid {
+				lost = errPositionUnreadable
+			}
+		}
+	}
+	opts := store.FeedOptions{PollInterval: d.cfg.PollInterval}
+	feed, err := d.st.OpenFeed(ctx, d.cfg.Stream, from, opts)
+	if errors.Is(err, store.ErrPositionLost) && from != nil {
+		lost = err
+		feed, err = d.st.OpenFeed(ctx, d.cfg.Stream, nil, opts)
+	}
+	if err != nil {
+		return err
+	}
+	defer feed.Close(context.WithoutCancel(ctx))
+	if lost != nil {
+		d.countLost(lost)
+		// Forget the dead position at once, so that a failure during the
+		// catch-up does not find it, and count it, again. Starting from
+		// now is safe: every start catches up from the outbox.
+		if err := d.checkpoint(workCtx, lease, nil, true); err != nil {
+			return err
+		}
+	}
+	n, seen, err := d.catchUp(ctx, workCtx, lease, time.Time{})
+	if err != nil {
+		return err
+	}
+	switch {
+	case lost != nil:
+		d.logger.Warn("feed position lost; caught up from the outbox and reopened from now",
+			zap.Int64("history_lost_total", d.historyLost.Load()), zap.Int64("invalidated_total", d.invalidated.Load()),
+			zap.Int("caught_up", n), zap.NamedError("cause", lost))
+	case n > 0:
+		d.logger.Info("caught up from the outbox", zap.Int("caught_up", n))
+	}
+	if err := d.checkpoint(workCtx, lease, feed.Position(), false); err != nil {
+		return err
+	}
+	return d.relayFeed(ctx, workCtx, lease, feed, seen)
+}
+
+func (d *Dispatcher) countLost(cause error) {
+	if errors.Is(cause, store.ErrFeedInvalidated) {
+		d.invalidated.Add(1)
+		d.metrics.invalidated.Inc()
+		return
+	}
+	d.historyLost.Add(1)
+	d.metrics.historyLost.Inc()
+}
+
+// catchUp relays every undispatched entry of the stream created before
+// olderThan (zero: all), oldest first, and returns how many it relayed and
+// their ids.
+func (d *Dispatcher) catchUp(ctx, workCtx context.Context, lease store.Lease, olderThan time.Time) (int, map[string]struct{}, error) {
+	seen := map[string]struct{}{}
+	after := ""
+	n := 0
+	for {
+		entries, err := d.st.Undispatched(ctx, d.cfg.Stream, after, d.cfg.BatchSize)
+		if err != nil {
+			return n, nil, fmt.Errorf("error reading undispatched outbox entries: %w", err)
+		}
+		full := len(entries) == d.cfg.BatchSize
+		if !olderThan.IsZero() {
+			young := len(entries)
+			for i, e := range entries {
+				if !e.CreatedAt.Before(olderThan) {
+					young = i
+					break
+				}
+			}
+			full = full && young == len(entries)
+			entries = entries[:young]
+		}
+		if len(entries) == 0 {
+			return n, seen, nil
+		}
+		if err := d.relay(ctx, workCtx, lease, entries, nil); err != nil {
+			return n, nil, err
+		}
+		for _, e := range entries {
+			seen[e.ID] = struct{}{}
+		}
+		n += len(entries)
+		d.caughtUp.Add(int64(len(entries)))
+		after = entries[len(entries)-1].ID
+		if !full {
+			return n, seen, nil
+		}
+	}
+}
+
+// relayFeed relays what the feed delivers, in batches, checkpoints while
+// idle, and every SweepInterval relays old undispatched entries the feed
+// missed and deletes dispatched entries past the retention, until ctx ends
+// or something fails.
+func (d *Dispatcher) relayFeed(ctx, workCtx context.Context, lease store.Lease, feed store.Feed, seen map[string]struct{}) error {
+	lastCheckpoint := time.Now()
+	nextSweep := time.Now().Add(d.cfg.SweepInterval)
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		entries, err := feed.Next(ctx, d.cfg.BatchSize, d.cfg.IdleCheckpoint)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err
+		}
+		batch := entries[:0]
+		for _, e := range entries {
+			if _, dup := seen[e.ID]; dup {
+				delete(seen, e.ID)
+				continue
+			}
+			batch = append(batch, e)
+		}
+		switch {
+		case len(batch) > 0:
+			if err := d.relay(ctx, workCtx, lease, batch, feed.Position()); err != nil {
+				return err
+			}
+			lastCheckpoint = time.Now()
+		case len(entries) == 0:
+			// The feed is quiet, so it has delivered what the catch-up
+			// also relayed: nothing left to skip.
+			clear(seen)
+			if time.Since(lastCheckpoint) >= d.cfg.IdleCheckpoint {
+				if err := d.checkpoint(workCtx, lease, feed.Position(), false); err != nil {
+					return err
+				}
+				lastCheckpoint = time.Now()
+			}
+		}
+		if time.Now().After(nextSweep) {
+			if err := d.sweep(ctx, workCtx, lease); err != nil {
+				return err
+			}
+			nextSweep = time.Now().Add(d.cfg.SweepInterval)
+		}
+	}
+}
+
+// sweep relays the undispatched entries older than SweepMinAge (the feed
+// should have delivered them: a commit that became visible behind the
+// feed's start, an undecodable change event) and deletes the dispatched
+// entries older than Retention.
+func (d *Dispatcher) sweep(ctx, workCtx context.Context, lease store.Lease) error {
+	now := d.cfg.Now()
+	n, _, err := d.catchUp(ctx, workCtx, lease, now.Add(-d.cfg.SweepMinAge))
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		d.metrics.swept.Add(float64(n))
+		d.logger.Warn("relayed undispatched entries the feed did not deliver", zap.Int("entries", n))
+	}
+	deleted, err := d.st.DeleteDispatched(ctx, now.Add(-d.cfg.Retention))
+	if err != nil {
+		return fmt.Errorf("error deleting dispatched entries past the retention: %w", err)
+	}
+	if deleted > 0 {
+		d.logger.Debug("deleted dispatched entries past the retention", zap.Int64("entries", deleted))
+	}
+	return nil
+}
+
+func (d *Dispatcher) newBackoff() *backoff.ExponentialBackOff {
+	return backoff.NewExponentialBackOff(backoff.WithInitialInterval(min(100*time.Millisecond, d.cfg.BackoffMax)),
+		backoff.WithMaxInterval(d.cfg.BackoffMax), backoff.WithMaxElapsedTime(0))
+}
+
+// sleep waits for d or until ctx ends, and returns ctx.Err().
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

@@ -1,0 +1,89 @@
+package dispatcher
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/store"
+)
+
+// relay moves one batch: XADD (retried until Redis answers or the
+// dispatcher stops), then dispatchedAt, then the checkpoint (pos nil keeps
+// the saved position). Nothing is marked or checkpointed unless the XADD
+// succeeded. Once the XADD went through, the rest runs on workCtx so that a
+// stop request lets the batch finish.
+func (d *Dispatcher) relay(ctx, workCtx context.Context, lease store.Lease, entries []outbox.Entry, pos store.Position) error {
+	if err := d.xadd(ctx, workCtx, entries); err != nil {
+		return err
+	}
+	d.relayed.Add(int64(len(entries)))
+	d.metrics.relayed.Add(float64(len(entries)))
+	if err := d.cfg.faults.Check(FaultAfterXAdd); err != nil {
+		return err
+	}
+	ids := make([]string, len(entries))
+	for i, e := range entries {
+		ids[i] = e.ID
+	}
+	if err := d.st.MarkDispatched(workCtx, lease, ids, d.cfg.Now()); err != nil {
+		return fmt.Errorf("error marking %d outbox entries dispatched: %w", len(entries), err)
+	}
+	if err := d.cfg.faults.Check(FaultAfterMark); err != nil {
+		return err
+	}
+	d.dispatched.Add(int64(len(entries)))
+	d.batches.Add(1)
+	d.metrics.batches.Inc()
+	return d.checkpoint(workCtx, lease, pos, false)
+}
+
+// checkpoint records that everything up to pos is in the stream (pos nil
+// keeps the saved position unless forget). It is fenced by the lease.
+func (d *Dispatcher) checkpoint(ctx context.Context, lease store.Lease, pos store.Position, forget bool) error {
+	now := d.cfg.Now()
+	if err := d.st.SaveCheckpoint(ctx, lease, store.Checkpoint{Position: pos, Forget: forget, At: now}); err != nil {
+		return err
+	}
+	d.metrics.checkpoint.Set(float64(now.UnixMilli()) / 1e3)
+	return nil
+}
+
+// xadd adds entries to the stream in one pipeline, retrying with jittered
+// back-off while Redis fails, until ctx ends. Each attempt runs on workCtx
+// so that a stop request does not cut a pipeline in half.
+func (d *Dispatcher) xadd(ctx, workCtx context.Context, entries []outbox.Entry) error {
+	attempts := 0
+	err := backoff.RetryNotify(func() error {
+		_, err := d.rdb.Pipelined(workCtx, func(p redis.Pipeliner) error {
+			for _, e := range entries {
+				p.XAdd(workCtx, &redis.XAddArgs{
+					Stream: d.cfg.Stream, MaxLen: d.cfg.MaxStreamLen, Approx: d.cfg.MaxStreamLen > 0,
+					Values: []any{outbox.PayloadField, e.Message},
+				})
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("error adding %d entries to the stream: %w", len(entries), err)
+		}
+		return nil
+	}, backoff.WithContext(d.newBackoff(), ctx), func(err error, wait time.Duration) {
+		attempts++
+		d.redisRetries.Add(1)
+		d.metrics.redisRetries.Inc()
+		if attempts == 1 || attempts%10 == 0 {
+			d.logger.Warn("redis unavailable; holding the checkpoint and retrying",
+				zap.Int("attempts", attempts), zap.Duration("wait", wait), zap.Error(err))
+		}
+	})
+	if err == nil && attempts > 0 {
+		d.logger.Info("redis is back; relaying again", zap.Int("attempts", attempts))
+	}
+	return err
+}

@@ -1,0 +1,212 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"reflect"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/outboxd/outboxd/outbox"
+)
+
+// readBody checks the content type and reads the body up to MaxBody. On
+// failure it has answered and returns false.
+func (h *handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	if !isJSON(r.Header.Get("Content-Type")) {
+		writeProblem(w, r, newProblem(http.StatusUnsupportedMediaType, "", "", "Content-Type must be application/json (charset utf-8, if any)"))
+		return nil, false
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBody))
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		writeProblem(w, r, newProblem(http.StatusRequestEntityTooLarge, "", "", fmt.Sprintf("the body is larger than %d bytes", tooLarge.Limit)))
+		return nil, false
+	case err != nil:
+		writeProblem(w, r, newProblem(http.StatusBadRequest, ProblemMalformed, "Malformed request", "the body could not be read"))
+		return nil, false
+	}
+	return body, true
+}
+
+// isJSON accepts application/json with no charset or charset utf-8.
+func isJSON(contentType string) bool {
+	mt, params, err := mime.ParseMediaType(contentType)
+	if err != nil || mt != "application/json" {
+		return false
+	}
+	cs, ok := params["charset"]
+	return !ok || strings.EqualFold(cs, "utf-8")
+}
+
+// requestError is a body that is not the JSON the route expects (400).
+type requestError struct {
+	detail string
+	// field is set for an unknown field.
+	field string
+}
+
+func (e *requestError) Error() string { return e.detail }
+
+// decodeEvent decodes and validates the body of POST /v1/events. headerKey is
+// the Idempotency-Key header ("" when absent). It returns the one Input and
+// its Batch from w.Prepare, a *requestError (400) or a *outbox.ValidationError (422).
+func decodeEvent(w *outbox.Writer, body []byte, headerKey string) ([]outbox.Input, *outbox.Batch, error) {
+	var in outbox.Input
+	if err := decodeObject(body, &in, ""); err != nil {
+		return nil, nil, err
+	}
+	if headerKey != "" {
+		if in.IdempotencyKey != "" && in.IdempotencyKey != headerKey {
+			return nil, nil, outbox.Invalid("idempotencyKey", "differs from the "+IdempotencyKeyHeader+" header")
+		}
+		in.IdempotencyKey = headerKey
+	}
+	inputs := []outbox.Input{in}
+	batch, err := w.Prepare(inputs)
+	if err != nil {
+		var ve *outbox.ValidationError
+		if headerKey != "" && errors.As(err, &ve) {
+			for i := range ve.Fields {
+				if ve.Fields[i].Field == "idempotencyKey" {
+					ve.Fields[i].Field = IdempotencyKeyHeader
+				}
+			}
+		}
+		return nil, nil, err
+	}
+	return inputs, batch, nil
+}
+
+// decodeBatch decodes and validates the body of POST /v1/events:batch
+// ({"events":[…]}, 1 to maxBatch items). It returns the Inputs in request
+// order and their Batch from w.Prepare, a *requestError (400) or a
+// *outbox.ValidationError (422) whose fields are named events[i].field.
+func decodeBatch(w *outbox.Writer, body []byte, maxBatch int) ([]outbox.Input, *outbox.Batch, error) {
+	var req struct {
+		Events []json.RawMessage `json:"events"`
+	}
+	if err := decodeObject(body, &req, ""); err != nil {
+		return nil, nil, err
+	}
+	switch {
+	case len(req.Events) == 0:
+		return nil, nil, outbox.Invalid("events", "must hold at least one event")
+	case len(req.Events) > maxBatch:
+		return nil, nil, outbox.Invalid("events", fmt.Sprintf("must hold at most %d events (got %d)", maxBatch, len(req.Events)))
+	}
+	inputs := make([]outbox.Input, len(req.Events))
+	var fields []outbox.FieldError
+	for i, raw := range req.Events {
+		prefix := fmt.Sprintf("events[%d].", i)
+		if !isObject(raw) {
+			fields = append(fields, outbox.FieldError{Field: strings.TrimSuffix(prefix, "."), Reason: "must be a JSON object"})
+			continue
+		}
+		err := decodeObject(raw, &inputs[i], prefix)
+		var ve *outbox.ValidationError
+		if errors.As(err, &ve) {
+			fields = append(fields, ve.Fields...)
+		} else if err != nil {
+			return nil, nil, err
+		}
+	}
+	if len(fields) > 0 {
+		return nil, nil, &outbox.ValidationError{Fields: fields}
+	}
+	batch, err := w.Prepare(inputs)
+	if err != nil {
+		// Prepare names fields without an index when there is one input.
+		var ve *outbox.ValidationError
+		if len(inputs) == 1 && errors.As(err, &ve) {
+			for i := range ve.Fields {
+				ve.Fields[i].Field = "events[0]." + ve.Fields[i].Field
+			}
+		}
+		return nil, nil, err
+	}
+	return inputs, batch, nil
+}
+
+// isObject reports whether the JSON value data starts an object.
+func isObject(data []byte) bool {
+	data = bytes.TrimLeft(data, " \t\r\n")
+	return len(data) > 0 && data[0] == '{'
+}
+
+// decodeObject strictly decodes one JSON object from data into v: valid
+// UTF-8, no unknown fields, nothing after the value. Field names in errors
+// carry prefix.
+func decodeObject(data []byte, v any, prefix string) error {
+	// encoding/json replaces invalid UTF-8 with U+FFFD silently.
+	if !utf8.Valid(data) {
+		return &requestError{detail: "the body is not valid UTF-8"}
+	}
+	if len(bytes.TrimLeft(data, " \t\r\n")) == 0 {
+		return &requestError{detail: "the body is empty"}
+	}
+	if !isObject(data) {
+		return &requestError{detail: "the body must be a JSON object"}
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return decodeError(err, prefix)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return &requestError{detail: "the body holds data after the JSON object"}
+	}
+	return nil
+}
+
+// decodeError translates an encoding/json error.
+func decodeError(err error, prefix string) error {
+	var (
+		se *json.SyntaxError
+		te *json.UnmarshalTypeError
+	)
+	switch {
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return &requestError{detail: "malformed JSON: the body ends inside a value"}
+	case errors.As(err, &se):
+		return &requestError{detail: fmt.Sprintf("malformed JSON at byte %d: %s", se.Offset, strings.TrimPrefix(se.Error(), "json: "))}
+	case errors.As(err, &te) && te.Field != "":
+		return outbox.Invalid(prefix+te.Field, fmt.Sprintf("must be %s, not %s", jsonKind(te.Type), te.Value))
+	case errors.As(err, &te):
+		return &requestError{detail: "the body must be a JSON object"}
+	}
+	// encoding/json has no type for an unknown field, only this message.
+	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		if unq, uerr := strconv.Unquote(name); uerr == nil {
+			name = unq
+		}
+		return &requestError{detail: fmt.Sprintf("unknown field %q", prefix+name), field: prefix + name}
+	}
+	return &requestError{detail: "malformed JSON: " + strings.TrimPrefix(err.Error(), "json: ")}
+}
+
+// jsonKind names the JSON kind that fits Go type t.
+func jsonKind(t reflect.Type) string {
+	if t == nil {
+		return "another type"
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	case reflect.Bool:
+		return "a boolean"
+	default:
+		return "a number"
+	}
+}

@@ -1,0 +1,195 @@
+package httpapi
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/store"
+)
+
+func (h *handler) postEvent(w http.ResponseWriter, r *http.Request) {
+	keys := r.Header.Values(IdempotencyKeyHeader)
+	switch {
+	case len(keys) > 1:
+		h.fail(w, r, outbox.Invalid(IdempotencyKeyHeader, "must be sent once"), "")
+		return
+	case len(keys) == 1 && keys[0] == "":
+		h.fail(w, r, outbox.Invalid(IdempotencyKeyHeader, "must not be empty"), "")
+		return
+	}
+	body, ok := h.readBody(w, r)
+	if !ok {
+		return
+	}
+	inputs, batch, err := decodeEvent(h.writer, body, r.Header.Get(IdempotencyKeyHeader))
+	if err != nil {
+		h.fail(w, r, err, "")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.RequestTimeout)
+	defer cancel()
+	res, err := h.writer.WriteBatch(ctx, batch)
+	if err != nil {
+		field := "idempotencyKey"
+		if len(keys) == 1 {
+			field = IdempotencyKeyHeader
+		}
+		h.fail(w, r, err, field, zap.String("idempotency_key", inputs[0].IdempotencyKey))
+		return
+	}
+	status := http.StatusCreated
+	if res[0].Duplicate {
+		status = http.StatusOK
+	}
+	w.Header().Set("Location", "/v1/events/"+res[0].ID)
+	writeJSON(w, r, status, res[0])
+}
+
+// batchResponse is the body of a successful POST /v1/events:batch.
+type batchResponse struct {
+	Results []outbox.Result `json:"results"`
+}
+
+func (h *handler) postBatch(w http.ResponseWriter, r *http.Request) {
+	body, ok := h.readBody(w, r)
+	if !ok {
+		return
+	}
+	inputs, batch, err := decodeBatch(h.writer, body, h.cfg.MaxBatch)
+	if err != nil {
+		h.fail(w, r, err, "")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.RequestTimeout)
+	defer cancel()
+	res, err := h.writer.WriteBatch(ctx, batch)
+	if err != nil {
+		h.fail(w, r, err, "", zap.Int("events", len(inputs)))
+		return
+	}
+	writeJSON(w, r, http.StatusOK, batchResponse{Results: res})
+}
+
+// eventView is the JSON of GET /v1/events/{id}.
+type eventView struct {
+	ID             string              `json:"id"`
+	IdempotencyKey string              `json:"idempotencyKey"`
+	SourceKey      string              `json:"sourceKey"`
+	DeviceKey      string              `json:"deviceKey"`
+	Type           string              `json:"type"`
+	OccurredAt     time.Time           `json:"occurredAt"`
+	Payload        json.RawMessage     `json:"payload"`
+	CreatedAt      time.Time           `json:"createdAt"`
+	State          string              `json:"state"`
+	SyncedAt       *time.Time          `json:"syncedAt"`
+	RequeueCount   int64               `json:"requeueCount"`
+	SyncFailure    *outbox.SyncFailure `json:"syncFailure"`
+}
+
+func (h *handler) getEvent(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	var ev *outbox.Event
+	if outbox.IsEventID(id) {
+		ctx, cancel := context.WithTimeout(r.Context(), h.cfg.RequestTimeout)
+		defer cancel()
+		got, err := h.cfg.Store.LoadEvents(ctx, []string{id})
+		if err != nil {
+			h.fail(w, r, err, "", zap.String("event_id", id))
+			return
+		}
+		if l, ok := got[id]; ok {
+			if l.Err != nil {
+				h.fail(w, r, l.Err, "", zap.String("event_id", id))
+				return
+			}
+			ev = l.Event
+		}
+	}
+	if ev == nil {
+		writeProblem(w, r, newProblem(http.StatusNotFound, "", "", "no event has this id"))
+		return
+	}
+	writeJSON(w, r, http.StatusOK, viewOf(ev))
+}
+
+// viewOf returns the JSON view of an original.
+func viewOf(ev *outbox.Event) eventView {
+	return eventView{
+		ID: ev.ID, IdempotencyKey: ev.IdempotencyKey, SourceKey: ev.SourceKey, DeviceKey: ev.DeviceKey,
+		Type: ev.Type, OccurredAt: ev.OccurredAt.UTC(), Payload: payloadOrEmpty(ev.Payload), CreatedAt: ev.CreatedAt.UTC(),
+		State: ev.State(), SyncedAt: utc(ev.SyncedAt), RequeueCount: ev.RequeueCount, SyncFailure: ev.SyncFailure,
+	}
+}
+
+func utc(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+// fail answers err: 400 for a malformed body, 422 for invalid fields or a
+// reused idempotency key (named keyField, or events[i].idempotencyKey in a
+// batch), 503 when the store is unreachable or the request ran out of
+// time, 500 otherwise. Only ids go to the
+// log, never payloads.
+func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error, keyField string, ids ...zap.Field) {
+	var (
+		re *requestError
+		ve *outbox.ValidationError
+		me *outbox.MismatchError
+	)
+	switch {
+	case errors.As(err, &re):
+		p := newProblem(http.StatusBadRequest, ProblemMalformed, "Malformed request", re.detail)
+		if re.field != "" {
+			p.Errors = []outbox.FieldError{{Field: re.field, Reason: "is not a known field"}}
+		}
+		writeProblem(w, r, p)
+	case errors.As(err, &ve):
+		p := newProblem(http.StatusUnprocessableEntity, ProblemValidation, "Invalid fields", ve.Error())
+		p.Errors = ve.Fields
+		writeProblem(w, r, p)
+	case errors.As(err, &me) && me.OtherIndex >= 0:
+		p := newProblem(http.StatusUnprocessableEntity, ProblemMismatch, "Idempotency key reused",
+			fmt.Sprintf("events[%d] and events[%d] carry the same idempotency key with different content", me.OtherIndex, me.Index))
+		p.Errors = []outbox.FieldError{{Field: fmt.Sprintf("events[%d].idempotencyKey", me.Index),
+			Reason: fmt.Sprintf("is also the key of events[%d], whose content differs", me.OtherIndex)}}
+		writeProblem(w, r, p)
+	case errors.As(err, &me):
+		field := cmp.Or(keyField, fmt.Sprintf("events[%d].idempotencyKey", me.Index))
+		p := newProblem(http.StatusUnprocessableEntity, ProblemMismatch, "Idempotency key reused",
+			fmt.Sprintf("the idempotency key already names event %s, whose content differs", me.ExistingID))
+		p.Errors = []outbox.FieldError{{Field: field, Reason: "was already used for an event with different content"}}
+		writeProblem(w, r, p)
+	case store.IsUnavailable(err), errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil:
+		h.logger.Warn("store unavailable", append(ids, zap.String("path", r.URL.Path), zap.Error(err))...)
+		w.Header().Set("Retry-After", h.retryAfter)
+		writeProblem(w, r, newProblem(http.StatusServiceUnavailable, ProblemUnavailable, "Store unavailable", "the store cannot take writes now; retry later"))
+	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
+		// The client went away; nobody reads this answer.
+		h.logger.Debug("request cancelled", append(ids, zap.String("path", r.URL.Path))...)
+		w.Header().Set("Retry-After", h.retryAfter)
+		writeProblem(w, r, newProblem(http.StatusServiceUnavailable, "", "", "the request was cancelled"))
+	default:
+		h.logger.Error("request failed", append(ids, zap.String("path", r.URL.Path), zap.Error(err))...)
+		writeProblem(w, r, newProblem(http.StatusInternalServerError, "", "", "the request could not be completed"))
+	}
+}
+
+// payloadOrEmpty returns p, or {} when the original holds none.
+func payloadOrEmpty(p json.RawMessage) json.RawMessage {
+	if len(p) == 0 {
+		return json.RawMessage("{}")
+	}
+	return p
+}

@@ -1,0 +1,251 @@
+package httpapi
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	ometrics "github.com/outboxd/outboxd/internal/metrics"
+	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/store"
+)
+
+// Defaults of Config.
+const (
+	// MaxBodyDefault is the largest accepted request body (--max-body).
+	MaxBodyDefault int64 = 1 << 20
+	// MaxBatchDefault is the most events one batch may hold (--max-batch).
+	MaxBatchDefault = 500
+	// RetryAfterDefault is what a 503 tells clients to wait.
+	RetryAfterDefault = 5 * time.Second
+	// RequestTimeoutDefault is the default Config.RequestTimeout.
+	RequestTimeoutDefault = 10 * time.Second
+)
+
+// IdempotencyKeyHeader carries the idempotency key of POST /v1/events.
+const IdempotencyKeyHeader = "Idempotency-Key"
+
+// Config configures the HTTP surface. A nil config serves only /healthz.
+type Config struct {
+	// AuthToken, when set, is the bearer token every /v1/ request must
+	// carry; /healthz, /readyz and /metrics stay open. Defaults to "" (no
+	// auth).
+	AuthToken string
+	// MaxBody bounds a request body in bytes; larger bodies get 413.
+	// Defaults to MaxBodyDefault (1 MiB).
+	MaxBody int64
+	// MaxBatch bounds the events of one POST /v1/events:batch. Defaults to
+	// MaxBatchDefault (500).
+	MaxBatch int
+	// RetryAfter is sent, rounded up to whole seconds, in the Retry-After
+	// header of a 503. Defaults to RetryAfterDefault (5 seconds).
+	RetryAfter time.Duration
+	// RequestTimeout bounds the store work of one ingest request; a request
+	// that runs out of it gets 503 with Retry-After. Defaults to
+	// RequestTimeoutDefault (10s).
+	RequestTimeout time.Duration
+
+	// Writer, when set, serves POST /v1/events and POST /v1/events:batch.
+	Writer *outbox.Writer
+	// Store, when set, serves GET /v1/events/{id}.
+	Store store.Store
+	// Status, when set, serves GET /v1/status.
+	Status *Status
+	// Ready are the checks of GET /readyz, by name; each gets the request's
+	// context bounded to 2 seconds. None: always ready.
+	Ready []Check
+	// Metrics, when set, serves GET /metrics.
+	Metrics http.Handler
+	// Registerer, when set, receives outboxd_http_requests_total{route,code}
+	// and outboxd_http_request_duration_seconds{route}; collectors already
+	// registered by another handler are shared.
+	Registerer prometheus.Registerer
+}
+
+// Check is one readiness check: the name is shown in /readyz, the error
+// only logged.
+type Check struct {
+	Name string
+	Func func(ctx context.Context) error
+}
+
+func (c *Config) withDefaults() Config {
+	out := Config{}
+	if c != nil {
+		out = *c
+	}
+	out.MaxBody = cmp.Or(out.MaxBody, MaxBodyDefault)
+	out.MaxBatch = cmp.Or(out.MaxBatch, MaxBatchDefault)
+	out.RetryAfter = cmp.Or(out.RetryAfter, RetryAfterDefault)
+	out.RequestTimeout = cmp.Or(out.RequestTimeout, RequestTimeoutDefault)
+	return out
+}
+
+// validate checks a defaulted config; each error names the field.
+func (c *Config) validate() error {
+	var errs []error
+	if c.MaxBody < 1 {
+		errs = append(errs, fmt.Errorf("MaxBody must be positive (got %d)", c.MaxBody))
+	}
+	if c.MaxBatch < 1 {
+		errs = append(errs, fmt.Errorf("MaxBatch must be positive (got %d)", c.MaxBatch))
+	}
+	if c.RetryAfter < 0 {
+		errs = append(errs, fmt.Errorf("RetryAfter must not be negative (got %s)", c.RetryAfter))
+	}
+	if c.RequestTimeout < time.Millisecond {
+		errs = append(errs, fmt.Errorf("RequestTimeout must be at least 1ms (got %s)", c.RequestTimeout))
+	}
+	if c.AuthToken != "" && strings.ContainsFunc(c.AuthToken, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) {
+		errs = append(errs, errors.New("AuthToken must not contain spaces or control characters"))
+	}
+	return errors.Join(errs...)
+}
+
+// handler serves the HTTP API.
+type handler struct {
+	cfg        Config
+	writer     *outbox.Writer
+	tokenHash  [sha256.Size]byte
+	retryAfter string
+	logger     *zap.Logger
+	mux        *http.ServeMux
+	requests   *prometheus.CounterVec
+	duration   *prometheus.HistogramVec
+	inFlight   *prometheus.GaugeVec
+}
+
+// New returns the HTTP surface of outboxd (DESIGN.md, "HTTP API"): the
+// routes cfg has what it takes to serve, plus /healthz. A nil logger logs
+// nothing.
+func New(cfg *Config, logger *zap.Logger) (http.Handler, error) {
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, fmt.Errorf("invalid HTTP config: %w", err)
+	}
+	if logger == nil {
+		logger = zap.NewNop()
+	}
+	h := &handler{cfg: c, writer: c.Writer, logger: logger.Named("http"), mux: http.NewServeMux()}
+	h.tokenHash = sha256.Sum256([]byte(c.AuthToken))
+	h.retryAfter = strconv.FormatInt(int64(math.Ceil(c.RetryAfter.Seconds())), 10)
+	if reg := c.Registerer; reg != nil {
+		var err error
+		h.requests, err = ometrics.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ometrics.Namespace, Name: "http_requests_total",
+			Help: "HTTP requests served, by route and status code.",
+		}, []string{"route", "code"}))
+		if err != nil {
+			return nil, err
+		}
+		h.duration, err = ometrics.Register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: ometrics.Namespace, Name: "http_request_duration_seconds",
+			Help: "Latency of the HTTP API, by route.", Buckets: prometheus.DefBuckets,
+		}, []string{"route"}))
+		if err != nil {
+			return nil, err
+		}
+		h.inFlight, err = ometrics.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ometrics.Namespace, Name: "http_requests_in_flight",
+			Help: "HTTP requests being served, by route.",
+		}, []string{"route"}))
+		if err != nil {
+			return nil, err
+		}
+	}
+	h.routes()
+	return h, nil
+}
+
+func (h *handler) routes() {
+	type route struct {
+		method  string
+		path    string
+		handler http.Handler
+	}
+	routes := []route{
+		{http.MethodGet, "/healthz", http.HandlerFunc(h.healthz)},
+		{http.MethodGet, "/readyz", http.HandlerFunc(h.readyz)},
+	}
+	if h.writer != nil {
+		routes = append(routes,
+			route{http.MethodPost, "/v1/events", http.HandlerFunc(h.postEvent)},
+			route{http.MethodPost, "/v1/events:batch", http.HandlerFunc(h.postBatch)})
+	}
+	if h.cfg.Store != nil {
+		routes = append(routes, route{http.MethodGet, "/v1/events/{id}", http.HandlerFunc(h.getEvent)})
+	}
+	if h.cfg.Status != nil {
+		routes = append(routes, route{http.MethodGet, "/v1/status", http.HandlerFunc(h.status)})
+	}
+	if h.cfg.Metrics != nil {
+		routes = append(routes, route{http.MethodGet, "/metrics", h.cfg.Metrics})
+	}
+	for _, rt := range routes {
+		h.mux.Handle(rt.method+" "+rt.path, rt.handler)
+		// The same path without a method catches every other method, so a
+		// 405 is a problem document too (ServeMux's own is plain text).
+		allow := rt.method
+		if rt.method == http.MethodGet {
+			allow = "GET, HEAD"
+		}
+		h.mux.HandleFunc(rt.path, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", allow)
+			writeProblem(w, r, newProblem(http.StatusMethodNotAllowed, "", "", fmt.Sprintf("%s does not allow %s; use %s", rt.path, r.Method, allow)))
+		})
+	}
+	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, r, newProblem(http.StatusNotFound, "", "", "no such route"))
+	})
+}
+
+// ServeHTTP checks the bearer token of /v1/ requests, routes, and counts.
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	rec := &statusRecorder{ResponseWriter: w}
+	var route string
+	if h.requests != nil {
+		_, route = h.mux.Handler(r)
+		h.inFlight.WithLabelValues(route).Inc()
+		defer h.inFlight.WithLabelValues(route).Dec()
+	}
+	if h.cfg.AuthToken != "" && protected(r) && !h.authorized(r) {
+		rec.Header().Set("WWW-Authenticate", `Bearer realm="outboxd"`)
+		writeProblem(rec, r, newProblem(http.StatusUnauthorized, "", "", "a valid bearer token is required"))
+	} else {
+		h.mux.ServeHTTP(rec, r)
+	}
+	if h.requests != nil {
+		h.requests.WithLabelValues(route, strconv.Itoa(cmp.Or(rec.code, http.StatusOK))).Inc()
+		h.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
+	}
+}
+
+// protected reports a request under /v1 (fail closed: /v1x too). It looks
+// at the decoded and the raw path so that an escaped slash cannot slip
+// past.
+func protected(r *http.Request) bool {
+	return strings.HasPrefix(r.URL.Path, "/v1") || strings.HasPrefix(r.URL.EscapedPath(), "/v1")
+}
+
+func (h *handler) authorized(r *http.Request) bool {
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return false
+	}
+	// Hashing first makes the comparison constant-time in the length too.
+	got := sha256.Sum256([]byte(strings.TrimSpace(token)))
+	return subtle.ConstantTimeCompare(got[:], h.tokenHash[:]) == 1
+}

@@ -1,9 +1,0 @@
-package mongodb_test
-
-import (
-	"testing"
-
-	"github.com/outboxd/outboxd/internal/testkit"
-)
-
-func TestMain(m *testing.M) { testkit.Main(m) }

@@ -1,0 +1,121 @@
+package outbox_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outboxd/outbox"
+)
+
+// TestParseTime follows RFC 3339 section 5.6 in both directions.
+func TestParseTime(t *testing.T) {
+	t.Parallel()
+	utc := func(s string) time.Time {
+		v, err := time.Parse(time.RFC3339Nano, s)
+		require.NoError(t, err)
+		return v.UTC()
+	}
+	for _, tc := range []struct {
+		in   string
+		want time.Time // zero: refused
+	}{
+		{"2026-11-01T10:00:00Z", utc("2026-11-01T10:00:00Z")},
+		{"2026-11-01t10:00:00z", utc("2026-11-01T10:00:00Z")},
+		{"2026-11-01T10:00:00.5+01:00", utc("2026-11-01T09:00:00.5Z")},
+		{"2026-11-01T10:00:00.123456789123-00:00", utc("2026-11-01T10:00:00.123456789Z")},
+		{"2026-11-01T10:00:00+23:59", utc("2026-10-31T10:01:00Z")},
+		{"2024-02-29T00:00:00Z", utc("2024-02-29T00:00:00Z")},
+		{"2016-12-31T23:59:60Z", utc("2016-12-31T23:59:59.999999999Z")},
+		{"2017-01-01T00:59:60+01:00", utc("2016-12-31T23:59:59.999999999Z")},
+		{"2026-11-01T10:00:00+24:00", time.Time{}},
+		{"2026-11-01T10:00:00+01:60", time.Time{}},
+		{"2026-11-01T10:00:60Z", time.Time{}},
+		{"2026-11-01T24:00:00Z", time.Time{}},
+		{"2026-13-01T10:00:00Z", time.Time{}},
+		{"2026-02-29T10:00:00Z", time.Time{}},
+		{"2026-04-31T10:00:00Z", time.Time{}},
+		{"2026-11-01 10:00:00Z", time.Time{}},
+		{"2026-11-01T10:00:00", time.Time{}},
+		{"2026-11-01T10:00:00.Z", time.Time{}},
+		{"2026-11-1T10:00:00Z", time.Time{}},
+		{"2026-11-01T10:00:00Z ", time.Time{}},
+		{"2026-11-01T10:00:00+0100", time.Time{}},
+		{"+2026-11-01T10:00:00Z", time.Time{}},
+	} {
+		t.Run(tc.in, func(t *testing.T) {
+			got, err := outbox.ParseTime(tc.in)
+			if tc.want.IsZero() {
+				require.Error(t, err, "got %s", got)
+				return
+			}
+			require.NoError(t, err)
+			require.True(t, tc.want.Equal(got), "want %s, got %s", tc.want, got)
+		})
+	}
+}
+
+func TestKeyProblem(t *testing.T) {
+	t.Parallel()
+	for key, ok := range map[string]bool{
+		"plant-a":                  true,
+		"Gerät 7 / Halle ü":        true,
+		"センサー":                     true,
+		"a b":                      true,
+		"":                         false,
+		"   ":                      false,
+		"\t":                       false,
+		"a\u202Eb":                 false, // bidirectional override
+		"a\u200Bb":                 false, // zero-width space
+		"a\uE000":                  false, // private use
+		"a\u00A0b":                 false, // no-break space
+		"a\x01":                    false,
+		strings.Repeat("k", 200):   true,
+		strings.Repeat("k", 201):   false,
+		string([]byte{0xff, 0x61}): false,
+	} {
+		require.Equal(t, ok, outbox.KeyProblem(key) == "", "%q: %s", key, outbox.KeyProblem(key))
+	}
+}
+
+// TestPayloadRules checks what ingest refuses in a payload, naming the
+// field: what no store or the read model can hold.
+func TestPayloadRules(t *testing.T) {
+	t.Parallel()
+	w := outbox.NewWriter(nil, &outbox.WriterConfig{Now: func() time.Time { return time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC) }})
+	nested := func(n int, leaf string) string {
+		return strings.Repeat(`{"a":`, n-1) + leaf + strings.Repeat(`}`, n-1)
+	}
+	for _, tc := range []struct {
+		name    string
+		payload string
+		field   string // "" accepted
+	}{
+		{"Plain", `{"t":21.5}`, ""},
+		{"ThirtyTwoObjectsScalarLeaf", nested(32, `{"x":1}`), ""},
+		{"ThirtyTwoObjectsStringLeaf", nested(32, `{"x":"s"}`), ""},
+		{"ThirtyThreeObjects", nested(33, `{"x":1}`), "payload" + strings.Repeat(".a", 32)},
+		{"NulInString", `{"note":"a\u0000b"}`, "payload.note"},
+		{"NulInArrayString", `{"l":["ok","x\u0000"]}`, "payload.l[1]"},
+		{"NulInKey", `{"a\u0000":1}`, "payload"},
+		{"DollarKey", `{"$set":1}`, "payload"},
+		{"HugeNumber", `{"n":1e400}`, "payload.n"},
+		{"BigIntegerAsFloat", `{"n":123456789012345678901234567890}`, ""},
+		{"NotObject", `[1]`, "payload"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := w.Validate([]outbox.Input{{SourceKey: "s", DeviceKey: "d", OccurredAt: "2026-11-01T10:00:00Z", Payload: json.RawMessage(tc.payload)}})
+			if tc.field == "" {
+				require.NoError(t, err)
+				return
+			}
+			var ve *outbox.ValidationError
+			require.ErrorAs(t, err, &ve, fmt.Sprint(err))
+			require.Equal(t, tc.field, ve.Fields[0].Field)
+		})
+	}
+}

@@ -1,0 +1,95 @@
+package mongostore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/256dpi/lungo"
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/mongo"
+	"go.mongodb.org/mongo-driver/mongo/readpref"
+
+	"github.com/outboxd/outboxd/store"
+)
+
+// TestCheckHello is the decision behind the start-up refusal of a
+// standalone server and of a server older than 4.4 (lungo cannot show a
+// real hello reply).
+func TestCheckHello(t *testing.T) {
+	t.Parallel()
+	require.NoError(t, checkHello(bson.M{"setName": "rs0", "isWritablePrimary": true, "maxWireVersion": int32(21)}))
+	require.NoError(t, checkHello(bson.M{"msg": "isdbgrid", "maxWireVersion": int32(17)}))
+	err := checkHello(bson.M{"isWritablePrimary": true, "maxWireVersion": int32(21)})
+	require.ErrorIs(t, err, ErrStandalone)
+	require.Contains(t, err.Error(), "--replSet")
+	err = checkHello(bson.M{"setName": "rs0", "maxWireVersion": int32(8)}) // 4.2
+	require.ErrorIs(t, err, ErrTooOld)
+	require.Contains(t, err.Error(), "4.4")
+}
+
+// TestClientOptions shows the options built for a URI that asks for a
+// secondary: every read and transaction still goes to the primary, writes
+// are majority with a wtimeout, reads majority. (On a server, a
+// transaction with readPreference secondary fails with "read preference in
+// a transaction must be primary", and a worker reading originals from a
+// lagging secondary would take a new original for a missing one.)
+func TestClientOptions(t *testing.T) {
+	t.Parallel()
+	o := ClientOptions("mongodb://h1,h2/?replicaSet=rs0&readPreference=secondaryPreferred&w=1", 7*time.Second)
+	require.Equal(t, readpref.PrimaryMode, o.ReadPreference.Mode())
+	require.Equal(t, "majority", o.WriteConcern.W)
+	require.Equal(t, 7*time.Second, o.WriteConcern.WTimeout) //nolint:staticcheck // the option under test
+	require.Equal(t, "majority", o.ReadConcern.Level)
+	require.Equal(t, 7*time.Second, *o.ServerSelectionTimeout)
+}
+
+// TestClassify is the one classification table of MongoDB errors: failover
+// and shutdown codes and the retryable labels are "unavailable" (503 at
+// ingest, a pause for the other components), never a lost position; only
+// 286, 280, 260 and 40585 lose a change-stream position.
+func TestClassify(t *testing.T) {
+	t.Parallel()
+	cmd := func(code int32, labels ...string) error {
+		return mongo.CommandError{Code: code, Name: fmt.Sprint(code), Labels: labels}
+	}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want errClass
+	}{
+		{"NotWritablePrimary", cmd(10107), classUnavailable},
+		{"NotPrimaryNoSecondaryOk", cmd(13435), classUnavailable},
+		{"InterruptedDueToReplStateChange", cmd(11602), classUnavailable},
+		{"PrimarySteppedDown", cmd(189), classUnavailable},
+		{"ShutdownInProgress", cmd(91), classUnavailable},
+		{"InterruptedAtShutdown", cmd(11600), classUnavailable},
+		{"WriteConcernFailedWTimeout", mongo.WriteException{WriteConcernError: &mongo.WriteConcernError{Code: 64, Name: "WriteConcernFailed"}}, classUnavailable},
+		{"RetryableWriteErrorLabel", cmd(1234, "RetryableWriteError"), classUnavailable},
+		{"ResumableChangeStreamErrorLabel", cmd(1234, "ResumableChangeStreamError"), classUnavailable},
+		{"NonResumableLabelAloneIsNotLost", cmd(1234, "NonResumableChangeStreamError"), classOther},
+		{"ChangeStreamHistoryLost", cmd(286, "NonResumableChangeStreamError"), classPositionLost},
+		{"ChangeStreamFatalError", cmd(280), classPositionLost},
+		{"InvalidResumeToken", cmd(260), classPositionLost},
+		{"ResumeTokenNotFound", cmd(40585), classPositionLost},
+		{"LungoLostOplogPosition", fmt.Errorf("wrapped: %w", lungo.ErrLostOplogPosition), classPositionLost},
+		{"LungoUnableToResume", errors.New("unable to resume change stream"), classPositionLost},
+		{"LungoEngineClosed", lungo.ErrEngineClosed, classUnavailable},
+		{"ClientDisconnected", mongo.ErrClientDisconnected, classUnavailable},
+		{"DeadlineExceeded", fmt.Errorf("op: %w", context.DeadlineExceeded), classUnavailable},
+		{"DuplicateKey", mongo.WriteException{WriteErrors: []mongo.WriteError{{Code: 11000}}}, classDuplicateKey},
+		{"Other", errors.New("boom"), classOther},
+		{"BadValue", cmd(2), classOther},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tc.want, classify(tc.err))
+		})
+	}
+	require.True(t, store.IsUnavailable(wrap(cmd(189), "writing")))
+	require.ErrorIs(t, wrap(cmd(286), "reading"), store.ErrPositionLost)
+	require.NoError(t, wrap(nil, "nothing"))
+}

@@ -1,0 +1,263 @@
+package mongostore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/bson/primitive"
+	"go.mongodb.org/mongo-driver/mongo/options"
+
+	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/store"
+)
+
+// LoadEvents reads the originals with one Find on _id.
+func (s *Store) LoadEvents(ctx context.Context, ids []string) (map[string]store.Loaded, error) {
+	out := make(map[string]store.Loaded, len(ids))
+	oids := objectIDs(ids)
+	if len(oids) == 0 {
+		return out, nil
+	}
+	ctx, cancel := s.opctx(ctx)
+	defer cancel()
+	cur, err := s.events.Find(ctx, bson.M{"_id": idsIn(oids)})
+	if err != nil {
+		return nil, wrap(err, "reading %d originals", len(oids))
+	}
+	defer cur.Close(context.WithoutCancel(ctx))
+	for cur.Next(ctx) {
+		var raw bson.Raw
+		if err := cur.Decode(&raw); err != nil {
+			return nil, wrap(err, "reading %d originals", len(oids))
+		}
+		id, _ := raw.Lookup("_id").ObjectIDOK()
+		var d eventDoc
+		if err := bson.Unmarshal(raw, &d); err != nil {
+			out[id.Hex()] = store.Loaded{Err: fmt.Errorf("%w: event %s: %w", store.ErrCorrupt, id.Hex(), err)}
+			continue
+		}
+		ev, err := d.event()
+		if err != nil {
+			out[id.Hex()] = store.Loaded{Err: err}
+			continue
+		}
+		out[ev.ID] = store.Loaded{Event: ev}
+	}
+	if err := cur.Err(); err != nil {
+		return nil, wrap(err, "reading %d originals", len(oids))
+	}
+	return out, nil
+}
+
+// EventByKey reads the original stored under key.
+func (s *Store) EventByKey(ctx context.Context, key string) (*outbox.Event, error) {
+	ctx, cancel := s.opctx(ctx)
+	defer cancel()
+	var d eventDoc
+	err := s.events.FindOne(ctx, bson.M{"idempotencyKey": key}).Decode(&d)
+	if isNoDocuments(err) {
+		return nil, fmt.Errorf("event with idempotency key %q: %w", key, store.ErrNotFound)
+	}
+	if err != nil {
+		return nil, wrap(err, "reading the event with idempotency key %q", key)
+	}
+	return d.event()
+}
+
+// MarkSynced sets syncedAt with one UpdateMany.
+func (s *Store) MarkSynced(ctx context.Context, ids []string, at time.Time) (int64, error) {
+	oids := objectIDs(ids)
+	if len(oids) == 0 {
+		return 0, nil
+	}
+	ctx, cancel := s.opctx(ctx)
+	defer cancel()
+	res, err := s.events.UpdateMany(ctx,
+		bson.M{"_id": idsIn(oids), "syncedAt": nil},
+		bson.M{"$set": bson.M{"syncedAt": at.UTC(), "syncFailure": nil}})
+	if err != nil {
+		return 0, wrap(err, "setting syncedAt on %d originals", len(oids))
+	}
+	return res.ModifiedCount, nil
+}
+
+// Park sets syncFailure unless the original is synced.
+func (s *Store) Park(ctx context.Context, id string, f outbox.SyncFailure) (bool, error) {
+	oid, err := primitive.ObjectIDFromHex(id)
+	if err != nil {
+		return false, nil
+	}
+	ctx, cancel := s.opctx(ctx)
+	defer cancel()
+	doc := failureDoc{Category: f.Category, Code: f.Code, Message: f.Message, At: f.At.UTC(), Deliveries: f.Deliveries}
+	res, err := s.events.UpdateOne(ctx, bson.M{"_id": oid, "syncedAt": nil}, bson.M{"$set": bson.M{"syncFailure": doc}})
+	if err != nil {
+		return false, wrap(err, "setting syncFailure on %s", id)
+	}
+	return res.MatchedCount == 1, nil
+}
+
+// requeueEligible matches originals never claimed, or claimed before
+// threshold. {lastRequeuedAt: null} matches a missing field too.
+func requeueEligible(threshold time.Time) bson.E {
+	return bson.E{Key: "$or", Value: bson.A{
+		bson.D{{Key: "lastRequeuedAt", Value: nil}},
+		bson.D{{Key: "lastRequeuedAt", Value: bson.D{{Key: "$lt", Value: threshold.UTC()}}}},
+	}}
+}
+
+// CandidateFilter is the reconciler's query: pending, created before
+// createdBefore, never claimed or claimed before claimedBefore; sorted by
+// CandidateSort. It is exported for the explain test.
+func CandidateFilter(createdBefore, claimedBefore time.Time) bson.D {
+	return append(pendingFilter(),
+		bson.E{Key: "createdAt", Value: bson.D{{Key: "$lt", Value: createdBefore.UTC()}}},
+		requeueEligible(claimedBefore),
+	)
+}
+
+// CandidateSort is the order of candidates: oldest first.
+var CandidateSort = bson.D{{Key: "createdAt", Value: 1}}
+
+// Candidates runs CandidateFilter, served by the reconciler index.
+func (s *Store) Candidates(ctx context.Context, q store.CandidateQuery) ([]string, error) {
+	ctx, cancel := s.opctx(ctx)
+	defer cancel()
+	cur, err := s.events.Find(ctx, CandidateFilter(q.CreatedBefore, q.ClaimedBefore), options.Find().
+		SetSort(CandidateSort).SetLimit(int64(q.Limit)).SetProjection(bson.D{{Key: "_id", Value: 1}}))
+	if err != nil {
+		return nil, wrap(err, "querying reconciler candidates")
+	}
+	var docs []struct {
+		ID primitive.ObjectID `bson:"_id"`
+	}
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, wrap(err, "reading reconciler candidates")
+	}
+	ids := make([]string, len(docs))
+	for i, d := range docs {
+		ids[i] = d.ID.Hex()
+	}
+	return ids, nil
+}
+
+// Claim is one FindOneAndUpdate whose filter repeats the candidate
+// conditions, so two reconcilers cannot both claim a document.
+func (s *Store) Claim(ctx context.Context, id string, at, claimedBefore time.Time) (*outbox.Event, error) {
+	oid, err := primitive.ObjectIDFromHex(id)
+	if err != nil {
+		return nil, store.ErrNotClaimed
+	}
+	ctx, cancel := s.opctx(ctx)
+	defer cancel()
+	filter := append(bson.D{{Key: "_id", Value: oid}}, pendingFilter()...)
+	filter = append(filter, requeueEligible(claimedBefore))
+	update := bson.D{
+		{Key: "$set", Value: bson.D{{Key: "lastRequeuedAt", Value: at.UTC()}}},
+		{Key: "$inc", Value: bson.D{{Key: "requeueCount", Value: int64(1)}}},
+	}
+	var d eventDoc
+	err = s.events.FindOneAndUpdate(ctx, filter, update, options.FindOneAndUpdate().
+		SetReturnDocument(options.Before).SetProjection(bson.D{{Key: "payload", Value: 0}})).Decode(&d)
+	if isNoDocuments(err) {
+		return nil, fmt.Errorf("event %s: %w", id, store.ErrNotClaimed)
+	}
+	if err != nil {
+		return nil, wrap(err, "claiming event %s", id)
+	}
+	return d.event()
+}
+
+// RollbackClaim is one UpdateOne conditional on the claim's own stamp.
+func (s *Store) RollbackClaim(ctx context.Context, id string, at time.Time, prev *time.Time) (bool, error) {
+	oid, err := primitive.ObjectIDFromHex(id)
+	if err != nil {
+		return false, nil
+	}
+	ctx, cancel := s.opctx(ctx)
+	defer cancel()
+	var prevVal any
+	if prev != nil {
+		prevVal = prev.UTC()
+	}
+	res, err := s.events.UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: oid}, {Key: "lastRequeuedAt", Value: at.UTC()}},
+		bson.D{
+			{Key: "$set", Value: bson.D{{Key: "lastRequeuedAt", Value: prevVal}}},
+			{Key: "$inc", Value: bson.D{{Key: "requeueCount", Value: int64(-1)}}},
+		})
+	if err != nil {
+		return false, wrap(err, "rolling back the claim on event %s", id)
+	}
+	return res.MatchedCount == 1, nil
+}
+
+// knownCategories are the syncFailure categories outboxd writes; Counts
+// counts each through the reconciler index.
+var knownCategories = []string{outbox.CategoryNonRetryable, outbox.CategoryPoison}
+
+// Counts reads the status figures, index-served, and keeps them for
+// Options.CountsTTL (so a burst of scrapes reads MongoDB once): Total is
+// the collection's estimated count (metadata, no scan), Pending, Failed
+// and OldestPending are read through the reconciler index, Undispatched
+// through the outbox's undispatched index. A count that cannot finish
+// within ctx fails the whole read.
+func (s *Store) Counts(ctx context.Context) (store.Counts, error) {
+	s.countsMu.Lock()
+	defer s.countsMu.Unlock()
+	if c := s.counts; c != nil && s.opts.CountsTTL > 0 && time.Since(c.ReadAt) < s.opts.CountsTTL {
+		return *c, nil
+	}
+	ctx, cancel := s.opctx(ctx)
+	defer cancel()
+	c := store.Counts{FailedByCategory: map[string]int64{}, ReadAt: time.Now()}
+	var err error
+	if c.Total, err = s.events.EstimatedDocumentCount(ctx); err != nil {
+		return c, wrap(err, "estimating the number of originals")
+	}
+	c.Estimated = !s.lungo
+	if c.Pending, err = s.events.CountDocuments(ctx, pendingFilter()); err != nil {
+		return c, wrap(err, "counting pending originals")
+	}
+	var known int64
+	for _, cat := range knownCategories {
+		n, err := s.events.CountDocuments(ctx, bson.D{{Key: "syncedAt", Value: nil}, {Key: "syncFailure.category", Value: cat}})
+		if err != nil {
+			return c, wrap(err, "counting parked originals")
+		}
+		if n > 0 {
+			c.FailedByCategory[cat] = n
+		}
+		known += n
+	}
+	// Every parked original, whatever its category (type-bracketed: the
+	// index serves it).
+	if c.Failed, err = s.events.CountDocuments(ctx, bson.D{{Key: "syncedAt", Value: nil},
+		{Key: "syncFailure.category", Value: bson.D{{Key: "$type", Value: "string"}}}}); err != nil {
+		return c, wrap(err, "counting parked originals")
+	}
+	if other := c.Failed - known; other > 0 {
+		c.FailedByCategory[store.CategoryOther] = other
+	}
+	c.Synced = max(0, c.Total-c.Pending-c.Failed)
+	if c.Undispatched, err = s.outbox.CountDocuments(ctx, bson.D{{Key: "dispatchedAt", Value: nil}}); err != nil {
+		return c, wrap(err, "counting undispatched outbox entries")
+	}
+	var oldest struct {
+		CreatedAt time.Time `bson:"createdAt"`
+	}
+	err = s.events.FindOne(ctx, pendingFilter(), options.FindOne().
+		SetSort(CandidateSort).SetProjection(bson.D{{Key: "createdAt", Value: 1}})).Decode(&oldest)
+	switch {
+	case isNoDocuments(err):
+	case err != nil:
+		return c, wrap(err, "finding the oldest pending original")
+	default:
+		t := oldest.CreatedAt.UTC()
+		c.OldestPending = &t
+	}
+	s.counts = &c
+	return c, nil
+}

@@ -1,0 +1,227 @@
+package mongostore
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/256dpi/lungo"
+	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/bson/primitive"
+	"go.mongodb.org/mongo-driver/mongo"
+	"go.mongodb.org/mongo-driver/mongo/options"
+
+	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/store"
+)
+
+// pollDefault is the feed's default pause after an empty look, and its
+// MaxAwaitTime on a server.
+const pollDefault = 100 * time.Millisecond
+
+// endOfFeed are the change events after which a change stream delivers
+// nothing more: the collection or database is gone or renamed. The server
+// closes the cursor after invalidate; TryNext then returns false with no
+// error forever.
+var endOfFeed = []string{"invalidate", "drop", "rename", "dropDatabase"}
+
+// FeedPipeline is the change-stream pipeline on a server: inserts into
+// stream and the end-of-feed events, so the dispatcher's own dispatchedAt
+// updates and the TTL deletes never travel back. lungo panics on any
+// pipeline, so on lungo the same filter runs in Go (accept).
+func FeedPipeline(stream string) mongo.Pipeline {
+	return mongo.Pipeline{{{Key: "$match", Value: bson.D{{Key: "$or", Value: bson.A{
+		bson.D{{Key: "operationType", Value: "insert"}, {Key: "fullDocument.stream", Value: stream}},
+		bson.D{{Key: "operationType", Value: bson.D{{Key: "$in", Value: endOfFeed}}}},
+	}}}}}}
+}
+
+// OpenFeed opens a change stream on the outbox after from (resumeAfter),
+// or from now. A token that cannot open a stream (out of the oplog,
+// corrupt, from another pipeline) is reported as a lost position: it will
+// never work again.
+func (s *Store) OpenFeed(ctx context.Context, stream string, from store.Position, opts store.FeedOptions) (store.Feed, error) {
+	poll := cmp.Or(opts.PollInterval, pollDefault)
+	csOpts := options.ChangeStream().SetMaxAwaitTime(poll).SetBatchSize(1000)
+	pipeline := FeedPipeline(stream)
+	if s.lungo {
+		pipeline = mongo.Pipeline{}
+	}
+	if from != nil {
+		if err := bson.Raw(from).Validate(); err != nil {
+			return nil, fmt.Errorf("%w: the saved resume token is not a document: %w", store.ErrPositionLost, err)
+		}
+		csOpts.SetResumeAfter(bson.Raw(from))
+	}
+	cs, err := s.outbox.Watch(ctx, pipeline, csOpts)
+	if err != nil {
+		if from != nil && ctx.Err() == nil && classify(err) == classOther {
+			return nil, fmt.Errorf("%w: resuming the change stream on %s failed: %w", store.ErrPositionLost, OutboxCollection, err)
+		}
+		return nil, wrap(err, "opening the change stream on %s", OutboxCollection)
+	}
+	return &feed{cs: cs, stream: stream, poll: poll, pos: from}, nil
+}
+
+// feed is a change stream read as batches of entries.
+type feed struct {
+	cs     lungo.IChangeStream
+	stream string
+	poll   time.Duration
+	pos    store.Position
+	// ended is set once an end-of-feed event arrived; later Nexts fail.
+	ended error
+}
+
+// changeEvent is the part of a change event the feed reads.
+type changeEvent struct {
+	OperationType string   `bson:"operationType"`
+	FullDocument  bson.Raw `bson:"fullDocument"`
+}
+
+// Next reads change events until max entries of the stream arrived, the
+// stream is quiet, or wait has passed. The position moves with every event
+// read except the end-of-feed ones, whose token must never be saved: a
+// stream resumed after an invalidate starts after the drop and would miss
+// the entries of a new outbox collection.
+func (f *feed) Next(ctx context.Context, max int, wait time.Duration) ([]outbox.Entry, error) {
+	if f.ended != nil {
+		return nil, f.ended
+	}
+	deadline := time.Now().Add(wait)
+	var out []outbox.Entry
+	for {
+		if f.cs.TryNext(ctx) {
+			var ev changeEvent
+			if err := f.cs.Decode(&ev); err != nil {
+				// The entry is still undispatched: the next catch-up relays it.
+				f.pos = store.Position(f.cs.ResumeToken())
+				continue
+			}
+			if isEndOfFeed(ev.OperationType) {
+				f.ended = fmt.Errorf("%w: change event %q on %s", store.ErrFeedInvalidated, ev.OperationType, OutboxCollection)
+				if len(out) > 0 {
+					return out, nil
+				}
+				return nil, f.ended
+			}
+			f.pos = store.Position(f.cs.ResumeToken())
+			if e, ok := f.accept(ev); ok {
+				out = append(out, e)
+				if len(out) >= max {
+					return out, nil
+				}
+			}
+			continue
+		}
+		if err := f.cs.Err(); err != nil {
+			if ctx.Err() != nil {
+				return out, ctx.Err()
+			}
+			if len(out) > 0 {
+				return out, nil // the error comes back on the next call
+			}
+			return nil, wrap(err, "reading the change stream on %s", OutboxCollection)
+		}
+		// Empty batch: the post-batch resume token (none on lungo) is the
+		// position, so quiet periods move the checkpoint too.
+		if tok := f.cs.ResumeToken(); tok != nil {
+			f.pos = store.Position(tok)
+		}
+		if len(out) > 0 || !time.Now().Before(deadline) {
+			return out, nil
+		}
+		t := time.NewTimer(min(f.poll, time.Until(deadline)))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// accept returns the entry of an insert of an undispatched entry of the
+// feed's stream (on lungo every change event arrives; on a server the
+// pipeline already filtered).
+func (f *feed) accept(ev changeEvent) (outbox.Entry, bool) {
+	if ev.OperationType != "insert" || ev.FullDocument == nil {
+		return outbox.Entry{}, false
+	}
+	var d entryDoc
+	if err := bson.Unmarshal(ev.FullDocument, &d); err != nil {
+		return outbox.Entry{}, false // relayed by the next catch-up
+	}
+	return d.entry(), d.Stream == f.stream && d.DispatchedAt == nil
+}
+
+func isEndOfFeed(op string) bool {
+	for _, e := range endOfFeed {
+		if op == e {
+			return true
+		}
+	}
+	return false
+}
+
+// Position returns the resume token after the last event read.
+func (f *feed) Position() store.Position { return f.pos }
+
+// Close closes the change stream.
+func (f *feed) Close(ctx context.Context) error { return f.cs.Close(ctx) }
+
+// Undispatched reads the undispatched entries of stream after the given id,
+// served by the undispatched index.
+func (s *Store) Undispatched(ctx context.Context, stream, after string, limit int) ([]outbox.Entry, error) {
+	filter := bson.D{{Key: "stream", Value: stream}, {Key: "dispatchedAt", Value: nil}}
+	if after != "" {
+		oid, err := primitive.ObjectIDFromHex(after)
+		if err != nil {
+			return nil, fmt.Errorf("entry id %q is not an ObjectID: %w", after, err)
+		}
+		filter = append(filter, bson.E{Key: "_id", Value: bson.M{"$gt": oid}})
+	}
+	ctx, cancel := s.opctx(ctx)
+	defer cancel()
+	cur, err := s.outbox.Find(ctx, filter, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(int64(limit)))
+	if err != nil {
+		return nil, wrap(err, "reading undispatched outbox entries")
+	}
+	var docs []entryDoc
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, wrap(err, "reading undispatched outbox entries")
+	}
+	out := make([]outbox.Entry, len(docs))
+	for i := range docs {
+		out[i] = docs[i].entry()
+	}
+	return out, nil
+}
+
+// MarkDispatched runs one transaction that writes the lease document under
+// its owner and term (so a concurrent take-over conflicts with it) and
+// sets dispatchedAt on the entries.
+func (s *Store) MarkDispatched(ctx context.Context, lease store.Lease, ids []string, at time.Time) error {
+	oids := objectIDs(ids)
+	return s.fencedTx(ctx, lease, at, func(sc lungo.ISessionContext) error {
+		if len(oids) == 0 {
+			return nil
+		}
+		_, err := s.outbox.UpdateMany(sc, bson.D{{Key: "_id", Value: idsIn(oids)}, {Key: "dispatchedAt", Value: nil}},
+			bson.M{"$set": bson.M{"dispatchedAt": at.UTC()}})
+		return wrap(err, "marking %d outbox entries dispatched", len(oids))
+	})
+}
+
+// DeleteDispatched removes entries dispatched before before (the TTL index
+// does the same on its own schedule).
+func (s *Store) DeleteDispatched(ctx context.Context, before time.Time) (int64, error) {
+	ctx, cancel := s.opctx(ctx)
+	defer cancel()
+	res, err := s.outbox.DeleteMany(ctx, bson.D{{Key: "dispatchedAt", Value: bson.D{{Key: "$lt", Value: before.UTC()}}}})
+	if err != nil {
+		return 0, wrap(err, "deleting dispatched outbox entries")
+	}
+	return res.DeletedCount, nil
+}

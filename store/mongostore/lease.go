@@ -1,0 +1,181 @@
+package mongostore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/256dpi/lungo"
+	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/mongo/options"
+
+	"github.com/outboxd/outboxd/store"
+)
+
+// releasedAt is the leaseExpiresAt of a released lease: long past.
+var releasedAt = time.Unix(0, 0).UTC()
+
+// leaseDoc is a lease as stored; the dispatcher's also holds its
+// checkpoint.
+type leaseDoc struct {
+	Name           string     `bson:"_id"`
+	Owner          string     `bson:"owner"`
+	LeaseExpiresAt time.Time  `bson:"leaseExpiresAt"`
+	Term           int64      `bson:"term"`
+	CheckpointAt   *time.Time `bson:"checkpointAt"`
+}
+
+func (d *leaseDoc) lease() store.Lease {
+	return store.Lease{Name: d.Name, Owner: d.Owner, Term: d.Term, Expires: d.LeaseExpiresAt.UTC()}
+}
+
+// AcquireLease takes a free, expired or own lease with one conditional
+// FindOneAndUpdate; a missing lease document is created (a duplicate key
+// then means another owner created it first).
+func (s *Store) AcquireLease(ctx context.Context, name, owner string, now time.Time, ttl time.Duration) (store.Lease, error) {
+	ctx, cancel := s.opctx(ctx)
+	defer cancel()
+	now = now.UTC().Truncate(time.Millisecond)
+	expires := now.Add(ttl)
+	filter := bson.M{"_id": name, "$or": bson.A{
+		bson.M{"leaseExpiresAt": bson.M{"$lte": now}},
+		bson.M{"owner": owner},
+	}}
+	update := bson.M{
+		"$set": bson.M{"owner": owner, "leaseExpiresAt": expires},
+		"$inc": bson.M{"term": int64(1)},
+	}
+	var d leaseDoc
+	err := s.leases.FindOneAndUpdate(ctx, filter, update, options.FindOneAndUpdate().SetReturnDocument(options.After)).Decode(&d)
+	if err == nil {
+		return d.lease(), nil
+	}
+	if !isNoDocuments(err) {
+		return store.Lease{}, wrap(err, "taking lease %s", name)
+	}
+	_, err = s.leases.InsertOne(ctx, bson.M{"_id": name, "owner": owner, "leaseExpiresAt": expires, "term": int64(1), "checkpointAt": nil})
+	switch {
+	case err == nil:
+		return store.Lease{Name: name, Owner: owner, Term: 1, Expires: expires}, nil
+	case classify(err) == classDuplicateKey:
+		return store.Lease{Name: name}, nil
+	default:
+		return store.Lease{}, wrap(err, "creating lease %s", name)
+	}
+}
+
+// RenewLease extends the lease while owner and term still match.
+func (s *Store) RenewLease(ctx context.Context, lease store.Lease, now time.Time, ttl time.Duration) (store.Lease, error) {
+	ctx, cancel := s.opctx(ctx)
+	defer cancel()
+	expires := now.UTC().Truncate(time.Millisecond).Add(ttl)
+	res, err := s.leases.UpdateOne(ctx, bson.M{"_id": lease.Name, "owner": lease.Owner, "term": lease.Term},
+		bson.M{"$set": bson.M{"leaseExpiresAt": expires}})
+	if err != nil {
+		return lease, wrap(err, "renewing lease %s", lease.Name)
+	}
+	if res.MatchedCount == 0 {
+		return lease, fmt.Errorf("renewing lease %s term %d: %w", lease.Name, lease.Term, store.ErrFenced)
+	}
+	lease.Expires = expires
+	return lease, nil
+}
+
+// ReleaseLease expires the lease at once while owner and term match.
+func (s *Store) ReleaseLease(ctx context.Context, lease store.Lease) (bool, error) {
+	ctx, cancel := s.opctx(ctx)
+	defer cancel()
+	res, err := s.leases.UpdateOne(ctx, bson.M{"_id": lease.Name, "owner": lease.Owner, "term": lease.Term},
+		bson.M{"$set": bson.M{"owner": "", "leaseExpiresAt": releasedAt}})
+	if err != nil {
+		return false, wrap(err, "releasing lease %s", lease.Name)
+	}
+	return res.MatchedCount == 1, nil
+}
+
+// ReadLease reads a lease document. The resume token is read apart, so a
+// corrupt one cannot make the whole state unreadable: it counts as lost.
+func (s *Store) ReadLease(ctx context.Context, name string) (*store.LeaseState, error) {
+	ctx, cancel := s.opctx(ctx)
+	defer cancel()
+	var raw bson.Raw
+	err := s.leases.FindOne(ctx, bson.M{"_id": name}).Decode(&raw)
+	if isNoDocuments(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, wrap(err, "reading lease %s", name)
+	}
+	var d leaseDoc
+	if err := bson.Unmarshal(raw, &d); err != nil {
+		return nil, fmt.Errorf("%w: lease %s: %w", store.ErrCorrupt, name, err)
+	}
+	st := &store.LeaseState{Name: d.Name, Owner: d.Owner, Term: d.Term, Expires: d.LeaseExpiresAt.UTC(), CheckpointAt: utcp(d.CheckpointAt)}
+	if v, err := raw.LookupErr("resumeToken"); err == nil && v.Type != bson.TypeNull {
+		if doc, ok := v.DocumentOK(); ok {
+			st.Position = store.Position(doc)
+		} else {
+			st.PositionInvalid = true
+		}
+	}
+	return st, nil
+}
+
+// SaveCheckpoint writes the checkpoint under the lease's owner and term.
+func (s *Store) SaveCheckpoint(ctx context.Context, lease store.Lease, cp store.Checkpoint) error {
+	ctx, cancel := s.opctx(ctx)
+	defer cancel()
+	update := bson.M{}
+	set := bson.M{"checkpointAt": cp.At.UTC()}
+	switch {
+	case cp.Position != nil:
+		set["resumeToken"] = bson.Raw(cp.Position)
+	case cp.Forget:
+		update["$unset"] = bson.M{"resumeToken": ""}
+	}
+	update["$set"] = set
+	res, err := s.leases.UpdateOne(ctx, bson.M{"_id": lease.Name, "owner": lease.Owner, "term": lease.Term}, update)
+	if err != nil {
+		return wrap(err, "writing the checkpoint of %s", lease.Name)
+	}
+	if res.MatchedCount == 0 {
+		return fmt.Errorf("writing the checkpoint of %s term %d: %w", lease.Name, lease.Term, store.ErrFenced)
+	}
+	return nil
+}
+
+// fencedTx runs fn in a transaction that first writes the lease document
+// under its owner and term: a take-over committed before fails it with
+// ErrFenced, one running at the same time conflicts with it.
+func (s *Store) fencedTx(ctx context.Context, lease store.Lease, at time.Time, fn func(sc lungo.ISessionContext) error) error {
+	ctx, cancel := s.opctx(ctx)
+	defer cancel()
+	sess, err := s.client.StartSession()
+	if err != nil {
+		return wrap(err, "starting a MongoDB session")
+	}
+	defer sess.EndSession(context.WithoutCancel(ctx))
+	_, err = sess.WithTransaction(ctx, func(sc lungo.ISessionContext) (any, error) {
+		res, err := s.leases.UpdateOne(sc, bson.M{"_id": lease.Name, "owner": lease.Owner, "term": lease.Term},
+			bson.M{"$set": bson.M{"fencedAt": at.UTC()}})
+		if err != nil {
+			return nil, err
+		}
+		if res.MatchedCount == 0 {
+			return nil, fnError{fmt.Errorf("lease %s term %d: %w", lease.Name, lease.Term, store.ErrFenced)}
+		}
+		if err := fn(sc); err != nil {
+			return nil, fnError{err}
+		}
+		return nil, nil
+	})
+	if err != nil {
+		var fe fnError
+		if errors.As(err, &fe) {
+			return fe.err
+		}
+		return wrap(err, "running a fenced transaction on %s", lease.Name)
+	}
+	return nil
+}

@@ -1,0 +1,233 @@
+package mongostore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/256dpi/lungo"
+	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/mongo"
+	"go.mongodb.org/mongo-driver/mongo/options"
+
+	"github.com/outboxd/outboxd/store"
+)
+
+// Index names.
+const (
+	IndexIdempotencyKey = "idempotencyKey_unique"
+	IndexReconciler     = "reconciler"
+	IndexUndispatched   = "undispatched"
+	IndexOutboxTTL      = "dispatched_ttl"
+)
+
+// Server codes of index creation.
+const (
+	codeIndexOptionsConflict  = 85 // same keys, other name or options
+	codeIndexKeySpecsConflict = 86 // same name, other keys
+)
+
+// indexSpec is one index outboxd relies on.
+type indexSpec struct {
+	coll  string
+	model mongo.IndexModel
+}
+
+func (s *Store) indexSpecs(retention time.Duration) []indexSpec {
+	return []indexSpec{
+		{EventsCollection, mongo.IndexModel{Keys: bson.D{{Key: "idempotencyKey", Value: 1}},
+			Options: options.Index().SetName(IndexIdempotencyKey).SetUnique(true)}},
+		// The reconciler's candidates, Counts' pending and failed counts and
+		// the oldest pending original: equality on syncedAt and
+		// syncFailure.category (null for pending), range and sort on
+		// createdAt, then lastRequeuedAt. syncFailure.category, not the
+		// syncFailure document: its message is free text.
+		{EventsCollection, mongo.IndexModel{Keys: bson.D{{Key: "syncedAt", Value: 1}, {Key: "syncFailure.category", Value: 1},
+			{Key: "createdAt", Value: 1}, {Key: "lastRequeuedAt", Value: 1}}, Options: options.Index().SetName(IndexReconciler)}},
+		// The catch-up: a stream's undispatched entries in id order.
+		{OutboxCollection, mongo.IndexModel{Keys: bson.D{{Key: "stream", Value: 1}, {Key: "dispatchedAt", Value: 1}, {Key: "_id", Value: 1}},
+			Options: options.Index().SetName(IndexUndispatched)}},
+		// Retention: TTL ignores documents whose dispatchedAt is null.
+		{OutboxCollection, mongo.IndexModel{Keys: bson.D{{Key: "dispatchedAt", Value: 1}},
+			Options: options.Index().SetName(IndexOutboxTTL).SetExpireAfterSeconds(int32(retention / time.Second))}},
+	}
+}
+
+// Migrate creates the indexes. An index of outboxd's name whose keys
+// changed is rebuilt; a changed retention is applied with collMod (no
+// rebuild) and read back. An index of someone else that takes the keys of
+// one of outboxd's with other options is an error naming it.
+func (s *Store) Migrate(ctx context.Context, cfg *store.MigrateConfig) error {
+	retention := store.OutboxRetentionDefault
+	if cfg != nil && cfg.OutboxRetention > 0 {
+		retention = cfg.OutboxRetention
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*s.opts.OpTimeout)
+	defer cancel()
+	for _, spec := range s.indexSpecs(retention) {
+		if err := s.ensureIndex(ctx, spec); err != nil {
+			return fmt.Errorf("error creating index %s.%s: %w", spec.coll, *spec.model.Options.Name, err)
+		}
+	}
+	return nil
+}
+
+// existingIndex is what listIndexes reports of one index.
+type existingIndex struct {
+	Name               string `bson:"name"`
+	Key                bson.D `bson:"key"`
+	Unique             bool   `bson:"unique"`
+	ExpireAfterSeconds *int64 `bson:"expireAfterSeconds"`
+}
+
+func (s *Store) listIndexes(ctx context.Context, coll string) ([]existingIndex, error) {
+	cur, err := s.db.Collection(coll).Indexes().List(ctx)
+	if err != nil {
+		var ce mongo.CommandError
+		if errors.As(err, &ce) && ce.Code == 26 { // NamespaceNotFound: no collection yet
+			return nil, nil
+		}
+		return nil, wrap(err, "listing the indexes of %s", coll)
+	}
+	var raw []bson.Raw
+	if err := cur.All(ctx, &raw); err != nil {
+		return nil, wrap(err, "listing the indexes of %s", coll)
+	}
+	out := make([]existingIndex, 0, len(raw))
+	for _, r := range raw {
+		var ix existingIndex
+		if err := bson.Unmarshal(r, &ix); err != nil {
+			return nil, fmt.Errorf("error reading an index of %s: %w", coll, err)
+		}
+		if v, err := r.LookupErr("expireAfterSeconds"); err == nil {
+			if n, ok := v.AsInt64OK(); ok {
+				ix.ExpireAfterSeconds = &n
+			} else if f, ok := v.DoubleOK(); ok {
+				n := int64(f)
+				ix.ExpireAfterSeconds = &n
+			}
+		}
+		out = append(out, ix)
+	}
+	return out, nil
+}
+
+func sameKeys(a, b bson.D) bool {
+	return slices.EqualFunc(a, b, func(x, y bson.E) bool { return x.Key == y.Key && toInt64(x.Value) == toInt64(y.Value) })
+}
+
+func (s *Store) ensureIndex(ctx context.Context, spec indexSpec) error {
+	name := *spec.model.Options.Name
+	keys := spec.model.Keys.(bson.D)
+	var ttl *int64
+	if spec.model.Options.ExpireAfterSeconds != nil {
+		v := int64(*spec.model.Options.ExpireAfterSeconds)
+		ttl = &v
+	}
+	existing, err := s.listIndexes(ctx, spec.coll)
+	if err != nil {
+		return err
+	}
+	view := s.db.Collection(spec.coll).Indexes()
+	for _, ix := range existing {
+		switch {
+		case ix.Name == name && !sameKeys(ix.Key, keys):
+			// An older outboxd's index of this name: rebuild it.
+			if _, err := view.DropOne(ctx, name); err != nil {
+				return wrap(err, "dropping the outdated index %s", name)
+			}
+		case ix.Name == name && ttl != nil && (ix.ExpireAfterSeconds == nil || *ix.ExpireAfterSeconds != *ttl):
+			return s.setTTL(ctx, spec.coll, name, *ttl)
+		case ix.Name == name:
+			return nil
+		case sameKeys(ix.Key, keys):
+			return fmt.Errorf("index %q on %s has the keys outboxd needs for %q with other options; drop it (db.%s.dropIndex(%q)) and run outboxd migrate again",
+				ix.Name, spec.coll, name, spec.coll, ix.Name)
+		}
+	}
+	_, err = view.CreateOne(ctx, spec.model)
+	var ce mongo.CommandError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &ce) && ce.Code == codeIndexOptionsConflict:
+		// Created concurrently by another migrate with the same options, or
+		// by someone with others: check which.
+		existing, lerr := s.listIndexes(ctx, spec.coll)
+		if lerr == nil && slices.ContainsFunc(existing, func(ix existingIndex) bool { return ix.Name == name && sameKeys(ix.Key, keys) }) {
+			return nil
+		}
+		return fmt.Errorf("an index on %s with the keys of %q exists with other options (code 85); drop it and run outboxd migrate again: %w", spec.coll, name, err)
+	case errors.As(err, &ce) && ce.Code == codeIndexKeySpecsConflict:
+		return fmt.Errorf("an index named %q on %s exists with other keys (code 86); drop it and run outboxd migrate again: %w", name, spec.coll, err)
+	default:
+		return wrap(err, "creating the index")
+	}
+}
+
+// setTTL changes a TTL index's expireAfterSeconds in place (collMod: no
+// index build, unlike drop and create, which waits for every voting member
+// to rebuild it) and reads it back. lungo has no collMod: it rebuilds.
+func (s *Store) setTTL(ctx context.Context, coll, name string, seconds int64) error {
+	if s.lungo {
+		view := s.db.Collection(coll).Indexes()
+		if _, err := view.DropOne(ctx, name); err != nil {
+			return wrap(err, "dropping the TTL index")
+		}
+		_, err := view.CreateOne(ctx, mongo.IndexModel{Keys: bson.D{{Key: "dispatchedAt", Value: 1}},
+			Options: options.Index().SetName(name).SetExpireAfterSeconds(int32(seconds))})
+		return wrap(err, "creating the TTL index")
+	}
+	err := s.db.RunCommand(ctx, CollModTTL(coll, name, seconds)).Err()
+	if err != nil {
+		return wrap(err, "changing the retention of %s.%s with collMod", coll, name)
+	}
+	existing, err := s.listIndexes(ctx, coll)
+	if err != nil {
+		return err
+	}
+	for _, ix := range existing {
+		if ix.Name == name && ix.ExpireAfterSeconds != nil && *ix.ExpireAfterSeconds == seconds {
+			return nil
+		}
+	}
+	return fmt.Errorf("collMod did not set expireAfterSeconds=%d on %s.%s", seconds, coll, name)
+}
+
+// CollModTTL is the command that changes a TTL index's retention.
+func CollModTTL(coll, name string, seconds int64) bson.D {
+	return bson.D{{Key: "collMod", Value: coll}, {Key: "index", Value: bson.D{{Key: "name", Value: name}, {Key: "expireAfterSeconds", Value: seconds}}}}
+}
+
+// CheckSchema verifies that every index outboxd relies on exists with its
+// keys (the unique idempotency index above all: without it two concurrent
+// writers of one key would both insert).
+func (s *Store) CheckSchema(ctx context.Context) error {
+	ctx, cancel := s.opctx(ctx)
+	defer cancel()
+	var missing []string
+	for _, spec := range s.indexSpecs(store.OutboxRetentionDefault) {
+		existing, err := s.listIndexes(ctx, spec.coll)
+		if err != nil {
+			return err
+		}
+		name := *spec.model.Options.Name
+		keys := spec.model.Keys.(bson.D)
+		unique := spec.model.Options.Unique != nil && *spec.model.Options.Unique
+		ok := slices.ContainsFunc(existing, func(ix existingIndex) bool {
+			return ix.Name == name && sameKeys(ix.Key, keys) && (!unique || ix.Unique)
+		})
+		if !ok {
+			missing = append(missing, spec.coll+"."+name)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: missing MongoDB indexes %v; run `outboxd migrate` (with the same --store and --mongo-db)", store.ErrSchema, missing)
+	}
+	return nil
+}
+
+// Engine returns lungo's engine, or nil on a server (tests).
+func (s *Store) Engine() *lungo.Engine { return s.engine }

@@ -1,0 +1,261 @@
+package mongostore
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/256dpi/lungo"
+	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/mongo"
+	"go.mongodb.org/mongo-driver/mongo/options"
+	"go.mongodb.org/mongo-driver/mongo/readconcern"
+	"go.mongodb.org/mongo-driver/mongo/readpref"
+	"go.mongodb.org/mongo-driver/mongo/writeconcern"
+
+	"github.com/outboxd/outboxd/internal/config"
+	"github.com/outboxd/outboxd/store"
+)
+
+// LungoMemory selects lungo's in-process engine with an in-memory store: a
+// fresh, empty MongoDB for one process (tests, demos of the MongoDB path in
+// dev). Its data dies with the process.
+const LungoMemory = "lungo:memory"
+
+// Collection names in the database.
+const (
+	EventsCollection = "events"
+	OutboxCollection = "outbox"
+	LeasesCollection = "leases"
+)
+
+// Defaults of Options.
+const (
+	// DatabaseDefault is the default Options.Database (--mongo-db).
+	DatabaseDefault = "outboxd"
+	// OpTimeoutDefault is the default Options.OpTimeout.
+	OpTimeoutDefault = 10 * time.Second
+	// CountsTTLDefault is the default Options.CountsTTL.
+	CountsTTLDefault = 2 * time.Second
+)
+
+// MinWireVersion is the oldest server outboxd runs on: wire version 9,
+// MongoDB 4.4 (the hello command needs 4.4.2; change streams with
+// startAfter and the $match on the feed need 4.2+).
+const MinWireVersion = 9
+
+// Options configure Open. The zero value means all defaults.
+type Options struct {
+	// Database is the database holding the collections. Defaults to
+	// DatabaseDefault.
+	Database string
+	// OpTimeout bounds every operation whose context has no deadline, and
+	// is the write concern's wtimeout. Defaults to OpTimeoutDefault (10s).
+	OpTimeout time.Duration
+	// CountsTTL is how long Counts serves its last figures before reading
+	// again. Defaults to CountsTTLDefault (2s); negative disables the cache.
+	CountsTTL time.Duration
+	// OplogSize bounds lungo's oplog (entries); 0 means lungo's default
+	// (1000). Ignored on a server.
+	OplogSize int
+	// ExpireInterval drives lungo's TTL indexes. Defaults to 60s. Ignored
+	// on a server.
+	ExpireInterval time.Duration
+}
+
+// Store is the MongoDB store. Create it with Open.
+type Store struct {
+	client lungo.IClient
+	engine *lungo.Engine // lungo only
+	db     lungo.IDatabase
+	events lungo.ICollection
+	outbox lungo.ICollection
+	leases lungo.ICollection
+	opts   Options
+	lungo  bool
+
+	countsMu sync.Mutex
+	counts   *store.Counts
+}
+
+var _ store.Store = (*Store)(nil)
+
+// ValidateURI checks the form of a MongoDB --store value: mongodb://…,
+// mongodb+srv://… or LungoMemory.
+func ValidateURI(uri string) error {
+	switch {
+	case uri == LungoMemory:
+		return nil
+	case strings.HasPrefix(uri, "lungo:"):
+		return fmt.Errorf("lungo's engine is offered in memory only (%s); its file store is no longer supported: use sqlite:PATH for a file", LungoMemory)
+	case strings.HasPrefix(uri, "mongodb://"), strings.HasPrefix(uri, "mongodb+srv://"):
+		if _, err := url.Parse(uri); err != nil {
+			return fmt.Errorf("invalid MongoDB URI: %w", err)
+		}
+		return nil
+	}
+	return errors.New("a MongoDB store must be mongodb://…, mongodb+srv://… or " + LungoMemory)
+}
+
+// Open connects to uri: a replica set (or sharded cluster) through the
+// official driver, or lungo's in-memory engine for LungoMemory. On a server
+// it checks that it answers, is a replica set member or mongos, and is
+// recent enough. It does not create indexes: Migrate does.
+func Open(ctx context.Context, uri string, opts *Options) (*Store, error) {
+	if err := ValidateURI(uri); err != nil {
+		return nil, err
+	}
+	o := Options{}
+	if opts != nil {
+		o = *opts
+	}
+	o.Database = cmp.Or(o.Database, DatabaseDefault)
+	o.OpTimeout = cmp.Or(o.OpTimeout, OpTimeoutDefault)
+	o.CountsTTL = cmp.Or(o.CountsTTL, CountsTTLDefault)
+	s := &Store{opts: o}
+	if uri == LungoMemory {
+		lopts := lungo.Options{Store: lungo.NewMemoryStore(), ExpireInterval: o.ExpireInterval, MaxOplogSize: o.OplogSize}
+		if o.OplogSize > 0 {
+			lopts.MinOplogSize = min(10, o.OplogSize)
+			lopts.MinOplogAge = time.Nanosecond // lungo reads 0 as its 5-minute default
+		}
+		client, engine, err := lungo.Open(ctx, lopts)
+		if err != nil {
+			return nil, fmt.Errorf("error opening lungo's engine: %w", err)
+		}
+		s.client, s.engine, s.lungo = client, engine, true
+	} else {
+		client, err := connect(ctx, uri, o)
+		if err != nil {
+			return nil, err
+		}
+		s.client = client
+	}
+	s.db = s.client.Database(o.Database)
+	s.events = s.db.Collection(EventsCollection)
+	s.outbox = s.db.Collection(OutboxCollection)
+	s.leases = s.db.Collection(LeasesCollection)
+	return s, nil
+}
+
+// ClientOptions returns the driver options outboxd uses for uri: the URI's
+// own settings, then majority writes with a wtimeout of opTimeout, majority
+// reads, and the primary for every read whatever the URI's readPreference
+// says (transactions must run on the primary, and the worker must never
+// read an original from a lagging secondary and take it for missing).
+func ClientOptions(uri string, opTimeout time.Duration) *options.ClientOptions {
+	wc := writeconcern.Majority()
+	wc.WTimeout = opTimeout //nolint:staticcheck // wtimeout is the server-side bound; CSOT is per operation (opctx)
+	return options.Client().ApplyURI(uri).
+		SetWriteConcern(wc).
+		SetReadConcern(readconcern.Majority()).
+		SetReadPreference(readpref.Primary()).
+		SetServerSelectionTimeout(opTimeout)
+}
+
+func connect(ctx context.Context, uri string, o Options) (lungo.IClient, error) {
+	client, err := lungo.Connect(ctx, ClientOptions(uri, o.OpTimeout))
+	if err != nil {
+		return nil, wrap(err, "connecting to MongoDB at %s", config.Redact(uri))
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, o.OpTimeout)
+	defer cancel()
+	fail := func(err error) (lungo.IClient, error) {
+		_ = client.Disconnect(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	if err := client.Ping(pingCtx, readpref.Primary()); err != nil {
+		return fail(wrap(err, "reaching MongoDB at %s (transactions and change streams need a replica set)", config.Redact(uri)))
+	}
+	var hello bson.M
+	if err := client.Database("admin").RunCommand(pingCtx, bson.D{{Key: "hello", Value: 1}}).Decode(&hello); err != nil {
+		return fail(wrap(err, "asking MongoDB at %s for its topology (the hello command needs MongoDB 4.4.2 or later)", config.Redact(uri)))
+	}
+	if err := checkHello(hello); err != nil {
+		return fail(fmt.Errorf("MongoDB at %s: %w", config.Redact(uri), err))
+	}
+	return client, nil
+}
+
+// ErrStandalone is returned for a MongoDB server that is not part of a
+// replica set or sharded cluster.
+var ErrStandalone = errors.New("a standalone server has no transactions and no change streams; outboxd needs a replica set (a single node is enough: start mongod with --replSet rs0 and run rs.initiate()) or a sharded cluster")
+
+// ErrTooOld is returned for a server older than MinWireVersion.
+var ErrTooOld = errors.New("outboxd needs MongoDB 4.4 or later")
+
+// checkHello reads a hello reply: a replica set member names its set, a
+// mongos says "isdbgrid"; anything else is a standalone server. The wire
+// version tells the server's release.
+func checkHello(hello bson.M) error {
+	if v := toInt64(hello["maxWireVersion"]); v < MinWireVersion {
+		return fmt.Errorf("%w (maxWireVersion %d, need %d)", ErrTooOld, v, MinWireVersion)
+	}
+	if name, _ := hello["setName"].(string); name != "" {
+		return nil
+	}
+	if msg, _ := hello["msg"].(string); msg == "isdbgrid" {
+		return nil
+	}
+	return ErrStandalone
+}
+
+func toInt64(v any) int64 {
+	switch x := v.(type) {
+	case int:
+		return int64(x)
+	case int32:
+		return int64(x)
+	case int64:
+		return x
+	case float64:
+		return int64(x)
+	}
+	return -1
+}
+
+// Kind returns "mongodb".
+func (s *Store) Kind() string { return "mongodb" }
+
+// Database returns the database of the store, for callers who write their
+// own documents in the same transaction as the writer (see Tx).
+func (s *Store) Database() lungo.IDatabase { return s.db }
+
+// opctx bounds an operation by Options.OpTimeout unless ctx already has a
+// deadline.
+func (s *Store) opctx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, s.opts.OpTimeout)
+}
+
+// Ping reads from the events collection (lungo's Ping always succeeds, so
+// a read is the real test).
+func (s *Store) Ping(ctx context.Context) error {
+	ctx, cancel := s.opctx(ctx)
+	defer cancel()
+	err := s.events.FindOne(ctx, bson.M{}, options.FindOne().SetProjection(bson.M{"_id": 1})).Err()
+	if err != nil && !isNoDocuments(err) {
+		return wrap(err, "reading from MongoDB")
+	}
+	return nil
+}
+
+// Close disconnects (or closes lungo's engine). Closing twice is harmless.
+func (s *Store) Close(ctx context.Context) error {
+	if s.engine != nil {
+		s.engine.Close()
+		return nil
+	}
+	err := s.client.Disconnect(ctx)
+	if errors.Is(err, mongo.ErrClientDisconnected) {
+		return nil
+	}
+	return err
+}

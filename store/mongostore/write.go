@@ -1,0 +1,127 @@
+package mongostore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/256dpi/lungo"
+	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/bson/primitive"
+	"go.mongodb.org/mongo-driver/mongo/options"
+
+	"github.com/outboxd/outboxd/outbox"
+)
+
+// WriteTx runs fn in one MongoDB transaction (majority write concern). The
+// driver's WithTransaction runs fn again on TransientTransactionError and
+// retries the commit on UnknownTransactionCommitResult, within ctx's
+// deadline (or Options.OpTimeout); the writer above adds no retry loop of
+// its own for those.
+func (s *Store) WriteTx(ctx context.Context, fn func(ctx context.Context, tx outbox.Tx) error) error {
+	ctx, cancel := s.opctx(ctx)
+	defer cancel()
+	sess, err := s.client.StartSession()
+	if err != nil {
+		return wrap(err, "starting a MongoDB session")
+	}
+	defer sess.EndSession(context.WithoutCancel(ctx))
+	_, err = sess.WithTransaction(ctx, func(sc lungo.ISessionContext) (any, error) {
+		if err := fn(sc, s.Tx(sc)); err != nil {
+			return nil, fnError{err}
+		}
+		return nil, nil
+	})
+	if err != nil {
+		var fe fnError
+		if errors.As(err, &fe) {
+			return fe.err
+		}
+		return wrap(err, "running a MongoDB transaction")
+	}
+	return nil
+}
+
+// fnError marks an error that fn returned as is (wrap must not classify it
+// twice).
+type fnError struct{ err error }
+
+func (e fnError) Error() string { return e.err.Error() }
+func (e fnError) Unwrap() error { return e.err }
+
+// Tx returns the writer's view of a transaction the caller runs on this
+// store's client (s.Database().Client().StartSession(), then
+// WithTransaction): outbox.Writer.WriteInTx stores events in it, so they
+// commit or abort with the caller's own writes.
+func (s *Store) Tx(sc lungo.ISessionContext) outbox.Tx { return &tx{s: s, sc: sc} }
+
+type tx struct {
+	s  *Store
+	sc lungo.ISessionContext
+}
+
+func (t *tx) LookupKeys(ctx context.Context, keys []string) (map[string]outbox.KeyRecord, error) {
+	out := make(map[string]outbox.KeyRecord, len(keys))
+	if len(keys) == 0 {
+		return out, nil
+	}
+	cur, err := t.s.events.Find(t.ctx(ctx), bson.M{"idempotencyKey": bson.M{"$in": keys}},
+		options.Find().SetProjection(bson.M{"_id": 1, "idempotencyKey": 1, "contentHash": 1}))
+	if err != nil {
+		return nil, wrap(err, "looking up idempotency keys")
+	}
+	var found []struct {
+		ID          primitive.ObjectID `bson:"_id"`
+		Key         string             `bson:"idempotencyKey"`
+		ContentHash string             `bson:"contentHash"`
+	}
+	if err := cur.All(t.ctx(ctx), &found); err != nil {
+		return nil, wrap(err, "reading idempotency keys")
+	}
+	for _, f := range found {
+		out[f.Key] = outbox.KeyRecord{ID: f.ID.Hex(), ContentHash: f.ContentHash}
+	}
+	return out, nil
+}
+
+func (t *tx) InsertEvents(ctx context.Context, events []outbox.Event) error {
+	docs := make([]any, len(events))
+	for i := range events {
+		d, err := toEventDoc(&events[i])
+		if err != nil {
+			return err
+		}
+		docs[i] = d
+	}
+	if _, err := t.s.events.InsertMany(t.ctx(ctx), docs); err != nil {
+		if classify(err) == classDuplicateKey {
+			return fmt.Errorf("%w: %w", outbox.ErrDuplicateKey, err)
+		}
+		return wrap(err, "inserting %d originals", len(events))
+	}
+	return nil
+}
+
+func (t *tx) InsertEntries(ctx context.Context, entries []outbox.Entry) error {
+	docs := make([]any, len(entries))
+	for i, e := range entries {
+		eid, err := primitive.ObjectIDFromHex(e.EventID)
+		if err != nil {
+			return fmt.Errorf("entry of event %q: not an ObjectID: %w", e.EventID, err)
+		}
+		docs[i] = entryDoc{ID: primitive.NewObjectID(), EventID: eid, Stream: e.Stream, Message: e.Message, CreatedAt: e.CreatedAt.UTC()}
+	}
+	if _, err := t.s.outbox.InsertMany(t.ctx(ctx), docs); err != nil {
+		return wrap(err, "inserting %d outbox entries", len(entries))
+	}
+	return nil
+}
+
+// ctx returns the session context: the writer passes the context it got
+// from WriteTx (the session context itself), or a context derived from it.
+func (t *tx) ctx(ctx context.Context) context.Context {
+	if sc, ok := ctx.(lungo.ISessionContext); ok {
+		return sc
+	}
+	return t.sc
+}

@@ -1,0 +1,410 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/store"
+)
+
+// idChunk bounds the ids of one statement (LoadEvents, MarkSynced,
+// MarkDispatched), so a long list does not hold a lock or a result set for
+// long.
+const idChunk = 500
+
+// eventColumns are the columns decodeEvent reads, in its order.
+const eventColumns = `id, idempotency_key, source_key, device_key, type, occurred_at, payload,
+	content_hash, created_at, synced_at, last_requeued_at, requeue_count, sync_failure`
+
+// eventColumnsNoPayload are eventColumns with the payload left out (NULL).
+const eventColumnsNoPayload = `id, idempotency_key, source_key, device_key, type, occurred_at, NULL,
+	content_hash, created_at, synced_at, last_requeued_at, requeue_count, sync_failure`
+
+// rawEvent holds a row of eventColumns as the driver gave it, so that a row
+// with a value of the wrong kind is reported as corrupt (with its id) rather
+// than failing the whole read.
+type rawEvent [13]any
+
+func (r *rawEvent) dest() []any {
+	d := make([]any, len(r))
+	for i := range r {
+		d[i] = &r[i]
+	}
+	return d
+}
+
+// decode returns the original of the row, or an error wrapping
+// store.ErrCorrupt. A NULL payload (eventColumnsNoPayload) gives a nil
+// Payload.
+func (r *rawEvent) decode() (*outbox.Event, error) {
+	d := decoder{}
+	ev := &outbox.Event{
+		ID:             d.text(r[0], "id"),
+		IdempotencyKey: d.text(r[1], "idempotency_key"),
+		SourceKey:      d.text(r[2], "source_key"),
+		DeviceKey:      d.text(r[3], "device_key"),
+		Type:           d.text(r[4], "type"),
+		OccurredAt:     fromMillis(d.integer(r[5], "occurred_at")),
+		ContentHash:    d.text(r[7], "content_hash"),
+		CreatedAt:      fromMillis(d.integer(r[8], "created_at")),
+		SyncedAt:       d.nullTime(r[9], "synced_at"),
+		LastRequeuedAt: d.nullTime(r[10], "last_requeued_at"),
+		RequeueCount:   d.integer(r[11], "requeue_count"),
+	}
+	if r[6] != nil {
+		p := d.text(r[6], "payload")
+		if d.err == nil && !json.Valid([]byte(p)) {
+			d.err = errors.New("payload is not JSON")
+		}
+		ev.Payload = json.RawMessage(p)
+	}
+	if r[12] != nil {
+		var f outbox.SyncFailure
+		if err := json.Unmarshal([]byte(d.text(r[12], "sync_failure")), &f); err != nil && d.err == nil {
+			d.err = fmt.Errorf("sync_failure: %w", err)
+		}
+		f.At = f.At.UTC()
+		ev.SyncFailure = &f
+	}
+	if d.err != nil {
+		return nil, fmt.Errorf("error decoding original %s: %w: %w", ev.ID, store.ErrCorrupt, d.err)
+	}
+	return ev, nil
+}
+
+// decoder reads driver values, keeping the first error.
+type decoder struct{ err error }
+
+func (d *decoder) text(v any, col string) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case []byte:
+		return string(x)
+	}
+	d.fail(col, v)
+	return ""
+}
+
+func (d *decoder) integer(v any, col string) int64 {
+	if x, ok := v.(int64); ok {
+		return x
+	}
+	d.fail(col, v)
+	return 0
+}
+
+func (d *decoder) nullTime(v any, col string) *time.Time {
+	if v == nil {
+		return nil
+	}
+	t := fromMillis(d.integer(v, col))
+	return &t
+}
+
+func (d *decoder) fail(col string, v any) {
+	if d.err == nil {
+		d.err = fmt.Errorf("column %s holds %T", col, v)
+	}
+}
+
+// encodeFailure returns the sync_failure JSON and failure_category of f
+// (NULLs for nil), with f.At in UTC milliseconds.
+func encodeFailure(f *outbox.SyncFailure) (sql.NullString, sql.NullString, error) {
+	if f == nil {
+		return sql.NullString{}, sql.NullString{}, nil
+	}
+	c := *f
+	c.At = c.At.UTC().Truncate(time.Millisecond)
+	b, err := json.Marshal(c)
+	if err != nil {
+		return sql.NullString{}, sql.NullString{}, fmt.Errorf("error encoding sync failure: %w", err)
+	}
+	return sql.NullString{String: string(b), Valid: true}, sql.NullString{String: c.Category, Valid: true}, nil
+}
+
+// LoadEvents returns the originals with the given ids, by id, reading at
+// most idChunk ids per statement (index events_id). A stored original that
+// cannot be decoded is present with Loaded.Err wrapping store.ErrCorrupt.
+func (s *Store) LoadEvents(ctx context.Context, ids []string) (map[string]store.Loaded, error) {
+	out := make(map[string]store.Loaded, len(ids))
+	for _, chunk := range chunks(ids, idChunk) {
+		list, err := jsonArray(chunk)
+		if err != nil {
+			return nil, fmt.Errorf("error loading originals: %w", err)
+		}
+		if err := s.loadChunk(ctx, list, out); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// qLoadEvents reads the originals of a JSON array of ids. Index events_id,
+// one probe per id.
+const qLoadEvents = `SELECT ` + eventColumns + ` FROM events WHERE id IN (SELECT value FROM json_each(?))`
+
+func (s *Store) loadChunk(ctx context.Context, list string, out map[string]store.Loaded) error {
+	rows, err := s.read.QueryContext(ctx, qLoadEvents, list)
+	if err != nil {
+		return s.fail("loading originals", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var r rawEvent
+		if err := rows.Scan(r.dest()...); err != nil {
+			return s.fail("loading originals", err)
+		}
+		id, ok := r[0].(string)
+		if !ok {
+			continue // not an id anyone asked for
+		}
+		ev, err := r.decode()
+		out[id] = store.Loaded{Event: ev, Err: err}
+	}
+	if err := rows.Err(); err != nil {
+		return s.fail("loading originals", err)
+	}
+	return nil
+}
+
+// qEventByKey reads the original of an idempotency key. Index
+// events_idempotency_key.
+const qEventByKey = `SELECT ` + eventColumns + ` FROM events WHERE idempotency_key = ?`
+
+// EventByKey returns the original stored under idempotency key (index
+// events_idempotency_key), or an error wrapping store.ErrNotFound.
+func (s *Store) EventByKey(ctx context.Context, key string) (*outbox.Event, error) {
+	var r rawEvent
+	err := s.read.QueryRowContext(ctx, qEventByKey, key).Scan(r.dest()...)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("error reading original with idempotency key %q: %w", key, store.ErrNotFound)
+	}
+	if err != nil {
+		return nil, s.fail(fmt.Sprintf("reading original with idempotency key %q", key), err)
+	}
+	return r.decode()
+}
+
+// qMarkSynced marks a JSON array of ids synced. Index events_id, one probe
+// per id.
+const qMarkSynced = `UPDATE events SET synced_at = ?, sync_failure = NULL, failure_category = NULL
+	WHERE id IN (SELECT value FROM json_each(?)) AND synced_at IS NULL`
+
+// MarkSynced sets synced_at = at and clears sync_failure on those of ids
+// whose synced_at is NULL, in one transaction, and returns how many it
+// changed.
+func (s *Store) MarkSynced(ctx context.Context, ids []string, at time.Time) (int64, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	var n int64
+	err := s.inWriteTx(ctx, "marking originals synced", func(tx *sql.Tx) error {
+		for _, chunk := range chunks(ids, idChunk) {
+			list, err := jsonArray(chunk)
+			if err != nil {
+				return fmt.Errorf("error marking originals synced: %w", err)
+			}
+			res, err := tx.ExecContext(ctx, qMarkSynced, millis(at), list)
+			if err != nil {
+				return s.fail("marking originals synced", err)
+			}
+			c, err := res.RowsAffected()
+			if err != nil {
+				return s.fail("marking originals synced", err)
+			}
+			n += c
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// qPark parks an original. Index events_id.
+const qPark = `UPDATE events SET sync_failure = ?, failure_category = ? WHERE id = ? AND synced_at IS NULL`
+
+// Park sets sync_failure on the original id unless it is synced, and reports
+// whether it did (an original parked before is parked again, with f).
+//
+// Single-statement writes like this one run in autocommit on the write
+// pool: a writing statement takes SQLite's write lock when it starts, so it
+// cannot fail to upgrade a read lock the way a deferred transaction can.
+func (s *Store) Park(ctx context.Context, id string, f outbox.SyncFailure) (bool, error) {
+	failure, category, err := encodeFailure(&f)
+	if err != nil {
+		return false, fmt.Errorf("error parking original %s: %w", id, err)
+	}
+	res, err := s.write.ExecContext(ctx, qPark, failure, category, id)
+	if err != nil {
+		return false, s.fail(fmt.Sprintf("parking original %s", id), err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, s.fail(fmt.Sprintf("parking original %s", id), err)
+	}
+	return n > 0, nil
+}
+
+// qCandidates reads the reconciler's candidates. Index events_pending: a
+// range on created_at in index order, last_requeued_at filtered from the
+// index.
+const qCandidates = `SELECT id FROM events
+	WHERE synced_at IS NULL AND sync_failure IS NULL AND created_at < ?
+	  AND (last_requeued_at IS NULL OR last_requeued_at < ?)
+	ORDER BY created_at LIMIT ?`
+
+// Candidates returns the ids of the reconciler's candidates, oldest
+// (created_at) first, at most q.Limit.
+func (s *Store) Candidates(ctx context.Context, q store.CandidateQuery) ([]string, error) {
+	if q.Limit <= 0 {
+		return nil, nil
+	}
+	rows, err := s.read.QueryContext(ctx, qCandidates, millis(q.CreatedBefore), millis(q.ClaimedBefore), q.Limit)
+	if err != nil {
+		return nil, s.fail("reading reconciler candidates", err)
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, s.fail("reading reconciler candidates", err)
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.fail("reading reconciler candidates", err)
+	}
+	return ids, nil
+}
+
+// Claim's statements. Index events_id.
+const (
+	qClaimRead = `SELECT ` + eventColumnsNoPayload + ` FROM events WHERE id = ?`
+	qClaim     = `UPDATE events SET last_requeued_at = ?, requeue_count = requeue_count + 1
+		WHERE id = ? AND synced_at IS NULL AND sync_failure IS NULL
+		  AND (last_requeued_at IS NULL OR last_requeued_at < ?)`
+)
+
+// Claim stamps last_requeued_at = at and increments requeue_count on id
+// while it is still a candidate, in one transaction, and returns the
+// original as it was before the claim, without its payload (nil). An id that
+// is no longer a candidate (or does not exist) gives an error wrapping
+// store.ErrNotClaimed.
+func (s *Store) Claim(ctx context.Context, id string, at, claimedBefore time.Time) (*outbox.Event, error) {
+	var prev *outbox.Event
+	err := s.inWriteTx(ctx, fmt.Sprintf("claiming original %s", id), func(tx *sql.Tx) error {
+		var r rawEvent
+		err := tx.QueryRowContext(ctx, qClaimRead, id).Scan(r.dest()...)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("error claiming original %s: %w (no such original)", id, store.ErrNotClaimed)
+		}
+		if err != nil {
+			return s.fail(fmt.Sprintf("claiming original %s", id), err)
+		}
+		res, err := tx.ExecContext(ctx, qClaim, millis(at), id, millis(claimedBefore))
+		if err != nil {
+			return s.fail(fmt.Sprintf("claiming original %s", id), err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return s.fail(fmt.Sprintf("claiming original %s", id), err)
+		}
+		if n == 0 {
+			return fmt.Errorf("error claiming original %s: %w", id, store.ErrNotClaimed)
+		}
+		prev, err = r.decode()
+		return err // a corrupt original is not claimed: the transaction rolls back
+	})
+	if err != nil {
+		return nil, err
+	}
+	return prev, nil
+}
+
+// qRollbackClaim undoes a claim. Index events_id.
+const qRollbackClaim = `UPDATE events SET last_requeued_at = ?, requeue_count = max(requeue_count - 1, 0)
+	WHERE id = ? AND last_requeued_at = ?`
+
+// RollbackClaim undoes the claim stamped at on id while last_requeued_at
+// still equals at (to the millisecond): it restores prev (nil: NULL) and
+// decrements requeue_count. It reports whether it restored anything.
+func (s *Store) RollbackClaim(ctx context.Context, id string, at time.Time, prev *time.Time) (bool, error) {
+	res, err := s.write.ExecContext(ctx, qRollbackClaim, nullMillis(prev), id, millis(at))
+	if err != nil {
+		return false, s.fail(fmt.Sprintf("rolling back claim of original %s", id), err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, s.fail(fmt.Sprintf("rolling back claim of original %s", id), err)
+	}
+	return n > 0, nil
+}
+
+// The queries of Counts; see Counts for the index each one uses.
+const (
+	qCountTotal   = `SELECT coalesce(max(rowid), 0) FROM events`
+	qCountPending = `SELECT count(*), min(created_at) FROM events
+		WHERE synced_at IS NULL AND sync_failure IS NULL`
+	qCountFailed = `SELECT coalesce(failure_category, ''), count(*) FROM events
+		WHERE sync_failure IS NOT NULL AND synced_at IS NULL GROUP BY failure_category`
+	qCountUndispatched = `SELECT count(*) FROM outbox WHERE dispatched_at IS NULL`
+)
+
+// Counts returns the status figures, exact, read in one snapshot. No query
+// reads every original:
+//   - Total is max(rowid) of events: originals are only ever appended (no
+//     operation of the port deletes one), so rowids run from 1 without gaps.
+//     If originals are ever deleted, this must become count(*) or a counter.
+//   - Pending and OldestPending come from index events_pending (the backlog
+//     only), Failed and FailedByCategory from events_failed (parked only).
+//   - Undispatched comes from index outbox_undispatched.
+//   - Synced is Total-Pending-Failed.
+func (s *Store) Counts(ctx context.Context) (store.Counts, error) {
+	c := store.Counts{FailedByCategory: map[string]int64{}}
+	tx, err := s.read.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return c, s.fail("reading counts", err)
+	}
+	defer func() { _ = tx.Rollback() }() // read only: nothing to commit
+	var oldest sql.NullInt64
+	err = tx.QueryRowContext(ctx, qCountTotal).Scan(&c.Total)
+	if err == nil {
+		err = tx.QueryRowContext(ctx, qCountPending).Scan(&c.Pending, &oldest)
+	}
+	if err == nil {
+		err = tx.QueryRowContext(ctx, qCountUndispatched).Scan(&c.Undispatched)
+	}
+	if err != nil {
+		return c, s.fail("reading counts", err)
+	}
+	rows, err := tx.QueryContext(ctx, qCountFailed)
+	if err != nil {
+		return c, s.fail("reading counts", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var cat string
+		var n int64
+		if err := rows.Scan(&cat, &n); err != nil {
+			return c, s.fail("reading counts", err)
+		}
+		c.FailedByCategory[cat] += n
+		c.Failed += n
+	}
+	if err := rows.Err(); err != nil {
+		return c, s.fail("reading counts", err)
+	}
+	c.Synced = c.Total - c.Pending - c.Failed
+	c.OldestPending = fromNullMillis(oldest)
+	c.ReadAt = time.Now().UTC()
+	return c, nil
+}

@@ -1,0 +1,162 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/outboxd/outboxd/migrations"
+	"github.com/outboxd/outboxd/store"
+)
+
+// The schema is versioned with PRAGMA user_version, not goose's version
+// table. goose v3 ships no lock for SQLite (only PostgreSQL's advisory lock
+// and PostgreSQL/MySQL lock tables, whose store is internal to goose), so two
+// processes running goose's Up at once would both see a migration pending
+// and both apply it; a lease row of our own would be left behind by a killed
+// process. SQLite needs none of that: DDL is transactional and BEGIN
+// IMMEDIATE is a lock across processes that a dead process releases. Migrate
+// reads user_version, applies the pending files and sets user_version in one
+// such transaction, so a second process waits, then finds nothing to do. The
+// files keep goose's format (-- +goose Up / Down); only the Up part runs. No
+// second SQLite driver is involved either way (goose's sqlite3 dialect is SQL
+// text only).
+
+// migration is one numbered SQL file.
+type migration struct {
+	version int
+	name    string
+	up      string
+}
+
+// loadMigrations reads the numbered files of fsys, in version order, and
+// checks that they are numbered 1, 2, 3… without gaps.
+func loadMigrations(fsys fs.FS) ([]migration, error) {
+	names, err := fs.Glob(fsys, "*.sql")
+	if err != nil {
+		return nil, fmt.Errorf("error listing SQLite migrations: %w", err)
+	}
+	var out []migration
+	for _, name := range names {
+		digits, _, ok := strings.Cut(name, "_")
+		v, err := strconv.Atoi(digits)
+		if !ok || err != nil || v <= 0 {
+			return nil, fmt.Errorf("error loading SQLite migration %s: the name must start with its number and _", name)
+		}
+		b, err := fs.ReadFile(fsys, name)
+		if err != nil {
+			return nil, fmt.Errorf("error loading SQLite migration %s: %w", name, err)
+		}
+		out = append(out, migration{version: v, name: path.Base(name), up: upSection(string(b))})
+	}
+	slices.SortFunc(out, func(a, b migration) int { return a.version - b.version })
+	for i, m := range out {
+		if m.version != i+1 {
+			return nil, fmt.Errorf("error loading SQLite migrations: %s should be number %d", m.name, i+1)
+		}
+	}
+	return out, nil
+}
+
+// upSection returns the part of a goose file between "-- +goose Up" and
+// "-- +goose Down" (the whole file when it has no annotations).
+func upSection(text string) string {
+	if _, after, ok := strings.Cut(text, "-- +goose Up"); ok {
+		text = after
+	}
+	before, _, _ := strings.Cut(text, "-- +goose Down")
+	return before
+}
+
+// Migrate creates or updates the schema: in one BEGIN IMMEDIATE transaction
+// it reads PRAGMA user_version, runs the Up part of every newer migration of
+// migrations.SQLiteFiles() and sets user_version to the newest. It is
+// idempotent and safe to run from several processes at once (they take
+// turns). cfg is not used: the SQLite store has no TTL index, DeleteDispatched
+// applies retention.
+func (s *Store) Migrate(ctx context.Context, cfg *store.MigrateConfig) error {
+	all, err := loadMigrations(migrations.SQLiteFiles())
+	if err != nil {
+		return err
+	}
+	err = s.inWriteTx(ctx, "migrating SQLite store", func(tx *sql.Tx) error {
+		var current int
+		if err := tx.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&current); err != nil {
+			return s.fail("reading schema version", err)
+		}
+		if current > len(all) {
+			return fmt.Errorf("error migrating SQLite store %s: %w: its schema version %d is newer than this outboxd knows (%d); use a newer outboxd",
+				s.path, store.ErrSchema, current, len(all))
+		}
+		for _, m := range all[current:] {
+			if _, err := tx.ExecContext(ctx, m.up); err != nil {
+				return s.fail(fmt.Sprintf("applying SQLite migration %s", m.name), err)
+			}
+		}
+		// PRAGMA takes no parameters; the number is ours.
+		if _, err := tx.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, len(all))); err != nil {
+			return s.fail("setting schema version", err)
+		}
+		return nil
+	})
+	// Statements prepared earlier need nothing: SQLite prepares a statement
+	// again when the schema it was prepared on changed.
+	return err
+}
+
+// requiredTables are the tables the store's operations use.
+var requiredTables = []string{"events", "outbox", "feed_floor", "leases"}
+
+// CheckSchema returns an error wrapping store.ErrSchema, naming what is
+// missing and saying to run `outboxd migrate`, when the tables are absent or
+// older than this outboxd's migrations.
+func (s *Store) CheckSchema(ctx context.Context) error {
+	all, err := loadMigrations(migrations.SQLiteFiles())
+	if err != nil {
+		return err
+	}
+	var version int
+	if err := s.read.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&version); err != nil {
+		return s.fail("checking schema", err)
+	}
+	rows, err := s.read.QueryContext(ctx, `SELECT name FROM sqlite_master WHERE type = 'table'`)
+	if err != nil {
+		return s.fail("checking schema", err)
+	}
+	present := map[string]bool{}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			_ = rows.Close()
+			return s.fail("checking schema", err)
+		}
+		present[name] = true
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return s.fail("checking schema", err)
+	}
+	var missing []string
+	for _, t := range requiredTables {
+		if !present[t] {
+			missing = append(missing, t)
+		}
+	}
+	switch {
+	case len(missing) > 0:
+		return fmt.Errorf("error checking schema of SQLite store %s: %w: table(s) %s missing; run `outboxd migrate`",
+			s.path, store.ErrSchema, strings.Join(missing, ", "))
+	case version < len(all):
+		return fmt.Errorf("error checking schema of SQLite store %s: %w: schema version %d, this outboxd needs %d; run `outboxd migrate`",
+			s.path, store.ErrSchema, version, len(all))
+	case version > len(all):
+		return fmt.Errorf("error checking schema of SQLite store %s: %w: schema version %d is newer than this outboxd knows (%d); use a newer outboxd",
+			s.path, store.ErrSchema, version, len(all))
+	}
+	return nil
+}

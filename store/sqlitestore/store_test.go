@@ -1,0 +1,645 @@
+package sqlitestore_test
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/store"
+	"github.com/outboxd/outboxd/store/sqlitestore"
+)
+
+func TestOpen(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("CreatesParentFolder", func(t *testing.T) {
+		t.Parallel()
+		path := filepath.Join(t.TempDir(), "a", "b", "outboxd.db")
+		s, err := sqlitestore.Open(ctx, path, nil)
+		require.NoError(t, err)
+		defer s.Close(ctx)
+		require.FileExists(t, path)
+		require.Equal(t, "sqlite", s.Kind())
+		require.NoError(t, s.Ping(ctx))
+	})
+
+	t.Run("NotSQLiteBSONFile", func(t *testing.T) {
+		t.Parallel()
+		path := filepath.Join(t.TempDir(), "outboxd.db")
+		// A BSON document like lungo's store file: int32 size, elements, 0.
+		doc := []byte{0, 0, 0, 0, 0x03}
+		doc = append(doc, "collections\x00"...)
+		doc = append(doc, 5, 0, 0, 0, 0) // empty embedded document
+		doc = append(doc, 0)
+		binary.LittleEndian.PutUint32(doc, uint32(len(doc)))
+		require.NoError(t, os.WriteFile(path, doc, 0o600))
+
+		s, err := sqlitestore.Open(ctx, path, nil)
+		require.Error(t, err)
+		require.Nil(t, s)
+		require.Contains(t, err.Error(), "not an SQLite database")
+		require.Contains(t, err.Error(), "BSON")
+		require.Contains(t, err.Error(), "lungo")
+		require.Contains(t, err.Error(), "move it away")
+		require.Contains(t, err.Error(), "--store sqlite:PATH")
+		got, readErr := os.ReadFile(path)
+		require.NoError(t, readErr)
+		require.Equal(t, doc, got, "the file is left as it was")
+	})
+
+	t.Run("NotSQLiteOtherFile", func(t *testing.T) {
+		t.Parallel()
+		path := filepath.Join(t.TempDir(), "outboxd.db")
+		require.NoError(t, os.WriteFile(path, []byte("hello, this is a text file and not a database\n"), 0o600))
+		_, err := sqlitestore.Open(ctx, path, nil)
+		require.ErrorContains(t, err, "not an SQLite database")
+		require.ErrorContains(t, err, "--store sqlite:PATH")
+	})
+
+	t.Run("SQLiteHeaderThenGarbage", func(t *testing.T) {
+		t.Parallel()
+		path := filepath.Join(t.TempDir(), "outboxd.db")
+		b := []byte("SQLite format 3\x00")
+		for range 200 {
+			b = append(b, 0xab)
+		}
+		require.NoError(t, os.WriteFile(path, b, 0o600))
+		_, err := sqlitestore.Open(ctx, path, nil)
+		require.ErrorContains(t, err, "not an SQLite database (SQLite does not recognise it)")
+		require.ErrorContains(t, err, "--store sqlite:PATH")
+	})
+
+	t.Run("Folder", func(t *testing.T) {
+		t.Parallel()
+		_, err := sqlitestore.Open(ctx, t.TempDir(), nil)
+		require.ErrorContains(t, err, "folder")
+	})
+
+	t.Run("InvalidOptions", func(t *testing.T) {
+		t.Parallel()
+		path := filepath.Join(t.TempDir(), "outboxd.db")
+		_, err := sqlitestore.Open(ctx, path, &sqlitestore.Options{ReadConns: -1})
+		require.ErrorContains(t, err, "Options.ReadConns")
+		_, err = sqlitestore.Open(ctx, path, &sqlitestore.Options{BusyTimeout: -time.Second})
+		require.ErrorContains(t, err, "Options.BusyTimeout")
+		_, err = sqlitestore.Open(ctx, "", nil)
+		require.ErrorContains(t, err, "empty path")
+	})
+
+	t.Run("OpenDoesNotMigrate", func(t *testing.T) {
+		t.Parallel()
+		s, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "outboxd.db"), nil)
+		require.NoError(t, err)
+		defer s.Close(ctx)
+		err = s.CheckSchema(ctx)
+		require.ErrorIs(t, err, store.ErrSchema)
+		require.ErrorContains(t, err, "events, outbox, feed_floor, leases")
+		require.ErrorContains(t, err, "outboxd migrate")
+		err = s.WriteTx(ctx, func(ctx context.Context, tx outbox.Tx) error { return nil })
+		require.ErrorIs(t, err, store.ErrSchema, "writing before migrate says what to run")
+		require.NoError(t, s.Migrate(ctx, nil))
+		require.NoError(t, s.CheckSchema(ctx))
+	})
+}
+
+func TestMigrate(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("ConcurrentProcesses", func(t *testing.T) {
+		t.Parallel()
+		path := filepath.Join(t.TempDir(), "outboxd.db")
+		// Four Stores stand in for four processes migrating at once.
+		var stores []*sqlitestore.Store
+		for range 4 {
+			s, err := sqlitestore.Open(ctx, path, nil)
+			require.NoError(t, err)
+			defer s.Close(ctx)
+			stores = append(stores, s)
+		}
+		errs := make([]error, len(stores))
+		var wg sync.WaitGroup
+		for i, s := range stores {
+			wg.Go(func() { errs[i] = s.Migrate(ctx, nil) })
+		}
+		wg.Wait()
+		for _, err := range errs {
+			require.NoError(t, err)
+		}
+		for _, s := range stores {
+			require.NoError(t, s.CheckSchema(ctx))
+		}
+	})
+
+	t.Run("NewerSchema", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		_, err := b.store.DB().ExecContext(ctx, "PRAGMA user_version = 99")
+		require.NoError(t, err)
+		err = b.store.CheckSchema(ctx)
+		require.ErrorIs(t, err, store.ErrSchema)
+		require.ErrorContains(t, err, "newer")
+		require.ErrorIs(t, b.store.Migrate(ctx, nil), store.ErrSchema)
+	})
+
+	t.Run("OlderSchema", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		_, err := b.store.DB().ExecContext(ctx, "PRAGMA user_version = 0")
+		require.NoError(t, err)
+		err = b.store.CheckSchema(ctx)
+		require.ErrorIs(t, err, store.ErrSchema)
+		require.ErrorContains(t, err, "outboxd migrate")
+	})
+}
+
+func TestWriteTx(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("RoundTripAtMilliseconds", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		at := time.Date(2026, 11, 1, 12, 0, 0, 123_456_789, time.FixedZone("X", 3600))
+		events, entries := records(1, "s", at)
+		synced := at.Add(time.Second)
+		events[0].SyncedAt = &synced
+		events[0].SyncFailure = &outbox.SyncFailure{Category: outbox.CategoryPoison, Code: "c", Message: "m", At: at, Deliveries: 2}
+		require.NoError(t, insert(ctx, b.store, events, entries))
+		require.Len(t, entries[0].ID, 20, "the store assigned the entry id")
+
+		got, err := b.store.LoadEvents(ctx, []string{events[0].ID})
+		require.NoError(t, err)
+		ev := got[events[0].ID].Event
+		require.NoError(t, got[events[0].ID].Err)
+		ms := at.Truncate(time.Millisecond)
+		require.Equal(t, ms.UTC(), ev.CreatedAt)
+		require.Equal(t, ms.Add(-time.Minute).UTC(), ev.OccurredAt)
+		require.Equal(t, synced.Truncate(time.Millisecond).UTC(), *ev.SyncedAt)
+		require.Equal(t, ms.UTC(), ev.SyncFailure.At)
+		require.Equal(t, int64(2), ev.SyncFailure.Deliveries)
+		require.JSONEq(t, `{"n":1}`, string(ev.Payload))
+	})
+
+	t.Run("DuplicateKey", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		events, entries := records(2, "s", time.Now())
+		require.NoError(t, insert(ctx, b.store, events[:1], entries[:1]))
+		again, againEntries := records(2, "s", time.Now())
+		again[1].IdempotencyKey = events[0].IdempotencyKey
+		err := insert(ctx, b.store, again, againEntries)
+		require.ErrorIs(t, err, outbox.ErrDuplicateKey)
+		got, err := b.store.LoadEvents(ctx, []string{again[0].ID})
+		require.NoError(t, err)
+		require.Empty(t, got, "the transaction rolled back as a whole")
+	})
+
+	t.Run("DuplicateIDIsNotDuplicateKey", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		events, entries := records(1, "s", time.Now())
+		require.NoError(t, insert(ctx, b.store, events, entries))
+		again, _ := records(1, "s", time.Now())
+		again[0].ID = events[0].ID
+		err := insert(ctx, b.store, again, nil)
+		require.Error(t, err)
+		require.NotErrorIs(t, err, outbox.ErrDuplicateKey)
+	})
+
+	t.Run("LookupKeys", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		events, entries := records(3, "s", time.Now())
+		require.NoError(t, insert(ctx, b.store, events, entries))
+		err := b.store.WriteTx(ctx, func(ctx context.Context, tx outbox.Tx) error {
+			got, err := tx.LookupKeys(ctx, []string{events[0].IdempotencyKey, "absent", events[2].IdempotencyKey})
+			require.NoError(t, err)
+			require.Equal(t, map[string]outbox.KeyRecord{
+				events[0].IdempotencyKey: {ID: events[0].ID, ContentHash: events[0].ContentHash},
+				events[2].IdempotencyKey: {ID: events[2].ID, ContentHash: events[2].ContentHash},
+			}, got)
+			return nil
+		})
+		require.NoError(t, err)
+	})
+
+	t.Run("EntryIDsSortInSeqOrder", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		for range 12 { // past 9 and 10, where decimal strings would misorder
+			write(t, b.store, "s", 1)
+		}
+		entries, err := b.store.Undispatched(ctx, "s", "", 100)
+		require.NoError(t, err)
+		require.Len(t, entries, 12)
+		for i := 1; i < len(entries); i++ {
+			require.Less(t, entries[i-1].ID, entries[i].ID)
+		}
+		require.Equal(t, "00000000000000000012", entries[11].ID)
+	})
+
+	t.Run("CallerTransaction", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		db := b.store.DB()
+		_, err := db.ExecContext(ctx, "CREATE TABLE app_rows (v TEXT)")
+		require.NoError(t, err)
+		w := outbox.NewWriter(b.store, &outbox.WriterConfig{Stream: "s"})
+		in := []outbox.Input{{SourceKey: "src", DeviceKey: "d", OccurredAt: "2026-10-31T10:00:00Z"}}
+
+		run := func(commit bool) {
+			tx, err := db.BeginTx(ctx, nil)
+			require.NoError(t, err)
+			_, err = tx.ExecContext(ctx, "INSERT INTO app_rows (v) VALUES ('mine')")
+			require.NoError(t, err)
+			_, err = w.WriteInTx(ctx, b.store.Tx(tx), in)
+			require.NoError(t, err)
+			if commit {
+				require.NoError(t, tx.Commit())
+			} else {
+				require.NoError(t, tx.Rollback())
+			}
+		}
+		run(false)
+		var n int
+		require.NoError(t, db.QueryRowContext(ctx, "SELECT count(*) FROM app_rows").Scan(&n))
+		require.Zero(t, n)
+		entries, err := b.store.Undispatched(ctx, "s", "", 10)
+		require.NoError(t, err)
+		require.Empty(t, entries, "both rolled back")
+
+		run(true)
+		require.NoError(t, db.QueryRowContext(ctx, "SELECT count(*) FROM app_rows").Scan(&n))
+		require.Equal(t, 1, n)
+		entries, err = b.store.Undispatched(ctx, "s", "", 10)
+		require.NoError(t, err)
+		require.Len(t, entries, 1, "both committed")
+
+		// The prepared statements exist now; a caller transaction reuses them.
+		run(true)
+		entries, err = b.store.Undispatched(ctx, "s", "", 10)
+		require.NoError(t, err)
+		require.Len(t, entries, 1, "the same input is a duplicate")
+	})
+}
+
+// TestTwoStoresShareFile stands in for two processes on one file: entries
+// written through one are delivered by a feed of the other, and concurrent
+// writers of both never see "database is locked".
+func TestTwoStoresShareFile(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "outboxd.db")
+	a := open(t, path, nil)
+	b := open(t, path, nil)
+
+	f, err := b.OpenFeed(ctx, "s", nil, store.FeedOptions{PollInterval: 10 * time.Millisecond})
+	require.NoError(t, err)
+	defer f.Close(ctx)
+
+	const writers, perWriter, batch = 8, 20, 5
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*writers*perWriter)
+	for _, s := range []*sqlitestore.Store{a, b} {
+		for range writers {
+			wg.Go(func() {
+				for range perWriter {
+					events, entries := records(batch, "s", time.Now())
+					errs <- insert(ctx, s, events, entries)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err) // never "database is locked"
+	}
+
+	want := 2 * writers * perWriter * batch
+	got := drain(t, f, want, 20*time.Second)
+	require.Len(t, got, want)
+	for i := 1; i < len(got); i++ {
+		require.Less(t, got[i-1].ID, got[i].ID, "in seq order")
+	}
+	c, err := a.Counts(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(want), c.Total)
+	require.Equal(t, int64(want), c.Pending)
+}
+
+// TestCommitWakesFeed: a feed waiting in Next returns well before its poll
+// interval when a commit of the same Store inserts entries.
+func TestCommitWakesFeed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	f, err := b.store.OpenFeed(ctx, "s", nil, store.FeedOptions{PollInterval: 10 * time.Second})
+	require.NoError(t, err)
+	defer f.Close(ctx)
+
+	type result struct {
+		entries []outbox.Entry
+		err     error
+	}
+	done := make(chan result, 1)
+	started := time.Now()
+	go func() {
+		entries, err := f.Next(ctx, 10, 30*time.Second)
+		done <- result{entries, err}
+	}()
+	ids := write(t, b.store, "s", 2)
+	select {
+	case r := <-done:
+		require.NoError(t, r.err)
+		require.Equal(t, ids, eventIDs(r.entries))
+		require.Less(t, time.Since(started), 2*time.Second)
+	case <-time.After(2 * time.Second):
+		t.Fatal("the commit did not wake the feed")
+	}
+}
+
+func TestFeed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	opts := store.FeedOptions{PollInterval: 10 * time.Millisecond}
+
+	t.Run("PositionAndResume", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		before := write(t, b.store, "s", 2)
+		f, err := b.store.OpenFeed(ctx, "s", nil, opts)
+		require.NoError(t, err)
+		defer f.Close(ctx)
+		require.Equal(t, store.Position("2"), f.Position(), "from now: after the last entry")
+		ids := write(t, b.store, "s", 5)
+		got, err := f.Next(ctx, 3, time.Second)
+		require.NoError(t, err)
+		require.Equal(t, ids[:3], eventIDs(got), "at most max, the entries before the feed opened are not delivered (%v)", before)
+		require.Equal(t, store.Position("5"), f.Position())
+
+		f2, err := b.store.OpenFeed(ctx, "s", store.Position("5"), opts)
+		require.NoError(t, err)
+		defer f2.Close(ctx)
+		require.Equal(t, ids[3:], eventIDs(drain(t, f2, 2, 5*time.Second)))
+
+		none, err := f2.Next(ctx, 10, 0)
+		require.NoError(t, err)
+		require.Empty(t, none, "wait 0 looks once")
+	})
+
+	t.Run("PositionLostBelowFloor", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		f, err := b.store.OpenFeed(ctx, "s", nil, opts)
+		require.NoError(t, err)
+		first := write(t, b.store, "s", 3)
+		require.Equal(t, first, eventIDs(drain(t, f, 3, 5*time.Second)))
+		require.NoError(t, f.Close(ctx))
+		saved := store.Position("1") // after the first entry only
+		later := write(t, b.store, "s", 2)
+
+		l, err := b.store.AcquireLease(ctx, "s", "me", time.Now(), time.Minute)
+		require.NoError(t, err)
+		entries, err := b.store.Undispatched(ctx, "s", "", 10)
+		require.NoError(t, err)
+		require.NoError(t, b.store.MarkDispatched(ctx, l, []string{entries[0].ID, entries[1].ID, entries[2].ID}, time.Now().Add(-2*time.Hour)))
+		open, err := b.store.OpenFeed(ctx, "s", saved, opts) // opened before the delete
+		require.NoError(t, err)
+		defer open.Close(ctx)
+		n, err := b.store.DeleteDispatched(ctx, time.Now().Add(-time.Hour))
+		require.NoError(t, err)
+		require.Equal(t, int64(3), n)
+
+		_, err = b.store.OpenFeed(ctx, "s", saved, opts)
+		require.ErrorIs(t, err, store.ErrPositionLost)
+		_, err = open.Next(ctx, 10, 0)
+		require.ErrorIs(t, err, store.ErrPositionLost, "an open feed notices too")
+
+		f3, err := b.store.OpenFeed(ctx, "s", store.Position("3"), opts)
+		require.NoError(t, err, "the floor itself is not lost")
+		defer f3.Close(ctx)
+		require.Equal(t, later, eventIDs(drain(t, f3, 2, 5*time.Second)))
+
+		other, err := b.store.OpenFeed(ctx, "other", saved, opts)
+		require.NoError(t, err, "floors are per stream")
+		require.NoError(t, other.Close(ctx))
+
+		fromNow, err := b.store.OpenFeed(ctx, "s", nil, opts)
+		require.NoError(t, err)
+		defer fromNow.Close(ctx)
+		require.Equal(t, store.Position("5"), fromNow.Position())
+	})
+
+	t.Run("InvalidPosition", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		write(t, b.store, "s", 2)
+		for _, p := range []string{"abc", "-1", "82a1b2", "3"} { // "3": ahead of the last seq
+			_, err := b.store.OpenFeed(ctx, "s", store.Position(p), opts)
+			require.ErrorIs(t, err, store.ErrPositionLost, p)
+		}
+	})
+
+	t.Run("ContextAndClose", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		f, err := b.store.OpenFeed(ctx, "s", nil, store.FeedOptions{PollInterval: time.Hour})
+		require.NoError(t, err)
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		_, err = f.Next(cctx, 10, time.Hour)
+		require.ErrorIs(t, err, context.Canceled)
+
+		done := make(chan error, 1)
+		go func() {
+			_, err := f.Next(ctx, 10, time.Hour)
+			done <- err
+		}()
+		require.NoError(t, f.Close(ctx))
+		select {
+		case err := <-done:
+			require.ErrorContains(t, err, "closed")
+		case <-time.After(5 * time.Second):
+			t.Fatal("Close did not end a waiting Next")
+		}
+	})
+}
+
+func TestLeases(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	now := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
+
+	a, err := b.store.AcquireLease(ctx, "s", "a", now, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, store.Lease{Name: "s", Owner: "a", Term: 1, Expires: now.Add(time.Minute)}, a)
+	refused, err := b.store.AcquireLease(ctx, "s", "b", now.Add(time.Second), time.Minute)
+	require.NoError(t, err)
+	require.False(t, refused.Held())
+	require.Equal(t, "a", refused.Owner, "a refusal names the holder")
+
+	// Expired exactly at expires_at.
+	bl, err := b.store.AcquireLease(ctx, "s", "b", now.Add(time.Minute), time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, int64(2), bl.Term)
+
+	require.NoError(t, b.store.SaveCheckpoint(ctx, bl, store.Checkpoint{Position: store.Position("42"), At: now}))
+	ok, err := b.store.ReleaseLease(ctx, bl)
+	require.NoError(t, err)
+	require.True(t, ok)
+	st, err := b.store.ReadLease(ctx, "s")
+	require.NoError(t, err)
+	require.Equal(t, "", st.Owner)
+	require.Equal(t, int64(2), st.Term, "a release keeps the term")
+	require.Equal(t, store.Position("42"), st.Position, "and the checkpoint")
+
+	c, err := b.store.AcquireLease(ctx, "s", "c", now.Add(time.Minute), time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, int64(3), c.Term)
+	require.ErrorIs(t, b.store.MarkDispatched(ctx, bl, nil, now), store.ErrFenced)
+	require.ErrorIs(t, b.store.MarkDispatched(ctx, store.Lease{Name: "never", Owner: "c", Term: 1}, nil, now), store.ErrFenced)
+
+	_, err = b.store.DB().ExecContext(ctx, "UPDATE leases SET position = 'not-a-seq' WHERE name = 's'")
+	require.NoError(t, err)
+	st, err = b.store.ReadLease(ctx, "s")
+	require.NoError(t, err)
+	require.True(t, st.PositionInvalid)
+}
+
+func TestReconcilerOps(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	t0 := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
+	var ids []string
+	for i := range 4 {
+		events, entries := records(1, "s", t0.Add(time.Duration(i)*time.Second))
+		require.NoError(t, insert(ctx, b.store, events, entries))
+		ids = append(ids, events[0].ID)
+	}
+	now := t0.Add(time.Hour)
+	got, err := b.store.Candidates(ctx, store.CandidateQuery{CreatedBefore: now, ClaimedBefore: now, Limit: 10})
+	require.NoError(t, err)
+	require.Equal(t, ids, got)
+
+	prev, err := b.store.Claim(ctx, ids[0], now, now.Add(-30*time.Minute))
+	require.NoError(t, err)
+	require.Empty(t, prev.Payload, "the claim returns no payload")
+	require.Equal(t, ids[0], prev.ID)
+
+	c, err := b.store.Counts(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(4), c.Total)
+	require.Equal(t, int64(4), c.Pending)
+	require.Equal(t, int64(4), c.Undispatched)
+	require.Equal(t, t0, *c.OldestPending)
+	require.False(t, c.Estimated)
+	require.Empty(t, c.FailedByCategory)
+}
+
+// TestCorruptRow: an original the store cannot decode is reported, with
+// its id, as corrupt; the others load.
+func TestCorruptRow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	ids := write(t, b.store, "s", 2)
+	_, err := b.store.DB().ExecContext(ctx, "UPDATE events SET sync_failure = '{not json', failure_category = 'poison' WHERE id = ?", ids[0])
+	require.NoError(t, err)
+	got, err := b.store.LoadEvents(ctx, ids)
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	require.ErrorIs(t, got[ids[0]].Err, store.ErrCorrupt)
+	require.NoError(t, got[ids[1]].Err)
+
+	_, err = b.store.DB().ExecContext(ctx, "UPDATE events SET occurred_at = 'yesterday' WHERE id = ?", ids[1])
+	require.NoError(t, err)
+	got, err = b.store.LoadEvents(ctx, ids[1:])
+	require.NoError(t, err)
+	require.ErrorIs(t, got[ids[1]].Err, store.ErrCorrupt)
+
+	events, err := b.store.LoadEvents(ctx, nil)
+	require.NoError(t, err)
+	require.Empty(t, events)
+	var key string
+	require.NoError(t, b.store.DB().QueryRowContext(ctx, "SELECT idempotency_key FROM events WHERE id = ?", ids[1]).Scan(&key))
+	_, err = b.store.EventByKey(ctx, key)
+	require.ErrorIs(t, err, store.ErrCorrupt)
+}
+
+// TestUnavailable: a lock not granted in time and a closed store are
+// ErrUnavailable; a cancelled context stays a context error.
+func TestUnavailable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "outboxd.db")
+	holder := open(t, path, nil)
+	waiter := open(t, path, &sqlitestore.Options{BusyTimeout: 50 * time.Millisecond})
+	slow := open(t, path, &sqlitestore.Options{BusyTimeout: time.Hour})
+
+	// Another "process" holds the write lock.
+	tx, err := holder.DB().BeginTx(ctx, nil)
+	require.NoError(t, err)
+	_, err = tx.ExecContext(ctx, "UPDATE leases SET term = term WHERE name = 'x'")
+	require.NoError(t, err)
+
+	_, err = waiter.MarkSynced(ctx, []string{"x"}, time.Now())
+	require.True(t, store.IsUnavailable(err), "busy after the timeout: %v", err)
+
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	err = slow.WriteTx(cctx, func(ctx context.Context, tx outbox.Tx) error { return nil })
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.False(t, store.IsUnavailable(err))
+	require.NoError(t, tx.Rollback())
+
+	require.NoError(t, waiter.Close(ctx))
+	require.NoError(t, waiter.Close(ctx), "Close is idempotent")
+	_, err = waiter.Counts(ctx)
+	require.True(t, store.IsUnavailable(err), "closed: %v", err)
+	_, err = waiter.LoadEvents(ctx, []string{"x"})
+	require.True(t, store.IsUnavailable(err), "closed: %v", err)
+}
+
+// TestWriterThroughStore runs outbox.Writer on the store: idempotency and
+// concurrent writers of one key.
+func TestWriterThroughStore(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "outboxd.db")
+	a := open(t, path, nil)
+	b := open(t, path, nil)
+	in := []outbox.Input{{SourceKey: "src", DeviceKey: "d", OccurredAt: "2026-10-31T10:00:00Z", Payload: json.RawMessage(`{"a":1}`)}}
+	var wg sync.WaitGroup
+	results := make([][]outbox.Result, 16)
+	errs := make([]error, 16)
+	for i := range 16 {
+		s := a
+		if i%2 == 1 {
+			s = b
+		}
+		wg.Go(func() { results[i], errs[i] = outbox.NewWriter(s, nil).Write(ctx, in) })
+	}
+	wg.Wait()
+	created := 0
+	for i := range 16 {
+		require.NoError(t, errs[i])
+		require.Equal(t, results[0][0].ID, results[i][0].ID)
+		if !results[i][0].Duplicate {
+			created++
+		}
+	}
+	require.Equal(t, 1, created)
+}

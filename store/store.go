@@ -1,0 +1,255 @@
+// Package store is the storage port: everything the components of outboxd
+// (writer, dispatcher, worker, reconciler, status, operator commands) need
+// from the system of record, each operation with one meaning.
+//
+// Two stores implement it: mongostore (MongoDB, for production, and lungo's
+// in-process engine in tests) and sqlitestore (one SQLite file, for make
+// run and single-machine setups). The conformance suite in storetest pins
+// the meanings every store must keep; the algorithms that use them (the
+// writer's idempotency, the dispatcher's relay order, the worker's batch,
+// the reconciler's claims) live above the port, written once.
+//
+// Conventions for every operation:
+//   - Event and entry ids are strings (see outbox.Event.ID, outbox.Entry.ID).
+//   - Times are stored at millisecond precision in UTC; a time read back
+//     equals the one written, truncated to the millisecond.
+//   - Errors for a store that cannot be reached wrap ErrUnavailable, so
+//     callers can tell an outage from a bad request (IsUnavailable).
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/outboxd/outboxd/outbox"
+)
+
+// Store is the storage port. A Store is safe for concurrent use.
+type Store interface {
+	outbox.Transactor
+
+	// Kind names the store: "sqlite" or "mongodb".
+	Kind() string
+	// Migrate creates or updates the store's schema (tables, indexes). It
+	// is idempotent and safe to run concurrently.
+	Migrate(ctx context.Context, cfg *MigrateConfig) error
+	// CheckSchema reports, with an error that says what to run, when the
+	// schema the components rely on is missing (Migrate was never run).
+	CheckSchema(ctx context.Context) error
+	// Ping reads from the store; an error means it cannot serve requests.
+	Ping(ctx context.Context) error
+	// Close releases the store's connections.
+	Close(ctx context.Context) error
+
+	// LoadEvents returns the originals with the given ids, by id. An id
+	// with no original is absent; an original the store cannot decode is
+	// present with Loaded.Err set (wrapping ErrCorrupt).
+	LoadEvents(ctx context.Context, ids []string) (map[string]Loaded, error)
+	// EventByKey returns the original stored under idempotency key, or
+	// ErrNotFound.
+	EventByKey(ctx context.Context, key string) (*outbox.Event, error)
+	// MarkSynced sets syncedAt = at and clears syncFailure on those of ids
+	// whose syncedAt is null, and returns how many it changed.
+	MarkSynced(ctx context.Context, ids []string, at time.Time) (int64, error)
+	// Park sets syncFailure on the original id unless it is synced, and
+	// reports whether it did.
+	Park(ctx context.Context, id string, f outbox.SyncFailure) (bool, error)
+
+	// Candidates returns the ids of the reconciler's candidates, oldest
+	// (createdAt) first, at most q.Limit: pending (no syncedAt, no
+	// syncFailure), created before q.CreatedBefore, and never claimed or
+	// claimed before q.ClaimedBefore.
+	Candidates(ctx context.Context, q CandidateQuery) ([]string, error)
+	// Claim stamps lastRequeuedAt = at and increments requeueCount on id
+	// while it is still a candidate (pending, and lastRequeuedAt null or
+	// before claimedBefore), in one conditional write. It returns the
+	// original as it was before the claim, with an empty payload, or
+	// ErrNotClaimed when it no longer matched.
+	Claim(ctx context.Context, id string, at, claimedBefore time.Time) (*outbox.Event, error)
+	// RollbackClaim undoes the claim stamped at on id, only while
+	// lastRequeuedAt still equals at: it restores prev (nil: none) and
+	// decrements requeueCount. It reports whether it restored anything.
+	RollbackClaim(ctx context.Context, id string, at time.Time, prev *time.Time) (bool, error)
+
+	// Counts returns the figures of the status page. A store may serve
+	// them from estimates and a short cache (see each store's doc); it
+	// never scans every original.
+	Counts(ctx context.Context) (Counts, error)
+
+	// OpenFeed opens the outbox feed of stream after from (nil: from now):
+	// the entries inserted later, in commit order. A position the store no
+	// longer has fails with an error wrapping ErrPositionLost.
+	OpenFeed(ctx context.Context, stream string, from Position, opts FeedOptions) (Feed, error)
+	// Undispatched returns at most limit entries of stream whose
+	// dispatchedAt is null and whose id sorts after after ("" for the
+	// start), in id order.
+	Undispatched(ctx context.Context, stream, after string, limit int) ([]outbox.Entry, error)
+	// MarkDispatched sets dispatchedAt = at on those of ids that are not
+	// dispatched yet, only while lease (the stream's lease) is still held
+	// with its term; otherwise it changes nothing and returns ErrFenced.
+	MarkDispatched(ctx context.Context, lease Lease, ids []string, at time.Time) error
+	// DeleteDispatched removes entries dispatched before before and
+	// returns how many. Positions before a removed entry may be lost.
+	DeleteDispatched(ctx context.Context, before time.Time) (int64, error)
+
+	// AcquireLease takes the lease name for owner until now+ttl when it is
+	// free, expired or already owner's, incrementing its fencing term. It
+	// returns a Lease with Term 0 when another owner holds it.
+	AcquireLease(ctx context.Context, name, owner string, now time.Time, ttl time.Duration) (Lease, error)
+	// RenewLease extends lease until now+ttl, or returns ErrFenced when its
+	// owner no longer holds it with its term.
+	RenewLease(ctx context.Context, lease Lease, now time.Time, ttl time.Duration) (Lease, error)
+	// ReleaseLease gives lease up (it expires at once) while its owner
+	// still holds it with its term, and reports whether it did.
+	ReleaseLease(ctx context.Context, lease Lease) (bool, error)
+	// ReadLease returns the state of lease name, or nil when it never
+	// existed.
+	ReadLease(ctx context.Context, name string) (*LeaseState, error)
+	// SaveCheckpoint records, in lease's state, the feed position up to
+	// which every entry is in the stream, only while lease is held with its
+	// term (else ErrFenced).
+	SaveCheckpoint(ctx context.Context, lease Lease, cp Checkpoint) error
+}
+
+// Loaded is one original read by LoadEvents.
+type Loaded struct {
+	Event *outbox.Event
+	// Err is set when the stored original cannot be decoded.
+	Err error
+}
+
+// CandidateQuery selects the reconciler's candidates.
+type CandidateQuery struct {
+	CreatedBefore time.Time
+	ClaimedBefore time.Time
+	Limit         int
+}
+
+// Counts are the status figures of a store.
+type Counts struct {
+	// Total counts originals; it may be an estimate (Estimated).
+	Total     int64
+	Estimated bool
+	// Synced, Pending and Failed count originals by state; Pending and
+	// Failed are exact, Synced is Total-Pending-Failed when Total is
+	// estimated.
+	Synced  int64
+	Pending int64
+	Failed  int64
+	// FailedByCategory splits Failed by syncFailure.category; a store that
+	// cannot tell categories outboxd does not write apart counts them under
+	// CategoryOther.
+	FailedByCategory map[string]int64
+	// Undispatched counts outbox entries not yet relayed.
+	Undispatched int64
+	// OldestPending is the createdAt of the oldest pending original, nil
+	// when none is pending.
+	OldestPending *time.Time
+	// ReadAt is when the figures were read (they may come from a cache).
+	ReadAt time.Time
+}
+
+// Position is a place in a stream's outbox feed, opaque to its users: a
+// change-stream resume token, or a sequence number.
+type Position []byte
+
+// FeedOptions tune a Feed.
+type FeedOptions struct {
+	// PollInterval is how long Next waits between two looks at the store
+	// when nothing arrived. Defaults to the store's choice (100ms).
+	PollInterval time.Duration
+}
+
+// Feed delivers a stream's outbox entries in commit order.
+type Feed interface {
+	// Next returns the next entries, at most max, waiting up to wait for
+	// the first one; none (and no error) when nothing arrived. The feed's
+	// end (ErrFeedInvalidated) and a lost position (ErrPositionLost) are
+	// errors; reopen the feed from the outbox then.
+	Next(ctx context.Context, max int, wait time.Duration) ([]outbox.Entry, error)
+	// Position returns the position just after the last entry Next
+	// returned, or a later one while the feed is quiet; nil when the store
+	// has none yet.
+	Position() Position
+	// Close releases the feed.
+	Close(ctx context.Context) error
+}
+
+// Lease is a held (Term > 0) or refused (Term == 0) lease.
+type Lease struct {
+	Name    string
+	Owner   string
+	Term    int64
+	Expires time.Time
+}
+
+// Held reports whether the lease was granted.
+func (l Lease) Held() bool { return l.Term > 0 }
+
+// LeaseState is what a store keeps of a lease.
+type LeaseState struct {
+	Name    string
+	Owner   string
+	Term    int64
+	Expires time.Time
+	// Position is the last checkpoint's feed position (nil: none).
+	Position Position
+	// PositionInvalid is set when the stored position cannot be read: it
+	// counts as lost.
+	PositionInvalid bool
+	// CheckpointAt is when the last checkpoint was written (nil: never).
+	CheckpointAt *time.Time
+}
+
+// Checkpoint is what the dispatcher records after a relayed batch or while
+// idle.
+type Checkpoint struct {
+	// Position replaces the saved position when not nil.
+	Position Position
+	// Forget clears the saved position (it was lost) when Position is nil.
+	Forget bool
+	// At is the checkpoint time.
+	At time.Time
+}
+
+// MigrateConfig tunes Migrate. A nil config means defaults.
+type MigrateConfig struct {
+	// OutboxRetention is how long a dispatched entry is kept, where the
+	// store expires entries itself (MongoDB's TTL index). Defaults to
+	// OutboxRetentionDefault.
+	OutboxRetention time.Duration
+}
+
+// CategoryOther collects, in Counts.FailedByCategory, the failures of
+// categories outboxd does not write itself.
+const CategoryOther = "other"
+
+// OutboxRetentionDefault is how long a dispatched outbox entry is kept.
+const OutboxRetentionDefault = 24 * time.Hour
+
+// Errors of the port. Stores wrap them; compare with errors.Is.
+var (
+	// ErrNotFound: no such original.
+	ErrNotFound = errors.New("not found")
+	// ErrNotClaimed: the original no longer matched the claim's conditions.
+	ErrNotClaimed = errors.New("not claimed: no longer a candidate")
+	// ErrFenced: the lease is held by another owner or a newer term.
+	ErrFenced = errors.New("fenced out: the lease is held by another owner or a newer term")
+	// ErrPositionLost: the feed position is no longer in the store's
+	// history (or cannot be read); catch up from the outbox.
+	ErrPositionLost = errors.New("feed position lost")
+	// ErrFeedInvalidated: the feed ended because its collection was
+	// dropped, renamed or replaced; reopen from now and catch up.
+	ErrFeedInvalidated = errors.New("feed invalidated (outbox dropped or renamed)")
+	// ErrUnavailable: the store cannot be reached or is not accepting
+	// writes now (network, failover, shutdown); retry later.
+	ErrUnavailable = errors.New("store unavailable")
+	// ErrCorrupt: a stored document cannot be decoded.
+	ErrCorrupt = errors.New("stored document is corrupt")
+	// ErrSchema: the schema is missing or out of date; run migrate.
+	ErrSchema = errors.New("store schema missing or out of date")
+)
+
+// IsUnavailable reports an error that means the store cannot serve now.
+func IsUnavailable(err error) bool { return errors.Is(err, ErrUnavailable) }

@@ -1,0 +1,878 @@
+// Package storetest is the conformance suite of the storage port: the
+// meanings of store.Store that the components rely on, checked against a
+// real store. Every store runs it (river's riverdrivertest is the model):
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Run(t, storetest.Harness{Open: func(t testing.TB, o storetest.Options) store.Store { … }})
+//	}
+//
+// Each check gets a fresh, migrated store from Harness.Open.
+package storetest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/store"
+)
+
+// Options ask Harness.Open for a store with particular traits.
+type Options struct {
+	// ShortHistory asks for a store that keeps little feed history, so a
+	// check can make a saved position fall out of it (MongoDB: a small
+	// oplog). Stores whose history is bounded by DeleteDispatched alone
+	// may ignore it.
+	ShortHistory bool
+}
+
+// Harness opens stores for the suite.
+type Harness struct {
+	// Open returns a fresh, migrated store that no other check uses; it
+	// closes it at t's cleanup.
+	Open func(t testing.TB, o Options) store.Store
+	// NoShortHistory says the store cannot be made to forget feed history
+	// in a test (a real replica set's oplog): the check that needs it
+	// skips.
+	NoShortHistory bool
+}
+
+// Check is one conformance check.
+type Check struct {
+	Name string
+	Run  func(t testing.TB, h Harness)
+}
+
+// Run runs every check as a parallel subtest of t.
+func Run(t *testing.T, h Harness) {
+	for _, c := range Checks() {
+		t.Run(c.Name, func(t *testing.T) {
+			t.Parallel()
+			c.Run(t, h)
+		})
+	}
+}
+
+// Checks returns the suite's checks, so a test can run one alone (for
+// example against a store broken on purpose, to see the suite fail).
+func Checks() []Check {
+	return []Check{
+		{"WriteAndRead", checkWriteAndRead},
+		{"SameKeySameContentReturnsFirstID", checkSameKeySameContent},
+		{"SameKeyOtherContentIsMismatch", checkSameKeyOtherContent},
+		{"ConcurrentWritersOfOneKeyYieldOneOriginal", checkConcurrentSameKey},
+		{"DuplicateKeyInsertIsErrDuplicateKey", checkDuplicateKeyInsert},
+		{"FailureBetweenWritesLeavesNeither", checkFailureBetweenWrites},
+		{"FeedDeliversInCommitOrder", checkFeedOrder},
+		{"FeedResumesAfterReopen", checkFeedResume},
+		{"FeedDeliversOnlyItsStream", checkFeedStream},
+		{"PositionLostThenCatchUpMissesNothing", checkPositionLost},
+		{"UndispatchedInOrderWithPaging", checkUndispatched},
+		{"LeaseIsExclusiveAndFenced", checkLeaseExclusive},
+		{"MarkDispatchedOnlyByLeaseHolder", checkMarkDispatchedFenced},
+		{"ReleaseLetsAnotherTakeOver", checkRelease},
+		{"CheckpointKeepsReplacesAndForgets", checkCheckpoint},
+		{"MarkSyncedOnce", checkMarkSynced},
+		{"ParkLeavesSyncedAlone", checkPark},
+		{"CandidatesOldestFirstWithinLimit", checkCandidatesOrder},
+		{"CandidatesOnlyOldUnsyncedUnparkedUnclaimed", checkCandidatesFilter},
+		{"ClaimIsConditional", checkClaimConditional},
+		{"ConcurrentClaimsOneWinner", checkConcurrentClaims},
+		{"RollbackOnlyWithItsOwnStamp", checkRollback},
+		{"CountsByState", checkCounts},
+		{"DeleteDispatchedKeepsUndispatched", checkDeleteDispatched},
+		{"MigrateTwiceAndCheckSchema", checkMigrate},
+		{"ClosedStoreIsUnavailable", checkClosed},
+	}
+}
+
+// t0 is the fake clock's start in checks that need one.
+var t0 = time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
+
+func name(prefix string) string {
+	b := make([]byte, 5)
+	_, _ = rand.Read(b)
+	return prefix + "_" + hex.EncodeToString(b)
+}
+
+// clock is a fake clock for the writer.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// bundle is one check's store, stream and writer.
+type bundle struct {
+	t      testing.TB
+	s      store.Store
+	stream string
+	clock  *clock
+	w      *outbox.Writer
+	seq    int
+}
+
+func setup(t testing.TB, h Harness, o Options) *bundle {
+	s := h.Open(t, o)
+	c := &clock{now: t0}
+	stream := name("stream")
+	return &bundle{t: t, s: s, stream: stream, clock: c, w: outbox.NewWriter(s, &outbox.WriterConfig{Stream: stream, Now: c.Now})}
+}
+
+func (b *bundle) input(device string) outbox.Input {
+	return outbox.Input{SourceKey: "src", DeviceKey: device, OccurredAt: "2026-10-31T10:00:00.123Z", Payload: json.RawMessage(`{"t":21.5,"n":3,"tags":["a","b"]}`)}
+}
+
+// write stores n new events and returns their ids in write order.
+func (b *bundle) write(n int) []string {
+	b.t.Helper()
+	inputs := make([]outbox.Input, n)
+	for i := range inputs {
+		b.seq++
+		inputs[i] = b.input(fmt.Sprintf("d%05d", b.seq))
+	}
+	res, err := b.w.Write(context.Background(), inputs)
+	require.NoError(b.t, err)
+	ids := make([]string, n)
+	for i, r := range res {
+		require.False(b.t, r.Duplicate)
+		ids[i] = r.ID
+	}
+	return ids
+}
+
+func (b *bundle) event(id string) *outbox.Event {
+	b.t.Helper()
+	got, err := b.s.LoadEvents(context.Background(), []string{id})
+	require.NoError(b.t, err)
+	l, ok := got[id]
+	require.True(b.t, ok, "event %s not found", id)
+	require.NoError(b.t, l.Err)
+	return l.Event
+}
+
+func (b *bundle) undispatched() []outbox.Entry {
+	b.t.Helper()
+	var all []outbox.Entry
+	after := ""
+	for {
+		page, err := b.s.Undispatched(context.Background(), b.stream, after, 100)
+		require.NoError(b.t, err)
+		all = append(all, page...)
+		if len(page) < 100 {
+			return all
+		}
+		after = page[len(page)-1].ID
+	}
+}
+
+func eventIDs(entries []outbox.Entry) []string {
+	out := make([]string, len(entries))
+	for i, e := range entries {
+		out[i] = e.EventID
+	}
+	return out
+}
+
+func (b *bundle) lease(owner string, now time.Time) store.Lease {
+	b.t.Helper()
+	l, err := b.s.AcquireLease(context.Background(), b.stream, owner, now, time.Minute)
+	require.NoError(b.t, err)
+	return l
+}
+
+// drain reads the feed until it has want entries or the deadline passes.
+func drain(t testing.TB, f store.Feed, want int) []outbox.Entry {
+	t.Helper()
+	var got []outbox.Entry
+	deadline := time.Now().Add(20 * time.Second)
+	for len(got) < want && time.Now().Before(deadline) {
+		batch, err := f.Next(context.Background(), 100, 200*time.Millisecond)
+		require.NoError(t, err)
+		got = append(got, batch...)
+	}
+	return got
+}
+
+func checkWriteAndRead(t testing.TB, h Harness) {
+	b := setup(t, h, Options{})
+	ctx := context.Background()
+	ids := b.write(1)
+	ev := b.event(ids[0])
+	require.Equal(t, ids[0], ev.ID)
+	require.Equal(t, "src", ev.SourceKey)
+	require.Equal(t, "d00001", ev.DeviceKey)
+	require.Equal(t, outbox.TypeDefault, ev.Type)
+	require.True(t, time.Date(2026, 10, 31, 10, 0, 0, 123e6, time.UTC).Equal(ev.OccurredAt), "occurredAt %s", ev.OccurredAt)
+	require.True(t, t0.Equal(ev.CreatedAt), "createdAt %s", ev.CreatedAt)
+	require.JSONEq(t, `{"t":21.5,"n":3,"tags":["a","b"]}`, string(ev.Payload))
+	require.NotEmpty(t, ev.ContentHash)
+	require.Nil(t, ev.SyncedAt)
+	require.Nil(t, ev.SyncFailure)
+	require.Nil(t, ev.LastRequeuedAt)
+	require.Equal(t, outbox.StatePending, ev.State())
+
+	byKey, err := b.s.EventByKey(ctx, ev.IdempotencyKey)
+	require.NoError(t, err)
+	require.Equal(t, ev.ID, byKey.ID)
+	_, err = b.s.EventByKey(ctx, "no-such-key")
+	require.ErrorIs(t, err, store.ErrNotFound)
+	got, err := b.s.LoadEvents(ctx, []string{outbox.NewEventID()})
+	require.NoError(t, err)
+	require.Empty(t, got, "an unknown id is absent")
+
+	entries := b.undispatched()
+	require.Len(t, entries, 1)
+	require.Equal(t, ids[0], entries[0].EventID)
+	require.Equal(t, b.stream, entries[0].Stream)
+	require.Nil(t, entries[0].DispatchedAt)
+	msg, err := outbox.DecodeMessage(map[string]any{outbox.PayloadField: entries[0].Message})
+	require.NoError(t, err)
+	require.Equal(t, ids[0], msg.EventID)
+	require.Equal(t, outbox.OriginOutbox, msg.Origin)
+}
+
+func checkSameKeySameContent(t testing.TB, h Harness) {
+	b := setup(t, h, Options{})
+	ctx := context.Background()
+	in := b.input("d1")
+	in.IdempotencyKey = "k1"
+	first, err := b.w.Write(ctx, []outbox.Input{in})
+	require.NoError(t, err)
+	again, err := b.w.Write(ctx, []outbox.Input{in})
+	require.NoError(t, err)
+	require.Equal(t, first[0].ID, again[0].ID)
+	require.True(t, again[0].Duplicate)
+	require.Len(t, b.undispatched(), 1)
+}
+
+func checkSameKeyOtherContent(t testing.TB, h Harness) {
+	b := setup(t, h, Options{})
+	ctx := context.Background()
+	in := b.input("d1")
+	in.IdempotencyKey = "k1"
+	first, err := b.w.Write(ctx, []outbox.Input{in})
+	require.NoError(t, err)
+	in.Payload = json.RawMessage(`{"t":99}`)
+	_, err = b.w.Write(ctx, []outbox.Input{b.input("d2"), in})
+	var mm *outbox.MismatchError
+	require.ErrorAs(t, err, &mm)
+	require.Equal(t, first[0].ID, mm.ExistingID)
+	require.Equal(t, 1, mm.Index)
+	require.JSONEq(t, `{"t":21.5,"n":3,"tags":["a","b"]}`, string(b.event(first[0].ID).Payload), "the original is untouched")
+	require.Len(t, b.undispatched(), 1, "nothing of the failed batch was written")
+}
+
+func checkConcurrentSameKey(t testing.TB, h Harness) {
+	b := setup(t, h, Options{})
+	const n = 50
+	var wg sync.WaitGroup
+	ids := make([]string, n)
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := b.w.Write(context.Background(), []outbox.Input{b.input("same")})
+			errs[i] = err
+			if err == nil {
+				ids[i] = res[0].ID
+			}
+		}()
+	}
+	wg.Wait()
+	for i := range n {
+		require.NoError(t, errs[i])
+		require.Equal(t, ids[0], ids[i])
+	}
+	require.Len(t, b.undispatched(), 1)
+	c, err := b.s.Counts(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, int64(1), c.Pending)
+}
+
+func checkDuplicateKeyInsert(t testing.TB, h Harness) {
+	b := setup(t, h, Options{})
+	ctx := context.Background()
+	events, _, err := b.w.Records([]outbox.Input{b.input("d1")})
+	require.NoError(t, err)
+	require.NoError(t, b.s.WriteTx(ctx, func(ctx context.Context, tx outbox.Tx) error {
+		return tx.InsertEvents(ctx, events)
+	}))
+	again, _, err := b.w.Records([]outbox.Input{b.input("d1")}) // same key, new id
+	require.NoError(t, err)
+	err = b.s.WriteTx(ctx, func(ctx context.Context, tx outbox.Tx) error {
+		return tx.InsertEvents(ctx, again)
+	})
+	require.ErrorIs(t, err, outbox.ErrDuplicateKey)
+	known, err := lookup(b.s, events[0].IdempotencyKey)
+	require.NoError(t, err)
+	require.Equal(t, events[0].ID, known.ID)
+	require.Equal(t, events[0].ContentHash, known.ContentHash)
+}
+
+func lookup(s store.Store, key string) (outbox.KeyRecord, error) {
+	var rec outbox.KeyRecord
+	err := s.WriteTx(context.Background(), func(ctx context.Context, tx outbox.Tx) error {
+		got, err := tx.LookupKeys(ctx, []string{key, "absent"})
+		if err != nil {
+			return err
+		}
+		if len(got) != 1 {
+			return fmt.Errorf("LookupKeys returned %d records for one stored key", len(got))
+		}
+		rec = got[key]
+		return nil
+	})
+	return rec, err
+}
+
+func checkFailureBetweenWrites(t testing.TB, h Harness) {
+	b := setup(t, h, Options{})
+	ctx := context.Background()
+	events, entries, err := b.w.Records([]outbox.Input{b.input("d1"), b.input("d2")})
+	require.NoError(t, err)
+	boom := errors.New("crash between the two writes")
+	err = b.s.WriteTx(ctx, func(ctx context.Context, tx outbox.Tx) error {
+		if err := tx.InsertEvents(ctx, events); err != nil {
+			return err
+		}
+		return boom
+	})
+	require.ErrorIs(t, err, boom)
+	got, err := b.s.LoadEvents(ctx, []string{events[0].ID, events[1].ID})
+	require.NoError(t, err)
+	require.Empty(t, got, "the originals were rolled back")
+	require.Empty(t, b.undispatched())
+
+	// The same records then commit as a whole.
+	require.NoError(t, b.s.WriteTx(ctx, func(ctx context.Context, tx outbox.Tx) error {
+		if err := tx.InsertEvents(ctx, events); err != nil {
+			return err
+		}
+		return tx.InsertEntries(ctx, entries)
+	}))
+	got, err = b.s.LoadEvents(ctx, []string{events[0].ID, events[1].ID})
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	require.Len(t, b.undispatched(), 2)
+}
+
+func checkFeedOrder(t testing.TB, h Harness) {
+	b := setup(t, h, Options{})
+	f, err := b.s.OpenFeed(context.Background(), b.stream, nil, store.FeedOptions{PollInterval: 10 * time.Millisecond})
+	require.NoError(t, err)
+	defer f.Close(context.Background())
+	var want []string
+	for range 5 {
+		want = append(want, b.write(3)...)
+	}
+	got := drain(t, f, len(want))
+	require.Equal(t, want, eventIDs(got))
+	for i := 1; i < len(got); i++ {
+		require.Less(t, got[i-1].ID, got[i].ID, "entry ids sort in feed order")
+	}
+	require.NotNil(t, f.Position())
+}
+
+func checkFeedResume(t testing.TB, h Harness) {
+	b := setup(t, h, Options{})
+	ctx := context.Background()
+	opts := store.FeedOptions{PollInterval: 10 * time.Millisecond}
+	f, err := b.s.OpenFeed(ctx, b.stream, nil, opts)
+	require.NoError(t, err)
+	first := b.write(4)
+	require.Equal(t, first, eventIDs(drain(t, f, 4)))
+	pos := f.Position()
+	require.NotNil(t, pos)
+	require.NoError(t, f.Close(ctx))
+
+	later := b.write(3)
+	f2, err := b.s.OpenFeed(ctx, b.stream, pos, opts)
+	require.NoError(t, err)
+	defer f2.Close(ctx)
+	require.Equal(t, later, eventIDs(drain(t, f2, 3)), "a reopened feed resumes after its position")
+	extra, err := f2.Next(ctx, 100, 50*time.Millisecond)
+	require.NoError(t, err)
+	require.Empty(t, extra)
+}
+
+func checkFeedStream(t testing.TB, h Harness) {
+	b := setup(t, h, Options{})
+	ctx := context.Background()
+	f, err := b.s.OpenFeed(ctx, b.stream, nil, store.FeedOptions{PollInterval: 10 * time.Millisecond})
+	require.NoError(t, err)
+	defer f.Close(ctx)
+	other := outbox.NewWriter(b.s, &outbox.WriterConfig{Stream: name("other"), Now: b.clock.Now})
+	_, err = other.Write(ctx, []outbox.Input{b.input("x1"), b.input("x2")})
+	require.NoError(t, err)
+	mine := b.write(2)
+	got := drain(t, f, 2)
+	require.Equal(t, mine, eventIDs(got))
+	for _, e := range got {
+		require.Equal(t, b.stream, e.Stream)
+	}
+}
+
+// checkPositionLost saves a position, makes the store forget the history
+// after it (entries relayed and removed by retention, and, where the
+// history is bounded otherwise, more writes until it is: lungo trims its
+// oplog only past a whole second), and expects the position to be reported
+// lost at open or at the first Next; the undispatched entries are all still
+// there for the catch-up.
+func checkPositionLost(t testing.TB, h Harness) {
+	if h.NoShortHistory {
+		t.Skip("skipped: this store's feed history cannot be rolled over in a test")
+	}
+	b := setup(t, h, Options{ShortHistory: true})
+	ctx := context.Background()
+	opts := store.FeedOptions{PollInterval: 10 * time.Millisecond}
+	f, err := b.s.OpenFeed(ctx, b.stream, nil, opts)
+	require.NoError(t, err)
+	b.write(2)
+	require.Len(t, drain(t, f, 2), 2)
+	pos := f.Position()
+	require.NoError(t, f.Close(ctx))
+
+	l := b.lease("owner", time.Now())
+	lost := func() error {
+		f, err := b.s.OpenFeed(ctx, b.stream, pos, opts)
+		if err != nil {
+			return err
+		}
+		defer f.Close(ctx)
+		_, err = f.Next(ctx, 100, 50*time.Millisecond)
+		return err
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		b.write(50)
+		var ids []string
+		for _, e := range b.undispatched() {
+			ids = append(ids, e.ID)
+		}
+		require.NoError(t, b.s.MarkDispatched(ctx, l, ids, time.Now().Add(-2*time.Hour)))
+		_, err = b.s.DeleteDispatched(ctx, time.Now().Add(-time.Hour))
+		require.NoError(t, err)
+		err := lost()
+		if errors.Is(err, store.ErrPositionLost) {
+			break
+		}
+		require.NoError(t, err)
+		require.True(t, time.Now().Before(deadline), "the position never counted as lost")
+	}
+	pending := b.write(3) // not dispatched: the catch-up must find them
+	require.ErrorIs(t, lost(), store.ErrPositionLost, "a lost position stays lost")
+	require.Equal(t, pending, eventIDs(b.undispatched()), "the catch-up finds every undispatched entry")
+}
+
+func checkUndispatched(t testing.TB, h Harness) {
+	b := setup(t, h, Options{})
+	ctx := context.Background()
+	ids := b.write(7)
+	all := b.undispatched()
+	require.Equal(t, ids, eventIDs(all))
+	l := b.lease("owner", time.Now())
+	require.NoError(t, b.s.MarkDispatched(ctx, l, []string{all[1].ID, all[4].ID}, time.Now()))
+	left := b.undispatched()
+	require.Equal(t, []string{ids[0], ids[2], ids[3], ids[5], ids[6]}, eventIDs(left))
+	page, err := b.s.Undispatched(ctx, b.stream, left[1].ID, 2)
+	require.NoError(t, err)
+	require.Equal(t, []string{ids[3], ids[5]}, eventIDs(page), "paging continues after the given id")
+	other, err := b.s.Undispatched(ctx, name("other"), "", 10)
+	require.NoError(t, err)
+	require.Empty(t, other)
+}
+
+func checkLeaseExclusive(t testing.TB, h Harness) {
+	b := setup(t, h, Options{})
+	ctx := context.Background()
+	now := time.Now().UTC()
+	a := b.lease("a", now)
+	require.True(t, a.Held())
+	require.Equal(t, int64(1), a.Term)
+	bl := b.lease("b", now)
+	require.False(t, bl.Held(), "another owner holds it")
+	a2 := b.lease("a", now.Add(time.Second))
+	require.True(t, a2.Held(), "the holder takes it again")
+	require.Greater(t, a2.Term, a.Term)
+	_, err := b.s.RenewLease(ctx, a, now, time.Minute)
+	require.ErrorIs(t, err, store.ErrFenced, "the old term is fenced")
+	a2, err = b.s.RenewLease(ctx, a2, now.Add(2*time.Second), time.Minute)
+	require.NoError(t, err)
+
+	later := now.Add(2 * time.Hour) // past a2's expiry
+	bl = b.lease("b", later)
+	require.True(t, bl.Held(), "an expired lease is taken over")
+	require.Greater(t, bl.Term, a2.Term)
+	_, err = b.s.RenewLease(ctx, a2, later, time.Minute)
+	require.ErrorIs(t, err, store.ErrFenced)
+	require.ErrorIs(t, b.s.SaveCheckpoint(ctx, a2, store.Checkpoint{At: later}), store.ErrFenced)
+	require.NoError(t, b.s.SaveCheckpoint(ctx, bl, store.Checkpoint{At: later}))
+	st, err := b.s.ReadLease(ctx, b.stream)
+	require.NoError(t, err)
+	require.Equal(t, "b", st.Owner)
+	require.Equal(t, bl.Term, st.Term)
+	none, err := b.s.ReadLease(ctx, name("never"))
+	require.NoError(t, err)
+	require.Nil(t, none)
+}
+
+func checkMarkDispatchedFenced(t testing.TB, h Harness) {
+	b := setup(t, h, Options{})
+	ctx := context.Background()
+	b.write(2)
+	entries := b.undispatched()
+	now := time.Now().UTC()
+	old := b.lease("a", now)
+	newer := b.lease("b", now.Add(2*time.Hour))
+	require.True(t, newer.Held())
+	err := b.s.MarkDispatched(ctx, old, []string{entries[0].ID}, now)
+	require.ErrorIs(t, err, store.ErrFenced)
+	require.Len(t, b.undispatched(), 2, "a fenced mark changes nothing")
+	require.NoError(t, b.s.MarkDispatched(ctx, newer, []string{entries[0].ID}, now))
+	require.Len(t, b.undispatched(), 1)
+	require.NoError(t, b.s.MarkDispatched(ctx, newer, []string{entries[0].ID}, now.Add(time.Minute)), "marking again is harmless")
+}
+
+func checkRelease(t testing.TB, h Harness) {
+	b := setup(t, h, Options{})
+	ctx := context.Background()
+	now := time.Now().UTC()
+	a := b.lease("a", now)
+	ok, err := b.s.ReleaseLease(ctx, a)
+	require.NoError(t, err)
+	require.True(t, ok)
+	bl := b.lease("b", now.Add(time.Millisecond))
+	require.True(t, bl.Held(), "a released lease is free at once")
+	ok, err = b.s.ReleaseLease(ctx, a)
+	require.NoError(t, err)
+	require.False(t, ok, "a stale holder cannot release the new one")
+	st, err := b.s.ReadLease(ctx, b.stream)
+	require.NoError(t, err)
+	require.Equal(t, "b", st.Owner)
+}
+
+func checkCheckpoint(t testing.TB, h Harness) {
+	b := setup(t, h, Options{})
+	ctx := context.Background()
+	f, err := b.s.OpenFeed(ctx, b.stream, nil, store.FeedOptions{PollInterval: 10 * time.Millisecond})
+	require.NoError(t, err)
+	defer f.Close(ctx)
+	b.write(1)
+	drain(t, f, 1)
+	pos := f.Position()
+	require.NotNil(t, pos)
+
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	l := b.lease("a", now)
+	require.NoError(t, b.s.SaveCheckpoint(ctx, l, store.Checkpoint{Position: pos, At: now}))
+	st, err := b.s.ReadLease(ctx, b.stream)
+	require.NoError(t, err)
+	require.Equal(t, []byte(pos), []byte(st.Position))
+	require.False(t, st.PositionInvalid)
+	require.NotNil(t, st.CheckpointAt)
+	require.True(t, now.Equal(*st.CheckpointAt))
+
+	later := now.Add(time.Second)
+	require.NoError(t, b.s.SaveCheckpoint(ctx, l, store.Checkpoint{At: later}))
+	st, err = b.s.ReadLease(ctx, b.stream)
+	require.NoError(t, err)
+	require.Equal(t, []byte(pos), []byte(st.Position), "no position keeps the saved one")
+	require.True(t, later.Equal(*st.CheckpointAt))
+
+	require.NoError(t, b.s.SaveCheckpoint(ctx, l, store.Checkpoint{Forget: true, At: later}))
+	st, err = b.s.ReadLease(ctx, b.stream)
+	require.NoError(t, err)
+	require.Nil(t, st.Position, "forget clears it")
+
+	// The saved position opens a feed.
+	f2, err := b.s.OpenFeed(ctx, b.stream, pos, store.FeedOptions{PollInterval: 10 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, f2.Close(ctx))
+}
+
+func checkMarkSynced(t testing.TB, h Harness) {
+	b := setup(t, h, Options{})
+	ctx := context.Background()
+	ids := b.write(3)
+	at := t0.Add(time.Minute)
+	n, err := b.s.MarkSynced(ctx, ids[:2], at)
+	require.NoError(t, err)
+	require.Equal(t, int64(2), n)
+	n, err = b.s.MarkSynced(ctx, ids[:2], at.Add(time.Hour))
+	require.NoError(t, err)
+	require.Equal(t, int64(0), n, "already synced")
+	ev := b.event(ids[0])
+	require.NotNil(t, ev.SyncedAt)
+	require.True(t, at.Equal(*ev.SyncedAt), "syncedAt keeps its first value")
+	require.Equal(t, outbox.StateSynced, ev.State())
+	require.Nil(t, b.event(ids[2]).SyncedAt)
+
+	// A parked original synced by a replay loses its syncFailure.
+	ok, err := b.s.Park(ctx, ids[2], outbox.SyncFailure{Category: outbox.CategoryPoison, Code: "x", Message: "m", At: at, Deliveries: 3})
+	require.NoError(t, err)
+	require.True(t, ok)
+	n, err = b.s.MarkSynced(ctx, ids[2:], at)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
+	require.Nil(t, b.event(ids[2]).SyncFailure)
+}
+
+func checkPark(t testing.TB, h Harness) {
+	b := setup(t, h, Options{})
+	ctx := context.Background()
+	ids := b.write(2)
+	at := t0.Add(time.Minute)
+	f := outbox.SyncFailure{Category: outbox.CategoryNonRetryable, Code: "invalid_original", Message: "free text", At: at, Deliveries: 1}
+	ok, err := b.s.Park(ctx, ids[0], f)
+	require.NoError(t, err)
+	require.True(t, ok)
+	ev := b.event(ids[0])
+	require.NotNil(t, ev.SyncFailure)
+	require.Equal(t, f.Category, ev.SyncFailure.Category)
+	require.Equal(t, f.Code, ev.SyncFailure.Code)
+	require.Equal(t, f.Message, ev.SyncFailure.Message)
+	require.Equal(t, f.Deliveries, ev.SyncFailure.Deliveries)
+	require.True(t, at.Equal(ev.SyncFailure.At))
+	require.Equal(t, outbox.StateFailed, ev.State())
+
+	_, err = b.s.MarkSynced(ctx, ids[1:], at)
+	require.NoError(t, err)
+	ok, err = b.s.Park(ctx, ids[1], f)
+	require.NoError(t, err)
+	require.False(t, ok, "a synced original is not parked")
+	require.Nil(t, b.event(ids[1]).SyncFailure)
+}
+
+func checkCandidatesOrder(t testing.TB, h Harness) {
+	b := setup(t, h, Options{})
+	ctx := context.Background()
+	var ids []string
+	for range 5 {
+		ids = append(ids, b.write(1)...)
+		b.clock.Advance(time.Second)
+	}
+	now := b.clock.Now().Add(time.Hour)
+	q := store.CandidateQuery{CreatedBefore: now, ClaimedBefore: now, Limit: 3}
+	got, err := b.s.Candidates(ctx, q)
+	require.NoError(t, err)
+	require.Equal(t, ids[:3], got)
+	q.Limit = 10
+	got, err = b.s.Candidates(ctx, q)
+	require.NoError(t, err)
+	require.Equal(t, ids, got)
+}
+
+func checkCandidatesFilter(t testing.TB, h Harness) {
+	b := setup(t, h, Options{})
+	ctx := context.Background()
+	old := b.write(5) // created at t0
+	b.clock.Advance(10 * time.Minute)
+	young := b.write(1) // created at t0+10m
+	now := t0.Add(20 * time.Minute)
+	_, err := b.s.MarkSynced(ctx, old[:1], now)
+	require.NoError(t, err)
+	_, err = b.s.Park(ctx, old[1], outbox.SyncFailure{Category: outbox.CategoryPoison, Code: "c", At: now})
+	require.NoError(t, err)
+	recent := now.Add(-time.Minute)
+	_, err = b.s.Claim(ctx, old[2], recent, recent.Add(-time.Hour))
+	require.NoError(t, err)
+	long := now.Add(-2 * time.Hour)
+	_, err = b.s.Claim(ctx, old[3], long, long.Add(-time.Hour))
+	require.NoError(t, err)
+
+	got, err := b.s.Candidates(ctx, store.CandidateQuery{
+		CreatedBefore: now.Add(-15 * time.Minute), // old ones only
+		ClaimedBefore: now.Add(-30 * time.Minute), // claims older than 30m are void
+		Limit:         100,
+	})
+	require.NoError(t, err)
+	sort.Strings(got)
+	want := []string{old[3], old[4]}
+	sort.Strings(want)
+	require.Equal(t, want, got, "synced, parked, recently claimed and young (%s) are not candidates", young[0])
+}
+
+func checkClaimConditional(t testing.TB, h Harness) {
+	b := setup(t, h, Options{})
+	ctx := context.Background()
+	ids := b.write(1)
+	at := t0.Add(time.Hour)
+	before, err := b.s.Claim(ctx, ids[0], at, at.Add(-30*time.Minute))
+	require.NoError(t, err)
+	require.Equal(t, ids[0], before.ID)
+	require.Nil(t, before.LastRequeuedAt, "the claim returns the original as it was")
+	require.Equal(t, int64(0), before.RequeueCount)
+	require.Equal(t, "src", before.SourceKey)
+	ev := b.event(ids[0])
+	require.True(t, at.Equal(*ev.LastRequeuedAt))
+	require.Equal(t, int64(1), ev.RequeueCount)
+
+	_, err = b.s.Claim(ctx, ids[0], at.Add(time.Minute), at.Add(-29*time.Minute))
+	require.ErrorIs(t, err, store.ErrNotClaimed, "claimed recently")
+	again := at.Add(31 * time.Minute)
+	before, err = b.s.Claim(ctx, ids[0], again, again.Add(-30*time.Minute))
+	require.NoError(t, err, "a claim older than requeue-after is void")
+	require.True(t, at.Equal(*before.LastRequeuedAt))
+	require.Equal(t, int64(2), b.event(ids[0]).RequeueCount)
+
+	_, err = b.s.MarkSynced(ctx, ids, again)
+	require.NoError(t, err)
+	later := again.Add(time.Hour)
+	_, err = b.s.Claim(ctx, ids[0], later, later.Add(-time.Minute))
+	require.ErrorIs(t, err, store.ErrNotClaimed, "synced originals are never claimed")
+	_, err = b.s.Claim(ctx, outbox.NewEventID(), later, later)
+	require.ErrorIs(t, err, store.ErrNotClaimed)
+}
+
+func checkConcurrentClaims(t testing.TB, h Harness) {
+	b := setup(t, h, Options{})
+	ids := b.write(1)
+	const n = 10
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			at := t0.Add(time.Hour + time.Duration(i)*time.Millisecond)
+			_, errs[i] = b.s.Claim(context.Background(), ids[0], at, at.Add(-30*time.Minute))
+		}()
+	}
+	wg.Wait()
+	won := 0
+	for _, err := range errs {
+		if err == nil {
+			won++
+		} else {
+			require.ErrorIs(t, err, store.ErrNotClaimed)
+		}
+	}
+	require.Equal(t, 1, won)
+	require.Equal(t, int64(1), b.event(ids[0]).RequeueCount)
+}
+
+func checkRollback(t testing.TB, h Harness) {
+	b := setup(t, h, Options{})
+	ctx := context.Background()
+	ids := b.write(1)
+	first := t0.Add(time.Hour)
+	_, err := b.s.Claim(ctx, ids[0], first, first.Add(-30*time.Minute))
+	require.NoError(t, err)
+	second := first.Add(time.Hour)
+	before, err := b.s.Claim(ctx, ids[0], second, second.Add(-30*time.Minute))
+	require.NoError(t, err)
+
+	ok, err := b.s.RollbackClaim(ctx, ids[0], first, nil)
+	require.NoError(t, err)
+	require.False(t, ok, "a newer claim is left alone")
+	ev := b.event(ids[0])
+	require.True(t, second.Equal(*ev.LastRequeuedAt))
+	require.Equal(t, int64(2), ev.RequeueCount)
+
+	ok, err = b.s.RollbackClaim(ctx, ids[0], second, before.LastRequeuedAt)
+	require.NoError(t, err)
+	require.True(t, ok)
+	ev = b.event(ids[0])
+	require.True(t, first.Equal(*ev.LastRequeuedAt), "the previous stamp is restored")
+	require.Equal(t, int64(1), ev.RequeueCount)
+
+	ok, err = b.s.RollbackClaim(ctx, ids[0], first, nil)
+	require.NoError(t, err)
+	require.True(t, ok)
+	ev = b.event(ids[0])
+	require.Nil(t, ev.LastRequeuedAt)
+	require.Equal(t, int64(0), ev.RequeueCount)
+}
+
+func checkCounts(t testing.TB, h Harness) {
+	b := setup(t, h, Options{})
+	ctx := context.Background()
+	ids := b.write(3)
+	b.clock.Advance(time.Minute)
+	ids = append(ids, b.write(3)...)
+	at := t0.Add(time.Hour)
+	_, err := b.s.MarkSynced(ctx, ids[:2], at)
+	require.NoError(t, err)
+	_, err = b.s.Park(ctx, ids[2], outbox.SyncFailure{Category: outbox.CategoryPoison, Code: "c", At: at})
+	require.NoError(t, err)
+	_, err = b.s.Park(ctx, ids[3], outbox.SyncFailure{Category: outbox.CategoryNonRetryable, Code: "c", At: at})
+	require.NoError(t, err)
+	entries := b.undispatched()
+	l := b.lease("a", time.Now())
+	require.NoError(t, b.s.MarkDispatched(ctx, l, []string{entries[0].ID, entries[1].ID, entries[2].ID}, at))
+
+	c, err := b.s.Counts(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(6), c.Total)
+	require.Equal(t, int64(2), c.Synced)
+	require.Equal(t, int64(2), c.Failed)
+	require.Equal(t, int64(2), c.Pending)
+	require.Equal(t, map[string]int64{outbox.CategoryPoison: 1, outbox.CategoryNonRetryable: 1}, c.FailedByCategory)
+	require.Equal(t, int64(3), c.Undispatched)
+	require.NotNil(t, c.OldestPending)
+	require.True(t, t0.Add(time.Minute).Equal(*c.OldestPending), "the oldest pending is one of the later ones: %s", c.OldestPending)
+}
+
+func checkDeleteDispatched(t testing.TB, h Harness) {
+	b := setup(t, h, Options{})
+	ctx := context.Background()
+	b.write(4)
+	entries := b.undispatched()
+	l := b.lease("a", time.Now())
+	old := time.Now().Add(-2 * time.Hour)
+	require.NoError(t, b.s.MarkDispatched(ctx, l, []string{entries[0].ID, entries[1].ID}, old))
+	require.NoError(t, b.s.MarkDispatched(ctx, l, []string{entries[2].ID}, time.Now()))
+	n, err := b.s.DeleteDispatched(ctx, time.Now().Add(-time.Hour))
+	require.NoError(t, err)
+	require.Equal(t, int64(2), n, "only entries dispatched before the cut")
+	left := b.undispatched()
+	require.Len(t, left, 1)
+	require.Equal(t, entries[3].ID, left[0].ID)
+}
+
+func checkMigrate(t testing.TB, h Harness) {
+	b := setup(t, h, Options{})
+	ctx := context.Background()
+	require.NoError(t, b.s.CheckSchema(ctx))
+	ids := b.write(1)
+	require.NoError(t, b.s.Migrate(ctx, nil))
+	require.NoError(t, b.s.Migrate(ctx, &store.MigrateConfig{OutboxRetention: time.Hour}))
+	require.NoError(t, b.s.CheckSchema(ctx))
+	require.Equal(t, ids[0], b.event(ids[0]).ID, "migrating again keeps the data")
+	require.NoError(t, b.s.Ping(ctx))
+	require.NotEmpty(t, b.s.Kind())
+}
+
+func checkClosed(t testing.TB, h Harness) {
+	b := setup(t, h, Options{})
+	ctx := context.Background()
+	require.NoError(t, b.s.Close(ctx))
+	err := b.s.Ping(ctx)
+	require.Error(t, err)
+	require.True(t, store.IsUnavailable(err), "a closed store is unavailable: %v", err)
+	_, err = b.w.Write(ctx, []outbox.Input{b.input("d1")})
+	require.True(t, store.IsUnavailable(err), "a write to a closed store is unavailable: %v", err)
+}

@@ -1,0 +1,80 @@
+package storetest_test
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outboxd/internal/testkit"
+	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/store"
+	"github.com/outboxd/outboxd/store/storetest"
+)
+
+func TestMain(m *testing.M) { testkit.Main(m) }
+
+// brokenClaim breaks one rule of the port: its Claim stamps the original
+// whatever its state, so two reconcilers would both publish it.
+type brokenClaim struct {
+	store.Store
+}
+
+func (b brokenClaim) Claim(ctx context.Context, id string, at, _ time.Time) (*outbox.Event, error) {
+	return b.Store.Claim(ctx, id, at, at.Add(time.Hour)) // every earlier claim counts as void
+}
+
+// recorder is a testing.TB that records a failure instead of failing the
+// test, so a check can be run against a store that must fail it.
+type recorder struct {
+	testing.TB
+	mu     sync.Mutex
+	failed bool
+}
+
+func (r *recorder) Errorf(string, ...any) { r.mu.Lock(); r.failed = true; r.mu.Unlock() }
+func (r *recorder) Error(...any)          { r.Errorf("") }
+func (r *recorder) Fail()                 { r.Errorf("") }
+func (r *recorder) FailNow()              { r.Errorf(""); runtime.Goexit() }
+func (r *recorder) Fatal(...any)          { r.FailNow() }
+func (r *recorder) Fatalf(string, ...any) { r.FailNow() }
+func (r *recorder) Failed() bool          { r.mu.Lock(); defer r.mu.Unlock(); return r.failed }
+func (r *recorder) Helper()               {}
+
+// runCheck runs the named check against h and reports whether it failed.
+func runCheck(t *testing.T, name string, h storetest.Harness) bool {
+	t.Helper()
+	for _, c := range storetest.Checks() {
+		if c.Name != name {
+			continue
+		}
+		rec := &recorder{TB: t}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			c.Run(rec, h)
+		}()
+		<-done
+		return rec.Failed()
+	}
+	t.Fatalf("no check %q", name)
+	return false
+}
+
+// TestSuiteCanFail proves the suite catches a store that breaks a rule the
+// components rely on: the conditional claim. The same checks pass on the
+// real store.
+func TestSuiteCanFail(t *testing.T) {
+	t.Parallel()
+	good := storetest.Harness{Open: func(t testing.TB, _ storetest.Options) store.Store { return testkit.NewSQLite(t) }}
+	broken := storetest.Harness{Open: func(t testing.TB, _ storetest.Options) store.Store {
+		return brokenClaim{testkit.NewSQLite(t)}
+	}}
+	for _, name := range []string{"ClaimIsConditional", "ConcurrentClaimsOneWinner"} {
+		require.False(t, runCheck(t, name, good), "%s fails on the real store", name)
+		require.True(t, runCheck(t, name, broken), "%s does not catch a claim that ignores its conditions", name)
+	}
+}
