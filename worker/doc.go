@@ -4,12 +4,12 @@
 // consumer group (outbox.GroupDefault) and, for each batch of up to
 // Config.BatchSize entries:
 //
-//  1. decodes the messages and re-reads their originals from MongoDB with
-//     one Find (the message only names the original);
+//  1. decodes the messages and re-reads their originals from the store with
+//     one read (the message only names the original);
 //  2. projects the batch into PostgreSQL in one transaction through a
 //     Projector (by default NewEventsProjector: events rows and
 //     device_daily_stats counts, idempotently);
-//  3. sets syncedAt on the originals with one UpdateMany;
+//  3. sets syncedAt on the originals with one store write;
 //  4. acknowledges the entries with one XACK.
 //
 // Every step is safe to repeat, so a batch interrupted anywhere (a crash, a
