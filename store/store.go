@@ -37,9 +37,12 @@ type Store interface {
 	// CheckSchema reports, with an error that says what to run, when the
 	// schema the components rely on is missing (Migrate was never run).
 	CheckSchema(ctx context.Context) error
-	// Ping reads from the store; an error means it cannot serve requests.
+	// Ping proves the store can serve requests now (readiness, start-up
+	// checks); an error means it cannot. Each store says what it checks:
+	// MongoDB a read and a majority-acknowledged write, so that readiness
+	// fails while writes are stuck; SQLite a read of its local file.
 	Ping(ctx context.Context) error
-	// Close releases the store's connections.
+	// Close releases the store's connections; closing twice is harmless.
 	Close(ctx context.Context) error
 
 	// LoadEvents returns the originals with the given ids, by id. An id

@@ -93,3 +93,28 @@ func TestClassify(t *testing.T) {
 	require.ErrorIs(t, wrap(cmd(286), "reading"), store.ErrPositionLost)
 	require.NoError(t, wrap(nil, "nothing"))
 }
+
+// TestFeedPipeline is the change stream's filter on a server: inserts into
+// the stream and the end-of-feed events, so the dispatcher's own
+// dispatchedAt updates and the TTL deletes do not travel back (lungo gets
+// no pipeline: it panics on one, and the feed filters in Go there).
+func TestFeedPipeline(t *testing.T) {
+	t.Parallel()
+	p := FeedPipeline("s1")
+	require.Len(t, p, 1)
+	match, err := bson.MarshalExtJSON(p[0], false, false)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"$match":{"$or":[
+		{"operationType":"insert","fullDocument.stream":"s1"},
+		{"operationType":{"$in":["invalidate","drop","rename","dropDatabase"]}}]}}`, string(match))
+}
+
+// TestCollModTTL is the command a changed --outbox-retention runs on a
+// server: collMod changes expireAfterSeconds in place (no index rebuild
+// waiting for every voting member).
+func TestCollModTTL(t *testing.T) {
+	t.Parallel()
+	cmd, err := bson.MarshalExtJSON(CollModTTL(OutboxCollection, IndexOutboxTTL, 3600), false, false)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"collMod":"outbox","index":{"name":"dispatched_ttl","expireAfterSeconds":3600}}`, string(cmd))
+}

@@ -235,8 +235,14 @@ func (s *Store) opctx(ctx context.Context) (context.Context, context.CancelFunc)
 	return context.WithTimeout(ctx, s.opts.OpTimeout)
 }
 
-// Ping reads from the events collection (lungo's Ping always succeeds, so
-// a read is the real test).
+// heartbeatID names the document Ping writes in the leases collection.
+const heartbeatID = "_heartbeat"
+
+// Ping proves that MongoDB serves reads and takes writes now: a read of the
+// events collection (lungo's own Ping always succeeds) and a
+// majority-acknowledged write of a heartbeat document. When a majority
+// cannot acknowledge (a lost majority, a lagging set), the write runs into
+// its deadline, so /readyz fails while ingest's writes would be stuck.
 func (s *Store) Ping(ctx context.Context) error {
 	ctx, cancel := s.opctx(ctx)
 	defer cancel()
@@ -244,7 +250,9 @@ func (s *Store) Ping(ctx context.Context) error {
 	if err != nil && !isNoDocuments(err) {
 		return wrap(err, "reading from MongoDB")
 	}
-	return nil
+	_, err = s.leases.UpdateOne(ctx, bson.M{"_id": heartbeatID}, bson.M{"$set": bson.M{"at": time.Now().UTC()}},
+		options.Update().SetUpsert(true))
+	return wrap(err, "writing the heartbeat to MongoDB")
 }
 
 // Close disconnects (or closes lungo's engine). Closing twice is harmless.

@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/mongo"
+	"go.mongodb.org/mongo-driver/mongo/options"
 
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
@@ -137,4 +139,71 @@ func toM(v any) bson.M {
 		}
 	}
 	return out
+}
+
+// TestCountsAreCachedAndBounded: a burst of scrapes reads MongoDB once per
+// CountsTTL, and the figures say when they were read.
+func TestCountsAreCachedAndBounded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := testkit.NewMongo(t, &mongostore.Options{CountsTTL: time.Hour})
+	first, err := s.Counts(ctx)
+	require.NoError(t, err)
+	_, err = outbox.NewWriter(s, nil).Write(ctx, []outbox.Input{{SourceKey: "s", DeviceKey: "d", OccurredAt: "2026-11-01T10:00:00Z"}})
+	require.NoError(t, err)
+	again, err := s.Counts(ctx)
+	require.NoError(t, err)
+	require.Equal(t, first, again, "served from the cache within CountsTTL")
+
+	fresh := testkit.NewMongo(t, nil) // testkit disables the cache
+	c, err := fresh.Counts(ctx)
+	require.NoError(t, err)
+	require.Zero(t, c.Total)
+}
+
+// TestCheckSchemaRefusesMissingIndexes: a role other than migrate refuses to
+// start when an index it relies on is missing; without the unique
+// idempotency index two concurrent writers of one key would both insert.
+func TestCheckSchemaRefusesMissingIndexes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := testkit.NewMongo(t, nil)
+	require.NoError(t, s.CheckSchema(ctx))
+	_, err := s.Database().Collection(mongostore.EventsCollection).Indexes().DropOne(ctx, mongostore.IndexIdempotencyKey)
+	require.NoError(t, err)
+	err = s.CheckSchema(ctx)
+	require.ErrorIs(t, err, store.ErrSchema)
+	require.ErrorContains(t, err, "events."+mongostore.IndexIdempotencyKey)
+	require.ErrorContains(t, err, "outboxd migrate")
+	require.NoError(t, s.Migrate(ctx, nil))
+	require.NoError(t, s.CheckSchema(ctx))
+}
+
+// TestMigrateRefusesAForeignIndexOnTheTTLKeys: an operator's own
+// {dispatchedAt: 1} index without a TTL would leave the outbox growing
+// forever; migrate names it instead of swallowing the conflict.
+func TestMigrateRefusesAForeignIndexOnTheTTLKeys(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := testkit.NewMongo(t, nil)
+	view := s.Database().Collection(mongostore.OutboxCollection).Indexes()
+	_, err := view.DropOne(ctx, mongostore.IndexOutboxTTL)
+	require.NoError(t, err)
+	_, err = view.CreateOne(ctx, mongo.IndexModel{Keys: bson.D{{Key: "dispatchedAt", Value: 1}}, Options: options.Index().SetName("mine")})
+	require.NoError(t, err)
+	err = s.Migrate(ctx, nil)
+	require.ErrorContains(t, err, `"mine"`)
+	require.ErrorContains(t, err, "dropIndex")
+}
+
+// TestPingWritesAHeartbeat: readiness writes, so a store whose writes are
+// stuck is not ready.
+func TestPingWritesAHeartbeat(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := testkit.NewMongo(t, nil)
+	require.NoError(t, s.Ping(ctx))
+	n, err := s.Database().Collection(mongostore.LeasesCollection).CountDocuments(ctx, bson.M{"_id": "_heartbeat"})
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
 }

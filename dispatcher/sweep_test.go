@@ -1,0 +1,53 @@
+package dispatcher_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/bson"
+
+	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/store/mongostore"
+	"github.com/outboxd/outboxd/store/sqlitestore"
+)
+
+// TestSweepRelaysEntriesTheFeedMissed makes an entry of the stream appear
+// behind the feed's position without a feed event (it is written for
+// another stream and moved over), as an oplog hole or an undecodable change
+// event would leave it: the periodic sweep relays it.
+func TestSweepRelaysEntriesTheFeedMissed(t *testing.T) {
+	t.Parallel()
+	for _, kind := range kinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			b := setup(t, &setupOpts{kind: kind})
+			reg := prometheus.NewRegistry()
+			cfg := b.config()
+			cfg.Registerer = reg
+			cfg.SweepInterval, cfg.SweepMinAge = 50*time.Millisecond, time.Millisecond
+			d := b.start(cfg)
+			b.waitRelayed(b.write(2, 2), 10*time.Second)
+
+			other := outbox.NewWriter(b.st, &outbox.WriterConfig{Stream: b.stream + ":elsewhere"})
+			res, err := other.Write(ctx, []outbox.Input{{SourceKey: "s", DeviceKey: "hidden", OccurredAt: "2026-11-01T10:00:00Z"}})
+			require.NoError(t, err)
+			b.write(1, 1) // the feed moves past the hidden entry
+			switch st := b.st.(type) {
+			case *mongostore.Store:
+				_, err = st.Database().Collection(mongostore.OutboxCollection).UpdateOne(ctx,
+					bson.M{"stream": b.stream + ":elsewhere"}, bson.M{"$set": bson.M{"stream": b.stream}})
+			case *sqlitestore.Store:
+				_, err = st.DB().ExecContext(ctx, `UPDATE outbox SET stream = ? WHERE stream = ?`, b.stream, b.stream+":elsewhere")
+			}
+			require.NoError(t, err)
+
+			b.waitRelayed([]string{res[0].ID}, 10*time.Second)
+			require.GreaterOrEqual(t, counterValue(t, reg, "outboxd_dispatcher_swept_total"), 1.0)
+			require.True(t, d.Stats().Leader)
+		})
+	}
+}
