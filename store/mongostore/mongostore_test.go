@@ -62,10 +62,12 @@ func TestMigrate(t *testing.T) {
 	require.EqualValues(t, 3600, ttl["expireAfterSeconds"], "a changed retention is applied")
 }
 
-// TestCandidateQueryUsesReconcilerIndex proves on a real replica set that
-// the reconciler's query is served by the reconciler index (no collection
-// scan).
-func TestCandidateQueryUsesReconcilerIndex(t *testing.T) {
+// TestQueriesUseIndexes proves on a real replica set that the reconciler's
+// query and every query of a status scrape are served by an index (no
+// collection scan): the candidates, the pending and parked counts, the
+// oldest pending original (the reconciler index) and the undispatched count
+// (the undispatched index).
+func TestQueriesUseIndexes(t *testing.T) {
 	testkit.SkipUnlessRealMongo(t)
 	t.Parallel()
 	ctx := context.Background()
@@ -83,22 +85,37 @@ func TestCandidateQueryUsesReconcilerIndex(t *testing.T) {
 		require.NoError(t, err)
 	}
 	now := t0.Add(time.Hour)
-	var out bson.M
-	require.NoError(t, s.Database().RunCommand(ctx, bson.D{
-		{Key: "explain", Value: bson.D{
-			{Key: "find", Value: mongostore.EventsCollection},
-			{Key: "filter", Value: mongostore.CandidateFilter(now.Add(-5*time.Minute), now.Add(-30*time.Minute))},
-			{Key: "sort", Value: mongostore.CandidateSort},
-			{Key: "limit", Value: int64(1000)},
-		}},
-		{Key: "verbosity", Value: "queryPlanner"},
-	}).Decode(&out))
-	planner, ok := out["queryPlanner"].(bson.M)
-	require.True(t, ok, "explain output: %v", out)
-	stages := map[string][]string{}
-	collectStages(planner["winningPlan"], stages)
-	require.NotContains(t, stages, "COLLSCAN", "winning plan: %v", planner["winningPlan"])
-	require.Contains(t, stages["IXSCAN"], mongostore.IndexReconciler, "winning plan: %v", planner["winningPlan"])
+	for _, tc := range []struct {
+		name, coll, index string
+		filter            bson.D
+		sort              bson.D
+	}{
+		{"Candidates", mongostore.EventsCollection, mongostore.IndexReconciler,
+			mongostore.CandidateFilter(now.Add(-5*time.Minute), now.Add(-30*time.Minute)), mongostore.CandidateSort},
+		{"PendingAndOldestPending", mongostore.EventsCollection, mongostore.IndexReconciler,
+			bson.D{{Key: "syncedAt", Value: nil}, {Key: "syncFailure.category", Value: nil}}, mongostore.CandidateSort},
+		{"ParkedByCategory", mongostore.EventsCollection, mongostore.IndexReconciler,
+			bson.D{{Key: "syncedAt", Value: nil}, {Key: "syncFailure.category", Value: outbox.CategoryPoison}}, nil},
+		{"Parked", mongostore.EventsCollection, mongostore.IndexReconciler,
+			bson.D{{Key: "syncedAt", Value: nil}, {Key: "syncFailure.category", Value: bson.D{{Key: "$type", Value: "string"}}}}, nil},
+		{"Undispatched", mongostore.OutboxCollection, mongostore.IndexUndispatched,
+			bson.D{{Key: "stream", Value: outbox.StreamDefault}, {Key: "dispatchedAt", Value: nil}}, bson.D{{Key: "_id", Value: 1}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			find := bson.D{{Key: "find", Value: tc.coll}, {Key: "filter", Value: tc.filter}, {Key: "limit", Value: int64(1000)}}
+			if tc.sort != nil {
+				find = append(find, bson.E{Key: "sort", Value: tc.sort})
+			}
+			var out bson.M
+			require.NoError(t, s.Database().RunCommand(ctx, bson.D{{Key: "explain", Value: find}, {Key: "verbosity", Value: "queryPlanner"}}).Decode(&out))
+			planner, ok := out["queryPlanner"].(bson.M)
+			require.True(t, ok, "explain output: %v", out)
+			stages := map[string][]string{}
+			collectStages(planner["winningPlan"], stages)
+			require.NotContains(t, stages, "COLLSCAN", "winning plan: %v", planner["winningPlan"])
+			require.Contains(t, stages["IXSCAN"], tc.index, "winning plan: %v", planner["winningPlan"])
+		})
+	}
 }
 
 // collectStages walks an explain plan and records the index names of each
