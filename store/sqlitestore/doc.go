@@ -62,29 +62,40 @@
 //
 // modernc.org/sqlite v1.62.0 (SQLite 3.54.1 translated to Go, no cgo)
 // through database/sql, driver name "sqlite". driver.go holds everything
-// driver-specific (the DSNs and the reading of error codes), so a switch
-// rewrites that file only.
+// driver-specific (the DSNs, the lock mode and the reading of error codes),
+// so a switch rewrites that file only.
 //
-// It was measured beside github.com/ncruces/go-sqlite3 (the same SQLite
-// compiled to WebAssembly, run by wazero) on a 2-core machine, with the
-// same settings (WAL, synchronous=NORMAL, busy_timeout 10s), 100k events
-// stored, medians of 3 runs, modernc vs ncruces:
+// It was measured beside github.com/ncruces/go-sqlite3 v0.37.0 (the same
+// SQLite translated to Go through wasm2go) on a 2-core machine with the same
+// settings (WAL, synchronous=NORMAL, busy_timeout 10s, BEGIN IMMEDIATE),
+// 100k events stored, medians of 3 interleaved runs, modernc vs ncruces:
 //
-//   - original + entry, 500 per transaction: 16.6k vs 15.5k events/s
-//   - one event per transaction: 6.4k vs 6.0k events/s
-//   - UPDATE … SET synced_at, 1,000 per transaction: 117k vs 115k rows/s
-//   - SELECT … IN (256 keys), prepared: 132k vs 117k rows/s
-//   - reading the outbox tail: 768k vs 663k rows/s
-//   - two processes writing and reading one file: no error with either
-//     (nor with one of each), integrity_check ok
-//   - binary: 10.0 MB vs 13.3 MB; cold build about 26 s for both
-//   - under -race ncruces was faster (1 run: 1.9k vs 1.6k events/s in
-//     batches), which matters for tests only
+//   - original + entry, 500 per transaction: 16.2k vs 17.1k events/s
+//   - one event per transaction: 6.3k vs 6.4k events/s (8 goroutines: 6.8k
+//     vs 6.8k; they queue for the one write connection either way)
+//   - UPDATE … SET synced_at, 1,000 per transaction: 120k vs 121k rows/s
+//   - SELECT … IN (256 ids): 120k vs 121k rows/s
+//   - reading the outbox tail: 661k vs 698k rows/s
+//   - two processes writing and reading one file: no error with either (nor
+//     with one of each), integrity_check ok
+//   - stripped binary 6.6 MB vs 7.6 MB; memory per connection 4.1 vs 2.4 MB;
+//     under -race ncruces compiles and runs 1.1–1.5× faster (tests only)
 //
-// modernc is as fast or faster on every shape outboxd uses and gives one
-// error type (*sqlite.Error) whose Code() is the extended result code
-// (2067 SQLITE_CONSTRAINT_UNIQUE, 5 SQLITE_BUSY, 26 SQLITE_NOTADB), so it
-// stays the default. This package's own benchmark (BenchmarkWriteTx500: key
-// lookup, 500 originals and 500 entries per transaction, up to 100k stored)
-// gives about 55k events/s.
+// Every difference is within the run-to-run noise (±10–15%). modernc stays
+// because it is 1.x with a stable API and SQLite's own unix VFS (ncruces is
+// pre-1.0, brings its own VFS, reads DSN parameters only after "file:" and
+// turns foreign keys on by default), and because its one error type
+// (*sqlite.Error) carries the extended result code (2067 UNIQUE, 1555
+// PRIMARY KEY, 5 BUSY, 26 NOTADB), where ncruces returns busy errors as a
+// bare code. One modernc default does not suit outboxd, which opens one file
+// from several Stores in a process (and reads its header in Open): SQLite's
+// POSIX locks on the database file are dropped by the kernel when any
+// descriptor of that file is closed in the process. The package therefore
+// turns on Linux OFD locks (sqlite.OFDLocking) before the first open; they
+// belong to the open file description and survive such a close. (WAL's write
+// lock lives in the -shm file, which only SQLite opens.)
+//
+// This package's own benchmark (BenchmarkWriteTx500: key lookup, 500
+// originals and 500 entries per transaction, up to 100k stored) gives about
+// 55k events/s.
 package sqlitestore

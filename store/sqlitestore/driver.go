@@ -19,6 +19,17 @@ import (
 // driverName is the database/sql driver modernc.org/sqlite registers.
 const driverName = "sqlite"
 
+// ofdLocking is the result of turning on Linux OFD locks for database
+// files, process-wide, before the first open (see doc.go, "Driver"):
+// modernc's default POSIX locks are dropped by the kernel whenever any
+// descriptor of the file is closed in the process, which two Stores on one
+// file (or Open's header check) would do. Elsewhere than Linux the call
+// fails with sqlite.ErrOFDLockingUnavailable and POSIX locks stay.
+var ofdLocking = func() error {
+	_, err := sqlite.OFDLocking(true)
+	return err
+}()
+
 // writeDSN returns the DSN of the write pool. Every transaction begins with
 // BEGIN IMMEDIATE (_txlock=immediate): it takes the write lock at BEGIN, so
 // two writers never both hold a read snapshot and then fail to upgrade it
