@@ -16,24 +16,45 @@ import (
 	"github.com/outboxd/outboxd/outbox"
 )
 
-// readBody checks the content type and reads the body up to MaxBody. On
-// failure it has answered and returns false.
+// readBody checks the content type and reads the body up to MaxBody.
+// On failure it has answered and returns false.
 func (h *handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	if !isJSON(r.Header.Get("Content-Type")) {
 		writeProblem(w, r, newProblem(http.StatusUnsupportedMediaType, "", "", "Content-Type must be application/json (charset utf-8, if any)"))
 		return nil, false
 	}
+	if r.ContentLength > h.cfg.MaxBody {
+		return nil, h.tooLarge(w, r, h.cfg.MaxBody)
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBody))
 	var tooLarge *http.MaxBytesError
 	switch {
+	case err == nil:
+		return body, true
 	case errors.As(err, &tooLarge):
-		writeProblem(w, r, newProblem(http.StatusRequestEntityTooLarge, "", "", fmt.Sprintf("the body is larger than %d bytes", tooLarge.Limit)))
-		return nil, false
-	case err != nil:
+		return nil, h.tooLarge(w, r, tooLarge.Limit)
+	case errors.Is(err, errBodyTimeout):
+		w.Header().Set("Connection", "close")
+		writeProblem(w, r, newProblem(http.StatusRequestTimeout, "", "", "the body did not arrive in time"))
+	case errors.Is(err, errShuttingDown), errors.Is(err, errTooManyBodies):
+		detail := "the server is shutting down; retry"
+		if errors.Is(err, errTooManyBodies) {
+			detail = "too many requests are sending their bodies at once; retry later"
+		}
+		w.Header().Set("Connection", "close")
+		w.Header().Set("Retry-After", h.retryAfter)
+		writeProblem(w, r, newProblem(http.StatusServiceUnavailable, "", "", detail))
+	default:
 		writeProblem(w, r, newProblem(http.StatusBadRequest, ProblemMalformed, "Malformed request", "the body could not be read"))
-		return nil, false
 	}
-	return body, true
+	return nil, false
+}
+
+// tooLarge answers 413 and closes the connection, whose body is unread.
+func (h *handler) tooLarge(w http.ResponseWriter, r *http.Request, limit int64) bool {
+	w.Header().Set("Connection", "close")
+	writeProblem(w, r, newProblem(http.StatusRequestEntityTooLarge, "", "", fmt.Sprintf("the body is larger than %d bytes", limit)))
+	return false
 }
 
 // isJSON accepts application/json with no charset or charset utf-8.
