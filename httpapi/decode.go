@@ -70,8 +70,9 @@ func isJSON(contentType string) bool {
 // requestError is a body that is not the JSON the route expects (400).
 type requestError struct {
 	detail string
-	// field is set for an unknown field.
-	field string
+	// field names the offending member, if any, and reason says what is
+	// wrong with it.
+	field, reason string
 }
 
 func (e *requestError) Error() string { return e.detail }
@@ -81,7 +82,7 @@ func (e *requestError) Error() string { return e.detail }
 // its Batch from w.Prepare, a *requestError (400) or a *outbox.ValidationError (422).
 func decodeEvent(w *outbox.Writer, body []byte, headerKey string) ([]outbox.Input, *outbox.Batch, error) {
 	var in outbox.Input
-	if err := decodeObject(body, &in, ""); err != nil {
+	if err := decodeBody(body, &in, shapeEvent); err != nil {
 		return nil, nil, err
 	}
 	if headerKey != "" {
@@ -111,10 +112,8 @@ func decodeEvent(w *outbox.Writer, body []byte, headerKey string) ([]outbox.Inpu
 // order and their Batch from w.Prepare, a *requestError (400) or a
 // *outbox.ValidationError (422) whose fields are named events[i].field.
 func decodeBatch(w *outbox.Writer, body []byte, maxBatch int) ([]outbox.Input, *outbox.Batch, error) {
-	var req struct {
-		Events []json.RawMessage `json:"events"`
-	}
-	if err := decodeObject(body, &req, ""); err != nil {
+	var req batchRequest
+	if err := decodeBody(body, &req, shapeBatch); err != nil {
 		return nil, nil, err
 	}
 	switch {
@@ -131,7 +130,7 @@ func decodeBatch(w *outbox.Writer, body []byte, maxBatch int) ([]outbox.Input, *
 			fields = append(fields, outbox.FieldError{Field: strings.TrimSuffix(prefix, "."), Reason: "must be a JSON object"})
 			continue
 		}
-		err := decodeObject(raw, &inputs[i], prefix)
+		err := decodeStrict(raw, &inputs[i], prefix)
 		var ve *outbox.ValidationError
 		if errors.As(err, &ve) {
 			fields = append(fields, ve.Fields...)
@@ -162,10 +161,10 @@ func isObject(data []byte) bool {
 	return len(data) > 0 && data[0] == '{'
 }
 
-// decodeObject strictly decodes one JSON object from data into v: valid
-// UTF-8, no unknown fields, nothing after the value. Field names in errors
-// carry prefix.
-func decodeObject(data []byte, v any, prefix string) error {
+// decodeBody strictly decodes a request body, one JSON object of shape sh,
+// into v: valid UTF-8, member names exactly the fields' and each once
+// (checkNames), no unknown fields, nothing after the object.
+func decodeBody(data []byte, v any, sh shape) error {
 	// encoding/json replaces invalid UTF-8 with U+FFFD silently.
 	if !utf8.Valid(data) {
 		return &requestError{detail: "the body is not valid UTF-8"}
@@ -176,6 +175,24 @@ func decodeObject(data []byte, v any, prefix string) error {
 	if !isObject(data) {
 		return &requestError{detail: "the body must be a JSON object"}
 	}
+	names := checkNames(data, sh)
+	if names != nil && !errors.Is(names, errSyntax) {
+		return names
+	}
+	if err := decodeStrict(data, v, ""); err != nil {
+		return err
+	}
+	if names != nil {
+		// The scanner found JSON malformed that encoding/json read: refuse
+		// what the two read differently.
+		return &requestError{detail: "malformed JSON"}
+	}
+	return nil
+}
+
+// decodeStrict decodes one JSON object from data into v: no unknown
+// fields, nothing after the value. Field names in errors carry prefix.
+func decodeStrict(data []byte, v any, prefix string) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -208,7 +225,7 @@ func decodeError(err error, prefix string) error {
 		if unq, uerr := strconv.Unquote(name); uerr == nil {
 			name = unq
 		}
-		return &requestError{detail: fmt.Sprintf("unknown field %q", prefix+name), field: prefix + name}
+		return &requestError{detail: fmt.Sprintf("unknown field %q", prefix+name), field: prefix + name, reason: "is not a known field"}
 	}
 	return &requestError{detail: "malformed JSON: " + strings.TrimPrefix(err.Error(), "json: ")}
 }

@@ -152,7 +152,7 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error, keyFie
 	case errors.As(err, &re):
 		p := newProblem(http.StatusBadRequest, ProblemMalformed, "Malformed request", re.detail)
 		if re.field != "" {
-			p.Errors = []outbox.FieldError{{Field: re.field, Reason: "is not a known field"}}
+			p.Errors = []outbox.FieldError{{Field: re.field, Reason: re.reason}}
 		}
 		writeProblem(w, r, p)
 	case errors.As(err, &ve):
