@@ -16,11 +16,18 @@ import (
 	"github.com/outboxd/outboxd/outbox"
 )
 
-// readBody checks the content type and reads the body up to MaxBody.
-// On failure it has answered and returns false.
+// readBody checks the content type and coding and reads the body up to
+// MaxBody. On failure it has answered and returns false.
 func (h *handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	if !isJSON(r.Header.Get("Content-Type")) {
 		writeProblem(w, r, newProblem(http.StatusUnsupportedMediaType, "", "", "Content-Type must be application/json (charset utf-8, if any)"))
+		return nil, false
+	}
+	if coding, ok := identityCoded(r.Header.Values("Content-Encoding")); !ok {
+		// RFC 9110 section 15.5.16: say which codings would do.
+		w.Header().Set("Accept-Encoding", "identity")
+		writeProblem(w, r, newProblem(http.StatusUnsupportedMediaType, "", "",
+			fmt.Sprintf("Content-Encoding %q is not accepted: send the body uncompressed (identity)", coding)))
 		return nil, false
 	}
 	if r.ContentLength > h.cfg.MaxBody {
@@ -55,6 +62,21 @@ func (h *handler) tooLarge(w http.ResponseWriter, r *http.Request, limit int64) 
 	w.Header().Set("Connection", "close")
 	writeProblem(w, r, newProblem(http.StatusRequestEntityTooLarge, "", "", fmt.Sprintf("the body is larger than %d bytes", limit)))
 	return false
+}
+
+// identityCoded reports whether the Content-Encoding values name no coding
+// but identity; otherwise it returns the first other coding. outboxd
+// decodes none: the body limit stays a limit on the bytes received and
+// held, and no compressed body can expand past it.
+func identityCoded(values []string) (string, bool) {
+	for _, v := range values {
+		for c := range strings.SplitSeq(v, ",") {
+			if c = strings.TrimSpace(c); c != "" && !strings.EqualFold(c, "identity") {
+				return c, false
+			}
+		}
+	}
+	return "", true
 }
 
 // isJSON accepts application/json with no charset or charset utf-8.

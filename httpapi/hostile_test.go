@@ -1,13 +1,18 @@
 package httpapi_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outboxd/httpapi"
 )
 
 // hostileCase is a request a hostile client sends and the answer it must
@@ -101,4 +106,43 @@ func TestHostileJSON(t *testing.T) {
 		{name: "LargePayloadObject", body: event(`"deviceKey":"large"`, `"payload":{`+strings.Join(many, ",")+`}`), status: 201},
 		{name: "BatchOfExactNames", path: "/v1/events:batch", body: batchOf(event(`"deviceKey":"b1"`), event(`"deviceKey":"b2"`, `"payload":{"t":1}`)), status: 200},
 	})
+}
+
+// gzipped returns s compressed with gzip.
+func gzipped(t *testing.T, s string) string {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	_, err := io.WriteString(zw, s)
+	require.NoError(t, err)
+	require.NoError(t, zw.Close())
+	return buf.String()
+}
+
+// TestHostileHeaders: headers outboxd does not act on are refused, not
+// ignored (issue 14, item 6). No content coding is decoded: 415 with
+// Accept-Encoding: identity (RFC 9110 section 15.5.16); an Idempotency-Key
+// header on a batch is a 400 that points at the per-item field.
+func TestHostileHeaders(t *testing.T) {
+	t.Parallel()
+	runHostile(t, []hostileCase{
+		{name: "GzipBody", body: gzipped(t, event()), header: []string{"Content-Encoding", "gzip"}, status: 415, detail: `"gzip"`},
+		{name: "BrotliLabelOnPlainJSON", body: event(), header: []string{"Content-Encoding", "br"}, status: 415, detail: `"br"`},
+		{name: "GzipLabelOnPlainJSON", body: event(), header: []string{"Content-Encoding", "GZIP"}, status: 415},
+		{name: "IdentityThenGzip", body: event(), header: []string{"Content-Encoding", "identity, gzip"}, status: 415, detail: `"gzip"`},
+		{name: "SecondHeaderLine", body: event(), header: []string{"Content-Encoding", "identity", "Content-Encoding", "deflate"}, status: 415},
+		{name: "GzipOnABatch", path: "/v1/events:batch", body: gzipped(t, batchOf(event())), header: []string{"Content-Encoding", "gzip"}, status: 415},
+		{name: "IdempotencyKeyOnABatch", path: "/v1/events:batch", body: batchOf(event()), header: []string{httpapi.IdempotencyKeyHeader, "batch-key"},
+			status: 400, fields: []string{httpapi.IdempotencyKeyHeader}, detail: "events[i].idempotencyKey"},
+
+		{name: "IdentityIsPlain", body: event(`"deviceKey":"identity"`), header: []string{"Content-Encoding", "Identity"}, status: 201},
+		{name: "ItemKeysOnABatch", path: "/v1/events:batch", body: batchOf(event(`"idempotencyKey":"item-key"`)), status: 200},
+	})
+
+	// The 415 says which coding would do.
+	b := setupHandler(t, nil)
+	r := b.do(t, http.MethodPost, "/v1/events", event(), "Content-Encoding", "br")
+	r.problem(t, http.StatusUnsupportedMediaType)
+	require.Equal(t, "identity", r.header.Get("Accept-Encoding"))
+	b.requireStored(t, 0)
 }
