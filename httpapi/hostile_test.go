@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/httpapi"
+	"github.com/outboxd/outboxd/outbox"
 )
 
 // hostileCase is a request a hostile client sends and the answer it must
@@ -145,4 +146,121 @@ func TestHostileHeaders(t *testing.T) {
 	r.problem(t, http.StatusUnsupportedMediaType)
 	require.Equal(t, "identity", r.header.Get("Accept-Encoding"))
 	b.requireStored(t, 0)
+}
+
+// TestHostileKeys: a client cannot take the key the server derives for
+// someone else's keyless event (issue 14, item 2), and a batch whose items
+// share a key with different content names both items, not an id that was
+// never stored (item 3).
+func TestHostileKeys(t *testing.T) {
+	t.Parallel()
+
+	t.Run("DerivedKeyPrefixIsReserved", func(t *testing.T) {
+		t.Parallel()
+		b := setupHandler(t, nil)
+		victim := event(`"deviceKey":"victim"`, `"payload":{"t":1}`)
+		occurredAt, err := outbox.ParseTime("2026-11-01T10:00:00Z")
+		require.NoError(t, err)
+		derived := outbox.DeriveKey("s", "victim", occurredAt)
+		intruder := event(`"deviceKey":"intruder"`, `"payload":{"t":666}`)
+		for _, tc := range []struct {
+			name, path, body string
+			header           []string
+			field            string
+		}{
+			{"Header", "/v1/events", intruder, []string{httpapi.IdempotencyKeyHeader, derived}, httpapi.IdempotencyKeyHeader},
+			{"HeaderWithSpaces", "/v1/events", intruder, []string{httpapi.IdempotencyKeyHeader, "  " + derived}, httpapi.IdempotencyKeyHeader},
+			{"HeaderAndBody", "/v1/events", event(`"idempotencyKey":"`+derived+`"`, `"deviceKey":"intruder"`), []string{httpapi.IdempotencyKeyHeader, derived}, httpapi.IdempotencyKeyHeader},
+			{"Body", "/v1/events", event(`"idempotencyKey":"`+derived+`"`, `"deviceKey":"intruder"`), nil, "idempotencyKey"},
+			{"BatchItem", "/v1/events:batch", batchOf(event(`"idempotencyKey":"`+derived+`"`, `"deviceKey":"intruder"`)), nil, "events[0].idempotencyKey"},
+			{"SecondBatchItem", "/v1/events:batch", batchOf(event(`"deviceKey":"other"`), event(`"idempotencyKey":"derived:x"`)), nil, "events[1].idempotencyKey"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				p := b.do(t, http.MethodPost, tc.path, tc.body, tc.header...).problem(t, http.StatusUnprocessableEntity)
+				require.Equal(t, []string{tc.field}, fields(p))
+				require.Contains(t, p.Errors[0].Reason, `"derived:"`)
+				b.requireStored(t, 0)
+			})
+		}
+		// The victim's keyless event is stored, and its retry is a duplicate.
+		r := b.do(t, http.MethodPost, "/v1/events", victim)
+		require.Equal(t, http.StatusCreated, r.status, "body: %s", r.body)
+		require.Equal(t, derived, r.json(t)["idempotencyKey"])
+		again := b.do(t, http.MethodPost, "/v1/events", victim)
+		require.Equal(t, http.StatusOK, again.status, "body: %s", again.body)
+		require.Equal(t, r.json(t)["id"], again.json(t)["id"])
+		b.requireStored(t, 1)
+	})
+
+	t.Run("ConflictInsideABatchNamesBothItems", func(t *testing.T) {
+		t.Parallel()
+		b := setupHandler(t, nil)
+		for _, tc := range []struct {
+			name  string
+			items []string
+			first int
+			other int
+		}{
+			{"SameKey", []string{event(`"idempotencyKey":"k"`, `"payload":{"t":1}`), event(`"idempotencyKey":"k"`, `"payload":{"t":2}`)}, 0, 1},
+			{"SameDerivedKey", []string{event(`"deviceKey":"x"`), event(`"deviceKey":"y"`), event(`"deviceKey":"x"`, `"type":"other"`)}, 0, 2},
+			{"AfterADuplicate", []string{event(`"idempotencyKey":"k2"`), event(`"idempotencyKey":"k2"`), event(`"idempotencyKey":"k2"`, `"payload":{"t":3}`)}, 0, 2},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				p := b.do(t, http.MethodPost, "/v1/events:batch", batchOf(tc.items...)).problem(t, http.StatusUnprocessableEntity)
+				require.Equal(t, httpapi.ProblemMismatch, p.Type)
+				require.Equal(t, []string{fmt.Sprintf("events[%d].idempotencyKey", tc.other)}, fields(p))
+				require.Contains(t, p.Detail, fmt.Sprintf("events[%d] and events[%d]", tc.first, tc.other))
+				require.Contains(t, p.Errors[0].Reason, fmt.Sprintf("events[%d]", tc.first))
+				require.NotRegexp(t, `[0-9a-f]{24}`, string(p.Detail), "no id of an event that was never stored")
+				b.requireStored(t, 0)
+			})
+		}
+		// A conflict with a stored original still names it, and it exists.
+		stored := b.do(t, http.MethodPost, "/v1/events", event(`"idempotencyKey":"kept"`))
+		require.Equal(t, http.StatusCreated, stored.status)
+		id := stored.json(t)["id"].(string)
+		p := b.do(t, http.MethodPost, "/v1/events:batch", batchOf(event(`"deviceKey":"z"`), event(`"idempotencyKey":"kept"`, `"payload":{"t":9}`))).problem(t, http.StatusUnprocessableEntity)
+		require.Equal(t, []string{"events[1].idempotencyKey"}, fields(p))
+		require.Contains(t, p.Detail, id)
+		require.Equal(t, http.StatusOK, b.do(t, http.MethodGet, "/v1/events/"+id, "").status)
+		b.requireStored(t, 1)
+	})
+}
+
+// TestHostileInputRules: the documented input rules hold at the API (issue
+// 14, item 4): keys are printable, occurredAt follows RFC 3339 section 5.6
+// in both directions, the depth limit counts objects and arrays only, and a
+// NUL in a payload string is refused; 422 names the field.
+func TestHostileInputRules(t *testing.T) {
+	t.Parallel()
+	nested := func(n int, leaf string) string {
+		return strings.Repeat(`{"a":`, n-1) + leaf + strings.Repeat(`}`, n-1)
+	}
+	at := func(v string) string { return `"occurredAt":"` + v + `"` }
+	runHostile(t, []hostileCase{
+		{name: "WhitespaceOnlyKey", body: event(`"sourceKey":"   "`), status: 422, fields: []string{"sourceKey"}},
+		{name: "BidiOverrideInKey", body: event(`"deviceKey":"a\u202eb"`), status: 422, fields: []string{"deviceKey"}, detail: "U+202E"},
+		{name: "ZeroWidthInKey", body: event(`"deviceKey":"a\u200bb"`), status: 422, fields: []string{"deviceKey"}},
+		{name: "PrivateUseInType", body: event(`"type":"\ue000"`), status: 422, fields: []string{"type"}},
+		{name: "NoBreakSpaceInHeaderKey", body: event(), header: []string{httpapi.IdempotencyKeyHeader, "a\u00a0b"}, status: 422, fields: []string{httpapi.IdempotencyKeyHeader}},
+		{name: "OffsetOf24Hours", body: event(at("2026-11-01T10:00:00+24:00")), status: 422, fields: []string{"occurredAt"}, detail: "offset"},
+		{name: "OffsetOf60Minutes", body: event(at("2026-11-01T10:00:00+01:60")), status: 422, fields: []string{"occurredAt"}},
+		{name: "LeapSecondNotAtMidnightUTC", body: event(at("2026-11-01T10:00:60Z")), status: 422, fields: []string{"occurredAt"}},
+		{name: "NoSuchDay", body: event(at("2026-02-29T10:00:00Z")), status: 422, fields: []string{"occurredAt"}},
+		{name: "SpaceForT", body: event(at("2026-11-01 10:00:00Z")), status: 422, fields: []string{"occurredAt"}},
+		{name: "OneDigitMonth", body: event(at("2026-1-01T10:00:00Z")), status: 422, fields: []string{"occurredAt"}},
+		{name: "ThirtyThreeLevels", body: event(`"payload":` + nested(33, `{"x":1}`)), status: 422, fields: []string{"payload" + strings.Repeat(".a", 32)}},
+		{name: "NulInPayloadString", body: event(`"payload":{"note":"a\u0000b"}`), status: 422, fields: []string{"payload.note"}, detail: "NUL"},
+		{name: "NulInBatchPayload", path: "/v1/events:batch", body: batchOf(event(`"deviceKey":"n1"`), event(`"payload":{"l":["x\u0000"]}`)), status: 422, fields: []string{"events[1].payload.l[0]"}},
+
+		{name: "LowerCaseTAndZ", body: event(`"deviceKey":"lower"`, at("2026-11-01t10:00:00z")), status: 201},
+		{name: "UnknownLocalOffset", body: event(`"deviceKey":"minus-zero"`, at("2026-11-01T10:00:00-00:00")), status: 201},
+		{name: "OffsetOf23Hours59", body: event(`"deviceKey":"offset"`, at("2026-11-01T10:00:00+23:59")), status: 201},
+		{name: "LongFraction", body: event(`"deviceKey":"fraction"`, at("2026-11-01T10:00:00.123456789123Z")), status: 201},
+		{name: "LeapSecond", body: event(`"deviceKey":"leap"`, at("2016-12-31T23:59:60Z")), status: 201},
+		{name: "LeapSecondWithOffset", body: event(`"deviceKey":"leap-offset"`, at("2017-01-01T00:59:60+01:00")), status: 201},
+		{name: "ThirtyTwoLevelsScalarLeaf", body: event(`"deviceKey":"deep1"`, `"payload":`+nested(32, `{"x":1}`)), status: 201},
+		{name: "ThirtyTwoLevelsStringLeaf", body: event(`"deviceKey":"deep2"`, `"payload":`+nested(32, `{"x":"s"}`)), status: 201},
+		{name: "PrintableKeys", body: event(`"sourceKey":"Gerät 7 / Halle ü"`, `"deviceKey":"センサー"`), status: 201},
+	})
 }
