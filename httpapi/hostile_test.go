@@ -211,7 +211,7 @@ func TestHostileKeys(t *testing.T) {
 				require.Equal(t, []string{fmt.Sprintf("events[%d].idempotencyKey", tc.other)}, fields(p))
 				require.Contains(t, p.Detail, fmt.Sprintf("events[%d] and events[%d]", tc.first, tc.other))
 				require.Contains(t, p.Errors[0].Reason, fmt.Sprintf("events[%d]", tc.first))
-				require.NotRegexp(t, `[0-9a-f]{24}`, string(p.Detail), "no id of an event that was never stored")
+				require.NotRegexp(t, `[0-9a-f]{24}`, p.Detail, "no id of an event that was never stored")
 				b.requireStored(t, 0)
 			})
 		}

@@ -118,7 +118,7 @@ type Server struct {
 
 	mu sync.Mutex
 	// reading are the bodies being read, for Shutdown to cut short.
-	reading map[*body]struct{}
+	reading map[*limitedBody]struct{}
 	// closing is set when Shutdown begins; cutAt is then the latest
 	// deadline of any body.
 	closing bool
@@ -135,7 +135,7 @@ func NewServer(handler http.Handler, cfg *ServerConfig, logger *zap.Logger) (*Se
 		logger = zap.NewNop()
 	}
 	s := &Server{cfg: c, logger: logger.Named("http"), slots: make(chan struct{}, c.MaxInFlightBodies),
-		reading: map[*body]struct{}{}}
+		reading: map[*limitedBody]struct{}{}}
 	s.srv = &http.Server{
 		Handler:           s.wrap(handler),
 		ReadHeaderTimeout: c.ReadHeaderTimeout,
@@ -191,7 +191,7 @@ func (s *Server) wrap(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		b := &body{ReadCloser: r.Body, s: s, rc: http.NewResponseController(w)}
+		b := &limitedBody{ReadCloser: r.Body, s: s, rc: http.NewResponseController(w)}
 		defer b.abandon()
 		r.Body = b
 		next.ServeHTTP(w, r)

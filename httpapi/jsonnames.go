@@ -79,7 +79,7 @@ var errSyntax = errors.New("malformed JSON")
 // request objects (the body, each batch item) are named exactly as the
 // fields (encoding/json alone also takes "SOURCEKEY" or "sourceKEY") and
 // no object, payload objects included, names a member twice (encoding/json
-// alone keeps the last one; other readers keep the first). It allocates
+// alone keeps the last one; other readers may keep the first). It allocates
 // only for names written with escapes, for objects of many members and for
 // the error.
 type nameScanner struct {

@@ -22,12 +22,12 @@ var (
 	errTooManyBodies = errors.New("too many request bodies are being received")
 )
 
-// body is a request body under its Server's limits. Its first read takes a
-// slot of MaxInFlightBodies and sets the connection's read deadline; its
-// end (EOF, an error, or the handler's return) gives both back. Only the
-// handler's goroutine reads it; Shutdown moves its deadline under the
-// server's lock.
-type body struct {
+// limitedBody is a request body under its Server's limits. Its first read
+// takes a slot of MaxInFlightBodies and sets the connection's read
+// deadline; its end (EOF, an error, or the handler's return) gives the slot
+// back. Only the handler's goroutine reads it; Shutdown moves its deadline
+// under the server's lock.
+type limitedBody struct {
 	io.ReadCloser
 	s  *Server
 	rc *http.ResponseController
@@ -47,7 +47,7 @@ const (
 
 // Read reads under the body's deadline; a read past it fails with
 // errBodyTimeout or errShuttingDown.
-func (b *body) Read(p []byte) (int, error) {
+func (b *limitedBody) Read(p []byte) (int, error) {
 	switch b.state {
 	case bodyUnread:
 		if err := b.start(); err != nil {
@@ -75,7 +75,7 @@ func (b *body) Read(p []byte) (int, error) {
 
 // start takes a slot and sets the deadline: BodyTimeout from now, or the
 // shutdown's cut when that comes first.
-func (b *body) start() error {
+func (b *limitedBody) start() error {
 	s := b.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -98,7 +98,7 @@ func (b *body) start() error {
 // setDeadline moves the connection's read deadline; the caller holds the
 // server's lock. A connection without deadlines (HTTP/2, a test recorder)
 // keeps none.
-func (b *body) setDeadline(t time.Time, cut bool) {
+func (b *limitedBody) setDeadline(t time.Time, cut bool) {
 	b.deadline, b.cut = t, cut
 	_ = b.rc.SetReadDeadline(t)
 }
@@ -106,7 +106,7 @@ func (b *body) setDeadline(t time.Time, cut bool) {
 // finish gives the slot back. After a clean end it clears the deadline, so
 // that the connection's background read does not fail (and cancel the
 // request's context) while the handler writes.
-func (b *body) finish() {
+func (b *limitedBody) finish() {
 	if b.err == nil {
 		b.err = io.EOF
 	}
@@ -120,7 +120,7 @@ func (b *body) finish() {
 	b.state = bodyDone
 	delete(s.reading, b)
 	<-s.slots
-	if b.err == io.EOF {
+	if errors.Is(b.err, io.EOF) {
 		_ = b.rc.SetReadDeadline(time.Time{})
 	}
 }
@@ -130,8 +130,8 @@ func (b *body) finish() {
 // a stalled client for ever. With a deadline in the past it discards only
 // what has already arrived and otherwise closes the connection (after the
 // answer).
-func (b *body) abandon() {
-	if b.state == bodyDone && b.err == io.EOF {
+func (b *limitedBody) abandon() {
+	if b.state == bodyDone && errors.Is(b.err, io.EOF) {
 		return
 	}
 	b.finish()
