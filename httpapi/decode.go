@@ -9,6 +9,7 @@ import (
 	"mime"
 	"net/http"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -33,7 +34,7 @@ func (h *handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool
 	if r.ContentLength > h.cfg.MaxBody {
 		return nil, h.tooLarge(w, r, h.cfg.MaxBody)
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBody))
+	body, err := readAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBody), r.ContentLength)
 	var tooLarge *http.MaxBytesError
 	switch {
 	case err == nil:
@@ -55,6 +56,37 @@ func (h *handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool
 		writeProblem(w, r, newProblem(http.StatusBadRequest, ProblemMalformed, "Malformed request", "the body could not be read"))
 	}
 	return nil, false
+}
+
+// readAll reads r to its end into one buffer: after the first read (which
+// takes the body's slot under a Server) it grows to the declared length, if
+// any (at most MaxBody: readBody refuses more), so that a body costs its
+// size once. io.ReadAll reads into growing chunks and copies them into a
+// right-sized slice at the end, even when the read fails: a body that timed
+// out cost twice its size.
+func readAll(r io.Reader, length int64) ([]byte, error) {
+	size := 512
+	if length >= 0 && length < int64(size) {
+		size = int(length) + 1 // the read that sees EOF needs room
+	}
+	b := make([]byte, 0, size)
+	for {
+		if len(b) == cap(b) {
+			if int64(len(b)) < length {
+				b = slices.Grow(b, int(length)+1-len(b))
+			} else {
+				b = append(b, 0)[:len(b)]
+			}
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if errors.Is(err, io.EOF) {
+			return b, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
 }
 
 // tooLarge answers 413 and closes the connection, whose body is unread.
