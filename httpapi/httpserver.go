@@ -24,7 +24,7 @@ const (
 	// balancers, so that the balancer, not outboxd, closes first.
 	IdleTimeoutDefault = 75 * time.Second
 	// MaxInFlightBodiesDefault bounds the bodies read at once
-	// (--http-max-inflight-bodies).
+	// (--http-max-bodies).
 	MaxInFlightBodiesDefault = 64
 	// MaxHeaderBytesDefault bounds a request line and its headers.
 	MaxHeaderBytesDefault = 64 << 10

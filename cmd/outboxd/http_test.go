@@ -20,7 +20,7 @@ func TestHTTPFlagsAreValidated(t *testing.T) {
 	for _, tc := range []struct{ flag, value string }{
 		{"http-body-timeout", "0s"},
 		{"http-idle-timeout", "-1s"},
-		{"http-max-inflight-bodies", "0"},
+		{"http-max-bodies", "0"},
 	} {
 		t.Run(tc.flag, func(t *testing.T) {
 			code, out := runCLI(t, nil, "ingest", "--store", "mongodb://h", "--"+tc.flag, tc.value)
