@@ -9,6 +9,7 @@ import (
 	"mime"
 	"net/http"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -16,24 +17,98 @@ import (
 	"github.com/outboxd/outboxd/outbox"
 )
 
-// readBody checks the content type and reads the body up to MaxBody. On
-// failure it has answered and returns false.
+// readBody checks the content type and coding and reads the body up to
+// MaxBody. On failure it has answered and returns false.
 func (h *handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	if !isJSON(r.Header.Get("Content-Type")) {
 		writeProblem(w, r, newProblem(http.StatusUnsupportedMediaType, "", "", "Content-Type must be application/json (charset utf-8, if any)"))
 		return nil, false
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBody))
-	var tooLarge *http.MaxBytesError
-	switch {
-	case errors.As(err, &tooLarge):
-		writeProblem(w, r, newProblem(http.StatusRequestEntityTooLarge, "", "", fmt.Sprintf("the body is larger than %d bytes", tooLarge.Limit)))
-		return nil, false
-	case err != nil:
-		writeProblem(w, r, newProblem(http.StatusBadRequest, ProblemMalformed, "Malformed request", "the body could not be read"))
+	if coding, ok := identityCoded(r.Header.Values("Content-Encoding")); !ok {
+		// RFC 9110 section 15.5.16: say which codings would do.
+		w.Header().Set("Accept-Encoding", "identity")
+		writeProblem(w, r, newProblem(http.StatusUnsupportedMediaType, "", "",
+			fmt.Sprintf("Content-Encoding %q is not accepted: send the body uncompressed (identity)", coding)))
 		return nil, false
 	}
-	return body, true
+	if r.ContentLength > h.cfg.MaxBody {
+		return nil, h.tooLarge(w, r, h.cfg.MaxBody)
+	}
+	body, err := readAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBody), r.ContentLength)
+	var tooLarge *http.MaxBytesError
+	switch {
+	case err == nil:
+		return body, true
+	case errors.As(err, &tooLarge):
+		return nil, h.tooLarge(w, r, tooLarge.Limit)
+	case errors.Is(err, errBodyTimeout):
+		w.Header().Set("Connection", "close")
+		writeProblem(w, r, newProblem(http.StatusRequestTimeout, "", "", "the body did not arrive in time"))
+	case errors.Is(err, errShuttingDown), errors.Is(err, errTooManyBodies):
+		detail := "the server is shutting down; retry"
+		if errors.Is(err, errTooManyBodies) {
+			detail = "too many requests are sending their bodies at once; retry later"
+		}
+		w.Header().Set("Connection", "close")
+		w.Header().Set("Retry-After", h.retryAfter)
+		writeProblem(w, r, newProblem(http.StatusServiceUnavailable, "", "", detail))
+	default:
+		writeProblem(w, r, newProblem(http.StatusBadRequest, ProblemMalformed, "Malformed request", "the body could not be read"))
+	}
+	return nil, false
+}
+
+// readAll reads r to its end into one buffer: after the first read (which
+// takes the body's slot under a Server) it grows to the declared length, if
+// any (at most MaxBody: readBody refuses more), so that a body costs its
+// size once. io.ReadAll reads into growing chunks and copies them into a
+// right-sized slice at the end, even when the read fails: a body that timed
+// out cost twice its size.
+func readAll(r io.Reader, length int64) ([]byte, error) {
+	size := 512
+	if length >= 0 && length < int64(size) {
+		size = int(length) + 1 // the read that sees EOF needs room
+	}
+	b := make([]byte, 0, size)
+	for {
+		if len(b) == cap(b) {
+			if int64(len(b)) < length {
+				b = slices.Grow(b, int(length)+1-len(b))
+			} else {
+				b = append(b, 0)[:len(b)]
+			}
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if errors.Is(err, io.EOF) {
+			return b, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+// tooLarge answers 413 and closes the connection, whose body is unread.
+func (h *handler) tooLarge(w http.ResponseWriter, r *http.Request, limit int64) bool {
+	w.Header().Set("Connection", "close")
+	writeProblem(w, r, newProblem(http.StatusRequestEntityTooLarge, "", "", fmt.Sprintf("the body is larger than %d bytes", limit)))
+	return false
+}
+
+// identityCoded reports whether the Content-Encoding values name no coding
+// but identity; otherwise it returns the first other coding. outboxd
+// decodes none: the body limit stays a limit on the bytes received and
+// held, and no compressed body can expand past it.
+func identityCoded(values []string) (string, bool) {
+	for _, v := range values {
+		for c := range strings.SplitSeq(v, ",") {
+			if c = strings.TrimSpace(c); c != "" && !strings.EqualFold(c, "identity") {
+				return c, false
+			}
+		}
+	}
+	return "", true
 }
 
 // isJSON accepts application/json with no charset or charset utf-8.
@@ -49,8 +124,9 @@ func isJSON(contentType string) bool {
 // requestError is a body that is not the JSON the route expects (400).
 type requestError struct {
 	detail string
-	// field is set for an unknown field.
-	field string
+	// field names the offending member, if any, and reason says what is
+	// wrong with it.
+	field, reason string
 }
 
 func (e *requestError) Error() string { return e.detail }
@@ -60,7 +136,7 @@ func (e *requestError) Error() string { return e.detail }
 // its Batch from w.Prepare, a *requestError (400) or a *outbox.ValidationError (422).
 func decodeEvent(w *outbox.Writer, body []byte, headerKey string) ([]outbox.Input, *outbox.Batch, error) {
 	var in outbox.Input
-	if err := decodeObject(body, &in, ""); err != nil {
+	if err := decodeBody(body, &in, shapeEvent); err != nil {
 		return nil, nil, err
 	}
 	if headerKey != "" {
@@ -90,10 +166,8 @@ func decodeEvent(w *outbox.Writer, body []byte, headerKey string) ([]outbox.Inpu
 // order and their Batch from w.Prepare, a *requestError (400) or a
 // *outbox.ValidationError (422) whose fields are named events[i].field.
 func decodeBatch(w *outbox.Writer, body []byte, maxBatch int) ([]outbox.Input, *outbox.Batch, error) {
-	var req struct {
-		Events []json.RawMessage `json:"events"`
-	}
-	if err := decodeObject(body, &req, ""); err != nil {
+	var req batchRequest
+	if err := decodeBody(body, &req, shapeBatch); err != nil {
 		return nil, nil, err
 	}
 	switch {
@@ -110,7 +184,7 @@ func decodeBatch(w *outbox.Writer, body []byte, maxBatch int) ([]outbox.Input, *
 			fields = append(fields, outbox.FieldError{Field: strings.TrimSuffix(prefix, "."), Reason: "must be a JSON object"})
 			continue
 		}
-		err := decodeObject(raw, &inputs[i], prefix)
+		err := decodeStrict(raw, &inputs[i], prefix)
 		var ve *outbox.ValidationError
 		if errors.As(err, &ve) {
 			fields = append(fields, ve.Fields...)
@@ -141,10 +215,10 @@ func isObject(data []byte) bool {
 	return len(data) > 0 && data[0] == '{'
 }
 
-// decodeObject strictly decodes one JSON object from data into v: valid
-// UTF-8, no unknown fields, nothing after the value. Field names in errors
-// carry prefix.
-func decodeObject(data []byte, v any, prefix string) error {
+// decodeBody strictly decodes a request body, one JSON object of shape sh,
+// into v: valid UTF-8, member names exactly the fields' and each once
+// (checkNames), no unknown fields, nothing after the object.
+func decodeBody(data []byte, v any, sh shape) error {
 	// encoding/json replaces invalid UTF-8 with U+FFFD silently.
 	if !utf8.Valid(data) {
 		return &requestError{detail: "the body is not valid UTF-8"}
@@ -155,6 +229,24 @@ func decodeObject(data []byte, v any, prefix string) error {
 	if !isObject(data) {
 		return &requestError{detail: "the body must be a JSON object"}
 	}
+	names := checkNames(data, sh)
+	if names != nil && !errors.Is(names, errSyntax) {
+		return names
+	}
+	if err := decodeStrict(data, v, ""); err != nil {
+		return err
+	}
+	if names != nil {
+		// The scanner found JSON malformed that encoding/json read: refuse
+		// what the two read differently.
+		return &requestError{detail: "malformed JSON"}
+	}
+	return nil
+}
+
+// decodeStrict decodes one JSON object from data into v: no unknown
+// fields, nothing after the value. Field names in errors carry prefix.
+func decodeStrict(data []byte, v any, prefix string) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -187,7 +279,7 @@ func decodeError(err error, prefix string) error {
 		if unq, uerr := strconv.Unquote(name); uerr == nil {
 			name = unq
 		}
-		return &requestError{detail: fmt.Sprintf("unknown field %q", prefix+name), field: prefix + name}
+		return &requestError{detail: fmt.Sprintf("unknown field %q", prefix+name), field: prefix + name, reason: "is not a known field"}
 	}
 	return &requestError{detail: "malformed JSON: " + strings.TrimPrefix(err.Error(), "json: ")}
 }

@@ -2,7 +2,9 @@ package httpapi
 
 import (
 	"errors"
+	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -70,4 +72,49 @@ func TestDecodeRequest(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestReadAll: a body is read into one buffer of its declared size, and a
+// failed read returns nothing (io.ReadAll copies what it read first).
+func TestReadAll(t *testing.T) {
+	t.Parallel()
+	big := strings.Repeat("x", 100<<10)
+	for _, tc := range []struct {
+		name   string
+		body   string
+		length int64
+	}{
+		{"Empty", "", 0},
+		{"Small", "{}", 2},
+		{"FirstReadSize", strings.Repeat("x", 511), 511},
+		{"Large", big, int64(len(big))},
+		{"LargeWithoutLength", big, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := readAll(iotest.HalfReader(strings.NewReader(tc.body)), tc.length)
+			require.NoError(t, err)
+			require.Equal(t, tc.body, string(got))
+			if tc.length >= 0 {
+				// Rounded up to the allocator's size class (pages above 32 KiB).
+				require.LessOrEqual(t, cap(got), max(512, len(tc.body)+1+8<<10), "one buffer of the declared size")
+			}
+		})
+	}
+	_, err := readAll(iotest.TimeoutReader(strings.NewReader(big)), int64(len(big)))
+	require.ErrorIs(t, err, iotest.ErrTimeout)
+}
+
+// TestReadAllAllocations: a body of known length costs the first read's
+// buffer and its own.
+func TestReadAllAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates too")
+	}
+	big := strings.Repeat("x", 100<<10)
+	r := strings.NewReader(big)
+	allocs := testing.AllocsPerRun(20, func() {
+		r.Reset(big)
+		_, _ = readAll(r, int64(len(big)))
+	})
+	require.LessOrEqual(t, allocs, 2.0)
 }

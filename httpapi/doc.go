@@ -4,5 +4,8 @@
 // /readyz) and /metrics, with RFC 9457 problem documents for every error and
 // a bearer token on /v1/. Every long-running role serves it; the roles
 // without the ingest API serve the rest. It writes through an
-// outbox.Writer and reads through a store of the storage port.
+// outbox.Writer and reads through a store of the storage port. NewServer
+// serves it with bounds on what a client may hold (time to send headers and
+// a body, idle connections, bodies read at once) and a shutdown that does
+// not wait for stalled clients.
 package httpapi

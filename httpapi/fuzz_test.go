@@ -41,8 +41,9 @@ func encodeRequest(t *testing.T, inputs []outbox.Input, batch bool) []byte {
 
 // FuzzDecodeEvent checks request decoding and validation: it never panics,
 // every refusal is a 400 (*requestError) or a 422 (*ValidationError naming a
-// field), and an accepted body passes Writer.Validate and survives
-// re-encoding unchanged, as the same event (key and content hash).
+// field), the member-name check and encoding/json agree on what is JSON, and
+// an accepted body passes Writer.Validate and survives re-encoding
+// unchanged, as the same event (key and content hash).
 func FuzzDecodeEvent(f *testing.F) {
 	for _, s := range []struct {
 		body  string
@@ -66,12 +67,32 @@ func FuzzDecodeEvent(f *testing.F) {
 		{`{"events":[]}`, "", true},
 		{`{"events":[{},{},{},{},{}]}`, "", true},
 		{`{"events":{"sourceKey":"s"}}`, "", true},
+		{`{"sourceKey":"s","deviceKey":"d","occurredAt":"2026-11-01T10:00:00Z","sourceKey":"s"}`, "", false},
+		{`{"sourceKey":"s","deviceKey":"d","occurredAt":"2026-11-01T10:00:00Z","device\u004bey":"e"}`, "", false},
+		{`{"source\u212aey":"s","deviceKey":"d","occurredAt":"2026-11-01T10:00:00Z"}`, "", false},
+		{`{"sourceKey":"s","deviceKey":"d","occurredAt":"2026-11-01T10:00:00Z","payload":{"a":[{"b":1,"b":2}],"A":1}}`, "", false},
+		{`{"sourceKey":"s","deviceKey":"d","occurredAt":"2026-11-01T10:00:00Z","payload":{"\u0061":1,"b":-0.5e-3}}`, "", false},
+		{`{"events":[{"sourceKey":"s","deviceKey":"d","occurredAt":"2026-11-01T10:00:00Z","Type":"t"}],"events":[]}`, "", true},
+		{`{"events":[{"sourceKey":"s","deviceKey":"d","occurredAt":"2026-11-01T10:00:00Z"},{"sourceKey":"s","sourceKey":"t"}]}`, "", true},
 	} {
 		f.Add([]byte(s.body), s.key, s.batch)
 	}
 	w := outbox.NewWriter(nil, &outbox.WriterConfig{Now: func() time.Time { return time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC) }})
 
 	f.Fuzz(func(t *testing.T, body []byte, key string, batch bool) {
+		if isObject(body) {
+			// The name check reads the first value as encoding/json does.
+			var raw json.RawMessage
+			jsonErr := json.NewDecoder(bytes.NewReader(body)).Decode(&raw)
+			for _, sh := range []shape{shapeEvent, shapeBatch} {
+				switch err := checkNames(body, sh); {
+				case errors.Is(err, errSyntax) && jsonErr == nil:
+					t.Fatalf("the name check refuses JSON that encoding/json reads: %q", body)
+				case err == nil && jsonErr != nil:
+					t.Fatalf("the name check reads what encoding/json refuses (%v): %q", jsonErr, body)
+				}
+			}
+		}
 		inputs, err := decodeRequest(w, body, key, batch)
 		if err != nil {
 			var (

@@ -59,6 +59,15 @@ type batchResponse struct {
 }
 
 func (h *handler) postBatch(w http.ResponseWriter, r *http.Request) {
+	if len(r.Header.Values(IdempotencyKeyHeader)) > 0 {
+		// Silently ignoring it would leave the client believing the batch is
+		// keyed.
+		h.fail(w, r, &requestError{
+			detail: "the " + IdempotencyKeyHeader + " header is not accepted on a batch: give each event its own idempotencyKey field (events[i].idempotencyKey)",
+			field:  IdempotencyKeyHeader, reason: "is not accepted on POST /v1/events:batch; use events[i].idempotencyKey",
+		}, "")
+		return
+	}
 	body, ok := h.readBody(w, r)
 	if !ok {
 		return
@@ -152,7 +161,7 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error, keyFie
 	case errors.As(err, &re):
 		p := newProblem(http.StatusBadRequest, ProblemMalformed, "Malformed request", re.detail)
 		if re.field != "" {
-			p.Errors = []outbox.FieldError{{Field: re.field, Reason: "is not a known field"}}
+			p.Errors = []outbox.FieldError{{Field: re.field, Reason: re.reason}}
 		}
 		writeProblem(w, r, p)
 	case errors.As(err, &ve):

@@ -9,7 +9,8 @@ import (
 	"go.uber.org/zap"
 )
 
-// readyTimeout bounds each readiness check.
+// readyTimeout bounds each readiness check, even one whose client does not
+// heed its context.
 const readyTimeout = 2 * time.Second
 
 func (h *handler) healthz(w http.ResponseWriter, r *http.Request) {
@@ -26,12 +27,10 @@ func (h *handler) readyz(w http.ResponseWriter, r *http.Request) {
 	var wg sync.WaitGroup
 	ok := true
 	for _, c := range h.cfg.Ready {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
-			defer cancel()
-			err := c.Func(ctx)
+		wg.Go(func() {
+			_, err := within(r.Context(), readyTimeout, func(ctx context.Context) (struct{}, error) {
+				return struct{}{}, c.Func(ctx)
+			})
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -41,7 +40,7 @@ func (h *handler) readyz(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			results[c.Name] = "ok"
-		}()
+		})
 	}
 	wg.Wait()
 	body := map[string]any{"status": "ok", "checks": results}

@@ -129,7 +129,7 @@ type handler struct {
 
 // New returns the HTTP surface of outboxd (DESIGN.md, "HTTP API"): the
 // routes cfg has what it takes to serve, plus /healthz. A nil logger logs
-// nothing.
+// nothing. Serve it with NewServer, which bounds what a client may hold.
 func New(cfg *Config, logger *zap.Logger) (http.Handler, error) {
 	c := cfg.withDefaults()
 	if err := c.validate(); err != nil {

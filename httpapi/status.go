@@ -1,7 +1,9 @@
 package httpapi
 
 import (
+	"cmp"
 	"context"
+	"fmt"
 	"net/http"
 	"sync"
 	"time"
@@ -13,7 +15,7 @@ import (
 	"github.com/outboxd/outboxd/store"
 )
 
-// StatusReadTimeout bounds each store read of a status snapshot.
+// StatusReadTimeout is the default Status.ReadTimeout.
 const StatusReadTimeout = 2 * time.Second
 
 // Status reads the state of one pipeline from the stores: the figures of
@@ -26,11 +28,17 @@ type Status struct {
 	Group  string
 	// Now tells the time for ages. Defaults to time.Now.
 	Now func() time.Time
+	// ReadTimeout bounds the read of each part (the store's counts, the
+	// stream and DLQ figures): a part not read by then is reported
+	// unavailable, even when its client does not heed the deadline.
+	// Defaults to StatusReadTimeout (2 seconds).
+	ReadTimeout time.Duration
 }
 
 // Snapshot is the JSON of GET /v1/status. A part that could not be read
-// within StatusReadTimeout is null and named in Unavailable: a figure that
-// could not be read is never shown as zero.
+// within Status.ReadTimeout is null (events, outbox) or absent (stream,
+// dlq) and named in Unavailable: a figure that could not be read is never
+// shown as zero.
 type Snapshot struct {
 	Store  string       `json:"store"`
 	Events *EventCounts `json:"events"`
@@ -44,8 +52,8 @@ type Snapshot struct {
 	// "outbox", "stream", "dlq".
 	Unavailable []string `json:"unavailable,omitempty"`
 	// ReadAt is when the store's figures were read (they may come from a
-	// short cache, see the store).
-	ReadAt time.Time `json:"readAt"`
+	// short cache, see the store); absent when they could not be read.
+	ReadAt time.Time `json:"readAt,omitzero"`
 }
 
 // EventCounts counts originals by state.
@@ -81,30 +89,31 @@ type DLQCounts struct {
 }
 
 // Snapshot reads the current state: the store and Redis in parallel, each
-// read bounded by StatusReadTimeout.
+// read bounded by ReadTimeout, so that it answers within ReadTimeout
+// however stalled a store is.
 func (s *Status) Snapshot(ctx context.Context) *Snapshot {
 	now := time.Now
 	if s.Now != nil {
 		now = s.Now
 	}
-	snap := &Snapshot{Store: s.Store.Kind()}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	unavailable := func(parts ...string) {
-		mu.Lock()
-		defer mu.Unlock()
-		snap.Unavailable = append(snap.Unavailable, parts...)
+	timeout := cmp.Or(s.ReadTimeout, StatusReadTimeout)
+	var (
+		wg        sync.WaitGroup
+		counts    store.Counts
+		countsErr error
+		parts     streamParts
+	)
+	wg.Go(func() { counts, countsErr = within(ctx, timeout, s.Store.Counts) })
+	if s.Redis != nil {
+		wg.Go(func() { parts, _ = within(ctx, timeout, s.streamCounts) })
 	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		ctx, cancel := context.WithTimeout(ctx, StatusReadTimeout)
-		defer cancel()
-		c, err := s.Store.Counts(ctx)
-		if err != nil {
-			unavailable("events", "outbox")
-			return
-		}
+	wg.Wait()
+
+	snap := &Snapshot{Store: s.Store.Kind()}
+	if countsErr != nil {
+		snap.Unavailable = append(snap.Unavailable, "events", "outbox")
+	} else {
+		c := counts
 		snap.ReadAt = c.ReadAt.UTC()
 		snap.Events = &EventCounts{Total: c.Total, Synced: c.Synced, Pending: c.Pending, Failed: c.Failed,
 			FailedByCategory: c.FailedByCategory, Estimated: c.Estimated}
@@ -117,32 +126,28 @@ func (s *Status) Snapshot(ctx context.Context) *Snapshot {
 		}
 		snap.OldestPendingAgeSeconds = &age
 		snap.Outbox = &OutboxCounts{Undispatched: c.Undispatched}
-	}()
-	if s.Redis != nil {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(ctx, StatusReadTimeout)
-			defer cancel()
-			st, dlq := s.streamCounts(ctx)
-			if st == nil {
-				unavailable("stream")
-			}
-			if dlq == nil {
-				unavailable("dlq")
-			}
-			mu.Lock()
-			snap.Stream, snap.DLQ = st, dlq
-			mu.Unlock()
-		}()
 	}
-	wg.Wait()
+	if s.Redis != nil {
+		snap.Stream, snap.DLQ = parts.stream, parts.dlq
+		if parts.stream == nil {
+			snap.Unavailable = append(snap.Unavailable, "stream")
+		}
+		if parts.dlq == nil {
+			snap.Unavailable = append(snap.Unavailable, "dlq")
+		}
+	}
 	return snap
 }
 
+// streamParts are the Redis parts of a snapshot; a part that failed is nil.
+type streamParts struct {
+	stream *StreamCounts
+	dlq    *DLQCounts
+}
+
 // streamCounts reads the stream's length and pending count and the DLQ's
-// length in one round trip; a part that failed is nil.
-func (s *Status) streamCounts(ctx context.Context) (*StreamCounts, *DLQCounts) {
+// length in one round trip.
+func (s *Status) streamCounts(ctx context.Context) (streamParts, error) {
 	dlqName := outbox.DLQStream(s.Stream)
 	var xlen, dlen *redis.IntCmd
 	var pend *redis.XPendingCmd
@@ -152,23 +157,47 @@ func (s *Status) streamCounts(ctx context.Context) (*StreamCounts, *DLQCounts) {
 		dlen = p.XLen(ctx, dlqName)
 		return nil
 	})
-	var st *StreamCounts
+	var out streamParts
 	if xlen.Err() == nil {
-		st = &StreamCounts{Name: s.Stream, Length: xlen.Val()}
+		out.stream = &StreamCounts{Name: s.Stream, Length: xlen.Val()}
 		switch err := pend.Err(); {
 		case err == nil:
-			st.Pending = pend.Val().Count
+			out.stream.Pending = pend.Val().Count
 		case redis.HasErrorPrefix(err, "NOGROUP"):
 			// No group yet: nothing is pending.
 		default:
-			st = nil
+			out.stream = nil
 		}
 	}
-	var dlq *DLQCounts
 	if dlen.Err() == nil {
-		dlq = &DLQCounts{Name: dlqName, Length: dlen.Val()}
+		out.dlq = &DLQCounts{Name: dlqName, Length: dlen.Val()}
 	}
-	return st, dlq
+	return out, nil
+}
+
+// within runs read with a context bounded by timeout and waits for it no
+// longer than that. A read that does not heed its context (go-redis does
+// not, unless its ContextTimeoutEnabled option is set) is left to end on
+// its client's own timeouts, and its result is dropped.
+func within[T any](ctx context.Context, timeout time.Duration, read func(context.Context) (T, error)) (T, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := read(ctx)
+		done <- result{v, err}
+	}()
+	select {
+	case r := <-done:
+		return r.v, r.err
+	case <-ctx.Done():
+		var zero T
+		return zero, fmt.Errorf("error reading within %s: %w", timeout, ctx.Err())
+	}
 }
 
 func (h *handler) status(w http.ResponseWriter, r *http.Request) {

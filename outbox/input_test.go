@@ -32,6 +32,20 @@ func TestParseTime(t *testing.T) {
 		{"2024-02-29T00:00:00Z", utc("2024-02-29T00:00:00Z")},
 		{"2016-12-31T23:59:60Z", utc("2016-12-31T23:59:59.999999999Z")},
 		{"2017-01-01T00:59:60+01:00", utc("2016-12-31T23:59:59.999999999Z")},
+		{"1990-12-31T15:59:60-08:00", utc("1990-12-31T23:59:59.999999999Z")},
+		{"1985-04-12T23:20:50.52Z", utc("1985-04-12T23:20:50.52Z")},
+		{"1937-01-01T12:00:27.87+00:20", utc("1937-01-01T11:40:27.87Z")},
+		{"2000-02-29T00:00:00Z", utc("2000-02-29T00:00:00Z")},
+		{"1900-02-29T00:00:00Z", time.Time{}},
+		{"2026-11-01T10:00:00-24:00", time.Time{}},
+		{"2026-11-01T10:00:00+1:00", time.Time{}},
+		{"2026-11-01T10:00:00+01", time.Time{}},
+		{"2026-11-01T10:00Z", time.Time{}},
+		{"2026-11-01T10:00:00,5Z", time.Time{}},
+		{"2026-11-01T10:00:00.5", time.Time{}},
+		{"2026-11-01", time.Time{}},
+		{"２０２６-11-01T10:00:00Z", time.Time{}},
+		{"", time.Time{}},
 		{"2026-11-01T10:00:00+24:00", time.Time{}},
 		{"2026-11-01T10:00:00+01:60", time.Time{}},
 		{"2026-11-01T10:00:60Z", time.Time{}},
@@ -74,6 +88,13 @@ func TestKeyProblem(t *testing.T) {
 		"a\uE000":                  false, // private use
 		"a\u00A0b":                 false, // no-break space
 		"a\x01":                    false,
+		"a\u2028b":                 false, // line separator
+		"\ufeffkey":                false, // byte order mark
+		"a\u200db":                 false, // zero-width joiner
+		"a\u0378":                  false, // unassigned
+		"a\uffff":                  false, // noncharacter
+		"e\u0301":                  true,  // combining mark
+		" a ":                      true,
 		strings.Repeat("k", 200):   true,
 		strings.Repeat("k", 201):   false,
 		string([]byte{0xff, 0x61}): false,

@@ -216,8 +216,10 @@ func (a *app) reconcileOnce(ctx context.Context) error {
 
 // serve starts the services and the HTTP server, waits for ctx to end,
 // then shuts down in this order, each step within --shutdown-timeout:
-//  1. the HTTP server stops accepting connections and answers the requests
-//     in flight (their events are written before it returns);
+//  1. the HTTP server stops accepting connections, closes the idle ones and
+//     answers the requests in flight (their events are written before it
+//     returns); a body still arriving gets at most a second more, then its
+//     client is answered 503, so a stalled client cannot hold this step up;
 //  2. the services stop in the role's order, producers first: each stops
 //     reading new work and finishes (acknowledges, checkpoints) its work in
 //     flight;
@@ -257,14 +259,13 @@ func (a *app) serve(ctx context.Context, services []service) error {
 	var serveErr error
 	select {
 	case serveErr = <-errc:
-		serveErr = fmt.Errorf("HTTP server: %w", serveErr)
 	case <-ctx.Done():
 	}
 	a.log.Info("stopping")
 	if srv != nil {
 		sctx, cancel := shutdownCtx()
-		if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			serveErr = errors.Join(serveErr, fmt.Errorf("HTTP shutdown: %w", err))
+		if err := srv.Shutdown(sctx); err != nil {
+			serveErr = errors.Join(serveErr, err)
 		}
 		cancel()
 	}
@@ -276,8 +277,8 @@ func (a *app) serve(ctx context.Context, services []service) error {
 }
 
 // listen starts the HTTP server of the role on --http-addr (none when it is
-// empty).
-func (a *app) listen() (*http.Server, <-chan error, error) {
+// empty), with the limits of the --http-* flags.
+func (a *app) listen() (*httpapi.Server, <-chan error, error) {
 	if a.o.httpAddr == "" {
 		return nil, nil, nil
 	}
@@ -285,11 +286,18 @@ func (a *app) listen() (*http.Server, <-chan error, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	srv, err := httpapi.NewServer(handler, &httpapi.ServerConfig{
+		BodyTimeout:       a.o.httpBodyTimeout,
+		IdleTimeout:       a.o.httpIdleTimeout,
+		MaxInFlightBodies: a.o.httpMaxBodies,
+	}, a.log)
+	if err != nil {
+		return nil, nil, err
+	}
 	ln, err := net.Listen("tcp", a.o.httpAddr)
 	if err != nil {
 		return nil, nil, fmt.Errorf("error listening on --http-addr %s: %w", a.o.httpAddr, err)
 	}
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	a.log.Info("listening", zap.String("addr", ln.Addr().String()))

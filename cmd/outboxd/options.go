@@ -38,6 +38,10 @@ type options struct {
 	stream, group, httpAddr, logLevel     string
 	shutdownTimeout                       time.Duration
 
+	// http
+	httpBodyTimeout, httpIdleTimeout time.Duration
+	httpMaxBodies                    int
+
 	// ingest
 	authToken string
 	maxBody   int64
@@ -84,6 +88,9 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 			fs.StringVar(&o.postgresURL, "postgres-url", PostgresURLDefault, "PostgreSQL URL of the read model")
 		case gHTTP:
 			fs.StringVar(&o.httpAddr, "http-addr", HTTPAddrDefault, "HTTP listen address (API, /healthz, /readyz, /metrics); empty disables it for roles without the API")
+			fs.DurationVar(&o.httpBodyTimeout, "http-body-timeout", httpapi.BodyTimeoutDefault, "longest a client may take to send a request body (then 408)")
+			fs.DurationVar(&o.httpIdleTimeout, "http-idle-timeout", httpapi.IdleTimeoutDefault, "close keep-alive connections idle this long")
+			fs.IntVar(&o.httpMaxBodies, "http-max-bodies", httpapi.MaxInFlightBodiesDefault, "most request bodies read at once (more get 503), which bounds their memory to this × --max-body")
 		case gAuth:
 			fs.StringVar(&o.authToken, "auth-token", "", "bearer token required on /v1/* (empty: no auth)")
 		case gIngest:
@@ -191,6 +198,9 @@ func (o *options) validate() error {
 		bad  bool
 		msg  string
 	}{
+		{"http-body-timeout", o.httpBodyTimeout < time.Millisecond, "must be at least 1ms"},
+		{"http-idle-timeout", o.httpIdleTimeout < time.Millisecond, "must be at least 1ms"},
+		{"http-max-bodies", o.httpMaxBodies <= 0, "must be positive"},
 		{"max-body", o.maxBody <= 0, "must be positive"},
 		{"max-batch", o.maxBatch <= 0, "must be positive"},
 		{"outbox-retention", o.outboxRetention < time.Second, "must be at least 1s"},

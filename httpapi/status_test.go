@@ -1,0 +1,240 @@
+package httpapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outboxd/httpapi"
+	"github.com/outboxd/outboxd/internal/testkit"
+	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/store"
+)
+
+// stallProxy forwards TCP connections to a backend until it is frozen:
+// then it accepts and reads but forwards nothing, as a server stopped with
+// SIGSTOP looks to its clients (the kernel still accepts and buffers).
+type stallProxy struct {
+	ln      net.Listener
+	target  string
+	mu      sync.Mutex
+	flowing chan struct{} // closed while not frozen
+	closed  chan struct{}
+	conns   []net.Conn
+	wg      sync.WaitGroup
+}
+
+func newStallProxy(t *testing.T, target string) *stallProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &stallProxy{ln: ln, target: target, flowing: make(chan struct{}), closed: make(chan struct{})}
+	close(p.flowing)
+	p.wg.Go(p.accept)
+	t.Cleanup(p.close)
+	return p
+}
+
+func (p *stallProxy) addr() string { return p.ln.Addr().String() }
+
+func (p *stallProxy) accept() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		up, err := net.Dial("tcp", p.target)
+		if err != nil {
+			_ = c.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns = append(p.conns, c, up)
+		p.mu.Unlock()
+		p.wg.Go(func() { p.pipe(up, c) })
+		p.wg.Go(func() { p.pipe(c, up) })
+	}
+}
+
+// pipe copies src to dst, holding every chunk while the proxy is frozen.
+func (p *stallProxy) pipe(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			flowing := p.flowing
+			p.mu.Unlock()
+			select {
+			case <-flowing:
+			case <-p.closed:
+				return
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			_ = dst.Close()
+			return
+		}
+	}
+}
+
+func (p *stallProxy) freeze() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.flowing = make(chan struct{})
+}
+
+func (p *stallProxy) thaw() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.flowing:
+	default:
+		close(p.flowing)
+	}
+}
+
+func (p *stallProxy) close() {
+	_ = p.ln.Close()
+	close(p.closed)
+	p.mu.Lock()
+	for _, c := range p.conns {
+		_ = c.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+// getTimed sends GET path and returns the answer and how long it took.
+func (b *handlerBundle) getTimed(t *testing.T, path string) (reply, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	r := b.do(t, http.MethodGet, path, "")
+	return r, time.Since(start)
+}
+
+// TestStatusFrozenRedis freezes Redis behind a proxy under GET /v1/status,
+// GET /readyz and /metrics (issue 14, item 7): each answers within its
+// bound, although the Redis client (the defaults outboxd uses: 5 s read
+// timeout, retries, deadlines of contexts not heeded) would wait far
+// longer; the stream and DLQ figures are absent, not zero, and named as
+// unavailable; the store's figures are still there.
+func TestStatusFrozenRedis(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	direct, prefix := testkit.NewRedis(t)
+	stream := prefix + "-stream"
+	for range 2 {
+		require.NoError(t, direct.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: map[string]any{"payload": "{}"}}).Err())
+	}
+	require.NoError(t, direct.XAdd(ctx, &redis.XAddArgs{Stream: outbox.DLQStream(stream), Values: map[string]any{"payload": "{}"}}).Err())
+
+	opt, err := redis.ParseURL(testkit.RedisURL())
+	require.NoError(t, err)
+	proxy := newStallProxy(t, opt.Addr)
+	opt.Addr = proxy.addr()
+	rdb := redis.NewClient(opt) // outboxd's client: redis.ParseURL's defaults
+	t.Cleanup(func() { _ = rdb.Close() })
+
+	st := testkit.NewStore(t)
+	const bound = 300 * time.Millisecond
+	status := &httpapi.Status{Store: st, Redis: rdb, Stream: stream, Group: prefix + "-group", ReadTimeout: bound}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(httpapi.NewCollector(status))
+	b := setupHandlerOn(t, st, &httpapi.Config{Status: status, Ready: []httpapi.Check{
+		{Name: "store", Func: st.Ping},
+		{Name: "redis", Func: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},
+	}})
+
+	r, _ := b.getTimed(t, "/v1/status")
+	require.Equal(t, http.StatusOK, r.status, "body: %s", r.body)
+	v := r.json(t)
+	require.Equal(t, 2.0, v["stream"].(map[string]any)["length"])
+	require.Equal(t, 1.0, v["dlq"].(map[string]any)["length"])
+	require.NotContains(t, v, "unavailable")
+	require.Equal(t, http.StatusOK, b.do(t, http.MethodGet, "/readyz", "").status)
+
+	proxy.freeze()
+	r, took := b.getTimed(t, "/v1/status")
+	require.Equal(t, http.StatusOK, r.status, "body: %s", r.body)
+	require.Less(t, took, bound+2*time.Second, "the answer waited for the frozen Redis")
+	v = r.json(t)
+	require.NotContains(t, v, "stream", "a figure that could not be read is absent, not zero")
+	require.NotContains(t, v, "dlq")
+	require.Equal(t, []any{"stream", "dlq"}, v["unavailable"])
+	require.Equal(t, 0.0, v["events"].(map[string]any)["total"], "the store's figures are read")
+	require.Contains(t, v, "readAt")
+
+	r, took = b.getTimed(t, "/readyz")
+	require.Equal(t, http.StatusServiceUnavailable, r.status)
+	require.Less(t, took, 2*time.Second+2*time.Second, "readiness waited for the frozen Redis")
+	require.Equal(t, map[string]any{"store": "ok", "redis": "unavailable"}, r.json(t)["checks"])
+
+	start := time.Now()
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	require.Less(t, time.Since(start), bound+2*time.Second, "the scrape waited for the frozen Redis")
+	var names []string
+	for _, f := range families {
+		names = append(names, f.GetName())
+		if f.GetName() == "outboxd_status_read_errors_total" {
+			for _, m := range f.GetMetric() {
+				require.Equal(t, 1.0, m.GetCounter().GetValue())
+			}
+			require.Len(t, f.GetMetric(), 2, "stream and dlq")
+		}
+	}
+	require.Contains(t, names, "outboxd_events")
+	require.NotContains(t, names, "outboxd_stream_length", "a figure that could not be read is left out")
+	require.NotContains(t, names, "outboxd_dlq_length")
+
+	proxy.thaw()
+	require.Eventually(t, func() bool {
+		snap := status.Snapshot(ctx)
+		return len(snap.Unavailable) == 0 && snap.DLQ != nil && snap.DLQ.Length == 1
+	}, 30*time.Second, 20*time.Millisecond, "the figures did not come back with Redis")
+}
+
+// frozenStore is a store whose Counts hangs, whatever its context says,
+// until released.
+type frozenStore struct {
+	store.Store
+	release chan struct{}
+}
+
+func (f frozenStore) Counts(context.Context) (store.Counts, error) {
+	<-f.release
+	return store.Counts{}, errors.New("released")
+}
+
+// TestStatusFrozenStore: a store that hangs is reported unavailable within
+// the bound; events and outbox are null, not zero, and readAt is absent.
+func TestStatusFrozenStore(t *testing.T) {
+	t.Parallel()
+	st := frozenStore{Store: testkit.NewStore(t), release: make(chan struct{})}
+	t.Cleanup(func() { close(st.release) })
+	const bound = 200 * time.Millisecond
+	b := setupHandlerOn(t, st, &httpapi.Config{Status: &httpapi.Status{Store: st, Stream: "s", Group: "g", ReadTimeout: bound}})
+	r, took := b.getTimed(t, "/v1/status")
+	require.Equal(t, http.StatusOK, r.status, "body: %s", r.body)
+	require.Less(t, took, bound+2*time.Second)
+	var v map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal(r.body, &v))
+	for _, part := range []string{"events", "outbox", "oldestPendingAgeSeconds"} {
+		require.Equal(t, "null", string(v[part]), part)
+	}
+	require.NotContains(t, v, "readAt")
+	require.JSONEq(t, `["events","outbox"]`, string(v["unavailable"]))
+}
