@@ -97,6 +97,9 @@ func (a *app) open(ctx context.Context) error {
 		if err != nil {
 			return config.Invalid("redis-url", "%v", err)
 		}
+		// Commands heed their context's deadline (a status read, a probe),
+		// not only the client's fixed read and write timeouts.
+		opt.ContextTimeoutEnabled = true
 		a.rdb = redis.NewClient(opt)
 	}
 	if r.postgres {
