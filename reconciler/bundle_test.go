@@ -36,6 +36,7 @@ type testBundle struct {
 	writer *outbox.Writer
 	reg    *prometheus.Registry
 	seq    int
+	keys   []string // idempotency keys written, for the checker
 }
 
 // setup gives a test its own store, a unique stream on the test Redis and
@@ -82,6 +83,7 @@ func (b *testBundle) write(t *testing.T) string {
 		SourceKey: "src", DeviceKey: fmt.Sprintf("d%04d", b.seq), OccurredAt: "2026-11-01T10:00:00Z",
 	}})
 	require.NoError(t, err)
+	b.keys = append(b.keys, res[0].IdempotencyKey)
 	return res[0].ID
 }
 
