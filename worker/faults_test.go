@@ -17,6 +17,7 @@ import (
 	"github.com/outboxd/outboxd/internal/fault"
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/store"
 	"github.com/outboxd/outboxd/worker"
 )
 
@@ -183,35 +184,46 @@ func TestWorkerFaults(t *testing.T) {
 	// original the worker cannot find yet (a secondary behind, a commit not
 	// visible) stays pending for a few deliveries, and is projected once it
 	// appears; one that never appears is dead-lettered as non_retryable
-	// after MaxDeliveries.
+	// after MaxDeliveries. On both stores: the lag is MongoDB's.
 	t.Run("MissingOriginalRetriedBeforeDeadLetter", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
-		reg := prometheus.NewRegistry()
-		late, ghost := b.records(t, "late"), b.records(t, "ghost")
-		b.publish(t, &late, &ghost)
-		cfg := b.config("c")
-		cfg.Registerer, cfg.MaxDeliveries, cfg.RecordBackoff = reg, 3, 150*time.Millisecond
-		b.start(t, cfg)
-		require.Eventually(t, func() bool {
-			return b.rdb.HLen(ctx, worker.FailuresKey(b.stream, b.group)).Val() == 2
-		}, waitFor, 2*time.Millisecond, "both failed their first delivery")
-		require.NoError(t, b.st.WriteTx(ctx, func(ctx context.Context, tx outbox.Tx) error {
-			return tx.InsertEvents(ctx, []outbox.Event{late})
-		}))
-		require.Eventually(t, func() bool {
-			return b.drained(t) && b.rdb.XLen(ctx, outbox.DLQStream(b.stream)).Val() == 1
-		}, waitFor, 10*time.Millisecond)
-		dl, err := b.rdb.XRange(ctx, outbox.DLQStream(b.stream), "-", "+").Result()
-		require.NoError(t, err)
-		require.Equal(t, ghost.ID, dl[0].Values["eventId"])
-		require.Equal(t, "original_missing", dl[0].Values["reason"])
-		require.Equal(t, outbox.CategoryNonRetryable, dl[0].Values["category"])
-		require.Equal(t, "3", dl[0].Values["deliveries"])
-		require.Equal(t, 1.0, testkit.Metric(t, reg, "outboxd_worker_dead_letters_total",
-			"category", outbox.CategoryNonRetryable, "code", "original_missing"))
-		b.events = append(b.events, b.event(t, late.ID))
-		b.waitConverged(t)
+		for kind, newStore := range map[string]func(testing.TB) store.Store{
+			"SQLite": testkit.NewStore,
+			"Mongo":  func(t testing.TB) store.Store { return testkit.NewMongo(t, nil) },
+		} {
+			t.Run(kind, func(t *testing.T) {
+				t.Parallel()
+				rdb, prefix := testkit.NewRedis(t)
+				b := setupOn(t, newStore(t), rdb, prefix)
+				reg := prometheus.NewRegistry()
+				late, ghost := b.records(t, "late"), b.records(t, "ghost")
+				b.publish(t, &late, &ghost)
+				cfg := b.config("c")
+				cfg.Registerer, cfg.MaxDeliveries, cfg.RecordBackoff = reg, 3, 150*time.Millisecond
+				b.start(t, cfg)
+				require.Eventually(t, func() bool {
+					return b.rdb.HLen(ctx, worker.FailuresKey(b.stream, b.group)).Val() == 2
+				}, waitFor, 2*time.Millisecond, "both failed their first delivery")
+				require.NoError(t, b.st.WriteTx(ctx, func(ctx context.Context, tx outbox.Tx) error {
+					return tx.InsertEvents(ctx, []outbox.Event{late})
+				}))
+				require.Eventually(t, func() bool {
+					return b.drained(t) && b.rdb.XLen(ctx, outbox.DLQStream(b.stream)).Val() == 1
+				}, waitFor, 10*time.Millisecond)
+				dl, err := b.rdb.XRange(ctx, outbox.DLQStream(b.stream), "-", "+").Result()
+				require.NoError(t, err)
+				require.Equal(t, ghost.ID, dl[0].Values["eventId"])
+				require.Equal(t, "original_missing", dl[0].Values["reason"])
+				require.Equal(t, outbox.CategoryNonRetryable, dl[0].Values["category"])
+				require.Equal(t, "3", dl[0].Values["deliveries"])
+				requireMetric(t, 1.0, func() float64 {
+					return testkit.Metric(t, reg, "outboxd_worker_dead_letters_total",
+						"category", outbox.CategoryNonRetryable, "code", "original_missing")
+				})
+				b.events = append(b.events, b.event(t, late.ID))
+				b.waitConverged(t)
+			})
+		}
 	})
 
 	// Row "a record that keeps failing (poison)", when the error is one no
@@ -239,8 +251,10 @@ func TestWorkerFaults(t *testing.T) {
 		require.Eventually(t, func() bool {
 			return b.drained(t) && b.rdb.XLen(ctx, outbox.DLQStream(b.stream)).Val() == 1
 		}, waitFor, 10*time.Millisecond)
-		require.Equal(t, 1.0, testkit.Metric(t, reg, "outboxd_worker_dead_letters_total",
-			"category", outbox.CategoryPoison, "code", "postgres_unknown"))
+		requireMetric(t, 1.0, func() float64 {
+			return testkit.Metric(t, reg, "outboxd_worker_dead_letters_total",
+				"category", outbox.CategoryPoison, "code", "postgres_unknown")
+		})
 		require.Equal(t, "postgres_unknown", b.event(t, odd).SyncFailure.Code)
 		b.events, b.parked = append(evs[:2:2], evs[3:]...), 1
 		b.check(t)
@@ -331,7 +345,9 @@ func TestWorkerErrorStreak(t *testing.T) {
 
 		broken.Store(false) // the fix is deployed: the next probe goes through
 		b.waitConverged(t)
-		require.Zero(t, testkit.Metric(t, reg, "outboxd_retries_halted", "component", "worker", "class", "record"))
+		requireMetric(t, 0, func() float64 {
+			return testkit.Metric(t, reg, "outboxd_retries_halted", "component", "worker", "class", "record")
+		})
 		require.Zero(t, b.rdb.XLen(ctx, outbox.DLQStream(b.stream)).Val())
 		require.Empty(t, budgets(t, b))
 	})
