@@ -78,9 +78,11 @@ func (d *Dispatcher) xadd(ctx, workCtx context.Context, entries []outbox.Entry) 
 			return struct{}{}, err
 		})
 		if err != nil {
-			f := failpolicy.RedisFailure(err)
-			d.streak.Fail(f)
-			bo.Class = f.Class
+			if ctx.Err() == nil { // a stop is not Redis's failure
+				f := failpolicy.RedisFailure(err)
+				d.streak.Fail(f)
+				bo.Class = f.Class
+			}
 			return fmt.Errorf("error adding %d entries to the stream: %w", len(entries), err)
 		}
 		d.streak.Succeed(failpolicy.SourceRedis)

@@ -152,28 +152,5 @@ func streamIDs(t *testing.T, rdb redis.UniversalClient, stream string) []string 
 // include labels (pairs), or 0 when there is none.
 func (b *testBundle) metric(t *testing.T, name string, labels ...string) float64 {
 	t.Helper()
-	families, err := b.reg.Gather()
-	require.NoError(t, err)
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-	series:
-		for _, m := range f.GetMetric() {
-			have := map[string]string{}
-			for _, l := range m.GetLabel() {
-				have[l.GetName()] = l.GetValue()
-			}
-			for i := 0; i+1 < len(labels); i += 2 {
-				if have[labels[i]] != labels[i+1] {
-					continue series
-				}
-			}
-			if m.Counter != nil {
-				return m.GetCounter().GetValue()
-			}
-			return m.GetGauge().GetValue()
-		}
-	}
-	return 0
+	return testkit.Metric(t, b.reg, name, labels...)
 }

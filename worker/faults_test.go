@@ -207,19 +207,8 @@ func TestWorkerFaults(t *testing.T) {
 				require.NoError(t, b.st.WriteTx(ctx, func(ctx context.Context, tx outbox.Tx) error {
 					return tx.InsertEvents(ctx, []outbox.Event{late})
 				}))
-				require.Eventually(t, func() bool {
-					return b.drained(t) && b.rdb.XLen(ctx, outbox.DLQStream(b.stream)).Val() == 1
-				}, waitFor, 10*time.Millisecond)
-				dl, err := b.rdb.XRange(ctx, outbox.DLQStream(b.stream), "-", "+").Result()
-				require.NoError(t, err)
-				require.Equal(t, ghost.ID, dl[0].Values["eventId"])
-				require.Equal(t, "original_missing", dl[0].Values["reason"])
-				require.Equal(t, outbox.CategoryNonRetryable, dl[0].Values["category"])
-				require.Equal(t, "3", dl[0].Values["deliveries"])
-				requireMetric(t, 1.0, func() float64 {
-					return testkit.Metric(t, reg, "outboxd_worker_dead_letters_total",
-						"category", outbox.CategoryNonRetryable, "code", "original_missing")
-				})
+				dl := b.waitDeadLetters(t, 1)
+				requireDeadLetter(t, reg, dl[0], ghost.ID, outbox.CategoryNonRetryable, "original_missing", 3)
 				b.events = append(b.events, b.event(t, late.ID))
 				b.waitConverged(t)
 			})
@@ -235,26 +224,17 @@ func TestWorkerFaults(t *testing.T) {
 		reg := prometheus.NewRegistry()
 		evs := b.write(t, "d1", 5)
 		odd := evs[2].ID
-		projector := worker.NewEventsProjector()
 		cfg := b.config("c")
 		cfg.Registerer = reg
-		cfg.Projector = worker.ProjectorFunc(func(ctx context.Context, tx pgx.Tx, events []*outbox.Event) error {
-			for _, ev := range events {
-				if ev.ID == odd {
-					return errors.New("something nobody classified")
-				}
+		cfg.Projector = failOn(func(ev *outbox.Event, _ bool) error {
+			if ev.ID == odd {
+				return errors.New("something nobody classified")
 			}
-			return projector.Project(ctx, tx, events)
+			return nil
 		})
 		b.publish(t, evs...)
 		b.start(t, cfg)
-		require.Eventually(t, func() bool {
-			return b.drained(t) && b.rdb.XLen(ctx, outbox.DLQStream(b.stream)).Val() == 1
-		}, waitFor, 10*time.Millisecond)
-		requireMetric(t, 1.0, func() float64 {
-			return testkit.Metric(t, reg, "outboxd_worker_dead_letters_total",
-				"category", outbox.CategoryPoison, "code", "postgres_unknown")
-		})
+		requireDeadLetter(t, reg, b.waitDeadLetters(t, 1)[0], odd, outbox.CategoryPoison, "postgres_unknown", 3)
 		require.Equal(t, "postgres_unknown", b.event(t, odd).SyncFailure.Code)
 		b.events, b.parked = append(evs[:2:2], evs[3:]...), 1
 		b.check(t)
@@ -306,16 +286,15 @@ func TestWorkerErrorStreak(t *testing.T) {
 	setupBroken := func(t *testing.T, probe time.Duration) (*testBundle, *prometheus.Registry, *atomic.Bool, *worker.Worker) {
 		b := setup(t)
 		reg := prometheus.NewRegistry()
-		projector := worker.NewEventsProjector()
 		broken := &atomic.Bool{}
 		broken.Store(true)
 		cfg := b.config("c")
 		cfg.Registerer, cfg.StreakLimit, cfg.MaxDeliveries, cfg.BreakerTimeout = reg, 5, 3, probe
-		cfg.Projector = worker.ProjectorFunc(func(ctx context.Context, tx pgx.Tx, events []*outbox.Event) error {
+		cfg.Projector = failOn(func(*outbox.Event, bool) error {
 			if broken.Load() {
 				return fmt.Errorf("%w: the schema drifted", worker.ErrRecord)
 			}
-			return projector.Project(ctx, tx, events)
+			return nil
 		})
 		b.publish(t, b.write(t, "d1", 8)...)
 		w := b.start(t, cfg)

@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -559,12 +560,7 @@ func TestWorkerDeadLetters(t *testing.T) {
 		cfg := b.config("c")
 		cfg.Registerer, cfg.ClaimIdle = reg, 100*time.Millisecond
 		b.start(t, cfg)
-		require.Eventually(t, func() bool {
-			return b.drained(t) && b.rdb.XLen(ctx, outbox.DLQStream(b.stream)).Val() == 3
-		}, waitFor, 10*time.Millisecond)
-		dlq, err := b.rdb.XRange(ctx, outbox.DLQStream(b.stream), "-", "+").Result()
-		require.NoError(t, err)
-		for _, m := range dlq {
+		for _, m := range b.waitDeadLetters(t, 3) {
 			require.Equal(t, "trimmed", m.Values["reason"])
 			require.Equal(t, outbox.CategoryNonRetryable, m.Values["category"])
 		}
@@ -573,7 +569,7 @@ func TestWorkerDeadLetters(t *testing.T) {
 			return testkit.Metric(t, reg, "outboxd_worker_dead_letters_total", "category", outbox.CategoryNonRetryable, "code", "trimmed")
 		})
 		// Their originals stay pending, not parked: the reconciler's
-		// backstop (reconciler.TestFaultRows/StreamTrimmed shows it).
+		// backstop (reconciler.TestReconcilerFaults/StreamTrimmed shows it).
 		for _, ev := range evs[:3] {
 			require.Nil(t, b.event(t, ev.ID).SyncFailure)
 		}
@@ -587,42 +583,28 @@ func TestWorkerDeadLetters(t *testing.T) {
 		reg := prometheus.NewRegistry()
 		evs := b.write(t, "d1", 6)
 		bad := evs[3].ID
-		projector := worker.NewEventsProjector()
 		var mu sync.Mutex
 		var tries []time.Time // deliveries of bad alone (the batch's own try splits first)
 		cfg := b.config("c")
 		cfg.MaxDeliveries, cfg.RecordBackoff, cfg.Registerer = 3, 100*time.Millisecond, reg
-		cfg.Projector = worker.ProjectorFunc(func(ctx context.Context, tx pgx.Tx, events []*outbox.Event) error {
-			for _, ev := range events {
-				if ev.ID == bad {
-					if len(events) == 1 {
-						mu.Lock()
-						tries = append(tries, time.Now())
-						mu.Unlock()
-					}
-					return fmt.Errorf("%w: this one never works", worker.ErrRecord)
-				}
+		cfg.Projector = failOn(func(ev *outbox.Event, alone bool) error {
+			if ev.ID != bad {
+				return nil
 			}
-			return projector.Project(ctx, tx, events)
+			if alone {
+				mu.Lock()
+				tries = append(tries, time.Now())
+				mu.Unlock()
+			}
+			return fmt.Errorf("%w: this one never works", worker.ErrRecord)
 		})
 		b.publish(t, evs...)
 		b.start(t, cfg)
-		require.Eventually(t, func() bool {
-			return b.drained(t) && b.rdb.XLen(ctx, outbox.DLQStream(b.stream)).Val() == 1
-		}, waitFor, 10*time.Millisecond)
-
-		dl, err := b.rdb.XRange(ctx, outbox.DLQStream(b.stream), "-", "+").Result()
-		require.NoError(t, err)
-		require.Equal(t, bad, dl[0].Values["eventId"])
-		require.Equal(t, outbox.CategoryPoison, dl[0].Values["category"])
-		require.Equal(t, "projection_failed", dl[0].Values["reason"])
-		require.Equal(t, "3", dl[0].Values["deliveries"])
+		dl := b.waitDeadLetters(t, 1)
+		requireDeadLetter(t, reg, dl[0], bad, outbox.CategoryPoison, "projection_failed", 3)
 		parked := b.event(t, bad)
 		require.Equal(t, outbox.CategoryPoison, parked.SyncFailure.Category)
 		require.Equal(t, int64(3), parked.SyncFailure.Deliveries)
-		requireMetric(t, 1.0, func() float64 {
-			return testkit.Metric(t, reg, "outboxd_worker_dead_letters_total", "category", outbox.CategoryPoison, "code", "projection_failed")
-		})
 		require.Zero(t, b.rdb.HLen(ctx, worker.FailuresKey(b.stream, b.group)).Val(), "the budget leaves with the entry")
 
 		// Three deliveries spaced by the backoff: about 100ms, then 200ms
@@ -646,4 +628,47 @@ func TestWorkerDeadLetters(t *testing.T) {
 func requireMetric(t *testing.T, want float64, value func() float64) {
 	t.Helper()
 	require.Eventually(t, func() bool { return value() == want }, waitFor, 5*time.Millisecond, "metric never reached %v (last %v)", want, value())
+}
+
+// failOn is the default projector, except that a transaction holding an
+// event for which fail returns an error fails with it; alone tells that the
+// event is the transaction's only one (a delivery of its own, or the
+// worker's split of a failed batch).
+func failOn(fail func(ev *outbox.Event, alone bool) error) worker.Projector {
+	projector := worker.NewEventsProjector()
+	return worker.ProjectorFunc(func(ctx context.Context, tx pgx.Tx, events []*outbox.Event) error {
+		for _, ev := range events {
+			if err := fail(ev, len(events) == 1); err != nil {
+				return err
+			}
+		}
+		return projector.Project(ctx, tx, events)
+	})
+}
+
+// waitDeadLetters waits until the stream is drained with n dead letters,
+// and returns them.
+func (b *testBundle) waitDeadLetters(t *testing.T, n int64) []redis.XMessage {
+	t.Helper()
+	ctx := context.Background()
+	require.Eventually(t, func() bool {
+		return b.drained(t) && b.rdb.XLen(ctx, outbox.DLQStream(b.stream)).Val() == n
+	}, waitFor, 10*time.Millisecond)
+	dl, err := b.rdb.XRange(ctx, outbox.DLQStream(b.stream), "-", "+").Result()
+	require.NoError(t, err)
+	return dl
+}
+
+// requireDeadLetter checks a dead letter's event, category, reason and
+// deliveries, and that the worker counted it in
+// outboxd_worker_dead_letters_total.
+func requireDeadLetter(t *testing.T, reg *prometheus.Registry, dl redis.XMessage, eventID, category, reason string, deliveries int) {
+	t.Helper()
+	require.Equal(t, eventID, dl.Values["eventId"])
+	require.Equal(t, category, dl.Values["category"])
+	require.Equal(t, reason, dl.Values["reason"])
+	require.Equal(t, strconv.Itoa(deliveries), dl.Values["deliveries"])
+	requireMetric(t, 1, func() float64 {
+		return testkit.Metric(t, reg, "outboxd_worker_dead_letters_total", "category", category, "code", reason)
+	})
 }

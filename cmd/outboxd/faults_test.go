@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/dispatcher"
@@ -325,11 +324,7 @@ func TestSeveralProcessesOneSQLiteStore(t *testing.T) {
 		c.send(ctx, func(i int) string { return "http://" + addrs[i%2] }, 0, 300, 6)
 		require.Empty(t, c.failures)
 		testkit.RequireConverged(t, b.pipeline(t), c.keys(), 2*time.Minute)
-		leaders := 0.0
-		for _, addr := range addrs {
-			leaders += scrape(t, addr, "outboxd_dispatcher_leader")
-		}
-		require.Equal(t, 1.0, leaders, "one dispatcher leads")
+		requireOneLeader(t, addrs)
 	})
 
 	t.Run("RolePerProcess", func(t *testing.T) {
@@ -360,30 +355,29 @@ func TestSeveralProcessesOneSQLiteStore(t *testing.T) {
 		c.send(ctx, func(int) string { return "http://" + ingest }, 0, 300, 6)
 		require.Empty(t, c.failures)
 		testkit.RequireConverged(t, b.pipeline(t), c.keys(), 2*time.Minute)
-		leaders := 0.0
-		for _, addr := range dispatchers {
-			leaders += scrape(t, addr, "outboxd_dispatcher_leader")
-		}
-		require.Equal(t, 1.0, leaders, "one dispatcher leads")
+		requireOneLeader(t, dispatchers)
 	})
 }
 
-// scrape returns the value of the unlabelled-but-stream series name on
-// the /metrics of the role at addr (0 when absent).
-func scrape(t *testing.T, addr, name string) float64 {
+// requireOneLeader checks, on the /metrics of the dispatchers at addrs,
+// that exactly one holds the stream's lease.
+func requireOneLeader(t *testing.T, addrs []string) {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	for _, line := range strings.Split(string(body), "\n") {
-		if strings.HasPrefix(line, name+"{") || strings.HasPrefix(line, name+" ") {
-			var v float64
-			_, err := fmt.Sscan(line[strings.LastIndex(line, " ")+1:], &v)
-			assert.NoError(t, err)
-			return v
+	leaders := 0.0
+	for _, addr := range addrs {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		require.NoError(t, err)
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		for _, line := range strings.Split(string(body), "\n") {
+			if strings.HasPrefix(line, "outboxd_dispatcher_leader{") {
+				var v float64
+				_, err := fmt.Sscan(line[strings.LastIndex(line, " ")+1:], &v)
+				require.NoError(t, err)
+				leaders += v
+			}
 		}
 	}
-	return 0
+	require.Equal(t, 1.0, leaders, "one dispatcher leads")
 }
