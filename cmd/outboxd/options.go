@@ -105,7 +105,7 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 		case gWork:
 			fs.StringVar(&o.consumer, "consumer", "", "consumer name (default: host-pid)")
 			fs.IntVar(&o.batchSize, "batch-size", worker.BatchSizeDefault, "stream entries per batch")
-			fs.DurationVar(&o.claimIdle, "claim-idle", worker.ClaimIdleDefault, "reclaim entries pending longer than this on other consumers")
+			fs.DurationVar(&o.claimIdle, "claim-idle", worker.ClaimIdleDefault, "take over pending entries untouched this long (a dead or wedged consumer's; live workers touch theirs)")
 			fs.IntVar(&o.maxDeliveries, "max-deliveries", worker.MaxDeliveriesDefault, "failed deliveries of a record before it is dead-lettered (outages never count)")
 			fs.DurationVar(&o.retryBackoff, "retry-backoff", worker.RecordBackoffDefault, "pause before a failing record's second delivery, doubled for each further one (with jitter)")
 			fs.DurationVar(&o.consumerExpiry, "consumer-expiry", worker.ConsumerExpiryDefault, "remove other consumers idle this long with nothing pending from the group")
