@@ -3,6 +3,7 @@ package dispatcher_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store"
 	"github.com/outboxd/outboxd/store/mongostore"
+	"github.com/outboxd/outboxd/worker"
 )
 
 // Store kinds the dispatcher's tests run on: the SQLite store (its feed is
@@ -40,6 +42,7 @@ type testBundle struct {
 	faults *fault.Set
 	source string
 	seq    atomic.Int64
+	keys   sync.Map // idempotency keys written, for the checker
 }
 
 type setupOpts struct {
@@ -83,6 +86,7 @@ func (b *testBundle) config() *dispatcher.Config {
 		IdleCheckpoint: 50 * time.Millisecond,
 		PollInterval:   10 * time.Millisecond,
 		BackoffMax:     200 * time.Millisecond,
+		BreakerTimeout: 200 * time.Millisecond,
 		Owner:          testkit.Name("owner"),
 	}
 	dispatcher.SetFaults(cfg, b.faults)
@@ -128,6 +132,7 @@ func (b *testBundle) write(n, perBatch int) []string {
 		require.NoError(b.t, err)
 		for _, r := range res {
 			ids = append(ids, r.ID)
+			b.keys.Store(r.IdempotencyKey, true)
 		}
 	}
 	return ids
@@ -198,4 +203,30 @@ func unique(ids []string) []string {
 		}
 	}
 	return out
+}
+
+// startWorker starts a worker on the bundle's stream (group
+// outbox.GroupDefault) with a fresh PostgreSQL database, stopped at
+// cleanup, and returns the pipeline the checker reads.
+func (b *testBundle) startWorker() testkit.Pipeline {
+	b.t.Helper()
+	pg := testkit.NewPostgres(b.t)
+	w, err := worker.New(b.st, b.rdb, pg.Pool, &worker.Config{
+		Stream: b.stream, Group: outbox.GroupDefault, Consumer: testkit.Name("c"),
+		Block: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond, BreakerTimeout: 200 * time.Millisecond,
+	}, testkit.Logger(b.t))
+	require.NoError(b.t, err)
+	require.NoError(b.t, w.Start(context.Background()))
+	b.t.Cleanup(func() { require.NoError(b.t, w.Stop(context.Background())) })
+	return testkit.Pipeline{Store: b.st, Pool: pg.Pool, Redis: b.rdb, Stream: b.stream, Group: outbox.GroupDefault}
+}
+
+// requireConverged is the last step of a fault test: with a worker
+// draining the stream (p), every event written through the bundle ends
+// with one row and one count, synced, nothing pending or undispatched.
+func (b *testBundle) requireConverged(p testkit.Pipeline) {
+	b.t.Helper()
+	var keys []string
+	b.keys.Range(func(k, _ any) bool { keys = append(keys, k.(string)); return true })
+	testkit.RequireConverged(b.t, p, keys, 30*time.Second)
 }

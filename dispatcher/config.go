@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/outboxd/outboxd/internal/config"
+	"github.com/outboxd/outboxd/internal/failpolicy"
 	"github.com/outboxd/outboxd/internal/fault"
 	"github.com/outboxd/outboxd/outbox"
 )
@@ -33,6 +34,12 @@ const (
 	SweepMinAgeDefault = 5 * time.Second
 	// RetentionDefault is the default Config.Retention.
 	RetentionDefault = 24 * time.Hour
+	// BreakerFailuresDefault is the default Config.BreakerFailures.
+	BreakerFailuresDefault = failpolicy.BreakerFailuresDefault
+	// BreakerTimeoutDefault is the default Config.BreakerTimeout.
+	BreakerTimeoutDefault = failpolicy.BreakerTimeoutDefault
+	// StreakLimitDefault is the default Config.StreakLimit.
+	StreakLimitDefault = failpolicy.StreakLimitDefault
 )
 
 // Bounds checked by validate.
@@ -87,6 +94,18 @@ type Config struct {
 	// BackoffMax caps the jittered exponential back-off after a failure
 	// (Redis or the store unreachable). Defaults to BackoffMaxDefault (5s).
 	BackoffMax time.Duration
+	// BreakerFailures is how many consecutive failed XADD pipelines open
+	// the circuit around Redis. Defaults to BreakerFailuresDefault (5).
+	BreakerFailures int
+	// BreakerTimeout is how long the open circuit around Redis stays open
+	// before it lets one probe through, and the pause between two attempts
+	// while automatic retries are halted (StreakLimit). Defaults to
+	// BreakerTimeoutDefault (30s).
+	BreakerTimeout time.Duration
+	// StreakLimit is how many times in a row one error code may come
+	// before the dispatcher halts automatic retries of its class (see
+	// Dispatcher.ResumeRetries). Defaults to StreakLimitDefault (50).
+	StreakLimit int
 	// Now tells the time for dispatchedAt, checkpoints and lease expiries.
 	// Defaults to time.Now; tests set a fake clock.
 	Now func() time.Time
@@ -118,6 +137,9 @@ func (c *Config) withDefaults() *Config {
 	out.SweepMinAge = cmp.Or(out.SweepMinAge, SweepMinAgeDefault)
 	out.Retention = cmp.Or(out.Retention, RetentionDefault)
 	out.BackoffMax = cmp.Or(out.BackoffMax, BackoffMaxDefault)
+	out.BreakerFailures = cmp.Or(out.BreakerFailures, BreakerFailuresDefault)
+	out.BreakerTimeout = cmp.Or(out.BreakerTimeout, BreakerTimeoutDefault)
+	out.StreakLimit = cmp.Or(out.StreakLimit, StreakLimitDefault)
 	if out.Now == nil {
 		out.Now = time.Now
 	}
@@ -137,13 +159,20 @@ func (c *Config) validate() error {
 		errs = append(errs, fmt.Errorf("LeaseTTL must be at least %s (got %s)", MinLeaseTTL, c.LeaseTTL))
 	}
 	for name, d := range map[string]time.Duration{"IdleCheckpoint": c.IdleCheckpoint, "PollInterval": c.PollInterval,
-		"SweepInterval": c.SweepInterval, "BackoffMax": c.BackoffMax, "Retention": c.Retention} {
+		"SweepInterval": c.SweepInterval, "BackoffMax": c.BackoffMax, "Retention": c.Retention,
+		"BreakerTimeout": c.BreakerTimeout} {
 		if d < time.Millisecond {
 			errs = append(errs, fmt.Errorf("%s must be at least 1ms (got %s)", name, d))
 		}
 	}
 	if c.SweepMinAge < 0 {
 		errs = append(errs, fmt.Errorf("SweepMinAge must not be negative (got %s)", c.SweepMinAge))
+	}
+	if c.BreakerFailures < 1 {
+		errs = append(errs, fmt.Errorf("BreakerFailures must be at least 1 (got %d)", c.BreakerFailures))
+	}
+	if c.StreakLimit < 1 {
+		errs = append(errs, fmt.Errorf("StreakLimit must be at least 1 (got %d)", c.StreakLimit))
 	}
 	if c.MaxStreamLen < 0 {
 		errs = append(errs, fmt.Errorf("MaxStreamLen must be 0 (no trimming) or positive (got %d)", c.MaxStreamLen))

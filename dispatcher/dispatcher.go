@@ -7,8 +7,10 @@ import (
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/sony/gobreaker/v2"
 	"go.uber.org/zap"
 
+	"github.com/outboxd/outboxd/internal/failpolicy"
 	"github.com/outboxd/outboxd/internal/leader"
 	"github.com/outboxd/outboxd/internal/startstop"
 	"github.com/outboxd/outboxd/store"
@@ -70,6 +72,8 @@ type Dispatcher struct {
 	logger  *zap.Logger
 	metrics *metrics
 	elector *leader.Elector
+	breaker *gobreaker.CircuitBreaker[struct{}]
+	streak  *failpolicy.Streak
 
 	relayed, caughtUp, dispatched, batches, historyLost, invalidated, redisRetries, fenced, term atomic.Int64
 	leader                                                                                       atomic.Bool
@@ -96,6 +100,11 @@ func New(st store.Store, rdb redis.UniversalClient, cfg *Config, logger *zap.Log
 		st: st, rdb: rdb, cfg: c, metrics: m,
 		logger: logger.Named("dispatcher").With(zap.String("stream", c.Stream), zap.String("owner", c.Owner)),
 	}
+	d.breaker = failpolicy.NewBreaker(failpolicy.BreakerConfig{
+		Name: failpolicy.SourceRedis, Failures: c.BreakerFailures, Timeout: c.BreakerTimeout,
+		IsFailure: func(err error) bool { return err != nil }, State: m.breaker,
+	}, d.logger)
+	d.streak = failpolicy.NewStreak("dispatcher", c.StreakLimit, m.streak, d.logger)
 	d.elector = leader.New(st, leader.Config{
 		Name: LeaseName(c.Stream), Owner: c.Owner, TTL: c.LeaseTTL, Now: c.Now, BackoffMax: c.BackoffMax,
 		Hooks: leader.Hooks{Elected: d.elected, Demoted: d.demoted},
@@ -103,6 +112,20 @@ func New(st store.Store, rdb redis.UniversalClient, cfg *Config, logger *zap.Log
 	d.Init(d.preflight, d.run)
 	return d, nil
 }
+
+// ResumeRetries is the operator's action on the streak rule.
+//
+// When one error code comes Config.StreakLimit times in a row (seed 002),
+// the dispatcher halts automatic retries of that code's class, exports
+// outboxd_retries_halted{component="dispatcher",class} = 1 and logs an
+// error. While halted, the failing operation (the XADD of a batch, or
+// opening the feed and relaying when the store fails) is tried once per
+// Config.BreakerTimeout instead of after the jittered back-off; nothing is
+// marked dispatched or checkpointed meanwhile, exactly as during any
+// outage. The halt clears by itself when the failing dependency answers
+// again, or with ResumeRetries (an operator action; restarting the
+// dispatcher does the same). Either is logged at info level.
+func (d *Dispatcher) ResumeRetries() { d.streak.Resume() }
 
 // LeaseName is the name of the dispatcher's lease of stream, which also
 // holds its checkpoint: the stream's name.

@@ -109,6 +109,9 @@ func testDispatcher(t *testing.T, kind string) {
 		require.Equal(t, all, unique(got), "nothing missing, order kept apart from duplicates")
 		require.Len(t, got, len(all)+8, "exactly the crashed batch is duplicated")
 		require.Greater(t, b.state().Term, st.Term)
+		// Row "dispatcher stops after XADD, before checkpoint": a duplicate
+		// stream entry, no duplicate effect.
+		b.requireConverged(b.startWorker())
 	})
 
 	t.Run("FaultAfterMarkThenRestartLosesNothing", func(t *testing.T) {
@@ -122,6 +125,7 @@ func testDispatcher(t *testing.T, kind string) {
 		b.start(b.config())
 		b.waitRelayed(ids, 30*time.Second)
 		require.Equal(t, ids, unique(b.streamIDs()))
+		b.requireConverged(b.startWorker())
 	})
 
 	t.Run("CorruptTokenCountsAsLost", func(t *testing.T) {
@@ -158,6 +162,8 @@ func testDispatcher(t *testing.T, kind string) {
 			fourth := b.write(2, 2)
 			b.waitRelayed(fourth, 10*time.Second)
 			require.Equal(t, int64(0), d3.Stats().HistoryLost)
+			// Row "resume token missing, corrupt or out of the oplog".
+			b.requireConverged(b.startWorker())
 		}
 	})
 
@@ -191,6 +197,8 @@ func testDispatcher(t *testing.T, kind string) {
 		b.waitRelayed(all, 10*time.Second)
 		require.Equal(t, all, b.streamIDs())
 		require.Equal(t, standby.Config().Owner, b.state().Owner)
+		// Row "two dispatchers for one stream".
+		b.requireConverged(b.startWorker())
 	})
 
 	t.Run("StaleLeaderIsFenced", func(t *testing.T) {
@@ -216,6 +224,17 @@ func testDispatcher(t *testing.T, kind string) {
 		require.Equal(t, old.Term+1, st.Term)
 		require.Equal(t, usurped.CheckpointAt, st.CheckpointAt, "the stale leader's checkpoint was rejected")
 		require.Equal(t, usurped.Position, st.Position)
+
+		// The usurper goes away; another dispatcher (the fenced one polls
+		// only every LeaseTTL/3, a minute here) takes the lease and relays
+		// what the fenced one could not mark.
+		released, err := b.st.ReleaseLease(ctx, usurper)
+		require.NoError(t, err)
+		require.True(t, released)
+		next := b.start(b.config())
+		require.Eventually(t, func() bool { return next.Stats().Leader }, 10*time.Second, 5*time.Millisecond)
+		require.Greater(t, b.state().Term, st.Term)
+		b.requireConverged(b.startWorker())
 	})
 
 	t.Run("IdleCheckpointKeepsMoving", func(t *testing.T) {

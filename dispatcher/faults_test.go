@@ -58,6 +58,7 @@ func TestDispatcherFaults(t *testing.T) {
 		require.Equal(t, all, b.streamIDs(), "all relayed once, in commit order")
 		require.Equal(t, int64(1), d2.Stats().HistoryLost)
 		require.Equal(t, 1.0, counterValue(t, reg, "outboxd_dispatcher_history_lost_total"))
+		b.requireConverged(b.startWorker())
 	})
 
 	t.Run("HistoryLostWhileStreaming", func(t *testing.T) {
@@ -68,7 +69,9 @@ func TestDispatcherFaults(t *testing.T) {
 			t.Skip("skipped: a test cannot roll a replica set's oplog over; CorruptTokenCountsAsLost covers the replica set")
 		}
 		d := b.start(b.config())
-		b.waitRelayed(b.write(2, 2), 10*time.Second)
+		p := b.startWorker()
+		b.write(2, 2)
+		b.requireConverged(p) // consumed before Redis restarts empty
 
 		srv.Stop()
 		stuck := b.write(1, 1) // read from the stream, then stuck in XADD back-off
@@ -89,6 +92,7 @@ func TestDispatcherFaults(t *testing.T) {
 		b.waitRelayed(all, 20*time.Second)
 		require.Equal(t, all, b.streamIDs())
 		require.Equal(t, int64(1), d.Stats().HistoryLost)
+		b.requireConverged(p)
 	})
 
 	t.Run("RedisDownHoldsCheckpointAndResumes", func(t *testing.T) {
@@ -99,7 +103,10 @@ func TestDispatcherFaults(t *testing.T) {
 		cfg := b.config()
 		cfg.Registerer = reg
 		d := b.start(cfg)
-		b.waitRelayed(b.write(5, 5), 10*time.Second)
+		p := b.startWorker()
+		b.write(5, 5)
+		b.requireConverged(p) // consumed before Redis restarts empty
+		require.Equal(t, breakerClosed, testkit.Metric(t, reg, "outboxd_dispatcher_breaker_state"))
 
 		srv.Stop()
 		second := b.write(20, 5) // ingest does not need Redis
@@ -115,6 +122,7 @@ func TestDispatcherFaults(t *testing.T) {
 		var created outbox.Result
 		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &created))
 		second = append(second, created.ID)
+		b.keys.Store(created.IdempotencyKey, true)
 		require.Eventually(t, func() bool { return d.Stats().RedisRetries >= 1 }, 10*time.Second, 5*time.Millisecond)
 		held := b.state()
 		require.Eventually(t, func() bool { return d.Stats().RedisRetries >= 4 }, 10*time.Second, 5*time.Millisecond,
@@ -124,11 +132,15 @@ func TestDispatcherFaults(t *testing.T) {
 		require.Equal(t, held.Position, st.Position, "the checkpoint is held")
 		require.Equal(t, held.CheckpointAt, st.CheckpointAt, "the checkpoint is held")
 		require.True(t, d.Stats().Leader, "the lease is kept during the outage")
+		require.Eventually(t, func() bool { return testkit.Metric(t, reg, "outboxd_dispatcher_breaker_state") == breakerOpen },
+			10*time.Second, 5*time.Millisecond, "the circuit around Redis opens")
 
 		srv.Start() // empty, like a Redis without persistence
 		b.waitRelayed(second, 20*time.Second)
 		require.Equal(t, second, b.streamIDs())
 		require.GreaterOrEqual(t, counterValue(t, reg, "outboxd_dispatcher_redis_retries_total"), 4.0)
+		require.Equal(t, breakerClosed, testkit.Metric(t, reg, "outboxd_dispatcher_breaker_state"), "the probe closed it")
+		b.requireConverged(p)
 	})
 
 	t.Run("DispatchedEntriesExpire", func(t *testing.T) {
@@ -181,8 +193,15 @@ func TestDispatcherFaults(t *testing.T) {
 		require.True(t, d.Stats().Leader, "the dispatcher keeps leading")
 		third := b.write(2, 2)
 		b.waitRelayed(third, 10*time.Second)
+		b.requireConverged(b.startWorker())
 	})
 }
+
+// Breaker states as exported in outboxd_dispatcher_breaker_state.
+const (
+	breakerClosed = 0.0
+	breakerOpen   = 2.0
+)
 
 // waitTokenForgotten writes to a scratch collection until lungo's oplog no
 // longer holds token (lungo drops entries in whole seconds).

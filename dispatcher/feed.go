@@ -9,6 +9,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"go.uber.org/zap"
 
+	"github.com/outboxd/outboxd/internal/failpolicy"
 	"github.com/outboxd/outboxd/internal/fault"
 	"github.com/outboxd/outboxd/internal/leader"
 	"github.com/outboxd/outboxd/store"
@@ -22,7 +23,7 @@ var errPositionUnreadable = errors.New("the saved feed position cannot be read")
 // after a lost position, the feed's end or a failure. It returns when ctx
 // ends, on a fenced write and on a fault point.
 func (d *Dispatcher) lead(ctx, workCtx context.Context, lease store.Lease) error {
-	bo := d.newBackoff()
+	bo := &failpolicy.HaltBackOff{Inner: d.newBackoff(), Streak: d.streak, Probe: d.cfg.BreakerTimeout}
 	var lost error // why the previous feed cannot be resumed
 	for {
 		err := d.follow(ctx, workCtx, lease, lost)
@@ -35,8 +36,11 @@ func (d *Dispatcher) lead(ctx, workCtx context.Context, lease store.Lease) error
 		case errors.Is(err, store.ErrPositionLost), errors.Is(err, store.ErrFeedInvalidated):
 			lost = err // reopen from now at once: waiting does not bring it back
 		default:
+			f := failpolicy.StoreFailure(err)
+			d.streak.Fail(f)
+			bo.Class = f.Class
 			wait := bo.NextBackOff()
-			d.logger.Warn("relaying failed; reopening the feed", zap.Duration("wait", wait), zap.Error(err))
+			d.logger.Warn("relaying failed; reopening the feed", zap.String("code", f.Code), zap.Duration("wait", wait), zap.Error(err))
 			if err := sleep(ctx, wait); err != nil {
 				return err
 			}

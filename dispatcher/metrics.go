@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/outboxd/outboxd/internal/failpolicy"
 	ometrics "github.com/outboxd/outboxd/internal/metrics"
 )
 
@@ -19,6 +20,8 @@ type metrics struct {
 	leader       prometheus.Gauge
 	term         prometheus.Gauge
 	checkpoint   prometheus.Gauge
+	breaker      prometheus.Gauge
+	streak       *failpolicy.StreakMetrics
 }
 
 func newMetrics(reg prometheus.Registerer, stream string) (*metrics, error) {
@@ -34,6 +37,12 @@ func newMetrics(reg prometheus.Registerer, stream string) (*metrics, error) {
 		leader:       f.Gauge("leader", "1 while this process holds the stream's lease and relays."),
 		term:         f.Gauge("term", "Fencing term of the lease held most recently."),
 		checkpoint:   f.Gauge("checkpoint_timestamp_seconds", "Time of the last checkpoint written (Unix seconds)."),
+		breaker:      f.Gauge("breaker_state", "State of the circuit breaker around Redis: 0 closed, 1 half-open, 2 open."),
 	}
-	return m, f.Err()
+	if err := f.Err(); err != nil {
+		return nil, err
+	}
+	streak, err := failpolicy.NewStreakMetrics(reg, stream)
+	m.streak = streak
+	return m, err
 }

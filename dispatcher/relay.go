@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/outboxd/outboxd/internal/failpolicy"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store"
 )
@@ -50,35 +51,48 @@ func (d *Dispatcher) checkpoint(ctx context.Context, lease store.Lease, pos stor
 	if err := d.st.SaveCheckpoint(ctx, lease, store.Checkpoint{Position: pos, Forget: forget, At: now}); err != nil {
 		return err
 	}
+	d.streak.Succeed(failpolicy.SourceStore)
 	d.metrics.checkpoint.Set(float64(now.UnixMilli()) / 1e3)
 	return nil
 }
 
-// xadd adds entries to the stream in one pipeline, retrying with jittered
-// back-off while Redis fails, until ctx ends. Each attempt runs on workCtx
-// so that a stop request does not cut a pipeline in half.
+// xadd adds entries to the stream in one pipeline through the circuit
+// breaker around Redis, retrying with jittered back-off while Redis fails
+// (once per BreakerTimeout while the failure's class is halted by the
+// streak rule), until ctx ends. Each attempt runs on workCtx so that a stop
+// request does not cut a pipeline in half.
 func (d *Dispatcher) xadd(ctx, workCtx context.Context, entries []outbox.Entry) error {
 	attempts := 0
+	bo := &failpolicy.HaltBackOff{Inner: d.newBackoff(), Streak: d.streak, Probe: d.cfg.BreakerTimeout}
 	err := backoff.RetryNotify(func() error {
-		_, err := d.rdb.Pipelined(workCtx, func(p redis.Pipeliner) error {
-			for _, e := range entries {
-				p.XAdd(workCtx, &redis.XAddArgs{
-					Stream: d.cfg.Stream, MaxLen: d.cfg.MaxStreamLen, Approx: d.cfg.MaxStreamLen > 0,
-					Values: []any{outbox.PayloadField, e.Message},
-				})
-			}
-			return nil
+		_, err := d.breaker.Execute(func() (struct{}, error) {
+			_, err := d.rdb.Pipelined(workCtx, func(p redis.Pipeliner) error {
+				for _, e := range entries {
+					p.XAdd(workCtx, &redis.XAddArgs{
+						Stream: d.cfg.Stream, MaxLen: d.cfg.MaxStreamLen, Approx: d.cfg.MaxStreamLen > 0,
+						Values: []any{outbox.PayloadField, e.Message},
+					})
+				}
+				return nil
+			})
+			return struct{}{}, err
 		})
 		if err != nil {
+			if ctx.Err() == nil { // a stop is not Redis's failure
+				f := failpolicy.RedisFailure(err)
+				d.streak.Fail(f)
+				bo.Class = f.Class
+			}
 			return fmt.Errorf("error adding %d entries to the stream: %w", len(entries), err)
 		}
+		d.streak.Succeed(failpolicy.SourceRedis)
 		return nil
-	}, backoff.WithContext(d.newBackoff(), ctx), func(err error, wait time.Duration) {
+	}, backoff.WithContext(bo, ctx), func(err error, wait time.Duration) {
 		attempts++
 		d.redisRetries.Add(1)
 		d.metrics.redisRetries.Inc()
 		if attempts == 1 || attempts%10 == 0 {
-			d.logger.Warn("redis unavailable; holding the checkpoint and retrying",
+			d.logger.Warn("redis unavailable; holding the checkpoint and retrying", zap.String("code", failpolicy.RedisFailure(err).Code),
 				zap.Int("attempts", attempts), zap.Duration("wait", wait), zap.Error(err))
 		}
 	})

@@ -36,6 +36,7 @@ type testBundle struct {
 	writer *outbox.Writer
 	reg    *prometheus.Registry
 	seq    int
+	keys   []string // idempotency keys written, for the checker
 }
 
 // setup gives a test its own store, a unique stream on the test Redis and
@@ -82,6 +83,7 @@ func (b *testBundle) write(t *testing.T) string {
 		SourceKey: "src", DeviceKey: fmt.Sprintf("d%04d", b.seq), OccurredAt: "2026-11-01T10:00:00Z",
 	}})
 	require.NoError(t, err)
+	b.keys = append(b.keys, res[0].IdempotencyKey)
 	return res[0].ID
 }
 
@@ -150,28 +152,5 @@ func streamIDs(t *testing.T, rdb redis.UniversalClient, stream string) []string 
 // include labels (pairs), or 0 when there is none.
 func (b *testBundle) metric(t *testing.T, name string, labels ...string) float64 {
 	t.Helper()
-	families, err := b.reg.Gather()
-	require.NoError(t, err)
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-	series:
-		for _, m := range f.GetMetric() {
-			have := map[string]string{}
-			for _, l := range m.GetLabel() {
-				have[l.GetName()] = l.GetValue()
-			}
-			for i := 0; i+1 < len(labels); i += 2 {
-				if have[labels[i]] != labels[i+1] {
-					continue series
-				}
-			}
-			if m.Counter != nil {
-				return m.GetCounter().GetValue()
-			}
-			return m.GetGauge().GetValue()
-		}
-	}
-	return 0
+	return testkit.Metric(t, b.reg, name, labels...)
 }

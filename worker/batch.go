@@ -2,17 +2,21 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"strconv"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/outboxd/outboxd/internal/failpolicy"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/store"
 )
 
 // deadLetter is an entry to move to the dead-letter stream.
@@ -24,21 +28,42 @@ type deadLetter struct {
 	deliveries int64
 }
 
+// outcome is what a handled batch leaves to do once it is acknowledged:
+// the entries to hold for a later delivery, and what to count.
+type outcome struct {
+	hold     []heldEntry
+	charged  int                  // held entries charged a failure
+	failures []failpolicy.Failure // one per failing event, for the streak rule
+	dead     []deadLetter
+	synced   int // entries acknowledged as synced
+}
+
 // handle runs one batch end to end: decode, one read of the originals, one
-// PostgreSQL transaction, one write of syncedAt, then the dead letters and
-// one XACK. Any error leaves the whole batch unacknowledged; running it
-// again converges to the same state.
-func (w *Worker) handle(ctx context.Context, msgs []redis.XMessage) error {
+// PostgreSQL transaction, the failing records judged (held for another
+// delivery, or dead-lettered once their budget is spent), one write of
+// syncedAt, then one MULTI/EXEC with the dead letters, the XACK and the
+// budget updates. Any error leaves the whole batch unacknowledged and
+// charges nothing; running it again converges to the same state.
+func (w *Worker) handle(ctx context.Context, msgs []redis.XMessage) (outcome, error) {
 	w.metrics.batchSize.Observe(float64(len(msgs)))
 	var (
+		out     outcome
 		dead    []deadLetter
 		entries = map[string][]redis.XMessage{}
+		origins = map[string]outbox.Origin{}
 	)
 	for _, m := range msgs {
+		if m.Values == nil { // trimmed or deleted while pending
+			dead = append(dead, deadLetter{msg: m, err: fmt.Errorf("%w: entry %s", errTrimmed, m.ID), category: outbox.CategoryNonRetryable})
+			continue
+		}
 		msg, err := outbox.DecodeMessage(m.Values)
 		if err != nil {
 			dead = append(dead, deadLetter{msg: m, err: err, category: outbox.CategoryNonRetryable})
 			continue
+		}
+		if _, ok := origins[msg.EventID]; !ok {
+			origins[msg.EventID] = msg.Origin
 		}
 		entries[msg.EventID] = append(entries[msg.EventID], m)
 	}
@@ -46,56 +71,51 @@ func (w *Worker) handle(ctx context.Context, msgs []redis.XMessage) error {
 
 	originals, invalid, err := w.load(ctx, ids)
 	if err != nil {
-		return err
+		return out, err
 	}
 	var events []*outbox.Event
 	var parked []deadLetter // originals that get syncFailure
+	failures := map[string]error{}
 	for _, id := range ids {
-		var err error
 		switch {
 		case invalid[id] != nil:
-			err = invalid[id]
+			for i, m := range entries[id] {
+				dl := deadLetter{msg: m, eventID: id, err: invalid[id], category: outbox.CategoryNonRetryable}
+				dead = append(dead, dl)
+				if i == 0 {
+					parked = append(parked, dl)
+				}
+			}
 		case originals[id] == nil:
-			err = fmt.Errorf("%w: event %s", errMissingOriginal, id)
+			// A secondary behind, or a commit not visible yet: worth a few
+			// more deliveries before it is dead-lettered.
+			failures[id] = fmt.Errorf("%w: event %s", errMissingOriginal, id)
 		default:
 			events = append(events, originals[id])
-			continue
-		}
-		for i, m := range entries[id] {
-			dl := deadLetter{msg: m, eventID: id, err: err, category: outbox.CategoryNonRetryable}
-			dead = append(dead, dl)
-			if i == 0 && invalid[id] != nil {
-				parked = append(parked, dl)
-			}
 		}
 	}
 
 	failed, err := w.project(ctx, events)
 	if err != nil {
-		return err
+		return out, err
 	}
+	maps.Copy(failures, failed)
 	if err := w.cfg.faults.Check(FaultAfterCommit); err != nil {
-		return err
+		return out, err
 	}
 
-	synced := make([]string, 0, len(events))
-	keep := map[string]bool{} // entries left pending for another delivery
-	if len(failed) > 0 {
-		poison, pending, err := w.poison(ctx, failed, entries)
-		if err != nil {
-			return err
+	var j judgement
+	if len(failures) > 0 {
+		if j, err = w.judge(ctx, failures, entries, originals); err != nil {
+			return out, err
 		}
-		for _, dl := range poison {
-			dead = append(dead, dl)
-			parked = append(parked, dl)
-		}
-		for _, id := range pending {
-			keep[id] = true
-		}
+		dead = append(dead, j.dead...)
+		parked = append(parked, j.parked...)
 	}
+	var synced []string
 	var firstSync []*outbox.Event // not synced before: their latency counts
 	for _, ev := range events {
-		if failed[ev.ID] == nil {
+		if failures[ev.ID] == nil {
 			synced = append(synced, ev.ID)
 			if ev.SyncedAt == nil {
 				firstSync = append(firstSync, ev)
@@ -103,41 +123,70 @@ func (w *Worker) handle(ctx context.Context, msgs []redis.XMessage) error {
 		}
 	}
 	if err := w.markSynced(ctx, synced); err != nil {
-		return err
+		return out, err
 	}
 	now := w.cfg.Now()
 	for _, ev := range firstSync {
-		w.metrics.latency.Observe(now.Sub(ev.CreatedAt).Seconds())
+		w.metrics.latency.WithLabelValues(string(origins[ev.ID])).Observe(now.Sub(ev.CreatedAt).Seconds())
 	}
 	if err := w.park(ctx, parked); err != nil {
-		return err
+		return out, err
 	}
 	if err := w.cfg.faults.Check(FaultAfterSyncedAt); err != nil {
-		return err
+		return out, err
 	}
 
+	keep := map[string]bool{}
+	for _, h := range j.hold {
+		keep[h.msg.ID] = true
+	}
 	ack := make([]string, 0, len(msgs))
 	for _, m := range msgs {
 		if !keep[m.ID] {
 			ack = append(ack, m.ID)
 		}
 	}
-	if err := w.finish(ctx, dead, ack); err != nil {
-		return err
+	if err := w.finish(ctx, dead, ack, j.charge); err != nil {
+		return out, err
+	}
+	out.hold, out.charged, out.failures, out.dead = j.hold, len(j.charge), j.failures, dead
+	out.synced = len(ack) - len(dead)
+	return out, nil
+}
+
+// apply keeps the held entries of a finished batch and counts it.
+func (w *Worker) apply(out outcome) {
+	for _, h := range out.hold {
+		if _, ok := w.held[h.msg.ID]; !ok {
+			w.metrics.held.Inc()
+		}
+		w.held[h.msg.ID] = h
+	}
+	w.metrics.retries.WithLabelValues("record").Add(float64(out.charged))
+	for _, f := range out.failures {
+		w.streak.Fail(f)
+	}
+	if out.synced > 0 {
+		w.streak.SucceedRecord()
 	}
 	nDead := 0
-	for _, dl := range dead {
-		if dl.category == outbox.CategoryPoison {
+	for _, dl := range out.dead {
+		code := reason(dl.err)
+		w.metrics.deadLetters.WithLabelValues(dl.category, code).Inc()
+		switch {
+		case dl.category == outbox.CategoryPoison:
 			w.metrics.processed.WithLabelValues("poisoned").Inc()
-		} else {
+		case errors.Is(dl.err, errTrimmed):
+			w.metrics.trimmed.Inc()
+			nDead++
+		default:
 			nDead++
 		}
 		w.logger.Warn("dead-lettered stream entry", zap.String("entry_id", dl.msg.ID), zap.String("event_id", dl.eventID),
-			zap.String("reason", reason(dl.err)), zap.String("category", dl.category), zap.Error(dl.err))
+			zap.String("reason", code), zap.String("category", dl.category), zap.Int64("deliveries", dl.deliveries), zap.Error(dl.err))
 	}
 	w.metrics.processed.WithLabelValues("dead_lettered").Add(float64(nDead))
-	w.metrics.processed.WithLabelValues("synced").Add(float64(len(ack) - len(dead)))
-	return nil
+	w.metrics.processed.WithLabelValues("synced").Add(float64(out.synced))
 }
 
 // load reads the originals of ids with one store read. An original that
@@ -149,7 +198,12 @@ func (w *Worker) load(ctx context.Context, ids []string) (map[string]*outbox.Eve
 	if len(ids) == 0 {
 		return originals, invalid, nil
 	}
-	loaded, err := w.st.LoadEvents(ctx, ids)
+	var loaded map[string]store.Loaded
+	err := w.storeCall(func() error {
+		l, err := w.st.LoadEvents(ctx, ids)
+		loaded = l
+		return err
+	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("error reading originals: %w", err)
 	}
@@ -191,15 +245,15 @@ func checkOriginal(ev *outbox.Event) error {
 }
 
 // project writes events in one transaction. When that fails because of a
-// record, it projects each event alone to find the failing ones, so that
-// one bad record does not hold back the others; those are returned in
-// failed. Any other error is returned as is.
+// record (or with an error nobody recognises), it projects each event alone
+// to find the failing ones, so that one bad record does not hold back the
+// others; those are returned in failed. Any other error is returned as is.
 func (w *Worker) project(ctx context.Context, events []*outbox.Event) (failed map[string]error, err error) {
 	if len(events) == 0 {
 		return nil, nil
 	}
 	err = w.projectTx(ctx, events)
-	if classify(err) != classRecord {
+	if c := classify(err); c != classRecord && c != classUnknown {
 		return nil, err
 	}
 	failed = map[string]error{}
@@ -211,7 +265,7 @@ func (w *Worker) project(ctx context.Context, events []*outbox.Event) (failed ma
 		err := w.projectTx(ctx, []*outbox.Event{ev})
 		switch classify(err) {
 		case classOK:
-		case classRecord:
+		case classRecord, classUnknown:
 			failed[ev.ID] = err
 		default:
 			return nil, err
@@ -220,12 +274,12 @@ func (w *Worker) project(ctx context.Context, events []*outbox.Event) (failed ma
 	return failed, nil
 }
 
-// projectTx runs the projector in one transaction through the circuit
-// breaker, again after a serialization failure or deadlock.
+// projectTx runs the projector in one transaction through the PostgreSQL
+// circuit breaker, again after a serialization failure or deadlock.
 func (w *Worker) projectTx(ctx context.Context, events []*outbox.Event) error {
 	started := time.Now()
 	defer func() { w.metrics.projection.Observe(time.Since(started).Seconds()) }()
-	_, err := w.breaker.Execute(func() (struct{}, error) {
+	_, err := w.pgBreaker.Execute(func() (struct{}, error) {
 		var err error
 		for attempt := 1; attempt <= w.cfg.TxAttempts; attempt++ {
 			err = pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
@@ -235,53 +289,95 @@ func (w *Worker) projectTx(ctx context.Context, events []*outbox.Event) error {
 				break
 			}
 			w.metrics.retries.WithLabelValues("transaction").Inc()
+			w.logger.Debug("transaction retried", zap.String("code", reason(err)), zap.Int("attempt", attempt))
 		}
 		return struct{}{}, err
 	})
-	return err
+	if c := classify(err); c == classOK || c == classRecord {
+		w.streak.Succeed(failpolicy.SourcePostgres) // PostgreSQL answered
+	}
+	return from(failpolicy.SourcePostgres, err)
 }
 
-// poison looks up the delivery count of the entries of failed events: those
-// delivered MaxDeliveries times are returned as poison, the others stay
-// pending to be reclaimed after ClaimIdle.
-func (w *Worker) poison(ctx context.Context, failed map[string]error, entries map[string][]redis.XMessage) (poison []deadLetter, pending []string, err error) {
-	var cmds []*redis.XPendingExtCmd
-	var order []string
-	_, err = w.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for id := range failed {
-			for _, m := range entries[id] {
-				order = append(order, id)
-				cmds = append(cmds, p.XPendingExt(ctx, &redis.XPendingExtArgs{
-					Stream: w.cfg.Stream, Group: w.cfg.Group, Start: m.ID, End: m.ID, Count: 1,
-				}))
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("error reading delivery counts: %w", err)
-	}
-	deliveries := map[string]int64{}
-	for i, cmd := range cmds {
-		for _, p := range cmd.Val() {
-			deliveries[order[i]] = max(deliveries[order[i]], p.RetryCount)
-		}
-	}
-	for id, ferr := range failed {
-		n := deliveries[id]
-		if n < int64(w.cfg.MaxDeliveries) {
-			for _, m := range entries[id] {
-				pending = append(pending, m.ID)
-			}
-			w.logger.Warn("record failed; left pending for another delivery", zap.String("event_id", id),
-				zap.Int64("deliveries", n), zap.Error(ferr))
-			continue
-		}
+// judgement is what becomes of the entries of failing events.
+type judgement struct {
+	dead, parked []deadLetter
+	hold         []heldEntry
+	charge       map[string]int64 // entry id -> failed deliveries, this one included
+	failures     []failpolicy.Failure
+}
+
+// judge decides, for each entry of a failing event, between another
+// delivery later (held, one failure charged to its budget, due after
+// RecordBackoff doubled per failure) and the dead-letter stream (its
+// MaxDeliveries-th failure: poison, or non_retryable for a missing
+// original). While the failure's class is halted by the streak rule it
+// only holds the entries, charging nothing, for one BreakerTimeout.
+func (w *Worker) judge(ctx context.Context, failures map[string]error, entries map[string][]redis.XMessage, originals map[string]*outbox.Event) (judgement, error) {
+	j := judgement{charge: map[string]int64{}}
+	ids := slices.Sorted(maps.Keys(failures))
+	var entryIDs []string
+	for _, id := range ids {
 		for _, m := range entries[id] {
-			poison = append(poison, deadLetter{msg: m, eventID: id, err: ferr, category: outbox.CategoryPoison, deliveries: n})
+			entryIDs = append(entryIDs, m.ID)
 		}
 	}
-	return poison, pending, nil
+	counts, err := w.rdb.HMGet(ctx, FailuresKey(w.cfg.Stream, w.cfg.Group), entryIDs...).Result()
+	if err := w.redisDone(err); err != nil {
+		return j, fmt.Errorf("error reading delivery budgets: %w", err)
+	}
+	now := time.Now()
+	k := 0
+	for _, id := range ids {
+		ferr := failures[id]
+		f := failureOf(ferr)
+		j.failures = append(j.failures, f)
+		halted := w.streak.Halted(f.Class)
+		parked := false
+		for _, m := range entries[id] {
+			var before int64
+			if s, ok := counts[k].(string); ok {
+				before, _ = strconv.ParseInt(s, 10, 64)
+			}
+			k++
+			if halted {
+				j.hold = append(j.hold, heldEntry{msg: m, due: now.Add(w.cfg.BreakerTimeout)})
+				continue
+			}
+			n := before + 1
+			if n < int64(w.cfg.MaxDeliveries) {
+				j.charge[m.ID] = n
+				wait := w.recordBackoff(n)
+				j.hold = append(j.hold, heldEntry{msg: m, due: now.Add(wait)})
+				w.logger.Warn("record failed; kept pending for another delivery", zap.String("entry_id", m.ID),
+					zap.String("event_id", id), zap.String("code", f.Code), zap.Int64("deliveries", n),
+					zap.Duration("next_in", wait), zap.Error(ferr))
+				continue
+			}
+			dl := deadLetter{msg: m, eventID: id, err: ferr, category: outbox.CategoryPoison, deliveries: n}
+			if errors.Is(ferr, errMissingOriginal) {
+				dl.category = outbox.CategoryNonRetryable
+			}
+			j.dead = append(j.dead, dl)
+			if dl.category == outbox.CategoryPoison && originals[id] != nil && !parked {
+				j.parked = append(j.parked, dl)
+				parked = true
+			}
+		}
+	}
+	return j, nil
+}
+
+// recordBackoff is the pause after a record's n-th failed delivery:
+// RecordBackoff doubled n-1 times, ±25% jitter, at most RecordBackoffMax.
+func (w *Worker) recordBackoff(n int64) time.Duration {
+	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(w.cfg.RecordBackoff), backoff.WithMultiplier(2),
+		backoff.WithRandomizationFactor(0.25), backoff.WithMaxInterval(RecordBackoffMax), backoff.WithMaxElapsedTime(0))
+	d := b.NextBackOff()
+	for i := int64(1); i < n; i++ {
+		d = b.NextBackOff()
+	}
+	return d
 }
 
 // markSynced sets syncedAt (and clears a syncFailure a replay overcame) on
@@ -290,7 +386,11 @@ func (w *Worker) markSynced(ctx context.Context, ids []string) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	if _, err := w.st.MarkSynced(ctx, ids, w.cfg.Now()); err != nil {
+	err := w.storeCall(func() error {
+		_, err := w.st.MarkSynced(ctx, ids, w.cfg.Now())
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("error setting syncedAt on %d originals: %w", len(ids), err)
 	}
 	return nil
@@ -308,22 +408,40 @@ func (w *Worker) park(ctx context.Context, parked []deadLetter) error {
 			Category: dl.category, Code: reason(dl.err), Message: dl.err.Error(),
 			At: w.cfg.Now().UTC(), Deliveries: dl.deliveries,
 		}
-		if _, err := w.st.Park(ctx, dl.eventID, f); err != nil {
+		err := w.storeCall(func() error {
+			_, err := w.st.Park(ctx, dl.eventID, f)
+			return err
+		})
+		if err != nil {
 			return fmt.Errorf("error setting syncFailure on %s: %w", dl.eventID, err)
 		}
 	}
 	return nil
 }
 
-// finish writes the dead letters and acknowledges ack in one round trip.
-func (w *Worker) finish(ctx context.Context, dead []deadLetter, ack []string) error {
-	if len(dead) == 0 && len(ack) == 0 {
+// storeCall runs op through the store's circuit breaker.
+func (w *Worker) storeCall(op func() error) error {
+	_, err := w.storeBreaker.Execute(func() (struct{}, error) { return struct{}{}, op() })
+	if err == nil {
+		w.streak.Succeed(failpolicy.SourceStore)
+	}
+	return from(failpolicy.SourceStore, err)
+}
+
+// finish writes, in one MULTI/EXEC, the dead letters, the XACK of ack (the
+// dead letters included), the removal of ack from the delivery budgets and
+// the new budgets of charge: a crash leaves either all of it or none, so
+// never a dead letter whose entry is still pending (a duplicate dead letter
+// on the next delivery), nor a failure charged to an entry that was not.
+func (w *Worker) finish(ctx context.Context, dead []deadLetter, ack []string, charge map[string]int64) error {
+	if len(dead) == 0 && len(ack) == 0 && len(charge) == 0 {
 		return nil
 	}
 	dlq := outbox.DLQStream(w.cfg.Stream)
+	budgets := FailuresKey(w.cfg.Stream, w.cfg.Group)
 	now := w.cfg.Now().UTC().Format(time.RFC3339Nano)
 	var ackCmd *redis.IntCmd
-	cmds, err := w.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	cmds, err := w.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		for _, dl := range dead {
 			payload, _ := dl.msg.Values[outbox.PayloadField].(string)
 			p.XAdd(ctx, &redis.XAddArgs{Stream: dlq, Values: map[string]any{
@@ -335,20 +453,32 @@ func (w *Worker) finish(ctx context.Context, dead []deadLetter, ack []string) er
 		}
 		if len(ack) > 0 {
 			ackCmd = p.XAck(ctx, w.cfg.Stream, w.cfg.Group, ack...)
+			p.HDel(ctx, budgets, ack...)
+		}
+		if len(charge) > 0 {
+			pairs := make([]any, 0, 2*len(charge))
+			for id, n := range charge {
+				pairs = append(pairs, id, n)
+			}
+			p.HSet(ctx, budgets, pairs...)
 		}
 		return nil
 	})
-	for _, c := range cmds {
-		if c.Err() != nil {
-			return fmt.Errorf("error dead-lettering or acknowledging %d entries: %w", len(ack), c.Err())
+	if err == nil {
+		for _, c := range cmds {
+			if c.Err() != nil {
+				err = c.Err()
+				break
+			}
 		}
 	}
-	if err != nil {
+	if err := w.redisDone(err); err != nil {
 		return fmt.Errorf("error dead-lettering or acknowledging %d entries: %w", len(ack), err)
 	}
 	if ackCmd != nil && ackCmd.Val() < int64(len(ack)) {
 		// Another consumer took some over (XAUTOCLAIM) and acknowledged
-		// them, or Redis lost them; the effects are idempotent either way.
+		// them, Redis lost them, or they were trimmed; the effects are
+		// idempotent either way.
 		w.logger.Debug("some entries were already acknowledged", zap.Int64("acked", ackCmd.Val()), zap.Int("entries", len(ack)))
 	}
 	return nil

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/outboxd/outboxd/internal/config"
+	"github.com/outboxd/outboxd/internal/failpolicy"
 	"github.com/outboxd/outboxd/internal/fault"
 	"github.com/outboxd/outboxd/outbox"
 )
@@ -30,6 +31,16 @@ const (
 	TxAttemptsDefault = 5
 	// BackoffMaxDefault is the default Config.BackoffMax.
 	BackoffMaxDefault = 10 * time.Second
+	// RecordBackoffDefault is the default Config.RecordBackoff.
+	RecordBackoffDefault = time.Second
+	// BreakerFailuresDefault is the default Config.BreakerFailures.
+	BreakerFailuresDefault = failpolicy.BreakerFailuresDefault
+	// BreakerTimeoutDefault is the default Config.BreakerTimeout.
+	BreakerTimeoutDefault = failpolicy.BreakerTimeoutDefault
+	// StreakLimitDefault is the default Config.StreakLimit.
+	StreakLimitDefault = failpolicy.StreakLimitDefault
+	// ConsumerExpiryDefault is the default Config.ConsumerExpiry.
+	ConsumerExpiryDefault = 24 * time.Hour
 )
 
 // Bounds checked by validate.
@@ -39,6 +50,9 @@ const (
 	// BlockMax is the longest accepted Config.Block: a stop request waits
 	// for the read in progress.
 	BlockMax = time.Minute
+	// RecordBackoffMax caps the pause before a failing record's next
+	// delivery, however many deliveries Config.MaxDeliveries allows.
+	RecordBackoffMax = 5 * time.Minute
 )
 
 // Config configures a Worker. A nil config means all defaults.
@@ -62,17 +76,28 @@ type Config struct {
 	// BlockMax.
 	Block time.Duration
 	// ClaimIdle is how long an entry must have been pending (delivered, not
-	// acknowledged) before XAUTOCLAIM takes it from its consumer, presumed
-	// dead. It is also the pause before a failing record is tried again.
-	// Defaults to ClaimIdleDefault (30s).
+	// acknowledged) and untouched before XAUTOCLAIM takes it from its
+	// consumer, presumed dead. A live worker touches the entries it holds
+	// (a batch paused by an outage, records waiting for their next
+	// delivery) every ClaimIdle/4, so only a dead or wedged worker's
+	// entries are taken. Defaults to ClaimIdleDefault (30s).
 	ClaimIdle time.Duration
 	// ClaimInterval is how often the worker runs XAUTOCLAIM. Defaults to
 	// half of ClaimIdle, at most ClaimIntervalMax (15s).
 	ClaimInterval time.Duration
-	// MaxDeliveries is how many deliveries (the PEL delivery count) a record
-	// that keeps failing gets before it is parked as poison: dead-lettered,
-	// syncFailure set, acknowledged. Defaults to MaxDeliveriesDefault (3).
+	// MaxDeliveries is how many failed deliveries a record gets before it
+	// is dead-lettered and acknowledged: a record whose projection keeps
+	// failing is parked as poison (syncFailure set), an entry whose
+	// original is missing goes as non_retryable. Only the record's own
+	// failures count (kept in the hash FailuresKey(Stream, Group)), never
+	// an outage and never a hand-over between consumers (Redis's PEL
+	// delivery count). Defaults to MaxDeliveriesDefault (3).
 	MaxDeliveries int
+	// RecordBackoff is the pause before the second delivery of a failing
+	// record; it doubles for each further one (with ±25% jitter, at most
+	// RecordBackoffMax): about 1s, 2s, 4s by default. Defaults to
+	// RecordBackoffDefault (1s).
+	RecordBackoff time.Duration
 	// TxAttempts is how often a projection transaction runs when it fails
 	// with a serialization failure or deadlock (40001, 40P01). Defaults to
 	// TxAttemptsDefault (5).
@@ -81,6 +106,24 @@ type Config struct {
 	// infrastructure failure (Redis, the store or PostgreSQL unreachable).
 	// Defaults to BackoffMaxDefault (10s).
 	BackoffMax time.Duration
+	// BreakerFailures is how many consecutive infrastructure failures open
+	// the circuit around PostgreSQL, and the one around the store.
+	// Defaults to BreakerFailuresDefault (5).
+	BreakerFailures int
+	// BreakerTimeout is how long an open circuit stays open before it lets
+	// one probe through; it is also the pause between two attempts while
+	// automatic retries are halted (StreakLimit). Defaults to
+	// BreakerTimeoutDefault (30s).
+	BreakerTimeout time.Duration
+	// StreakLimit is how many times in a row one error code may come
+	// before the worker halts automatic retries of its class (see
+	// Worker.ResumeRetries). Defaults to StreakLimitDefault (50).
+	StreakLimit int
+	// ConsumerExpiry is how long another consumer of the group must have
+	// been idle, with nothing pending, before the worker removes it from
+	// the group (XGROUP DELCONSUMER): the names of restarted or scaled-down
+	// workers do not pile up. Defaults to ConsumerExpiryDefault (24h).
+	ConsumerExpiry time.Duration
 	// Projector writes batches into PostgreSQL. Defaults to
 	// NewEventsProjector().
 	Projector Projector
@@ -115,6 +158,11 @@ func (c *Config) withDefaults() *Config {
 	out.MaxDeliveries = cmp.Or(out.MaxDeliveries, MaxDeliveriesDefault)
 	out.TxAttempts = cmp.Or(out.TxAttempts, TxAttemptsDefault)
 	out.BackoffMax = cmp.Or(out.BackoffMax, BackoffMaxDefault)
+	out.RecordBackoff = cmp.Or(out.RecordBackoff, RecordBackoffDefault)
+	out.BreakerFailures = cmp.Or(out.BreakerFailures, BreakerFailuresDefault)
+	out.BreakerTimeout = cmp.Or(out.BreakerTimeout, BreakerTimeoutDefault)
+	out.StreakLimit = cmp.Or(out.StreakLimit, StreakLimitDefault)
+	out.ConsumerExpiry = cmp.Or(out.ConsumerExpiry, ConsumerExpiryDefault)
 	out.Projector = cmp.Or[Projector](out.Projector, NewEventsProjector())
 	if out.Now == nil {
 		out.Now = time.Now
@@ -143,8 +191,17 @@ func (c *Config) validate() error {
 	if c.TxAttempts < 1 {
 		errs = append(errs, fmt.Errorf("TxAttempts must be at least 1 (got %d)", c.TxAttempts))
 	}
-	if c.BackoffMax < time.Millisecond {
-		errs = append(errs, fmt.Errorf("BackoffMax must be at least 1ms (got %s)", c.BackoffMax))
+	for name, d := range map[string]time.Duration{"BackoffMax": c.BackoffMax, "RecordBackoff": c.RecordBackoff,
+		"BreakerTimeout": c.BreakerTimeout, "ConsumerExpiry": c.ConsumerExpiry} {
+		if d < time.Millisecond {
+			errs = append(errs, fmt.Errorf("%s must be at least 1ms (got %s)", name, d))
+		}
+	}
+	if c.BreakerFailures < 1 {
+		errs = append(errs, fmt.Errorf("BreakerFailures must be at least 1 (got %d)", c.BreakerFailures))
+	}
+	if c.StreakLimit < 1 {
+		errs = append(errs, fmt.Errorf("StreakLimit must be at least 1 (got %d)", c.StreakLimit))
 	}
 	return errors.Join(errs...)
 }

@@ -23,14 +23,52 @@
 // than Config.ClaimIdle. A missing consumer group (NOGROUP: Redis restarted
 // empty) is recreated.
 //
-// Failures that are not a record's fault (a store unreachable, restarting or
-// timing out) are retried with jittered backoff and never dead-letter
-// anything; a circuit breaker pauses PostgreSQL work while it is down.
-// Records that can never succeed (an unreadable entry, a missing or
-// structurally invalid original) go to the dead-letter stream
-// outbox.DLQStream(stream) and are acknowledged; a structurally invalid
-// original also gets syncFailure{category: non_retryable}. A record whose
-// projection keeps failing (a PostgreSQL data error, or an error wrapping
-// ErrRecord) stays pending and is parked as poison after
-// Config.MaxDeliveries deliveries.
+// # Failure policy (seeds 002 and 004)
+//
+// Every failure is classified in one place (classify.go) as infrastructure,
+// a record's own, or unknown, with a bounded code (postgres_<SQLSTATE>,
+// store_unavailable, original_missing, …).
+//
+// Infrastructure failures (Redis, the store or PostgreSQL down, restarting,
+// timing out) pause the worker: the batch in flight stays pending and is
+// retried with jittered backoff (Config.BackoffMax). They never charge a
+// record and never dead-letter anything. A circuit breaker around
+// PostgreSQL and one around the store (outboxd_worker_breaker_state) open
+// after Config.BreakerFailures consecutive infrastructure failures, stay
+// open Config.BreakerTimeout, then let one probe through. While paused, the
+// worker touches the entries it holds every Config.ClaimIdle/4 (an XCLAIM
+// to itself with JUSTID, which restarts their idle time and leaves the
+// delivery count alone), so no other worker's XAUTOCLAIM takes them: with
+// two or more workers, an outage of any length hands nothing from worker
+// to worker. Only a dead or wedged worker's entries are taken over.
+//
+// Record failures have a delivery budget kept apart from Redis's delivery
+// count (which rises with every XAUTOCLAIM and history read): the hash
+// FailuresKey(stream, group) counts, per entry, the deliveries that failed
+// because of the record, and only those. A failing record stays pending,
+// held by the worker, for another delivery after Config.RecordBackoff
+// doubled per failure (about 1s, 2s, 4s, with jitter); its
+// Config.MaxDeliveries-th failure sends it to the dead-letter stream
+// outbox.DLQStream(stream) and acknowledges it: as poison with syncFailure
+// set when its projection keeps failing (a PostgreSQL data error, an error
+// wrapping ErrRecord, or an error nobody recognises), as non_retryable when
+// its original stays missing (a secondary behind, a commit not visible
+// yet). Records that can never succeed go at once as non_retryable: an
+// unreadable entry (bad_message), an entry whose data the stream no longer
+// holds (trimmed; counted in outboxd_worker_trimmed_total, and the
+// reconciler re-publishes its original), a structurally invalid original
+// (syncFailure set). The dead letters, the XACK and the budget updates of a
+// batch are one MULTI/EXEC, so a crash leaves no duplicate dead letter.
+// Dead letters are counted in outboxd_worker_dead_letters_total{category,
+// code}.
+//
+// The error-streak rule (seed 002) watches every failure: the same code
+// Config.StreakLimit (50) times in a row halts automatic retries of its
+// class and raises an alarm until it clears (outboxd_error_streak,
+// outboxd_retries_halted, an error log); see Worker.ResumeRetries for what
+// halted means and how it clears.
+//
+// Consumers of the group idle longer than Config.ConsumerExpiry with
+// nothing pending are removed (XGROUP DELCONSUMER, in one script with the
+// check that nothing is pending).
 package worker

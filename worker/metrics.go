@@ -3,19 +3,26 @@ package worker
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/outboxd/outboxd/internal/failpolicy"
 	ometrics "github.com/outboxd/outboxd/internal/metrics"
 )
 
 // metrics of the Workers of one stream registered on one Registerer are
 // shared.
 type metrics struct {
-	processed     *prometheus.CounterVec
-	projection    prometheus.Histogram
-	latency       prometheus.Histogram
-	batchSize     prometheus.Histogram
-	retries       *prometheus.CounterVec
-	claimed       prometheus.Counter
-	groupsCreated prometheus.Counter
+	processed        *prometheus.CounterVec
+	deadLetters      *prometheus.CounterVec
+	trimmed          prometheus.Counter
+	projection       prometheus.Histogram
+	latency          *prometheus.HistogramVec
+	batchSize        prometheus.Histogram
+	retries          *prometheus.CounterVec
+	held             prometheus.Gauge
+	claimed          prometheus.Counter
+	groupsCreated    prometheus.Counter
+	consumersDeleted prometheus.Counter
+	breakerState     *prometheus.GaugeVec
+	streak           *failpolicy.StreakMetrics
 }
 
 func newMetrics(reg prometheus.Registerer, stream string) (*metrics, error) {
@@ -24,20 +31,40 @@ func newMetrics(reg prometheus.Registerer, stream string) (*metrics, error) {
 	m := &metrics{
 		processed: f.CounterVec("processed_total",
 			"Stream entries acknowledged by the worker, by result (synced, dead_lettered, poisoned).", "result"),
+		deadLetters: f.CounterVec("dead_letters_total",
+			"Entries moved to the dead-letter stream, by syncFailure category (non_retryable, poison) and code (bad_message, trimmed, original_missing, invalid_original, postgres_<SQLSTATE>, projection_failed, …).",
+			"category", "code"),
+		trimmed: f.Counter("trimmed_total",
+			"Pending entries whose data the stream no longer held (trimmed or deleted): dead-lettered with reason trimmed; the reconciler re-publishes their originals."),
 		projection: f.Histogram("projection_seconds",
 			"Latency of one batch's PostgreSQL projection transaction, retries included.",
 			prometheus.ExponentialBucketsRange(0.0005, 10, 20)),
-		latency: pipeline.Histogram("pipeline_latency_seconds",
-			"Time from ingest (createdAt) to syncedAt, per original synced for the first time: the end-to-end latency whose p95/p99 matter.",
-			prometheus.ExponentialBucketsRange(0.005, 3600, 24)),
+		latency: pipeline.HistogramVec("pipeline_latency_seconds",
+			"Time from ingest (createdAt) to syncedAt, per original synced for the first time, by the origin of the message that synced it (outbox, reconciler, replay, dlq-replay): the end-to-end latency whose p95/p99 matter.",
+			prometheus.ExponentialBucketsRange(0.005, 3600, 24), "origin"),
 		batchSize: f.Histogram("batch_entries", "Stream entries per processed batch.", prometheus.ExponentialBuckets(1, 2, 14)),
 		retries: f.CounterVec("retries_total",
-			"Operations retried after a failure that was not the record's fault, by reason.", "reason"),
-		claimed:       f.Counter("claimed_total", "Pending entries taken over from idle consumers with XAUTOCLAIM."),
+			"Retries, by reason: infrastructure (an operation retried after a dependency failed), unknown (after an unclassified error), transaction (a serialization failure or deadlock), nogroup (the consumer group recreated), record (a failing record kept pending for another delivery).",
+			"reason"),
+		held: f.Gauge("held_entries",
+			"Entries this worker keeps pending for a later delivery: failing records waiting for their backoff, and records held while retries are halted."),
+		claimed:       f.Counter("claimed_total", "Pending entries taken over from dead or wedged consumers with XAUTOCLAIM."),
 		groupsCreated: f.Counter("groups_created_total", "Consumer groups created, at start or after Redis lost them (NOGROUP)."),
+		consumersDeleted: f.Counter("consumers_deleted_total",
+			"Consumers removed from the group (XGROUP DELCONSUMER) after ConsumerExpiry idle with nothing pending."),
+		breakerState: f.GaugeVec("breaker_state",
+			"State of the worker's circuit breakers (breaker: postgres, store): 0 closed, 1 half-open, 2 open.", "breaker"),
 	}
 	if err := f.Err(); err != nil {
 		return nil, err
 	}
-	return m, pipeline.Err()
+	if err := pipeline.Err(); err != nil {
+		return nil, err
+	}
+	streak, err := failpolicy.NewStreakMetrics(reg, stream)
+	if err != nil {
+		return nil, err
+	}
+	m.streak = streak
+	return m, nil
 }

@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -12,6 +16,7 @@ import (
 	"github.com/sony/gobreaker/v2"
 	"go.uber.org/zap"
 
+	"github.com/outboxd/outboxd/internal/failpolicy"
 	"github.com/outboxd/outboxd/internal/startstop"
 	"github.com/outboxd/outboxd/store"
 )
@@ -31,6 +36,12 @@ const (
 // after Config.MaxDeliveries deliveries.
 var ErrRecord = errors.New("record cannot be projected")
 
+// FailuresKey names the Redis hash that holds the delivery budget of the
+// group's entries: per stream entry id, how many of its deliveries failed
+// because of the record itself. An entry leaves it when it is
+// acknowledged. Outages and hand-overs between consumers never count.
+func FailuresKey(stream, group string) string { return stream + ":" + group + ":failures" }
+
 // Worker consumes a stream through a consumer group and projects each
 // entry's original into PostgreSQL, then sets its syncedAt and acknowledges
 // the entry. Any number of Workers (in one process or many) may share a
@@ -46,13 +57,30 @@ var ErrRecord = errors.New("record cannot be projected")
 type Worker struct {
 	startstop.Base
 
-	st      store.Store
-	rdb     redis.UniversalClient
-	pool    *pgxpool.Pool
-	cfg     *Config
-	logger  *zap.Logger
-	metrics *metrics
-	breaker *gobreaker.CircuitBreaker[struct{}]
+	st           store.Store
+	rdb          redis.UniversalClient
+	pool         *pgxpool.Pool
+	cfg          *Config
+	logger       *zap.Logger
+	metrics      *metrics
+	pgBreaker    *gobreaker.CircuitBreaker[struct{}]
+	storeBreaker *gobreaker.CircuitBreaker[struct{}]
+	streak       *failpolicy.Streak
+
+	// held are the entries this worker keeps pending for a later delivery,
+	// by entry id; only the run goroutine touches it.
+	held map[string]heldEntry
+	// wake tells the run goroutine that ResumeRetries was called.
+	wake chan struct{}
+	// beat is when the run goroutine last showed a sign of life (Unix
+	// nanoseconds).
+	beat atomic.Int64
+}
+
+// heldEntry is an entry kept pending until due.
+type heldEntry struct {
+	msg redis.XMessage
+	due time.Time
 }
 
 // New returns a Worker reading cfg.Stream as cfg.Group. A nil cfg means all
@@ -73,24 +101,57 @@ func New(st store.Store, rdb redis.UniversalClient, pool *pgxpool.Pool, cfg *Con
 		return nil, fmt.Errorf("error registering worker metrics: %w", err)
 	}
 	w := &Worker{
-		st: st, rdb: rdb, pool: pool, cfg: c, metrics: m,
+		st: st, rdb: rdb, pool: pool, cfg: c, metrics: m, wake: make(chan struct{}, 1),
 		logger: logger.Named("worker").With(zap.String("stream", c.Stream), zap.String("group", c.Group), zap.String("consumer", c.Consumer)),
 	}
-	w.breaker = gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
-		Name:    "postgres",
-		Timeout: 5 * time.Second,
-		// Only infrastructure failures open the circuit; a bad record does not.
-		IsSuccessful: func(err error) bool { return err == nil || classify(err) != classInfra },
-		OnStateChange: func(_ string, from, to gobreaker.State) {
-			w.logger.Info("postgres circuit changed state", zap.Stringer("from", from), zap.Stringer("to", to))
-		},
-	})
+	// Only infrastructure failures open a circuit; a bad record, or an
+	// error nobody recognises, does not (the streak rule bounds those).
+	infra := func(err error) bool { return classify(err) == classInfra }
+	for name, b := range map[string]**gobreaker.CircuitBreaker[struct{}]{
+		failpolicy.SourcePostgres: &w.pgBreaker, failpolicy.SourceStore: &w.storeBreaker,
+	} {
+		*b = failpolicy.NewBreaker(failpolicy.BreakerConfig{
+			Name: name, Failures: c.BreakerFailures, Timeout: c.BreakerTimeout, IsFailure: infra,
+			State: m.breakerState.WithLabelValues(name),
+		}, w.logger)
+	}
+	w.streak = failpolicy.NewStreak("worker", c.StreakLimit, m.streak, w.logger)
 	w.Init(w.preflight, w.run)
 	return w, nil
 }
 
 // Consumer returns the worker's consumer name.
 func (w *Worker) Consumer() string { return w.cfg.Consumer }
+
+// ResumeRetries is the operator's action on the streak rule.
+//
+// When one error code comes Config.StreakLimit times in a row (seed 002:
+// "the same error code 50 times: stop automatic retries and raise the
+// alarm"), the worker halts automatic retries of that code's class,
+// exports outboxd_retries_halted{component="worker",class} = 1 and logs
+// an error. While a class is halted:
+//   - record and unknown failures of the projection are no longer charged
+//     to the records: the entries stay pending, held by this worker (never
+//     dead-lettered because of the halt), and the worker reads nothing new
+//     while it holds such entries; it tries them again once per
+//     Config.BreakerTimeout, as a probe;
+//   - infrastructure and unknown failures of an operation (reading the
+//     stream, the store, PostgreSQL, acknowledging) are tried again once
+//     per Config.BreakerTimeout instead of the jittered backoff.
+//
+// A halt clears by itself on a success of its class: for infrastructure
+// and unknown failures, the dependency that failed answering again; for
+// record failures, a record projected. ResumeRetries clears every halt at
+// once and makes the held entries due now; restarting the worker does the
+// same (the rule's state lives in the process). Either is logged at info
+// level.
+func (w *Worker) ResumeRetries() {
+	w.streak.Resume()
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
 
 func (w *Worker) preflight(ctx context.Context) error {
 	if err := w.rdb.Ping(ctx).Err(); err != nil {
@@ -107,7 +168,15 @@ func (w *Worker) preflight(ctx context.Context) error {
 
 func (w *Worker) run(fetchCtx, workCtx context.Context) error {
 	w.logger.Debug("worker started")
+	w.held = map[string]heldEntry{}
+	w.alive()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { w.keepHeld(workCtx, stop) })
 	err := w.loop(fetchCtx, workCtx)
+	close(stop)
+	wg.Wait()
+	w.metrics.held.Sub(float64(len(w.held)))
 	if err != nil && classify(err) != classStopped {
 		w.logger.Error("worker stopped abruptly", zap.Error(err))
 		return err
@@ -117,21 +186,47 @@ func (w *Worker) run(fetchCtx, workCtx context.Context) error {
 }
 
 // loop drains this consumer's own pending entries, then alternates reading
-// new entries with reclaiming idle ones. It returns nil or a context error
-// when asked to stop, and any other error to stop abruptly.
+// new entries with delivering held ones when due and reclaiming idle ones.
+// It returns nil or a context error when asked to stop, and any other error
+// to stop abruptly.
 func (w *Worker) loop(fetchCtx, workCtx context.Context) error {
 	if err := w.drainOwn(fetchCtx, workCtx); err != nil {
 		return err
 	}
 	nextClaim := time.Now()
+	housekeeping := w.housekeepingEvery()
+	nextHousekeeping := time.Now().Add(housekeeping)
 	for fetchCtx.Err() == nil {
+		w.alive()
+		select {
+		case <-w.wake:
+			w.makeDue()
+		default:
+		}
+		if due := w.takeDue(time.Now()); len(due) > 0 {
+			if err := w.process(fetchCtx, workCtx, due); err != nil {
+				return err
+			}
+			continue
+		}
+		if w.paused() {
+			w.waitHeld(fetchCtx)
+			continue
+		}
 		if !time.Now().Before(nextClaim) {
 			if err := w.reclaim(fetchCtx, workCtx); err != nil {
 				return err
 			}
 			nextClaim = time.Now().Add(w.cfg.ClaimInterval)
 		}
+		if !time.Now().Before(nextHousekeeping) {
+			w.housekeep(fetchCtx)
+			nextHousekeeping = time.Now().Add(housekeeping)
+		}
 		block := min(w.cfg.Block, max(time.Until(nextClaim), time.Millisecond))
+		if next, ok := w.nextDue(); ok {
+			block = min(block, max(time.Until(next), time.Millisecond))
+		}
 		msgs, err := w.read(fetchCtx, ">", block)
 		if err != nil {
 			return err
@@ -141,6 +236,67 @@ func (w *Worker) loop(fetchCtx, workCtx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// alive records a sign of life of the loop (see keepHeld).
+func (w *Worker) alive() { w.beat.Store(time.Now().UnixNano()) }
+
+// paused reports whether the worker holds entries of a class whose
+// retries are halted: it reads nothing new until they go through or the
+// halt clears.
+func (w *Worker) paused() bool {
+	return len(w.held) > 0 && (w.streak.Halted(failpolicy.ClassRecord) || w.streak.Halted(failpolicy.ClassUnknown))
+}
+
+// takeDue removes from held, and returns in id order, at most BatchSize
+// entries due at now.
+func (w *Worker) takeDue(now time.Time) []redis.XMessage {
+	var due []redis.XMessage
+	for _, id := range slices.Sorted(maps.Keys(w.held)) {
+		if len(due) == w.cfg.BatchSize {
+			break
+		}
+		if h := w.held[id]; !h.due.After(now) {
+			due = append(due, h.msg)
+			delete(w.held, id)
+		}
+	}
+	w.metrics.held.Sub(float64(len(due)))
+	return due
+}
+
+// nextDue returns when the next held entry is due.
+func (w *Worker) nextDue() (time.Time, bool) {
+	var next time.Time
+	for _, h := range w.held {
+		if next.IsZero() || h.due.Before(next) {
+			next = h.due
+		}
+	}
+	return next, !next.IsZero()
+}
+
+// makeDue makes every held entry due now (an operator resumed retries).
+func (w *Worker) makeDue() {
+	now := time.Now()
+	for id, h := range w.held {
+		h.due = now
+		w.held[id] = h
+	}
+}
+
+// waitHeld waits until the next held entry is due, ResumeRetries is
+// called or fetchCtx ends.
+func (w *Worker) waitHeld(fetchCtx context.Context) {
+	next, _ := w.nextDue()
+	t := time.NewTimer(max(time.Until(next), time.Millisecond))
+	defer t.Stop()
+	select {
+	case <-fetchCtx.Done():
+	case <-t.C:
+	case <-w.wake:
+		w.makeDue()
+	}
 }
 
 // drainOwn processes the entries this consumer left pending (a restart under
@@ -161,9 +317,11 @@ func (w *Worker) drainOwn(fetchCtx, workCtx context.Context) error {
 	return nil
 }
 
-// reclaim takes over entries pending longer than ClaimIdle, whichever
-// consumer holds them, and processes them. Entries whose data was trimmed
-// come back as deleted ids; they are dead-lettered like any unreadable entry.
+// reclaim takes over entries pending and untouched longer than ClaimIdle,
+// whichever consumer holds them (a live worker touches its own: see
+// keepHeld), and processes them. Entries whose data was trimmed come back as
+// deleted ids (Redis 7 has already removed them from the PEL); they are
+// dead-lettered with reason trimmed.
 func (w *Worker) reclaim(fetchCtx, workCtx context.Context) error {
 	start := "0-0"
 	for fetchCtx.Err() == nil {
@@ -179,11 +337,13 @@ func (w *Worker) reclaim(fetchCtx, workCtx context.Context) error {
 			for _, id := range deleted {
 				msgs = append(msgs, redis.XMessage{ID: id})
 			}
-			return err
+			return w.redisDone(err)
 		})
 		if err != nil {
 			return err
 		}
+		// This worker's own held entries are due later, not now.
+		msgs = slices.DeleteFunc(msgs, func(m redis.XMessage) bool { _, held := w.held[m.ID]; return held })
 		if len(msgs) > 0 {
 			w.metrics.claimed.Add(float64(len(msgs)))
 			w.logger.Info("reclaimed idle entries", zap.Int("entries", len(msgs)))
@@ -208,64 +368,106 @@ func (w *Worker) read(fetchCtx context.Context, id string, block time.Duration) 
 			Group: w.cfg.Group, Consumer: w.cfg.Consumer, Streams: []string{w.cfg.Stream, id},
 			Count: int64(w.cfg.BatchSize), Block: block,
 		}).Result()
+		msgs = nil
 		if errors.Is(err, redis.Nil) {
-			msgs = nil
-			return nil
+			return w.redisDone(nil)
 		}
 		if err != nil {
-			return err
+			return w.redisDone(err)
 		}
-		msgs = nil
 		for _, s := range res {
 			msgs = append(msgs, s.Messages...)
 		}
-		return nil
+		return w.redisDone(nil)
 	})
 	return msgs, err
 }
 
+// redisDone marks err as Redis's and records a success of Redis when it is
+// nil.
+func (w *Worker) redisDone(err error) error {
+	if err == nil {
+		w.streak.Succeed(failpolicy.SourceRedis)
+	}
+	return from(failpolicy.SourceRedis, err)
+}
+
 // process handles a batch until it succeeds, retrying infrastructure
-// failures with backoff. It returns nil when the batch is done or when a
-// stop was requested while waiting (the entries then stay pending), and an
-// error when the worker must stop abruptly.
+// failures with backoff, then keeps what the batch holds for later. It
+// returns nil when the batch is done or when a stop was requested while
+// waiting (the entries then stay pending), and an error when the worker
+// must stop abruptly.
 func (w *Worker) process(fetchCtx, workCtx context.Context, msgs []redis.XMessage) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	err := w.retry(fetchCtx, "processing a batch", func() error { return w.handle(workCtx, msgs) })
-	if err != nil && classify(err) == classStopped {
-		return nil
+	var out outcome
+	err := w.retry(fetchCtx, "processing a batch", func() error {
+		var err error
+		out, err = w.handle(workCtx, msgs)
+		return err
+	})
+	if err != nil {
+		if classify(err) == classStopped {
+			return nil
+		}
+		return err
 	}
-	return err
+	w.apply(out)
+	return nil
 }
 
 // retry runs op until it succeeds, backing off with jitter after
-// infrastructure failures and recreating the consumer group after NOGROUP.
-// It stops early when fetchCtx ends (returning its error) and returns any
-// other failure at once.
+// infrastructure and unknown failures (once per BreakerTimeout while their
+// class is halted) and recreating the consumer group after NOGROUP. Every
+// failure counts for the streak rule. It stops early when fetchCtx ends
+// (returning its error) and returns any other failure at once.
 func (w *Worker) retry(fetchCtx context.Context, what string, op func() error) error {
-	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(50*time.Millisecond),
-		backoff.WithMaxInterval(w.cfg.BackoffMax), backoff.WithMaxElapsedTime(0))
+	b := &failpolicy.HaltBackOff{
+		Inner: backoff.NewExponentialBackOff(backoff.WithInitialInterval(min(50*time.Millisecond, w.cfg.BackoffMax)),
+			backoff.WithMaxInterval(w.cfg.BackoffMax), backoff.WithMaxElapsedTime(0)),
+		Streak: w.streak, Probe: w.cfg.BreakerTimeout,
+	}
+	attempts := 0
 	return backoff.RetryNotify(func() error {
+		w.alive()
 		err := op()
-		switch classify(err) {
+		switch c := classify(err); c {
 		case classOK:
 			return nil
 		case classNoGroup:
 			w.metrics.retries.WithLabelValues("nogroup").Inc()
 			w.logger.Warn("consumer group missing (Redis restarted empty?); recreating it")
 			if gerr := w.ensureGroup(fetchCtx); gerr != nil {
-				return gerr
+				return from(failpolicy.SourceRedis, gerr)
 			}
 			return err
-		case classInfra, classTxRetry:
-			w.metrics.retries.WithLabelValues("infrastructure").Inc()
+		case classInfra, classTxRetry, classUnknown:
+			f := failureOf(err)
+			w.streak.Fail(f)
+			b.Class = f.Class
+			reason := "infrastructure"
+			if c == classUnknown {
+				reason = "unknown"
+			}
+			w.metrics.retries.WithLabelValues(reason).Inc()
 			return err
 		default:
 			return backoff.Permanent(err)
 		}
 	}, backoff.WithContext(b, fetchCtx), func(err error, d time.Duration) {
-		w.logger.Warn("error "+what+"; retrying", zap.Error(err), zap.Duration("backoff", d))
+		attempts++
+		if attempts > 1 && attempts%10 != 0 {
+			return
+		}
+		f := failureOf(err)
+		fields := []zap.Field{zap.String("code", f.Code), zap.Int("attempts", attempts), zap.Duration("backoff", d), zap.Error(err)}
+		if f.Class == failpolicy.ClassUnknown {
+			// Not recognised: say so loudly, it may need a rule.
+			w.logger.Error("unclassified error "+what+"; retrying", fields...)
+			return
+		}
+		w.logger.Warn("error "+what+"; retrying", fields...)
 	})
 }
 

@@ -3,8 +3,6 @@ package worker_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"net"
 	"strconv"
 	"sync"
 	"testing"
@@ -49,7 +47,12 @@ func setup(t *testing.T) *testBundle {
 
 func setupWith(t *testing.T, rdb redis.UniversalClient, prefix string) *testBundle {
 	t.Helper()
-	st := testkit.NewStore(t)
+	return setupOn(t, testkit.NewStore(t), rdb, prefix)
+}
+
+// setupOn is setup on the store st.
+func setupOn(t *testing.T, st store.Store, rdb redis.UniversalClient, prefix string) *testBundle {
+	t.Helper()
 	return &testBundle{
 		st: st, rdb: rdb, pg: testkit.NewPostgres(t),
 		stream: prefix + ":stream", group: "read-model",
@@ -57,17 +60,27 @@ func setupWith(t *testing.T, rdb redis.UniversalClient, prefix string) *testBund
 	}
 }
 
+// config returns a fast test configuration: short blocks, backoffs and
+// breaker timeouts; callers adjust it.
 func (b *testBundle) config(consumer string) *worker.Config {
 	return &worker.Config{
 		Stream: b.stream, Group: b.group, Consumer: consumer,
 		Block: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
+		RecordBackoff: 20 * time.Millisecond, BreakerTimeout: 200 * time.Millisecond,
 	}
 }
 
 // start starts a worker and stops it at cleanup.
 func (b *testBundle) start(t *testing.T, cfg *worker.Config) *worker.Worker {
 	t.Helper()
-	w, err := worker.New(b.st, b.rdb, b.pg.Pool, cfg, testkit.Logger(t))
+	return b.startOn(t, b.pg.Pool, cfg)
+}
+
+// startOn starts a worker on pool (a proxied one, say) and stops it at
+// cleanup.
+func (b *testBundle) startOn(t *testing.T, pool *pgxpool.Pool, cfg *worker.Config) *worker.Worker {
+	t.Helper()
+	w, err := worker.New(b.st, b.rdb, pool, cfg, testkit.Logger(t))
 	require.NoError(t, err)
 	require.NoError(t, w.Start(context.Background()))
 	t.Cleanup(func() { require.NoError(t, w.Stop(context.Background())) })
@@ -206,10 +219,15 @@ func TestWorker(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		for field, cfg := range map[string]*worker.Config{
-			"BatchSize":     {BatchSize: -1},
-			"Block":         {Block: -time.Second},
-			"ClaimIdle":     {ClaimIdle: -time.Second},
-			"MaxDeliveries": {MaxDeliveries: -1},
+			"BatchSize":       {BatchSize: -1},
+			"Block":           {Block: -time.Second},
+			"ClaimIdle":       {ClaimIdle: -time.Second},
+			"MaxDeliveries":   {MaxDeliveries: -1},
+			"RecordBackoff":   {RecordBackoff: -time.Second},
+			"BreakerFailures": {BreakerFailures: -1},
+			"BreakerTimeout":  {BreakerTimeout: -time.Second},
+			"StreakLimit":     {StreakLimit: -1},
+			"ConsumerExpiry":  {ConsumerExpiry: -time.Second},
 		} {
 			_, err := worker.New(b.st, b.rdb, b.pg.Pool, cfg, nil)
 			require.ErrorContains(t, err, field)
@@ -306,17 +324,17 @@ func TestWorker(t *testing.T) {
 		b.waitConverged(t)
 		b.publish(t, evs...) // redelivery: already synced, not a new latency
 		require.Eventually(t, func() bool {
-			return counter(t, reg, "outboxd_worker_processed_total", "synced") >= 24
+			return testkit.Metric(t, reg, "outboxd_worker_processed_total", "result", "synced") >= 24
 		}, waitFor, 10*time.Millisecond)
-		mfs, err := reg.Gather()
-		require.NoError(t, err)
-		var samples uint64
-		for _, mf := range mfs {
-			if mf.GetName() == "outboxd_pipeline_latency_seconds" {
-				samples = mf.GetMetric()[0].GetHistogram().GetSampleCount()
-			}
-		}
-		require.Equal(t, uint64(12), samples)
+		require.Equal(t, 12.0, testkit.Metric(t, reg, "outboxd_pipeline_latency_seconds", "origin", "outbox"))
+
+		// An original the reconciler re-published is counted under its
+		// origin.
+		late := b.write(t, "d1", 1)[0]
+		require.NoError(t, b.rdb.XAdd(ctx, &redis.XAddArgs{Stream: b.stream, Values: late.Message(outbox.OriginReconciler).Values()}).Err())
+		b.waitConverged(t)
+		require.Equal(t, 1.0, testkit.Metric(t, reg, "outboxd_pipeline_latency_seconds", "origin", "reconciler"))
+		require.Equal(t, 12.0, testkit.Metric(t, reg, "outboxd_pipeline_latency_seconds", "origin", "outbox"))
 	})
 
 	t.Run("DuplicatesWithinBatch", func(t *testing.T) {
@@ -524,179 +542,133 @@ func TestWorkerDeadLetters(t *testing.T) {
 	t.Run("TrimmedEntry", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		evs := b.write(t, "d1", 3)
+		reg := prometheus.NewRegistry()
+		evs := b.write(t, "d1", 4)
 		b.publish(t, evs...)
 		require.NoError(t, b.rdb.XGroupCreateMkStream(ctx, b.stream, b.group, "0").Err())
-		res, err := b.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: b.group, Consumer: "c", Streams: []string{b.stream, ">"}, Count: 1, Block: -1}).Result()
-		require.NoError(t, err)
-		require.NoError(t, b.rdb.XDel(ctx, b.stream, res[0].Messages[0].ID).Err()) // trimmed while pending
+		// "c" reads two entries, "dead" one; then all three are trimmed
+		// while pending.
+		for consumer, n := range map[string]int64{"c": 2, "dead": 1} {
+			res, err := b.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: b.group, Consumer: consumer, Streams: []string{b.stream, ">"}, Count: n, Block: -1}).Result()
+			require.NoError(t, err)
+			require.Len(t, res[0].Messages, int(n))
+		}
+		require.NoError(t, b.rdb.XTrimMaxLen(ctx, b.stream, 1).Err())
 
-		b.start(t, b.config("c")) // drains its own PEL: the entry has nil values
-		require.Eventually(t, func() bool { return b.drained(t) }, waitFor, 10*time.Millisecond)
-		require.Equal(t, int64(1), b.rdb.XLen(ctx, outbox.DLQStream(b.stream)).Val())
-		b.events, b.lost = evs[1:], 1
+		// "c" drains its own PEL (entries with nil values), and claims the
+		// dead one's (XAUTOCLAIM returns it as deleted).
+		cfg := b.config("c")
+		cfg.Registerer, cfg.ClaimIdle = reg, 100*time.Millisecond
+		b.start(t, cfg)
+		for _, m := range b.waitDeadLetters(t, 3) {
+			require.Equal(t, "trimmed", m.Values["reason"])
+			require.Equal(t, outbox.CategoryNonRetryable, m.Values["category"])
+		}
+		requireMetric(t, 3.0, func() float64 { return testkit.Metric(t, reg, "outboxd_worker_trimmed_total") })
+		requireMetric(t, 3.0, func() float64 {
+			return testkit.Metric(t, reg, "outboxd_worker_dead_letters_total", "category", outbox.CategoryNonRetryable, "code", "trimmed")
+		})
+		// Their originals stay pending, not parked: the reconciler's
+		// backstop (reconciler.TestReconcilerFaults/StreamTrimmed shows it).
+		for _, ev := range evs[:3] {
+			require.Nil(t, b.event(t, ev.ID).SyncFailure)
+		}
+		b.events, b.lost = evs[3:], 3
 		b.check(t)
 	})
 
 	t.Run("PoisonAfterMaxDeliveries", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
+		reg := prometheus.NewRegistry()
 		evs := b.write(t, "d1", 6)
 		bad := evs[3].ID
-		projector := worker.NewEventsProjector()
+		var mu sync.Mutex
+		var tries []time.Time // deliveries of bad alone (the batch's own try splits first)
 		cfg := b.config("c")
-		cfg.ClaimIdle, cfg.ClaimInterval, cfg.MaxDeliveries = 50*time.Millisecond, 20*time.Millisecond, 3
-		cfg.Projector = worker.ProjectorFunc(func(ctx context.Context, tx pgx.Tx, events []*outbox.Event) error {
-			for _, ev := range events {
-				if ev.ID == bad {
-					return fmt.Errorf("%w: this one never works", worker.ErrRecord)
-				}
+		cfg.MaxDeliveries, cfg.RecordBackoff, cfg.Registerer = 3, 100*time.Millisecond, reg
+		cfg.Projector = failOn(func(ev *outbox.Event, alone bool) error {
+			if ev.ID != bad {
+				return nil
 			}
-			return projector.Project(ctx, tx, events)
+			if alone {
+				mu.Lock()
+				tries = append(tries, time.Now())
+				mu.Unlock()
+			}
+			return fmt.Errorf("%w: this one never works", worker.ErrRecord)
 		})
 		b.publish(t, evs...)
 		b.start(t, cfg)
-		require.Eventually(t, func() bool {
-			return b.drained(t) && b.rdb.XLen(ctx, outbox.DLQStream(b.stream)).Val() == 1
-		}, waitFor, 10*time.Millisecond)
-
-		dl, err := b.rdb.XRange(ctx, outbox.DLQStream(b.stream), "-", "+").Result()
-		require.NoError(t, err)
-		require.Equal(t, bad, dl[0].Values["eventId"])
-		require.Equal(t, outbox.CategoryPoison, dl[0].Values["category"])
-		require.Equal(t, "3", dl[0].Values["deliveries"])
+		dl := b.waitDeadLetters(t, 1)
+		requireDeadLetter(t, reg, dl[0], bad, outbox.CategoryPoison, "projection_failed", 3)
 		parked := b.event(t, bad)
 		require.Equal(t, outbox.CategoryPoison, parked.SyncFailure.Category)
 		require.Equal(t, int64(3), parked.SyncFailure.Deliveries)
+		require.Zero(t, b.rdb.HLen(ctx, worker.FailuresKey(b.stream, b.group)).Val(), "the budget leaves with the entry")
+
+		// Three deliveries spaced by the backoff: about 100ms, then 200ms
+		// (±25% jitter).
+		mu.Lock()
+		require.Len(t, tries, 3)
+		gap1, gap2 := tries[1].Sub(tries[0]), tries[2].Sub(tries[1])
+		mu.Unlock()
+		t.Logf("deliveries %s and %s apart", gap1, gap2)
+		require.GreaterOrEqual(t, gap1, 75*time.Millisecond)
+		require.GreaterOrEqual(t, gap2, 150*time.Millisecond)
 
 		b.events, b.parked = append(evs[:3:3], evs[4:]...), 1
 		b.check(t)
 	})
 }
 
-// tcpProxy stands between the worker and PostgreSQL so that a test can take
-// the database away and bring it back.
-type tcpProxy struct {
-	target string
-	addr   string
-	mu     sync.Mutex
-	ln     net.Listener
-	conns  []net.Conn
-	wg     sync.WaitGroup
-}
-
-func newTCPProxy(t *testing.T, target string) *tcpProxy {
+// requireMetric waits until value() is want: the worker counts a batch
+// after it is acknowledged, so a test that saw the acknowledgement may look
+// a moment too early.
+func requireMetric(t *testing.T, want float64, value func() float64) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	p := &tcpProxy{target: target, addr: ln.Addr().String()}
-	p.serve(ln)
-	t.Cleanup(func() { p.down(); p.wg.Wait() })
-	return p
+	require.Eventually(t, func() bool { return value() == want }, waitFor, 5*time.Millisecond, "metric never reached %v (last %v)", want, value())
 }
 
-func (p *tcpProxy) serve(ln net.Listener) {
-	p.mu.Lock()
-	p.ln = ln
-	p.mu.Unlock()
-	p.wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
+// failOn is the default projector, except that a transaction holding an
+// event for which fail returns an error fails with it; alone tells that the
+// event is the transaction's only one (a delivery of its own, or the
+// worker's split of a failed batch).
+func failOn(fail func(ev *outbox.Event, alone bool) error) worker.Projector {
+	projector := worker.NewEventsProjector()
+	return worker.ProjectorFunc(func(ctx context.Context, tx pgx.Tx, events []*outbox.Event) error {
+		for _, ev := range events {
+			if err := fail(ev, len(events) == 1); err != nil {
+				return err
 			}
-			u, err := net.Dial("tcp", p.target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, u)
-			p.mu.Unlock()
-			p.wg.Go(func() { _, _ = io.Copy(u, c); u.Close() })
-			p.wg.Go(func() { _, _ = io.Copy(c, u); c.Close() })
 		}
+		return projector.Project(ctx, tx, events)
 	})
 }
 
-// down refuses new connections and cuts the open ones.
-func (p *tcpProxy) down() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.ln != nil {
-		p.ln.Close()
-		p.ln = nil
-	}
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
-}
-
-func (p *tcpProxy) up(t *testing.T) {
-	ln, err := net.Listen("tcp", p.addr)
-	require.NoError(t, err)
-	p.serve(ln)
-}
-
-func TestWorkerPostgresDown(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	b := setup(t)
-	pcfg, err := pgxpool.ParseConfig(b.pg.URL)
-	require.NoError(t, err)
-	proxy := newTCPProxy(t, net.JoinHostPort(pcfg.ConnConfig.Host, strconv.Itoa(int(pcfg.ConnConfig.Port))))
-	host, port, _ := net.SplitHostPort(proxy.addr)
-	pcfg.ConnConfig.Host = host
-	p, _ := strconv.Atoi(port)
-	pcfg.ConnConfig.Port = uint16(p)
-	pcfg.ConnConfig.ConnectTimeout = time.Second
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-
-	reg := prometheus.NewRegistry()
-	cfg := b.config("c")
-	cfg.Registerer = reg
-	w, err := worker.New(b.st, b.rdb, pool, cfg, testkit.Logger(t))
-	require.NoError(t, err)
-	require.NoError(t, w.Start(ctx))
-	t.Cleanup(func() { require.NoError(t, w.Stop(ctx)) })
-	b.publish(t, b.write(t, "d1", 10)...)
-	b.waitConverged(t)
-
-	proxy.down()
-	b.publish(t, b.write(t, "d1", 10)...)
-	// The worker keeps retrying: entries read but not acknowledged, nothing
-	// dead-lettered or marked.
-	require.Eventually(t, func() bool {
-		return counter(t, reg, "outboxd_worker_retries_total", "infrastructure") >= 5
-	}, waitFor, 10*time.Millisecond)
-	require.Positive(t, b.pending(t))
-	require.Equal(t, int64(10), b.unsynced(t))
-	require.Zero(t, b.rdb.XLen(ctx, outbox.DLQStream(b.stream)).Val())
-
-	proxy.up(t)
-	b.waitConverged(t)
-	require.Zero(t, b.rdb.XLen(ctx, outbox.DLQStream(b.stream)).Val())
-}
-
-// counter returns the value of a counter in reg with the given label value.
-func counter(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
+// waitDeadLetters waits until the stream is drained with n dead letters,
+// and returns them.
+func (b *testBundle) waitDeadLetters(t *testing.T, n int64) []redis.XMessage {
 	t.Helper()
-	mfs, err := reg.Gather()
+	ctx := context.Background()
+	require.Eventually(t, func() bool {
+		return b.drained(t) && b.rdb.XLen(ctx, outbox.DLQStream(b.stream)).Val() == n
+	}, waitFor, 10*time.Millisecond)
+	dl, err := b.rdb.XRange(ctx, outbox.DLQStream(b.stream), "-", "+").Result()
 	require.NoError(t, err)
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() != "stream" && l.GetValue() == label {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
+	return dl
+}
+
+// requireDeadLetter checks a dead letter's event, category, reason and
+// deliveries, and that the worker counted it in
+// outboxd_worker_dead_letters_total.
+func requireDeadLetter(t *testing.T, reg *prometheus.Registry, dl redis.XMessage, eventID, category, reason string, deliveries int) {
+	t.Helper()
+	require.Equal(t, eventID, dl.Values["eventId"])
+	require.Equal(t, category, dl.Values["category"])
+	require.Equal(t, reason, dl.Values["reason"])
+	require.Equal(t, strconv.Itoa(deliveries), dl.Values["deliveries"])
+	requireMetric(t, 1, func() float64 {
+		return testkit.Metric(t, reg, "outboxd_worker_dead_letters_total", "category", category, "code", reason)
+	})
 }

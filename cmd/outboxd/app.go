@@ -172,13 +172,18 @@ func (a *app) build(ctors ...func() (service, error)) ([]service, error) {
 func (a *app) newWorker() (service, error) {
 	return worker.New(a.st, a.rdb, a.pg, &worker.Config{
 		Stream: a.o.stream, Group: a.o.group, Consumer: a.o.consumer,
-		BatchSize: a.o.batchSize, ClaimIdle: a.o.claimIdle, MaxDeliveries: a.o.maxDeliveries, Registerer: a.reg,
+		BatchSize: a.o.batchSize, ClaimIdle: a.o.claimIdle, MaxDeliveries: a.o.maxDeliveries,
+		RecordBackoff: a.o.retryBackoff, ConsumerExpiry: a.o.consumerExpiry,
+		BreakerFailures: a.o.breakerFailures, BreakerTimeout: a.o.breakerTimeout, StreakLimit: a.o.streakLimit,
+		Registerer: a.reg,
 	}, a.log)
 }
 
 func (a *app) newDispatcher() (service, error) {
 	return dispatcher.New(a.st, a.rdb, &dispatcher.Config{
-		Stream: a.o.stream, LeaseTTL: a.o.leaseTTL, Retention: a.o.outboxRetention, Registerer: a.reg,
+		Stream: a.o.stream, LeaseTTL: a.o.leaseTTL, Retention: a.o.outboxRetention,
+		BreakerFailures: a.o.breakerFailures, BreakerTimeout: a.o.breakerTimeout, StreakLimit: a.o.streakLimit,
+		Registerer: a.reg,
 	}, a.log)
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -52,10 +53,17 @@ type options struct {
 	leaseTTL        time.Duration
 
 	// work
-	consumer      string
-	batchSize     int
-	claimIdle     time.Duration
-	maxDeliveries int
+	consumer       string
+	batchSize      int
+	claimIdle      time.Duration
+	maxDeliveries  int
+	retryBackoff   time.Duration
+	consumerExpiry time.Duration
+
+	// failure policy (dispatch and work)
+	breakerFailures int
+	breakerTimeout  time.Duration
+	streakLimit     int
 
 	// reconcile
 	minAge, requeueAfter, every time.Duration
@@ -104,8 +112,10 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 		case gWork:
 			fs.StringVar(&o.consumer, "consumer", "", "consumer name (default: host-pid)")
 			fs.IntVar(&o.batchSize, "batch-size", worker.BatchSizeDefault, "stream entries per batch")
-			fs.DurationVar(&o.claimIdle, "claim-idle", worker.ClaimIdleDefault, "reclaim entries pending longer than this on other consumers")
-			fs.IntVar(&o.maxDeliveries, "max-deliveries", worker.MaxDeliveriesDefault, "deliveries of a failing record before it is dead-lettered as poison")
+			fs.DurationVar(&o.claimIdle, "claim-idle", worker.ClaimIdleDefault, "take over pending entries untouched this long (a dead or wedged consumer's; live workers touch theirs)")
+			fs.IntVar(&o.maxDeliveries, "max-deliveries", worker.MaxDeliveriesDefault, "failed deliveries of a record before it is dead-lettered (outages never count)")
+			fs.DurationVar(&o.retryBackoff, "retry-backoff", worker.RecordBackoffDefault, "pause before a failing record's second delivery, doubled for each further one (with jitter)")
+			fs.DurationVar(&o.consumerExpiry, "consumer-expiry", worker.ConsumerExpiryDefault, "remove other consumers idle this long with nothing pending from the group")
 		case gReconcile:
 			fs.DurationVar(&o.minAge, "min-age", reconciler.MinAgeDefault, "only originals older than this are candidates")
 			fs.DurationVar(&o.requeueAfter, "requeue-after", reconciler.RequeueAfterDefault, "a requeued original is a candidate again after this")
@@ -117,6 +127,11 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 			fs.StringVar(&o.authToken, "auth-token", "", "bearer token of the running outboxd")
 			fs.BoolVar(&o.jsonOut, "json", false, "print JSON instead of a table")
 		}
+	}
+	if slices.Contains(r.flags, gWork) || (slices.Contains(r.flags, gDispatch) && r.serve) {
+		fs.IntVar(&o.breakerFailures, "breaker-failures", worker.BreakerFailuresDefault, "consecutive infrastructure failures that open a circuit breaker (PostgreSQL, the store, Redis)")
+		fs.DurationVar(&o.breakerTimeout, "breaker-timeout", worker.BreakerTimeoutDefault, "how long an open circuit stays open before one probe; also the pause between attempts while retries are halted")
+		fs.IntVar(&o.streakLimit, "error-streak-limit", worker.StreakLimitDefault, "the same error code this many times in a row halts automatic retries of its class and raises an alarm")
 	}
 	if r.name == "dev" {
 		o.every = devEvery
@@ -208,6 +223,11 @@ func (o *options) validate() error {
 		{"batch-size", o.batchSize <= 0 || o.batchSize > worker.BatchSizeMax, fmt.Sprintf("must be between 1 and %d", worker.BatchSizeMax)},
 		{"max-deliveries", o.maxDeliveries <= 0, "must be positive"},
 		{"claim-idle", o.claimIdle <= 0, "must be positive"},
+		{"retry-backoff", o.retryBackoff < time.Millisecond, "must be at least 1ms"},
+		{"consumer-expiry", o.consumerExpiry < time.Millisecond, "must be at least 1ms"},
+		{"breaker-failures", o.breakerFailures <= 0, "must be positive"},
+		{"breaker-timeout", o.breakerTimeout < time.Millisecond, "must be at least 1ms"},
+		{"error-streak-limit", o.streakLimit <= 0, "must be positive"},
 		{"min-age", o.minAge < 0, "must not be negative"},
 		{"requeue-after", o.requeueAfter <= 0, "must be positive"},
 		{"limit", o.limit <= 0, "must be positive"},

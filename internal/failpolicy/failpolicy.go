@@ -1,0 +1,379 @@
+// Package failpolicy is the failure policy of seeds 002 and 004 that the
+// worker and the dispatcher share:
+//
+//   - every failure is classified (Failure: a bounded code, a class, the
+//     dependency that failed) in one place per dependency;
+//   - a circuit breaker around each dependency opens after
+//     BreakerFailuresDefault (5) consecutive infrastructure failures, stays
+//     open BreakerTimeoutDefault (30s) and lets one probe through when
+//     half-open (NewBreaker);
+//   - the error-streak rule (Streak): the same error code
+//     StreakLimitDefault (50) times in a row halts automatic retries of its
+//     class and raises an alarm until it clears.
+//
+// The numbers are defaults; each component's Config can change them.
+package failpolicy
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/sony/gobreaker/v2"
+	"go.uber.org/zap"
+
+	ometrics "github.com/outboxd/outboxd/internal/metrics"
+	"github.com/outboxd/outboxd/store"
+)
+
+// Defaults of the policy (seed 004's circuit breaker, seed 002's rule for a
+// repeated error code).
+const (
+	// BreakerFailuresDefault is how many consecutive infrastructure
+	// failures open a circuit.
+	BreakerFailuresDefault = 5
+	// BreakerTimeoutDefault is how long a circuit stays open before it
+	// lets one probe through (half-open).
+	BreakerTimeoutDefault = 30 * time.Second
+	// StreakLimitDefault is how many times in a row one error code may
+	// repeat before automatic retries of its class halt.
+	StreakLimitDefault = 50
+)
+
+// Classes of failure, as the streak rule and the metrics name them.
+const (
+	// ClassInfrastructure: a dependency is down, restarting, overloaded or
+	// timing out. Not a record's fault: consumption pauses, nothing is
+	// charged to a record, nothing is dead-lettered.
+	ClassInfrastructure = "infrastructure"
+	// ClassRecord: the record itself fails (seed 002's NON_RETRYABLE and
+	// POISON): charged to the record's delivery budget.
+	ClassRecord = "record"
+	// ClassUnknown: an error no rule recognises. Bounded: charged to the
+	// records where a record can be blamed, and always counted by the
+	// streak rule, so it can never stall a consumer silently.
+	ClassUnknown = "unknown"
+)
+
+// Classes lists every class, for metrics that show each one.
+var Classes = []string{ClassInfrastructure, ClassRecord, ClassUnknown}
+
+// Sources of a failure: the dependency (or step) that failed.
+const (
+	SourceRedis    = "redis"
+	SourceStore    = "store"
+	SourcePostgres = "postgres"
+)
+
+// CodeBreakerOpen is the code of a call an open circuit refused. It is not
+// a new observation of the dependency, so Streak.Fail ignores it.
+const CodeBreakerOpen = "breaker_open"
+
+// Failure is one failed attempt as the policy sees it.
+type Failure struct {
+	// Code names the error, from a bounded set (it is a metric label):
+	// "postgres_57P01", "redis_unavailable", "original_missing", …
+	Code string
+	// Class is ClassInfrastructure, ClassRecord or ClassUnknown.
+	Class string
+	// Source is the dependency that failed: SourceRedis, SourceStore,
+	// SourcePostgres, or "" for a record's own failure found before any
+	// dependency answered (an unreadable message).
+	Source string
+}
+
+// Infrastructure returns the Failure of source being unavailable.
+func Infrastructure(source string) Failure {
+	return Failure{Code: source + "_unavailable", Class: ClassInfrastructure, Source: source}
+}
+
+// Unknown returns the Failure of an unrecognised error from source.
+func Unknown(source string) Failure {
+	return Failure{Code: source + "_unknown", Class: ClassUnknown, Source: source}
+}
+
+// BreakerOpen reports an error of a circuit that refused the call (open,
+// or half-open with its one probe already out).
+func BreakerOpen(err error) bool {
+	return errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests)
+}
+
+// Unavailable reports an error that says a dependency cannot serve now
+// whatever the request: a network error, a timeout, a closed connection or
+// client, a store outage (store.ErrUnavailable), a refusing circuit.
+func Unavailable(err error) bool {
+	var ne net.Error
+	switch {
+	case err == nil:
+		return false
+	case store.IsUnavailable(err), BreakerOpen(err), errors.Is(err, context.DeadlineExceeded),
+		errors.As(err, &ne), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return true
+	}
+	return false
+}
+
+// RedisFailure classifies an error of a Redis command: an outage (the
+// network, a closed client, an exhausted pool, a server loading, read-only,
+// without its master, out of clients or busy) or an unknown reply
+// (WRONGTYPE, a syntax error, …).
+func RedisFailure(err error) Failure {
+	switch {
+	case BreakerOpen(err):
+		return Failure{Code: CodeBreakerOpen, Class: ClassInfrastructure, Source: SourceRedis}
+	case Unavailable(err), errors.Is(err, redis.ErrClosed), errors.Is(err, redis.ErrPoolTimeout),
+		errors.Is(err, redis.ErrPoolExhausted), redis.IsLoadingError(err), redis.IsReadOnlyError(err),
+		redis.IsMasterDownError(err), redis.IsMaxClientsError(err), redis.IsTryAgainError(err),
+		redis.IsClusterDownError(err), redis.HasErrorPrefix(err, "BUSY"):
+		return Infrastructure(SourceRedis)
+	}
+	return Unknown(SourceRedis)
+}
+
+// StoreFailure classifies an error of the store: an outage
+// (store.ErrUnavailable) or unknown.
+func StoreFailure(err error) Failure {
+	switch {
+	case BreakerOpen(err):
+		return Failure{Code: CodeBreakerOpen, Class: ClassInfrastructure, Source: SourceStore}
+	case Unavailable(err):
+		return Infrastructure(SourceStore)
+	}
+	return Unknown(SourceStore)
+}
+
+// BreakerConfig is a circuit's numbers.
+type BreakerConfig struct {
+	// Name names the circuit in logs ("postgres", "store", "redis").
+	Name string
+	// Failures is how many consecutive failures open it.
+	Failures int
+	// Timeout is how long it stays open before one probe.
+	Timeout time.Duration
+	// IsFailure tells which errors count as failures; the others count as
+	// successes (the dependency answered). A cancelled context counts as
+	// neither.
+	IsFailure func(error) bool
+	// State is set to the circuit's state on every change: 0 closed, 1
+	// half-open, 2 open (gobreaker.State's values).
+	State prometheus.Gauge
+}
+
+// NewBreaker returns a circuit breaker with cfg's numbers: it opens after
+// cfg.Failures consecutive failures, stays open cfg.Timeout, then lets one
+// probe through (half-open); the probe's success closes it, its failure
+// opens it again. Changes are logged (open at warn level) and exported in
+// cfg.State. A refused call fails with gobreaker.ErrOpenState or
+// gobreaker.ErrTooManyRequests (BreakerOpen).
+func NewBreaker(cfg BreakerConfig, logger *zap.Logger) *gobreaker.CircuitBreaker[struct{}] {
+	cfg.State.Set(float64(gobreaker.StateClosed))
+	failures := uint32(max(cfg.Failures, 1))
+	return gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
+		Name:         cfg.Name,
+		MaxRequests:  1,
+		Timeout:      cfg.Timeout,
+		ReadyToTrip:  func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= failures },
+		IsSuccessful: func(err error) bool { return err == nil || !cfg.IsFailure(err) },
+		IsExcluded:   func(err error) bool { return errors.Is(err, context.Canceled) },
+		OnStateChange: func(name string, from, to gobreaker.State) {
+			cfg.State.Set(float64(to))
+			fields := []zap.Field{zap.String("breaker", name), zap.Stringer("from", from), zap.Stringer("to", to)}
+			if to == gobreaker.StateOpen {
+				logger.Warn("circuit opened; pausing calls", append(fields, zap.Duration("open_for", cfg.Timeout))...)
+				return
+			}
+			logger.Info("circuit changed state", fields...)
+		},
+	})
+}
+
+// StreakMetrics are the series of the streak rule, shared by the
+// components of one stream on one registry.
+type StreakMetrics struct {
+	streak *prometheus.GaugeVec
+	halted *prometheus.GaugeVec
+}
+
+// NewStreakMetrics registers outboxd_error_streak{stream,component,code}
+// and outboxd_retries_halted{stream,component,class} on reg (nil: kept, not
+// exported).
+func NewStreakMetrics(reg prometheus.Registerer, stream string) (*StreakMetrics, error) {
+	f := ometrics.NewFactory(reg, "", stream)
+	m := &StreakMetrics{
+		streak: f.GaugeVec("error_streak",
+			"Current run of one identical error code in a component (reset by a success of what failed); at the streak limit (50) automatic retries of its class halt.",
+			"component", "code"),
+		halted: f.GaugeVec("retries_halted",
+			"1 while a component's automatic retries of a class are halted because one error code repeated streak-limit times in a row, else 0.",
+			"component", "class"),
+	}
+	return m, f.Err()
+}
+
+// Streak is the error-streak rule of one component (seed 002: "the same
+// error code 50 times in a row stops automatic retries and raises the
+// alarm").
+//
+// It counts the current run of one identical error code (Fail); a success
+// of what failed ends the run (Succeed, SucceedRecord). When a run reaches
+// the limit, automatic retries of the run's class halt: Halted reports it,
+// outboxd_retries_halted{component,class} is 1 and an error is logged.
+// What "halted" means is the component's to define and document (the
+// worker and the dispatcher do); it never means dead-lettering. A halt
+// clears on a success of its class (a success of the halting source for
+// infrastructure and unknown failures, a record projected for record
+// failures), or on an operator action (Resume), and that is logged at info
+// level.
+//
+// A Streak is safe for concurrent use.
+type Streak struct {
+	component string
+	limit     int
+	metrics   *StreakMetrics
+	logger    *zap.Logger
+
+	mu    sync.Mutex
+	cur   Failure
+	n     int
+	halts map[string]Failure // class -> the failure that halted it
+}
+
+// NewStreak returns the rule for component ("worker", "dispatcher") with
+// limit (at least 1). m may be shared by several Streaks.
+func NewStreak(component string, limit int, m *StreakMetrics, logger *zap.Logger) *Streak {
+	s := &Streak{component: component, limit: max(limit, 1), metrics: m, logger: logger, halts: map[string]Failure{}}
+	for _, c := range Classes {
+		m.halted.WithLabelValues(component, c).Set(0)
+	}
+	return s
+}
+
+// Fail records one failure. A refused call of an open circuit
+// (CodeBreakerOpen) is not an observation and is ignored.
+func (s *Streak) Fail(f Failure) {
+	if f.Code == CodeBreakerOpen || f.Code == "" {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if f.Code != s.cur.Code {
+		s.endRun()
+		s.cur = f
+	}
+	s.n++
+	s.metrics.streak.WithLabelValues(s.component, f.Code).Set(float64(s.n))
+	if s.n < s.limit {
+		return
+	}
+	if _, halted := s.halts[f.Class]; halted {
+		return
+	}
+	s.halts[f.Class] = f
+	s.metrics.halted.WithLabelValues(s.component, f.Class).Set(1)
+	s.logger.Error("error code repeated; automatic retries of its class halted until it clears",
+		zap.String("component", s.component), zap.String("class", f.Class), zap.String("code", f.Code),
+		zap.Int("streak", s.n), zap.String("source", f.Source))
+}
+
+// Succeed records that source answered: it ends a run of infrastructure or
+// unknown failures of source and clears their halts.
+func (s *Streak) Succeed(source string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n > 0 && s.cur.Class != ClassRecord && s.cur.Source == source {
+		s.endRun()
+	}
+	for _, class := range []string{ClassInfrastructure, ClassUnknown} {
+		if f, ok := s.halts[class]; ok && f.Source == source {
+			s.clear(class, "a success of "+source)
+		}
+	}
+}
+
+// SucceedRecord records that a record went through: it ends a run of
+// record failures and clears their halt.
+func (s *Streak) SucceedRecord() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n > 0 && s.cur.Class == ClassRecord {
+		s.endRun()
+	}
+	if _, ok := s.halts[ClassRecord]; ok {
+		s.clear(ClassRecord, "a record went through")
+	}
+}
+
+// Halted reports whether automatic retries of class are halted.
+func (s *Streak) Halted(class string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.halts[class]
+	return ok
+}
+
+// AnyHalted reports whether automatic retries of any class are halted.
+func (s *Streak) AnyHalted() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.halts) > 0
+}
+
+// Resume is the operator's action: it ends the run and clears every halt.
+func (s *Streak) Resume() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.endRun()
+	for class := range s.halts {
+		s.clear(class, "an operator action")
+	}
+}
+
+// Run returns the current code and how many times in a row it came.
+func (s *Streak) Run() (code string, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cur.Code, s.n
+}
+
+func (s *Streak) endRun() {
+	if s.cur.Code != "" {
+		s.metrics.streak.DeleteLabelValues(s.component, s.cur.Code)
+	}
+	s.cur, s.n = Failure{}, 0
+}
+
+func (s *Streak) clear(class, why string) {
+	f := s.halts[class]
+	delete(s.halts, class)
+	s.metrics.halted.WithLabelValues(s.component, class).Set(0)
+	s.logger.Info("automatic retries resumed", zap.String("component", s.component), zap.String("class", class),
+		zap.String("code", f.Code), zap.String("cleared_by", why))
+}
+
+// HaltBackOff is a backoff.BackOff that waits Probe instead of Inner's next
+// interval while Class (the class of the last failure; set it after each
+// one) is halted by Streak: halted retries become one probe per Probe.
+type HaltBackOff struct {
+	Inner  backoff.BackOff
+	Streak *Streak
+	Probe  time.Duration
+	Class  string
+}
+
+// NextBackOff implements backoff.BackOff.
+func (h *HaltBackOff) NextBackOff() time.Duration {
+	d := h.Inner.NextBackOff()
+	if h.Class != "" && h.Streak.Halted(h.Class) {
+		return h.Probe
+	}
+	return d
+}
+
+// Reset implements backoff.BackOff.
+func (h *HaltBackOff) Reset() { h.Inner.Reset() }
