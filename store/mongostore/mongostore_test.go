@@ -2,6 +2,7 @@ package mongostore_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -97,6 +98,54 @@ func TestCandidateQueryUsesReconcilerIndex(t *testing.T) {
 	collectStages(planner["winningPlan"], stages)
 	require.NotContains(t, stages, "COLLSCAN", "winning plan: %v", planner["winningPlan"])
 	require.Contains(t, stages["IXSCAN"], mongostore.IndexReconciler, "winning plan: %v", planner["winningPlan"])
+}
+
+// TestOperatorQueriesUseTheirIndexes proves on a real replica set that the
+// operator commands' listings are served by their indexes (no collection
+// scan, no in-memory sort).
+func TestOperatorQueriesUseTheirIndexes(t *testing.T) {
+	testkit.SkipUnlessRealMongo(t)
+	t.Parallel()
+	ctx := context.Background()
+	s := testkit.NewMongo(t, nil)
+	t0 := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
+	w := outbox.NewWriter(s, &outbox.WriterConfig{Now: func() time.Time { return t0 }})
+	inputs := make([]outbox.Input, 50)
+	for i := range inputs {
+		inputs[i] = outbox.Input{SourceKey: "s", DeviceKey: fmt.Sprintf("d%d", i%5), OccurredAt: t0.Add(-time.Duration(i) * time.Minute).Format(time.RFC3339)}
+	}
+	_, err := w.Write(ctx, inputs)
+	require.NoError(t, err)
+	window := store.EventQuery{From: t0.Add(-time.Hour), To: t0, Limit: 100,
+		After: &store.EventCursor{At: t0.Add(-30 * time.Minute), ID: outbox.NewEventID()}}
+	for _, tc := range []struct {
+		name  string
+		mod   func(q *store.EventQuery)
+		index string
+	}{
+		{"Occurred", func(*store.EventQuery) {}, mongostore.IndexOccurred},
+		{"Created", func(q *store.EventQuery) { q.By = store.ByCreated }, mongostore.IndexCreated},
+		{"Device", func(q *store.EventQuery) { q.SourceKey, q.DeviceKey = "s", "d1" }, mongostore.IndexDevice},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := window
+			tc.mod(&q)
+			filter, sort := mongostore.EventQueryFilter(q, true)
+			var out bson.M
+			require.NoError(t, s.Database().RunCommand(ctx, bson.D{
+				{Key: "explain", Value: bson.D{{Key: "find", Value: mongostore.EventsCollection},
+					{Key: "filter", Value: filter}, {Key: "sort", Value: sort}, {Key: "limit", Value: int64(q.Limit)}}},
+				{Key: "verbosity", Value: "queryPlanner"},
+			}).Decode(&out))
+			planner, ok := out["queryPlanner"].(bson.M)
+			require.True(t, ok, "explain output: %v", out)
+			stages := map[string][]string{}
+			collectStages(planner["winningPlan"], stages)
+			require.NotContains(t, stages, "COLLSCAN", "winning plan: %v", planner["winningPlan"])
+			require.NotContains(t, stages, "SORT", "winning plan: %v", planner["winningPlan"])
+			require.Contains(t, stages["IXSCAN"], tc.index, "winning plan: %v", planner["winningPlan"])
+		})
+	}
 }
 
 // collectStages walks an explain plan and records the index names of each
