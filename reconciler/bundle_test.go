@@ -175,3 +175,17 @@ func (b *testBundle) metric(t *testing.T, name string, labels ...string) float64
 	}
 	return 0
 }
+
+// histogram returns the sample count and sum of the histogram name.
+func (b *testBundle) histogram(t *testing.T, name string) (uint64, float64) {
+	t.Helper()
+	families, err := b.reg.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if f.GetName() == name && len(f.GetMetric()) > 0 {
+			h := f.GetMetric()[0].GetHistogram()
+			return h.GetSampleCount(), h.GetSampleSum()
+		}
+	}
+	return 0, 0
+}
