@@ -243,6 +243,7 @@ func (h *handler) adminRoutes() []route {
 		{http.MethodGet, "/v1/admin/dlq/{id}", http.HandlerFunc(h.adminGetDLQ)},
 		{http.MethodPost, "/v1/admin/dlq:replay", http.HandlerFunc(h.adminReplayDLQ)},
 		{http.MethodPost, "/v1/admin/dlq:drop", http.HandlerFunc(h.adminDropDLQ)},
+		{http.MethodGet, "/v1/admin/events", http.HandlerFunc(h.adminListEvents)},
 		{http.MethodPost, "/v1/admin/replay", http.HandlerFunc(h.adminReplay)},
 		{http.MethodPost, "/v1/admin/verify", http.HandlerFunc(h.adminVerify)},
 	}
@@ -297,6 +298,22 @@ func (h *handler) adminDropDLQ(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, r, http.StatusOK, res)
+}
+
+func (h *handler) adminListEvents(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	limit, err := queryInt(q.Get("limit"), "limit", AdminChunkDefault)
+	if err != nil {
+		h.adminFail(w, r, err)
+		return
+	}
+	page, err := h.cfg.Admin.ListEvents(r.Context(), ReplayRequest{From: q.Get("from"), To: q.Get("to"), By: q.Get("by"),
+		SourceKey: q.Get("sourceKey"), DeviceKey: q.Get("deviceKey"), State: q.Get("state"), After: q.Get("after"), Limit: limit})
+	if err != nil {
+		h.adminFail(w, r, err)
+		return
+	}
+	writeJSON(w, r, http.StatusOK, page)
 }
 
 func (h *handler) adminReplay(w http.ResponseWriter, r *http.Request) {

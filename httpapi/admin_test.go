@@ -287,6 +287,14 @@ func TestAdminDLQReplay(t *testing.T) {
 			require.Equal(t, http.StatusOK, code)
 			require.Empty(t, page.Entries, "the filter keeps other categories out")
 
+			var parked httpapi.EventsPage
+			code, body = b.call(t, http.MethodGet, "/v1/admin/events?state=failed", nil, &parked)
+			require.Equal(t, http.StatusOK, code, string(body))
+			require.Len(t, parked.Events, 1, "the parked originals")
+			require.Equal(t, bad.ID, parked.Events[0].ID)
+			require.Equal(t, outbox.CategoryPoison, parked.Events[0].SyncFailure.Category)
+			require.NotContains(t, string(body), "payload")
+
 			var one httpapi.DeadLetter
 			code, body = b.call(t, http.MethodGet, "/v1/admin/dlq/"+dl.ID, nil, &one)
 			require.Equal(t, http.StatusOK, code, string(body))
@@ -608,6 +616,8 @@ func TestAdminAPI(t *testing.T) {
 		{"DLQBadID", http.MethodPost, "/v1/admin/dlq:drop", `{"ids":["one"]}`, 422, "ids"},
 		{"DLQBadLimit", http.MethodGet, "/v1/admin/dlq?limit=0", ``, 422, "limit"},
 		{"DLQUnknown", http.MethodGet, "/v1/admin/dlq/1-1", ``, 404, ""},
+		{"EventsBadState", http.MethodGet, "/v1/admin/events?state=lost", ``, 422, "state"},
+		{"EventsBadWindow", http.MethodGet, "/v1/admin/events?from=2026-10-02T00:00:00Z&to=2026-10-01T00:00:00Z", ``, 422, "to"},
 		{"WrongMethod", http.MethodDelete, "/v1/admin/replay", ``, 405, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

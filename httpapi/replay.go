@@ -194,3 +194,60 @@ func (a *Admin) Replay(ctx context.Context, r ReplayRequest) (*ReplayResult, err
 	}
 	return res, nil
 }
+
+// EventSummary is an original without its payload (GET /v1/events/{id}
+// has it).
+type EventSummary struct {
+	ID             string              `json:"id"`
+	IdempotencyKey string              `json:"idempotencyKey"`
+	SourceKey      string              `json:"sourceKey"`
+	DeviceKey      string              `json:"deviceKey"`
+	Type           string              `json:"type"`
+	OccurredAt     time.Time           `json:"occurredAt"`
+	CreatedAt      time.Time           `json:"createdAt"`
+	State          string              `json:"state"`
+	SyncedAt       *time.Time          `json:"syncedAt"`
+	LastRequeuedAt *time.Time          `json:"lastRequeuedAt"`
+	RequeueCount   int64               `json:"requeueCount"`
+	SyncFailure    *outbox.SyncFailure `json:"syncFailure"`
+}
+
+// EventsPage is the answer of GET /v1/admin/events: originals in (time,
+// id) order.
+type EventsPage struct {
+	Events []EventSummary `json:"events"`
+	// Next, when set, is the after of the next page.
+	Next string `json:"next,omitempty"`
+}
+
+// ListEvents lists the originals of a window, of one source or device, in
+// one state, as replay would select them: to see what a replay would touch,
+// or which originals are parked. r.From and r.To are optional here.
+func (a *Admin) ListEvents(ctx context.Context, r ReplayRequest) (*EventsPage, error) {
+	open := r
+	if open.From == "" {
+		open.From = time.Unix(0, 0).UTC().Format(time.RFC3339)
+	}
+	if open.To == "" {
+		open.To = "9999-12-31T23:59:59Z"
+	}
+	q, err := open.query()
+	if err != nil {
+		return nil, err
+	}
+	page, err := a.cfg.Store.ListEvents(ctx, q)
+	if err != nil {
+		return nil, fmt.Errorf("error listing originals: %w", err)
+	}
+	out := &EventsPage{Events: make([]EventSummary, len(page))}
+	for i, ev := range page {
+		out.Events[i] = EventSummary{ID: ev.ID, IdempotencyKey: ev.IdempotencyKey, SourceKey: ev.SourceKey,
+			DeviceKey: ev.DeviceKey, Type: ev.Type, OccurredAt: ev.OccurredAt.UTC(), CreatedAt: ev.CreatedAt.UTC(),
+			State: ev.State(), SyncedAt: utc(ev.SyncedAt), LastRequeuedAt: utc(ev.LastRequeuedAt),
+			RequeueCount: ev.RequeueCount, SyncFailure: ev.SyncFailure}
+	}
+	if len(page) == q.Limit {
+		out.Next = formatCursor(q.CursorOf(page[len(page)-1]))
+	}
+	return out, nil
+}
