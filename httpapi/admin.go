@@ -236,110 +236,59 @@ func (a *Admin) publish(ctx context.Context, events []*outbox.Event, origin outb
 	return ok, nil
 }
 
-// routes returns the admin API's routes.
+// adminRoutes returns the admin API's routes.
 func (h *handler) adminRoutes() []route {
 	return []route{
-		{http.MethodGet, "/v1/admin/dlq", http.HandlerFunc(h.adminListDLQ)},
-		{http.MethodGet, "/v1/admin/dlq/{id}", http.HandlerFunc(h.adminGetDLQ)},
-		{http.MethodPost, "/v1/admin/dlq:replay", http.HandlerFunc(h.adminReplayDLQ)},
-		{http.MethodPost, "/v1/admin/dlq:drop", http.HandlerFunc(h.adminDropDLQ)},
-		{http.MethodGet, "/v1/admin/events", http.HandlerFunc(h.adminListEvents)},
-		{http.MethodPost, "/v1/admin/replay", http.HandlerFunc(h.adminReplay)},
-		{http.MethodPost, "/v1/admin/verify", http.HandlerFunc(h.adminVerify)},
+		{http.MethodGet, "/v1/admin/dlq", adminAnswer(h, func(_ http.ResponseWriter, r *http.Request) (*DLQPage, error) {
+			q := r.URL.Query()
+			limit, err := queryInt(q.Get("limit"), "limit", AdminChunkDefault)
+			if err != nil {
+				return nil, err
+			}
+			return h.cfg.Admin.ListDLQ(r.Context(), DLQQuery{Category: q.Get("category"), Code: q.Get("code"), After: q.Get("after"), Limit: limit})
+		})},
+		{http.MethodGet, "/v1/admin/dlq/{id}", adminAnswer(h, func(_ http.ResponseWriter, r *http.Request) (*DeadLetter, error) {
+			return h.cfg.Admin.DeadLetter(r.Context(), r.PathValue("id"))
+		})},
+		{http.MethodPost, "/v1/admin/dlq:replay", adminPost(h, (*Admin).ReplayDLQ)},
+		{http.MethodPost, "/v1/admin/dlq:drop", adminPost(h, (*Admin).DropDLQ)},
+		{http.MethodGet, "/v1/admin/events", adminAnswer(h, func(_ http.ResponseWriter, r *http.Request) (*EventsPage, error) {
+			q := r.URL.Query()
+			limit, err := queryInt(q.Get("limit"), "limit", AdminChunkDefault)
+			if err != nil {
+				return nil, err
+			}
+			return h.cfg.Admin.ListEvents(r.Context(), ReplayRequest{From: q.Get("from"), To: q.Get("to"), By: q.Get("by"),
+				SourceKey: q.Get("sourceKey"), DeviceKey: q.Get("deviceKey"), State: q.Get("state"), After: q.Get("after"), Limit: limit})
+		})},
+		{http.MethodPost, "/v1/admin/replay", adminPost(h, (*Admin).Replay)},
+		{http.MethodPost, "/v1/admin/verify", adminPost(h, (*Admin).Verify)},
 	}
 }
 
-func (h *handler) adminListDLQ(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	limit, err := queryInt(q.Get("limit"), "limit", AdminChunkDefault)
-	if err != nil {
-		h.adminFail(w, r, err)
-		return
+// adminAnswer serves an admin route: 200 with what action returns, or the
+// problem of its error.
+func adminAnswer[Res any](h *handler, action func(w http.ResponseWriter, r *http.Request) (Res, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		res, err := action(w, r)
+		if err != nil {
+			h.adminFail(w, r, err)
+			return
+		}
+		writeJSON(w, r, http.StatusOK, res)
 	}
-	page, err := h.cfg.Admin.ListDLQ(r.Context(), DLQQuery{Category: q.Get("category"), Code: q.Get("code"),
-		After: q.Get("after"), Limit: limit})
-	if err != nil {
-		h.adminFail(w, r, err)
-		return
-	}
-	writeJSON(w, r, http.StatusOK, page)
 }
 
-func (h *handler) adminGetDLQ(w http.ResponseWriter, r *http.Request) {
-	dl, err := h.cfg.Admin.DeadLetter(r.Context(), r.PathValue("id"))
-	if err != nil {
-		h.adminFail(w, r, err)
-		return
-	}
-	writeJSON(w, r, http.StatusOK, dl)
-}
-
-func (h *handler) adminReplayDLQ(w http.ResponseWriter, r *http.Request) {
-	var req DLQAction
-	if !h.adminDecode(w, r, &req) {
-		return
-	}
-	res, err := h.cfg.Admin.ReplayDLQ(r.Context(), req)
-	if err != nil {
-		h.adminFail(w, r, err)
-		return
-	}
-	writeJSON(w, r, http.StatusOK, res)
-}
-
-func (h *handler) adminDropDLQ(w http.ResponseWriter, r *http.Request) {
-	var req DLQAction
-	if !h.adminDecode(w, r, &req) {
-		return
-	}
-	res, err := h.cfg.Admin.DropDLQ(r.Context(), req)
-	if err != nil {
-		h.adminFail(w, r, err)
-		return
-	}
-	writeJSON(w, r, http.StatusOK, res)
-}
-
-func (h *handler) adminListEvents(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	limit, err := queryInt(q.Get("limit"), "limit", AdminChunkDefault)
-	if err != nil {
-		h.adminFail(w, r, err)
-		return
-	}
-	page, err := h.cfg.Admin.ListEvents(r.Context(), ReplayRequest{From: q.Get("from"), To: q.Get("to"), By: q.Get("by"),
-		SourceKey: q.Get("sourceKey"), DeviceKey: q.Get("deviceKey"), State: q.Get("state"), After: q.Get("after"), Limit: limit})
-	if err != nil {
-		h.adminFail(w, r, err)
-		return
-	}
-	writeJSON(w, r, http.StatusOK, page)
-}
-
-func (h *handler) adminReplay(w http.ResponseWriter, r *http.Request) {
-	var req ReplayRequest
-	if !h.adminDecode(w, r, &req) {
-		return
-	}
-	res, err := h.cfg.Admin.Replay(r.Context(), req)
-	if err != nil {
-		h.adminFail(w, r, err)
-		return
-	}
-	writeJSON(w, r, http.StatusOK, res)
-}
-
-func (h *handler) adminVerify(w http.ResponseWriter, r *http.Request) {
-	var req VerifyRequest
-	if !h.adminDecode(w, r, &req) {
-		return
-	}
-	res, err := h.cfg.Admin.Verify(r.Context(), req)
-	if err != nil {
-		h.adminFail(w, r, err)
-		return
-	}
-	writeJSON(w, r, http.StatusOK, res)
+// adminPost serves an action whose request is a JSON body of type Req.
+func adminPost[Req, Res any](h *handler, action func(a *Admin, ctx context.Context, req Req) (Res, error)) http.HandlerFunc {
+	return adminAnswer(h, func(w http.ResponseWriter, r *http.Request) (Res, error) {
+		var req Req
+		if err := adminDecode(w, r, &req); err != nil {
+			var none Res
+			return none, err
+		}
+		return action(h.cfg.Admin, r.Context(), req)
+	})
 }
 
 // queryInt reads a positive integer query parameter (def when empty).
@@ -354,23 +303,25 @@ func queryInt(v, field string, def int) (int, error) {
 	return n, nil
 }
 
+// problemError is an error answered with its problem document as it is.
+type problemError struct{ p *Problem }
+
+func (e *problemError) Error() string { return e.p.Detail }
+
 // adminDecode reads a JSON request body into v: application/json, at most
-// adminBodyMax bytes, one object, no unknown field. It answers the problem
-// itself and reports false when the body is not acceptable.
-func (h *handler) adminDecode(w http.ResponseWriter, r *http.Request, v any) bool {
+// adminBodyMax bytes, one object, no unknown field; otherwise it returns
+// the problem to answer (415, 413 or 400).
+func adminDecode(w http.ResponseWriter, r *http.Request, v any) error {
 	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-		writeProblem(w, r, newProblem(http.StatusUnsupportedMediaType, "", "", "the body must be application/json"))
-		return false
+		return &problemError{newProblem(http.StatusUnsupportedMediaType, "", "", "the body must be application/json")}
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, adminBodyMax))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			writeProblem(w, r, newProblem(http.StatusRequestEntityTooLarge, "", "", fmt.Sprintf("the body is larger than %d bytes", adminBodyMax)))
-			return false
+			return &problemError{newProblem(http.StatusRequestEntityTooLarge, "", "", fmt.Sprintf("the body is larger than %d bytes", adminBodyMax))}
 		}
-		writeProblem(w, r, newProblem(http.StatusBadRequest, ProblemMalformed, "Malformed request", "the body could not be read"))
-		return false
+		return &problemError{newProblem(http.StatusBadRequest, ProblemMalformed, "Malformed request", "the body could not be read")}
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
@@ -379,10 +330,10 @@ func (h *handler) adminDecode(w http.ResponseWriter, r *http.Request, v any) boo
 		err = errors.New("more than one JSON value")
 	}
 	if err != nil {
-		writeProblem(w, r, newProblem(http.StatusBadRequest, ProblemMalformed, "Malformed request", "the body is not one valid JSON object of this request: "+err.Error()))
-		return false
+		return &problemError{newProblem(http.StatusBadRequest, ProblemMalformed, "Malformed request",
+			"the body is not one valid JSON object of this request: "+err.Error())}
 	}
-	return true
+	return nil
 }
 
 // adminFail answers an error of an admin action: 422 for invalid fields,
@@ -391,11 +342,14 @@ func (h *handler) adminDecode(w http.ResponseWriter, r *http.Request, v any) boo
 // otherwise.
 func (h *handler) adminFail(w http.ResponseWriter, r *http.Request, err error) {
 	var (
+		pe *problemError
 		ie *invalidError
 		na *notAvailableError
 		be *backendError
 	)
 	switch {
+	case errors.As(err, &pe):
+		writeProblem(w, r, pe.p)
 	case errors.As(err, &ie):
 		p := newProblem(http.StatusUnprocessableEntity, ProblemValidation, "Invalid fields", ie.Error())
 		p.Errors = ie.fields

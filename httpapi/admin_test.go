@@ -232,6 +232,13 @@ func (b *adminBundle) lastID(t *testing.T) string {
 	return info.LastGeneratedID
 }
 
+// bothStores open a fresh store of each kind: SQLite, and MongoDB on lungo
+// (or the replica set of OUTBOXD_TEST_MONGO_URI).
+var bothStores = map[string]func(testing.TB) store.Store{
+	"SQLite":  func(t testing.TB) store.Store { return testkit.NewSQLite(t) },
+	"MongoDB": func(t testing.TB) store.Store { return testkit.NewMongo(t, nil) },
+}
+
 var day0 = time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC)
 
 func hours(n int) []time.Time {
@@ -249,10 +256,7 @@ func hours(n int) []time.Time {
 // changes nothing. On the SQLite store and on the MongoDB store (lungo).
 func TestAdminDLQReplay(t *testing.T) {
 	t.Parallel()
-	for name, open := range map[string]func(testing.TB) store.Store{
-		"SQLite":  func(t testing.TB) store.Store { return testkit.NewSQLite(t) },
-		"MongoDB": func(t testing.TB) store.Store { return testkit.NewMongo(t, nil) },
-	} {
+	for name, open := range bothStores {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
@@ -386,10 +390,7 @@ func TestAdminDLQMissingOriginalAndDrop(t *testing.T) {
 // was. On both stores.
 func TestAdminReplayWindow(t *testing.T) {
 	t.Parallel()
-	for name, open := range map[string]func(testing.TB) store.Store{
-		"SQLite":  func(t testing.TB) store.Store { return testkit.NewSQLite(t) },
-		"MongoDB": func(t testing.TB) store.Store { return testkit.NewMongo(t, nil) },
-	} {
+	for name, open := range bothStores {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			b := setupAdmin(t, open(t))

@@ -336,9 +336,20 @@ func (a *Admin) byIDs(ctx context.Context, ids []string) ([]*DeadLetter, error) 
 	return out, nil
 }
 
-// selection returns the dead letters an action names: act.IDs (nil for
-// ids without an entry), or a chunk of All.
-func (a *Admin) selection(ctx context.Context, act DLQAction, res *DLQActionResult) ([]DeadLetter, error) {
+// selection returns the dead letters an action names, act.IDs or a chunk
+// of All, and its result so far: the ids without an entry are not_found,
+// and Next and Done are set.
+func (a *Admin) selection(ctx context.Context, act DLQAction) (*DLQActionResult, []DeadLetter, error) {
+	if err := a.needRedis(); err != nil {
+		return nil, nil, err
+	}
+	res := &DLQActionResult{Results: []DLQResult{}}
+	dls, err := a.named(ctx, act, res)
+	return res, dls, err
+}
+
+// named checks act and reads the dead letters it names.
+func (a *Admin) named(ctx context.Context, act DLQAction, res *DLQActionResult) ([]DeadLetter, error) {
 	switch {
 	case len(act.IDs) > 0 && act.All:
 		return nil, invalid("all", "cannot be combined with ids")
@@ -384,11 +395,7 @@ func (a *Admin) selection(ctx context.Context, act DLQAction, res *DLQActionResu
 // whose original does not exist is kept, reported original_missing: drop
 // it.
 func (a *Admin) ReplayDLQ(ctx context.Context, act DLQAction) (*DLQActionResult, error) {
-	if err := a.needRedis(); err != nil {
-		return nil, err
-	}
-	res := &DLQActionResult{Results: []DLQResult{}}
-	dls, err := a.selection(ctx, act, res)
+	res, dls, err := a.selection(ctx, act)
 	if err != nil {
 		return nil, err
 	}
@@ -444,11 +451,7 @@ func (a *Admin) ReplayDLQ(ctx context.Context, act DLQAction) (*DLQActionResult,
 // DropDLQ removes dead letters without replaying them (their originals stay
 // as they are: parked ones stay parked).
 func (a *Admin) DropDLQ(ctx context.Context, act DLQAction) (*DLQActionResult, error) {
-	if err := a.needRedis(); err != nil {
-		return nil, err
-	}
-	res := &DLQActionResult{Results: []DLQResult{}}
-	dls, err := a.selection(ctx, act, res)
+	res, dls, err := a.selection(ctx, act)
 	if err != nil {
 		return nil, err
 	}

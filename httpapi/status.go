@@ -264,27 +264,26 @@ func (s *Status) counts(ctx context.Context, leases bool) *Snapshot {
 // the parts that could not be read are returned.
 func (s *Status) leases(ctx context.Context, now time.Time) (*DispatcherState, *ReconcilerState, []string) {
 	var failed []string
+	read := func(name, part string) *store.LeaseState {
+		if name == "" {
+			return nil
+		}
+		st, err := s.Store.ReadLease(ctx, name)
+		if err != nil {
+			failed = append(failed, part)
+		}
+		return st
+	}
 	var d *DispatcherState
 	var r *ReconcilerState
-	if s.DispatcherLease != "" {
-		st, err := s.Store.ReadLease(ctx, s.DispatcherLease)
-		switch {
-		case err != nil:
-			failed = append(failed, "dispatcher")
-		case st != nil:
-			d = &DispatcherState{Leader: st.Owner, LeaderAlive: st.Owner != "" && st.Expires.After(now), Term: st.Term,
-				LeaseExpiresAt: st.Expires.UTC(), CheckpointAt: utc(st.CheckpointAt), CheckpointAgeSeconds: ageOf(st.CheckpointAt, now)}
-		}
+	alive := func(st *store.LeaseState) bool { return st.Owner != "" && st.Expires.After(now) }
+	if st := read(s.DispatcherLease, "dispatcher"); st != nil {
+		d = &DispatcherState{Leader: st.Owner, LeaderAlive: alive(st), Term: st.Term, LeaseExpiresAt: st.Expires.UTC(),
+			CheckpointAt: utc(st.CheckpointAt), CheckpointAgeSeconds: ageOf(st.CheckpointAt, now)}
 	}
-	if s.ReconcilerLease != "" {
-		st, err := s.Store.ReadLease(ctx, s.ReconcilerLease)
-		switch {
-		case err != nil:
-			failed = append(failed, "reconciler")
-		case st != nil:
-			r = &ReconcilerState{Leader: st.Owner, LeaderAlive: st.Owner != "" && st.Expires.After(now),
-				LeaseExpiresAt: st.Expires.UTC(), LastSweepAt: utc(st.CheckpointAt), LastSweepAgeSeconds: ageOf(st.CheckpointAt, now)}
-		}
+	if st := read(s.ReconcilerLease, "reconciler"); st != nil {
+		r = &ReconcilerState{Leader: st.Owner, LeaderAlive: alive(st), LeaseExpiresAt: st.Expires.UTC(),
+			LastSweepAt: utc(st.CheckpointAt), LastSweepAgeSeconds: ageOf(st.CheckpointAt, now)}
 	}
 	return d, r, failed
 }

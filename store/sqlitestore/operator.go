@@ -2,7 +2,6 @@ package sqlitestore
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"math"
 	"strings"
@@ -145,30 +144,5 @@ const qRedrive = `UPDATE events SET sync_failure = NULL, failure_category = NULL
 // on those of ids that are parked and not synced, in one transaction, and
 // returns how many it changed.
 func (s *Store) Redrive(ctx context.Context, ids []string) (int64, error) {
-	if len(ids) == 0 {
-		return 0, nil
-	}
-	var n int64
-	err := s.inWriteTx(ctx, "re-driving parked originals", func(tx *sql.Tx) error {
-		for _, chunk := range chunks(ids, idChunk) {
-			list, err := jsonArray(chunk)
-			if err != nil {
-				return fmt.Errorf("error re-driving parked originals: %w", err)
-			}
-			res, err := tx.ExecContext(ctx, qRedrive, list)
-			if err != nil {
-				return s.fail("re-driving parked originals", err)
-			}
-			c, err := res.RowsAffected()
-			if err != nil {
-				return s.fail("re-driving parked originals", err)
-			}
-			n += c
-		}
-		return nil
-	})
-	if err != nil {
-		return 0, err
-	}
-	return n, nil
+	return s.updateByIDs(ctx, "re-driving parked originals", qRedrive, ids)
 }
