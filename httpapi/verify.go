@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -226,6 +227,8 @@ func (a *Admin) verifyOriginals(ctx context.Context, w verifyWindow, repair bool
 		if err != nil {
 			return pgErr("recomputing statistics", err)
 		}
+		slices.SortFunc(keys, worker.StatsKey.Compare)
+		res.StatsRecomputed = len(slices.Compact(keys))
 		if ok, err = a.publish(ctx, missing, outbox.OriginReplay); err != nil {
 			return err
 		}

@@ -131,6 +131,12 @@ type StatsKey struct {
 	Day                  time.Time
 }
 
+// Compare orders keys by source, device and day: the order statistics rows
+// are locked in.
+func (k StatsKey) Compare(o StatsKey) int {
+	return cmp.Or(strings.Compare(k.SourceKey, o.SourceKey), strings.Compare(k.DeviceKey, o.DeviceKey), k.Day.Compare(o.Day))
+}
+
 // Row is a row of the events table, without its payload.
 type Row struct {
 	EventID, SourceKey, DeviceKey string
@@ -200,9 +206,7 @@ WHERE agg.n > 0 AND s.source_key = agg.source_key AND s.device_key = agg.device_
 // locked first (see recomputeLockSQL).
 func (p *EventsProjector) RecomputeStats(ctx context.Context, tx pgx.Tx, keys []StatsKey) error {
 	keys = slices.Clone(keys)
-	slices.SortFunc(keys, func(a, b StatsKey) int {
-		return cmp.Or(strings.Compare(a.SourceKey, b.SourceKey), strings.Compare(a.DeviceKey, b.DeviceKey), a.Day.Compare(b.Day))
-	})
+	slices.SortFunc(keys, StatsKey.Compare)
 	keys = slices.Compact(keys)
 	if len(keys) == 0 {
 		return nil
