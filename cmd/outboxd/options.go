@@ -68,7 +68,6 @@ type options struct {
 	source, device, state   string
 	dryRun, rebuild, repair bool
 	chunk                   int
-	fromTime, toTime        time.Time
 
 	registered map[string]bool
 }
@@ -275,12 +274,13 @@ func (o *options) validateOperator() error {
 		return config.Invalid("yes", "is required: dropped dead letters are gone (replay them instead with outboxd dlq replay)")
 	}
 	if has["from"] {
+		var from, to time.Time
 		required := has["by"] // replay needs a window, verify may check everything
 		for _, f := range []struct {
 			name string
 			v    string
 			t    *time.Time
-		}{{"from", o.from, &o.fromTime}, {"to", o.to, &o.toTime}} {
+		}{{"from", o.from, &from}, {"to", o.to, &to}} {
 			if f.v == "" {
 				if required {
 					return config.Invalid(f.name, "is required: the window is [--from, --to)")
@@ -293,7 +293,7 @@ func (o *options) validateOperator() error {
 			}
 			*f.t = t
 		}
-		if !o.fromTime.IsZero() && !o.toTime.IsZero() && !o.fromTime.Before(o.toTime) {
+		if !from.IsZero() && !to.IsZero() && !from.Before(to) {
 			return config.Invalid("to", "must be after --from")
 		}
 	}
