@@ -1,11 +1,13 @@
 // Package httpapi is the HTTP surface of outboxd: the ingest API
 // (POST /v1/events, POST /v1/events:batch, GET /v1/events/{id}), the status
 // (GET /v1/status and its Prometheus gauges), the probes (/healthz,
-// /readyz) and /metrics, with RFC 9457 problem documents for every error and
-// a bearer token on /v1/. Every long-running role serves it; the roles
-// without the ingest API serve the rest. It writes through an
-// outbox.Writer and reads through a store of the storage port. NewServer
-// serves it with bounds on what a client may hold (time to send headers and
-// a body, idle connections, bodies read at once) and a shutdown that does
-// not wait for stalled clients.
+// /readyz) and /metrics, and the operator actions under /v1/admin/ (Admin:
+// dead letters, replay by boundary, verify; see docs/operations.md), with
+// RFC 9457 problem documents for every error and a bearer token on /v1/.
+// Every long-running role serves it; the roles without the ingest API serve
+// the rest, and the admin actions a role's backends allow. It writes
+// through an outbox.Writer and reads through a store of the storage port.
+// NewServer serves it with bounds on what a client may hold (time to send
+// headers and a body, idle connections, bodies read at once) and a shutdown
+// that does not wait for stalled clients.
 package httpapi

@@ -63,6 +63,9 @@ type Config struct {
 	Store store.Store
 	// Status, when set, serves GET /v1/status.
 	Status *Status
+	// Admin, when set, serves the operator actions under /v1/admin/ (see
+	// Admin and docs/operations.md).
+	Admin *Admin
 	// Ready are the checks of GET /readyz, by name; each gets the request's
 	// context bounded to 2 seconds. None: always ready.
 	Ready []Check
@@ -169,12 +172,14 @@ func New(cfg *Config, logger *zap.Logger) (http.Handler, error) {
 	return h, nil
 }
 
+// route is one entry of the route table.
+type route struct {
+	method  string
+	path    string
+	handler http.Handler
+}
+
 func (h *handler) routes() {
-	type route struct {
-		method  string
-		path    string
-		handler http.Handler
-	}
 	routes := []route{
 		{http.MethodGet, "/healthz", http.HandlerFunc(h.healthz)},
 		{http.MethodGet, "/readyz", http.HandlerFunc(h.readyz)},
@@ -189,6 +194,9 @@ func (h *handler) routes() {
 	}
 	if h.cfg.Status != nil {
 		routes = append(routes, route{http.MethodGet, "/v1/status", http.HandlerFunc(h.status)})
+	}
+	if h.cfg.Admin != nil {
+		routes = append(routes, h.adminRoutes()...)
 	}
 	if h.cfg.Metrics != nil {
 		routes = append(routes, route{http.MethodGet, "/metrics", h.cfg.Metrics})

@@ -5,6 +5,9 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -12,8 +15,23 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/reconciler"
 	"github.com/outboxd/outboxd/store"
 )
+
+// entryTime returns the time in a Redis stream entry id
+// ("<milliseconds>-<sequence>").
+func entryTime(id string) (time.Time, bool) {
+	ms, _, ok := strings.Cut(id, "-")
+	if !ok {
+		return time.Time{}, false
+	}
+	n, err := strconv.ParseInt(ms, 10, 64)
+	if err != nil {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(n).UTC(), true
+}
 
 // StatusReadTimeout is the default Status.ReadTimeout.
 const StatusReadTimeout = 2 * time.Second
@@ -26,19 +44,29 @@ type Status struct {
 	Redis  redis.UniversalClient
 	Stream string
 	Group  string
+	// DispatcherLease and ReconcilerLease name the leases whose state the
+	// status shows (dispatcher.LeaseName, reconciler.LeaseName); "" leaves
+	// that part out.
+	DispatcherLease, ReconcilerLease string
+	// LastSweep returns the report of the last sweep of a reconciler that
+	// runs in this process (nil: none ran here). Defaults to none.
+	LastSweep func() *reconciler.Report
+	// Gatherer is this process's metrics registry: the breaker states and
+	// the halted retries are read from it (a part whose metric is absent is
+	// left out). Defaults to none.
+	Gatherer prometheus.Gatherer
 	// Now tells the time for ages. Defaults to time.Now.
 	Now func() time.Time
 	// ReadTimeout bounds the read of each part (the store's counts, the
-	// stream and DLQ figures): a part not read by then is reported
-	// unavailable, even when its client does not heed the deadline.
-	// Defaults to StatusReadTimeout (2 seconds).
+	// leases, the stream and DLQ figures): a part not read by then is
+	// reported unavailable, even when its client does not heed the
+	// deadline. Defaults to StatusReadTimeout (2 seconds).
 	ReadTimeout time.Duration
 }
 
 // Snapshot is the JSON of GET /v1/status. A part that could not be read
-// within Status.ReadTimeout is null (events, outbox) or absent (stream,
-// dlq) and named in Unavailable: a figure that could not be read is never
-// shown as zero.
+// within Status.ReadTimeout is null and named in Unavailable: a figure that
+// could not be read is never shown as zero.
 type Snapshot struct {
 	Store  string       `json:"store"`
 	Events *EventCounts `json:"events"`
@@ -48,8 +76,20 @@ type Snapshot struct {
 	Outbox                  *OutboxCounts `json:"outbox"`
 	Stream                  *StreamCounts `json:"stream,omitempty"`
 	DLQ                     *DLQCounts    `json:"dlq,omitempty"`
+	// Dispatcher is the state of the dispatcher's lease (absent when it
+	// never existed: no dispatcher ever ran on this store and stream).
+	Dispatcher *DispatcherState `json:"dispatcher,omitempty"`
+	// Reconciler is the state of the periodic reconciler's lease and its
+	// last recorded sweep (absent when none ever ran).
+	Reconciler *ReconcilerState `json:"reconciler,omitempty"`
+	// Breakers are the circuit breakers of this process (absent when it
+	// runs none, or they are not known).
+	Breakers []Breaker `json:"breakers,omitempty"`
+	// RetriesHalted lists the failure classes whose automatic retries this
+	// process stopped (the same error code 50 times in a row).
+	RetriesHalted []HaltedRetries `json:"retriesHalted,omitempty"`
 	// Unavailable names the parts that could not be read: "events",
-	// "outbox", "stream", "dlq".
+	// "outbox", "stream", "dlq", "dispatcher", "reconciler".
 	Unavailable []string `json:"unavailable,omitempty"`
 	// ReadAt is when the store's figures were read (they may come from a
 	// short cache, see the store); absent when they could not be read.
@@ -86,26 +126,100 @@ type StreamCounts struct {
 type DLQCounts struct {
 	Name   string `json:"name"`
 	Length int64  `json:"length"`
+	// OldestAgeSeconds is the age of the oldest dead letter (absent when
+	// the stream is empty).
+	OldestAgeSeconds *float64 `json:"oldestAgeSeconds,omitempty"`
+}
+
+// DispatcherState is the dispatcher's lease as the store keeps it.
+type DispatcherState struct {
+	// Leader is the lease's owner; LeaderAlive is false once the lease
+	// expired (no dispatcher relays: a standby should take over within the
+	// lease TTL).
+	Leader         string    `json:"leader"`
+	LeaderAlive    bool      `json:"leaderAlive"`
+	Term           int64     `json:"term"`
+	LeaseExpiresAt time.Time `json:"leaseExpiresAt"`
+	// CheckpointAt is the time of the last checkpoint (a leader writes one
+	// after every relayed batch and while idle); absent when never.
+	CheckpointAt         *time.Time `json:"checkpointAt,omitempty"`
+	CheckpointAgeSeconds *float64   `json:"checkpointAgeSeconds,omitempty"`
+}
+
+// ReconcilerState is the periodic reconciler's lease and last sweep.
+type ReconcilerState struct {
+	Leader         string    `json:"leader"`
+	LeaderAlive    bool      `json:"leaderAlive"`
+	LeaseExpiresAt time.Time `json:"leaseExpiresAt"`
+	// LastSweepAt is when the last recorded sweep ended, by any process.
+	LastSweepAt         *time.Time `json:"lastSweepAt,omitempty"`
+	LastSweepAgeSeconds *float64   `json:"lastSweepAgeSeconds,omitempty"`
+	// LastReport is the last sweep of a reconciler of this process.
+	LastReport *reconciler.Report `json:"lastReport,omitempty"`
+}
+
+// Breaker is the state of one circuit breaker: "closed", "half-open" or
+// "open".
+type Breaker struct {
+	Component string `json:"component"`
+	Name      string `json:"name"`
+	State     string `json:"state"`
+}
+
+// HaltedRetries is a failure class whose automatic retries a component
+// stopped.
+type HaltedRetries struct {
+	Component string `json:"component"`
+	Class     string `json:"class"`
 }
 
 // Snapshot reads the current state: the store and Redis in parallel, each
-// read bounded by ReadTimeout, so that it answers within ReadTimeout
-// however stalled a store is.
+// read bounded by ReadTimeout (so that it answers within ReadTimeout however
+// stalled a store is), then this process's breakers.
 func (s *Status) Snapshot(ctx context.Context) *Snapshot {
-	now := time.Now
+	snap := s.counts(ctx, true)
+	s.addProcess(snap)
+	return snap
+}
+
+func (s *Status) now() time.Time {
 	if s.Now != nil {
-		now = s.Now
+		return s.Now()
 	}
+	return time.Now()
+}
+
+// leaseParts are the lease parts of a snapshot.
+type leaseParts struct {
+	dispatcher *DispatcherState
+	reconciler *ReconcilerState
+	failed     []string
+}
+
+// counts reads the figures of the stores (and, with leases, the leases),
+// each part within ReadTimeout.
+func (s *Status) counts(ctx context.Context, leases bool) *Snapshot {
+	now := s.now
 	timeout := cmp.Or(s.ReadTimeout, StatusReadTimeout)
+	leases = leases && (s.DispatcherLease != "" || s.ReconcilerLease != "")
 	var (
 		wg        sync.WaitGroup
 		counts    store.Counts
 		countsErr error
 		parts     streamParts
+		ls        leaseParts
+		lsErr     error
 	)
 	wg.Go(func() { counts, countsErr = within(ctx, timeout, s.Store.Counts) })
 	if s.Redis != nil {
-		wg.Go(func() { parts, _ = within(ctx, timeout, s.streamCounts) })
+		wg.Go(func() {
+			parts, _ = within(ctx, timeout, func(ctx context.Context) (streamParts, error) { return s.streamCounts(ctx, now()), nil })
+		})
+	}
+	if leases {
+		wg.Go(func() {
+			ls, lsErr = within(ctx, timeout, func(ctx context.Context) (leaseParts, error) { return s.leases(ctx, now()), nil })
+		})
 	}
 	wg.Wait()
 
@@ -136,7 +250,109 @@ func (s *Status) Snapshot(ctx context.Context) *Snapshot {
 			snap.Unavailable = append(snap.Unavailable, "dlq")
 		}
 	}
+	if leases {
+		if lsErr != nil {
+			for name, part := range map[string]string{s.DispatcherLease: "dispatcher", s.ReconcilerLease: "reconciler"} {
+				if name != "" {
+					ls.failed = append(ls.failed, part)
+				}
+			}
+		}
+		snap.Dispatcher, snap.Reconciler = ls.dispatcher, ls.reconciler
+		snap.Unavailable = append(snap.Unavailable, ls.failed...)
+	}
+	if s.LastSweep != nil {
+		if rep := s.LastSweep(); rep != nil {
+			if snap.Reconciler == nil {
+				snap.Reconciler = &ReconcilerState{}
+			}
+			snap.Reconciler.LastReport = rep
+		}
+	}
+	slices.Sort(snap.Unavailable)
 	return snap
+}
+
+// leases reads the dispatcher's and the reconciler's lease; the names of
+// the parts that could not be read are returned.
+func (s *Status) leases(ctx context.Context, now time.Time) leaseParts {
+	var failed []string
+	read := func(name, part string) *store.LeaseState {
+		if name == "" {
+			return nil
+		}
+		st, err := s.Store.ReadLease(ctx, name)
+		if err != nil {
+			failed = append(failed, part)
+		}
+		return st
+	}
+	var d *DispatcherState
+	var r *ReconcilerState
+	alive := func(st *store.LeaseState) bool { return st.Owner != "" && st.Expires.After(now) }
+	if st := read(s.DispatcherLease, "dispatcher"); st != nil {
+		d = &DispatcherState{Leader: st.Owner, LeaderAlive: alive(st), Term: st.Term, LeaseExpiresAt: st.Expires.UTC(),
+			CheckpointAt: utc(st.CheckpointAt), CheckpointAgeSeconds: ageOf(st.CheckpointAt, now)}
+	}
+	if st := read(s.ReconcilerLease, "reconciler"); st != nil {
+		r = &ReconcilerState{Leader: st.Owner, LeaderAlive: alive(st), LeaseExpiresAt: st.Expires.UTC(),
+			LastSweepAt: utc(st.CheckpointAt), LastSweepAgeSeconds: ageOf(st.CheckpointAt, now)}
+	}
+	return leaseParts{dispatcher: d, reconciler: r, failed: failed}
+}
+
+// ageOf returns the seconds from t to now (at least 0), nil for nil.
+func ageOf(t *time.Time, now time.Time) *float64 {
+	if t == nil {
+		return nil
+	}
+	age := max(0, now.Sub(*t).Seconds())
+	return &age
+}
+
+// Breaker states, the values of the breaker-state gauges.
+var breakerStates = map[float64]string{0: "closed", 1: "half-open", 2: "open"}
+
+// addProcess adds what this process's metrics tell: the breaker states and
+// the halted retries of its stream. A metric that is absent leaves its
+// part out.
+func (s *Status) addProcess(snap *Snapshot) {
+	if s.Gatherer == nil {
+		return
+	}
+	families, err := s.Gatherer.Gather()
+	if err != nil && len(families) == 0 {
+		return
+	}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["stream"] != s.Stream || m.GetGauge() == nil {
+				continue
+			}
+			v := m.GetGauge().GetValue()
+			switch f.GetName() {
+			case "outboxd_worker_breaker_state":
+				snap.Breakers = append(snap.Breakers, Breaker{Component: "worker", Name: labels["breaker"], State: breakerState(v)})
+			case "outboxd_dispatcher_breaker_state":
+				snap.Breakers = append(snap.Breakers, Breaker{Component: "dispatcher", Name: cmp.Or(labels["breaker"], "redis"), State: breakerState(v)})
+			case "outboxd_retries_halted":
+				if v == 1 {
+					snap.RetriesHalted = append(snap.RetriesHalted, HaltedRetries{Component: labels["component"], Class: labels["class"]})
+				}
+			}
+		}
+	}
+}
+
+func breakerState(v float64) string {
+	if st, ok := breakerStates[v]; ok {
+		return st
+	}
+	return "unknown"
 }
 
 // streamParts are the Redis parts of a snapshot; a part that failed is nil.
@@ -146,33 +362,41 @@ type streamParts struct {
 }
 
 // streamCounts reads the stream's length and pending count and the DLQ's
-// length in one round trip.
-func (s *Status) streamCounts(ctx context.Context) (streamParts, error) {
+// length and oldest entry in one round trip; a part that failed is nil.
+func (s *Status) streamCounts(ctx context.Context, now time.Time) streamParts {
 	dlqName := outbox.DLQStream(s.Stream)
 	var xlen, dlen *redis.IntCmd
 	var pend *redis.XPendingCmd
+	var first *redis.XMessageSliceCmd
 	_, _ = s.Redis.Pipelined(ctx, func(p redis.Pipeliner) error {
 		xlen = p.XLen(ctx, s.Stream)
 		pend = p.XPending(ctx, s.Stream, s.Group)
 		dlen = p.XLen(ctx, dlqName)
+		first = p.XRangeN(ctx, dlqName, "-", "+", 1)
 		return nil
 	})
-	var out streamParts
+	var st *StreamCounts
 	if xlen.Err() == nil {
-		out.stream = &StreamCounts{Name: s.Stream, Length: xlen.Val()}
+		st = &StreamCounts{Name: s.Stream, Length: xlen.Val()}
 		switch err := pend.Err(); {
 		case err == nil:
-			out.stream.Pending = pend.Val().Count
+			st.Pending = pend.Val().Count
 		case redis.HasErrorPrefix(err, "NOGROUP"):
 			// No group yet: nothing is pending.
 		default:
-			out.stream = nil
+			st = nil
 		}
 	}
+	var dlq *DLQCounts
 	if dlen.Err() == nil {
-		out.dlq = &DLQCounts{Name: dlqName, Length: dlen.Val()}
+		dlq = &DLQCounts{Name: dlqName, Length: dlen.Val()}
+		if msgs := first.Val(); first.Err() == nil && len(msgs) == 1 {
+			if at, ok := entryTime(msgs[0].ID); ok {
+				dlq.OldestAgeSeconds = ageOf(&at, now)
+			}
+		}
 	}
-	return out, nil
+	return streamParts{stream: st, dlq: dlq}
 }
 
 // within runs read with a context bounded by timeout and waits for it no
@@ -203,6 +427,10 @@ func within[T any](ctx context.Context, timeout time.Duration, read func(context
 func (h *handler) status(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, r, http.StatusOK, h.cfg.Status.Snapshot(r.Context()))
 }
+
+// knownCategories are the syncFailure categories outboxd writes: the
+// collector exports each, 0 when none is parked.
+var knownCategories = []string{outbox.CategoryNonRetryable, outbox.CategoryPoison, store.CategoryRequeueExhausted}
 
 // Collector exports a Snapshot as Prometheus gauges, read at scrape time
 // (the store serves its counts from a short cache, and never scans every
@@ -241,7 +469,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
-	snap := c.src.Snapshot(context.Background())
+	snap := c.src.counts(context.Background(), false)
 	g := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
@@ -252,11 +480,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		g(c.events, float64(e.Pending), outbox.StatePending)
 		g(c.events, float64(e.Synced), outbox.StateSynced)
 		g(c.events, float64(e.Failed), outbox.StateFailed)
-		for _, cat := range []string{outbox.CategoryNonRetryable, outbox.CategoryPoison} {
+		for _, cat := range knownCategories {
 			g(c.failed, float64(e.FailedByCategory[cat]), cat)
 		}
 		for cat, n := range e.FailedByCategory {
-			if cat != outbox.CategoryNonRetryable && cat != outbox.CategoryPoison {
+			if !slices.Contains(knownCategories, cat) {
 				g(c.failed, float64(n), cat)
 			}
 		}

@@ -154,3 +154,17 @@ func (b *testBundle) metric(t *testing.T, name string, labels ...string) float64
 	t.Helper()
 	return testkit.Metric(t, b.reg, name, labels...)
 }
+
+// histogram returns the sample count and sum of the histogram name.
+func (b *testBundle) histogram(t *testing.T, name string) (uint64, float64) {
+	t.Helper()
+	families, err := b.reg.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if f.GetName() == name && len(f.GetMetric()) > 0 {
+			h := f.GetMetric()[0].GetHistogram()
+			return h.GetSampleCount(), h.GetSampleSum()
+		}
+	}
+	return 0, 0
+}

@@ -27,6 +27,16 @@
 //     document stays claimed and becomes a candidate again after
 //     RequeueAfter: nothing is lost, only delayed.
 //
+// A document already requeued MaxRequeues times (default 10) is not
+// published again: re-publishing it again and again is no fix, something
+// downstream keeps failing it. The sweep parks it instead (syncFailure
+// category "requeue_exhausted", counted in
+// outboxd_reconciler_requeue_exhausted_total) and undoes its claim, so
+// requeueCount keeps counting publishes; the histogram
+// outboxd_reconciler_requeue_count shows how often the published ones were
+// requeued. An operator re-drives parked originals once the cause is fixed
+// (outboxd replay --state failed, which starts a fresh budget).
+//
 // Every document is tried independently; the Report counts what happened
 // and Report.Failed tells the caller (the reconcile role exits 1) that at
 // least one document failed. The report also carries the age of the oldest
@@ -36,7 +46,9 @@
 // Sweep runs one sweep on demand (outboxd reconcile). Start runs the
 // schedule (outboxd reconcile --every, and dev): every Config.Every, on
 // whichever replica holds the lease "reconciler:<stream>", so any number of
-// replicas can run it and one sweeps at a time.
+// replicas can run it and one sweeps at a time. The end of each sweep is
+// written into that lease's checkpoint time (RecordSweep does it after a
+// single sweep), where GET /v1/status of every process reads it.
 //
 // Times come from Config.Now and are truncated to the millisecond, the
 // stores' precision, so a claim stamp compares equal when read back.

@@ -19,6 +19,8 @@ type metrics struct {
 	rolledBack   prometheus.Counter
 	lastSweepEnd prometheus.Gauge
 	leader       prometheus.Gauge
+	requeues     prometheus.Histogram
+	exhausted    prometheus.Counter
 }
 
 // Sweep results, the values of the result label of
@@ -29,8 +31,8 @@ const (
 	resultError  = "error"  // the sweep itself failed
 )
 
-func newMetrics(reg prometheus.Registerer, stream string) (*metrics, error) {
-	f := ometrics.NewFactory(reg, "reconciler", stream)
+func newMetrics(reg prometheus.Registerer, cfg *Config) (*metrics, error) {
+	f := ometrics.NewFactory(reg, "reconciler", cfg.Stream)
 	m := &metrics{
 		sweeps:       f.CounterVec("sweeps_total", "Reconciler sweeps by result: ok, failed (some document failed) or error (the sweep failed).", "result"),
 		scanned:      f.Counter("scanned_total", "Candidates returned by the reconciler's query."),
@@ -41,7 +43,16 @@ func newMetrics(reg prometheus.Registerer, stream string) (*metrics, error) {
 		rolledBack:   f.Counter("rolled_back_total", "Claims undone after a failed publish."),
 		lastSweepEnd: f.Gauge("last_sweep_timestamp_seconds", "When the last complete sweep ended (Unix time)."),
 		leader:       f.Gauge("leader", "1 while this process holds the reconciler's lease and sweeps on schedule."),
+		requeues: f.Histogram("requeue_count", "Requeues of an original so far, observed each time the reconciler re-publishes it (1 the first time): originals requeued again and again sit in the high buckets.",
+			[]float64{1, 2, 3, 4, 5, 7, 10, 15, 20, 50}),
+		exhausted: f.Counter("requeue_exhausted_total", "Originals the reconciler parked (syncFailure category requeue_exhausted) because they were requeued --max-requeues times without reaching syncedAt."),
 	}
+	// The thresholds, so that alert rules compare ages with them (the
+	// oldest unsynced original should never be older than min-age +
+	// requeue-after).
+	f.Gauge("min_age_seconds", "The reconciler's --min-age.").Set(cfg.MinAge.Seconds())
+	f.Gauge("requeue_after_seconds", "The reconciler's --requeue-after.").Set(cfg.RequeueAfter.Seconds())
+	f.Gauge("max_requeues", "The reconciler's --max-requeues.").Set(float64(cfg.MaxRequeues))
 	return m, f.Err()
 }
 

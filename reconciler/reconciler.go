@@ -31,6 +31,9 @@ const (
 	RequeueAfterDefault = 30 * time.Minute
 	// LimitDefault is the most candidates one sweep handles (--limit).
 	LimitDefault = 1000
+	// MaxRequeuesDefault is how many times the reconciler re-publishes an
+	// original before it parks it (--max-requeues).
+	MaxRequeuesDefault = 10
 	// EveryDefault is the default Config.Every of the service.
 	EveryDefault = time.Minute
 	// LeaseTTLDefault is the default Config.LeaseTTL.
@@ -68,6 +71,12 @@ type Config struct {
 	// Limit is the most candidates one sweep handles, oldest first; the
 	// next sweep continues. Defaults to LimitDefault (1000).
 	Limit int
+	// MaxRequeues is how many times an original may be re-published: a
+	// candidate already requeued MaxRequeues times is parked instead, with
+	// syncFailure category store.CategoryRequeueExhausted, for an operator
+	// to look at (re-publishing it again and again is not a fix: something
+	// downstream keeps failing it). Defaults to MaxRequeuesDefault (10).
+	MaxRequeues int
 	// Every is how often the service (Start) sweeps while it holds the
 	// reconciler's lease. Defaults to EveryDefault (1 minute).
 	Every time.Duration
@@ -102,6 +111,7 @@ func (c *Config) withDefaults() *Config {
 	out.MinAge = cmp.Or(out.MinAge, MinAgeDefault)
 	out.RequeueAfter = cmp.Or(out.RequeueAfter, RequeueAfterDefault)
 	out.Limit = cmp.Or(out.Limit, LimitDefault)
+	out.MaxRequeues = cmp.Or(out.MaxRequeues, MaxRequeuesDefault)
 	out.Every = cmp.Or(out.Every, EveryDefault)
 	out.LeaseTTL = cmp.Or(out.LeaseTTL, LeaseTTLDefault)
 	if out.Owner == "" {
@@ -126,6 +136,9 @@ func (c *Config) validate() error {
 	}
 	if c.Limit < 1 {
 		errs = append(errs, fmt.Errorf("Limit must be at least 1 (got %d)", c.Limit))
+	}
+	if c.MaxRequeues < 1 {
+		errs = append(errs, fmt.Errorf("MaxRequeues must be at least 1 (got %d)", c.MaxRequeues))
 	}
 	if c.Every < time.Millisecond {
 		errs = append(errs, fmt.Errorf("Every must be at least 1ms (got %s)", c.Every))
@@ -168,7 +181,7 @@ func New(st store.Store, rdb redis.UniversalClient, cfg *Config, logger *zap.Log
 	if logger == nil {
 		logger = zap.NewNop()
 	}
-	m, err := newMetrics(c.Registerer, c.Stream)
+	m, err := newMetrics(c.Registerer, c)
 	if err != nil {
 		return nil, fmt.Errorf("error registering reconciler metrics: %w", err)
 	}
@@ -203,11 +216,12 @@ func (r *Reconciler) LastReport() *Report { return r.last.Load() }
 func (r *Reconciler) run(fetchCtx, workCtx context.Context) error {
 	r.logger.Debug("reconciler started", zap.Duration("every", r.cfg.Every))
 	defer r.logger.Debug("reconciler stopped")
-	return r.elector.Run(fetchCtx, workCtx, func(ctx context.Context, _ store.Lease) error {
+	return r.elector.Run(fetchCtx, workCtx, func(ctx context.Context, lease store.Lease) error {
 		ticker := time.NewTicker(r.cfg.Every)
 		defer ticker.Stop()
 		for {
 			r.sweepAndLog(ctx)
+			r.record(ctx, lease)
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
@@ -231,6 +245,38 @@ func (r *Reconciler) sweepAndLog(ctx context.Context) {
 	default:
 		r.logger.Debug("sweep done", zap.Object("report", rep))
 	}
+}
+
+// record writes the end of the last sweep into the reconciler's lease (its
+// checkpoint time), where the status of every process reads it. A failure
+// is only logged: the next sweep writes it again.
+func (r *Reconciler) record(ctx context.Context, lease store.Lease) {
+	if ctx.Err() != nil {
+		return
+	}
+	if err := r.st.SaveCheckpoint(ctx, lease, store.Checkpoint{At: r.now()}); err != nil && ctx.Err() == nil {
+		r.logger.Warn("error recording the sweep in the reconciler lease", zap.Error(err))
+	}
+}
+
+// RecordSweep records, for the status of every process, that a sweep run
+// with Sweep (one sweep, not the service) just ended: it takes the
+// reconciler's lease when no replica holds it, writes the time as its
+// checkpoint and gives it back. It reports whether it recorded anything; a
+// replica sweeping on schedule records its own sweeps.
+func (r *Reconciler) RecordSweep(ctx context.Context) (bool, error) {
+	lease, err := r.st.AcquireLease(ctx, LeaseName(r.cfg.Stream), r.cfg.Owner, r.cfg.Now(), r.cfg.LeaseTTL)
+	if err != nil || !lease.Held() {
+		return false, err
+	}
+	err = r.st.SaveCheckpoint(ctx, lease, store.Checkpoint{At: r.now()})
+	if _, rerr := r.st.ReleaseLease(ctx, lease); rerr != nil {
+		err = errors.Join(err, rerr)
+	}
+	if err != nil {
+		return false, fmt.Errorf("error recording the sweep: %w", err)
+	}
+	return true, nil
 }
 
 // now returns the clock's time at the stores' millisecond precision, so a
@@ -298,10 +344,14 @@ func (r *Reconciler) reconcile(ctx context.Context, id string, rep *Report) erro
 	if err := r.cfg.faults.Check(FaultAfterClaim); err != nil {
 		return err
 	}
+	if ev.RequeueCount >= int64(r.cfg.MaxRequeues) {
+		return r.exhaust(ctx, ev, attemptedAt, rep)
+	}
 
 	err = r.rdb.XAdd(ctx, &redis.XAddArgs{Stream: r.cfg.Stream, Values: ev.Message(outbox.OriginReconciler).Values()}).Err()
 	if err == nil {
 		rep.Published++
+		r.metrics.requeues.Observe(float64(ev.RequeueCount + 1))
 		return nil
 	}
 	rep.PublishFailed++
@@ -323,6 +373,39 @@ func (r *Reconciler) reconcile(ctx context.Context, id string, rep *Report) erro
 	default:
 		rep.RollbackSkipped++
 		logger.Info("claim not rolled back: a newer claim owns the event")
+	}
+	return ctx.Err()
+}
+
+// exhaust parks ev, claimed at attemptedAt, which was requeued MaxRequeues
+// times already, instead of publishing it again, then undoes the claim so
+// that requeueCount keeps counting publishes.
+func (r *Reconciler) exhaust(ctx context.Context, ev *outbox.Event, attemptedAt time.Time, rep *Report) error {
+	logger := r.logger.With(zap.String("event_id", ev.ID), zap.Int64("requeue_count", ev.RequeueCount))
+	parked, err := r.st.Park(ctx, ev.ID, outbox.SyncFailure{
+		Category: store.CategoryRequeueExhausted, Code: store.CategoryRequeueExhausted,
+		Message: fmt.Sprintf("re-published %d times by the reconciler without reaching syncedAt", ev.RequeueCount),
+		At:      attemptedAt,
+	})
+	switch {
+	case err != nil && (ctx.Err() != nil || store.IsUnavailable(err)):
+		return err
+	case err != nil:
+		rep.ClaimFailed++
+		logger.Warn("error parking event whose requeues are exhausted", zap.Error(err))
+		return nil
+	case parked:
+		rep.Exhausted++
+		r.metrics.exhausted.Inc()
+		logger.Error("event parked: requeues exhausted; see the runbook (replay --state failed after the cause is fixed)",
+			zap.Int("max_requeues", r.cfg.MaxRequeues))
+	default:
+		rep.Skipped++ // synced meanwhile
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	defer cancel()
+	if _, err := r.rollback(rctx, ev.ID, attemptedAt, ev.LastRequeuedAt); err != nil {
+		logger.Warn("error undoing the claim of a parked event", zap.Error(err))
 	}
 	return ctx.Err()
 }
@@ -365,4 +448,4 @@ func (r *Reconciler) measure(ctx context.Context, now time.Time, rep *Report) er
 // syncFailure category is none of the known ones.
 const CategoryOther = store.CategoryOther
 
-var knownCategories = []string{outbox.CategoryNonRetryable, outbox.CategoryPoison}
+var knownCategories = []string{outbox.CategoryNonRetryable, outbox.CategoryPoison, store.CategoryRequeueExhausted}

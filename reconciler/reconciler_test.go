@@ -14,6 +14,7 @@ import (
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/reconciler"
+	"github.com/outboxd/outboxd/store"
 )
 
 func TestReconciler(t *testing.T) {
@@ -307,7 +308,8 @@ func TestReconciler(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 1, rep.Published)
 		require.Equal(t, []string{ids[4]}, b.published(t))
-		require.Equal(t, map[string]int64{outbox.CategoryPoison: 2, outbox.CategoryNonRetryable: 1, reconciler.CategoryOther: 1}, rep.Failures)
+		require.Equal(t, map[string]int64{outbox.CategoryPoison: 2, outbox.CategoryNonRetryable: 1, reconciler.CategoryOther: 1,
+			store.CategoryRequeueExhausted: 0}, rep.Failures)
 		require.False(t, rep.Failed(), "parked originals are the worker's verdict, not a reconciler failure")
 		// Only ids[4] is pending; it was written last, 1s after ids[3].
 		require.Equal(t, minAge+time.Second, rep.OldestUnsyncedAge)

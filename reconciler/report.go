@@ -43,6 +43,10 @@ type Report struct {
 	// RollbackFailed is how many rollbacks failed; those documents are
 	// candidates again after RequeueAfter.
 	RollbackFailed int `json:"rollbackFailed"`
+	// Exhausted is how many claimed documents were parked instead of
+	// published: requeued MaxRequeues times already (category
+	// requeue_exhausted).
+	Exhausted int `json:"exhausted"`
 	// OldestUnsyncedAge is the age of the oldest original with neither
 	// syncedAt nor syncFailure, claimed or not; zero when there is none.
 	OldestUnsyncedAge time.Duration `json:"-"`
@@ -99,6 +103,9 @@ func (r Report) String() string {
 		b.WriteString(" (limit reached)")
 	}
 	fmt.Fprintf(&b, ", claimed %d, skipped %d, published %d", r.Claimed, r.Skipped, r.Published)
+	if r.Exhausted > 0 {
+		fmt.Fprintf(&b, ", parked as requeue_exhausted %d", r.Exhausted)
+	}
 	if r.Failed() || r.RollbackSkipped > 0 {
 		fmt.Fprintf(&b, ", claim failed %d, publish failed %d, rolled back %d, rollback skipped %d, rollback failed %d",
 			r.ClaimFailed, r.PublishFailed, r.RolledBack, r.RollbackSkipped, r.RollbackFailed)
@@ -122,6 +129,7 @@ func (r Report) MarshalLogObject(enc zapcore.ObjectEncoder) error {
 	enc.AddInt("rolled_back", r.RolledBack)
 	enc.AddInt("rollback_skipped", r.RollbackSkipped)
 	enc.AddInt("rollback_failed", r.RollbackFailed)
+	enc.AddInt("exhausted", r.Exhausted)
 	enc.AddFloat64("oldest_unsynced_age_seconds", r.OldestUnsyncedAge.Seconds())
 	enc.AddDuration("duration", r.Duration)
 	for _, cat := range slices.Sorted(maps.Keys(r.Failures)) {

@@ -20,6 +20,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/outboxd/outboxd/outbox"
@@ -75,6 +76,23 @@ type Store interface {
 	// decrements requeueCount. It reports whether it restored anything.
 	RollbackClaim(ctx context.Context, id string, at time.Time, prev *time.Time) (bool, error)
 
+	// ListEvents returns the originals that q selects, ordered by (q.By's
+	// time, id), at most q.Limit, after q.After; without their payloads
+	// (Payload is nil). It serves the operator commands (replay by
+	// boundary, verify) from indexes: a range of the window's time, or of
+	// (sourceKey, deviceKey, occurredAt) when both keys are given.
+	ListEvents(ctx context.Context, q EventQuery) ([]*outbox.Event, error)
+	// CountEvents returns how many originals q selects, ignoring q.After
+	// and q.Limit (the dry run of a replay).
+	CountEvents(ctx context.Context, q EventQuery) (int64, error)
+	// Redrive makes those of ids that are parked (syncFailure set, syncedAt
+	// null) pending again with a fresh requeue budget: it clears
+	// syncFailure and lastRequeuedAt and sets requeueCount to 0, and
+	// returns how many it changed. An operator calls it before
+	// re-publishing a parked original, so that the reconciler takes it up
+	// again should that publish be lost.
+	Redrive(ctx context.Context, ids []string) (int64, error)
+
 	// Counts returns the figures of the status page. A store may serve
 	// them from estimates and a short cache (see each store's doc); it
 	// never scans every original.
@@ -127,6 +145,81 @@ type CandidateQuery struct {
 	CreatedBefore time.Time
 	ClaimedBefore time.Time
 	Limit         int
+}
+
+// TimeField names the time of an original that an EventQuery's window
+// bounds.
+type TimeField string
+
+// The times an EventQuery can bound.
+const (
+	// ByOccurred bounds occurredAt (the default).
+	ByOccurred TimeField = "occurred"
+	// ByCreated bounds createdAt, the time of ingest.
+	ByCreated TimeField = "created"
+)
+
+// StateAny selects originals in every state in EventQuery.State; the
+// other values are outbox.StatePending, outbox.StateFailed and
+// outbox.StateSynced.
+const StateAny = "any"
+
+// EventQuery selects originals by boundary: a time window, an entity and a
+// state (seed 002: reprocessing by time, by entity and by state).
+type EventQuery struct {
+	// By is the time the window bounds. Defaults to ByOccurred.
+	By TimeField
+	// From and To bound the window, [From, To); a zero time leaves that
+	// side open.
+	From, To time.Time
+	// SourceKey and DeviceKey select one source, or one device of it; ""
+	// selects any.
+	SourceKey, DeviceKey string
+	// State is outbox.StatePending, outbox.StateFailed, outbox.StateSynced,
+	// or StateAny ("" means StateAny).
+	State string
+	// After resumes a listing after the original it names (exclusive);
+	// nil starts at the window's beginning.
+	After *EventCursor
+	// Limit bounds ListEvents' page; it must be positive.
+	Limit int
+}
+
+// EventCursor is the place of an original in a listing: its time of the
+// query's TimeField and its id.
+type EventCursor struct {
+	At time.Time
+	ID string
+}
+
+// CursorOf returns the cursor just after ev in a listing of q.
+func (q EventQuery) CursorOf(ev *outbox.Event) *EventCursor {
+	at := ev.OccurredAt
+	if q.By == ByCreated {
+		at = ev.CreatedAt
+	}
+	return &EventCursor{At: at.UTC(), ID: ev.ID}
+}
+
+// Validate checks q's fields; the error names the field.
+func (q EventQuery) Validate() error {
+	switch q.By {
+	case "", ByOccurred, ByCreated:
+	default:
+		return fmt.Errorf("invalid EventQuery.By %q: must be %q or %q", q.By, ByOccurred, ByCreated)
+	}
+	switch q.State {
+	case "", StateAny, outbox.StatePending, outbox.StateFailed, outbox.StateSynced:
+	default:
+		return fmt.Errorf("invalid EventQuery.State %q: must be pending, failed, synced or any", q.State)
+	}
+	if !q.From.IsZero() && !q.To.IsZero() && !q.From.Before(q.To) {
+		return fmt.Errorf("invalid EventQuery window: From %s must be before To %s", q.From.Format(time.RFC3339Nano), q.To.Format(time.RFC3339Nano))
+	}
+	if q.DeviceKey != "" && q.SourceKey == "" {
+		return errors.New("invalid EventQuery.DeviceKey: a device is named within its source; set SourceKey too")
+	}
+	return nil
 }
 
 // Counts are the status figures of a store.
@@ -223,6 +316,12 @@ type MigrateConfig struct {
 	// OutboxRetentionDefault.
 	OutboxRetention time.Duration
 }
+
+// CategoryRequeueExhausted is the syncFailure category of an original the
+// reconciler parked after requeueing it the most times it may
+// (reconciler.Config.MaxRequeues) without it reaching syncedAt. Stores count
+// it apart in Counts.FailedByCategory, like the worker's categories.
+const CategoryRequeueExhausted = "requeue_exhausted"
 
 // CategoryOther collects, in Counts.FailedByCategory, the failures of
 // categories outboxd does not write itself.

@@ -41,11 +41,15 @@ type app struct {
 	role   *role
 	log    *zap.Logger
 	stdout io.Writer
+	stderr io.Writer
 
 	st  store.Store
 	rdb *redis.Client
 	pg  *pgxpool.Pool
 	reg *prometheus.Registry
+	// rec is the periodic reconciler of this process, if any: the status
+	// shows its last report.
+	rec *reconciler.Reconciler
 }
 
 // run opens what the role needs, runs it, and closes everything.
@@ -190,22 +194,38 @@ func (a *app) newDispatcher() (service, error) {
 func (a *app) reconcilerConfig() *reconciler.Config {
 	return &reconciler.Config{
 		Stream: a.o.stream, MinAge: a.o.minAge, RequeueAfter: a.o.requeueAfter, Limit: a.o.limit,
-		Every: a.o.every, Registerer: a.reg,
+		MaxRequeues: a.o.maxRequeues, Every: a.o.every, Registerer: a.reg,
 	}
 }
 
 func (a *app) newReconciler() (service, error) {
-	return reconciler.New(a.st, a.rdb, a.reconcilerConfig(), a.log)
+	r, err := reconciler.New(a.st, a.rdb, a.reconcilerConfig(), a.log)
+	a.rec = r
+	return r, err
 }
 
 // reconcileOnce runs one sweep for cron: the report goes to stdout (JSON
-// with --json) and the log; any failed document makes the exit code 1.
+// with --json) and the log; any failed document makes the exit code 1. The
+// sweep is recorded in the store for the status of every process, and with
+// --metrics-file the process's metrics are written there at the end, in
+// Prometheus' text format (for node_exporter's textfile collector): a
+// process that lives for one sweep cannot be scraped.
 func (a *app) reconcileOnce(ctx context.Context) error {
 	r, err := reconciler.New(a.st, a.rdb, a.reconcilerConfig(), a.log)
 	if err != nil {
 		return err
 	}
 	rep, err := r.Sweep(ctx)
+	if err == nil {
+		if _, rerr := r.RecordSweep(ctx); rerr != nil {
+			a.log.Warn("error recording the sweep for the status", zap.Error(rerr))
+		}
+	}
+	if a.o.metricsFile != "" {
+		if werr := prometheus.WriteToTextfile(a.o.metricsFile, a.reg); werr != nil {
+			err = errors.Join(err, fmt.Errorf("error writing --metrics-file %s: %w", a.o.metricsFile, werr))
+		}
+	}
 	if a.o.jsonOut {
 		b, _ := json.Marshal(rep)
 		fmt.Fprintln(a.stdout, string(b))
@@ -324,19 +344,39 @@ func (a *app) httpHandler() (http.Handler, error) {
 		Ready:      a.readyChecks(),
 	}
 	if a.st != nil {
-		status := &httpapi.Status{Store: a.st, Stream: a.o.stream, Group: a.o.group}
+		status := &httpapi.Status{Store: a.st, Stream: a.o.stream, Group: a.o.group, Gatherer: a.reg,
+			DispatcherLease: dispatcher.LeaseName(a.o.stream), ReconcilerLease: reconciler.LeaseName(a.o.stream)}
 		if a.rdb != nil {
 			status.Redis = a.rdb
+		}
+		if a.rec != nil {
+			status.LastSweep = a.rec.LastReport
 		}
 		cfg.Status, cfg.Store = status, a.st
 		if err := a.reg.Register(httpapi.NewCollector(status)); err != nil {
 			return nil, err
 		}
+		admin, err := a.newAdmin()
+		if err != nil {
+			return nil, err
+		}
+		cfg.Admin = admin
 	}
 	if a.role.api {
 		cfg.Writer = outbox.NewWriter(a.st, &outbox.WriterConfig{Stream: a.o.stream})
 	}
 	return httpapi.New(cfg, a.log)
+}
+
+// newAdmin returns the operator actions over the backends this role has
+// (the admin API answers 501 for an action that needs one it lacks).
+func (a *app) newAdmin() (*httpapi.Admin, error) {
+	cfg := &httpapi.AdminConfig{Store: a.st, Postgres: a.pg, Stream: a.o.stream, Group: a.o.group,
+		Role: a.role.name, Registerer: a.reg}
+	if a.rdb != nil {
+		cfg.Redis = a.rdb
+	}
+	return httpapi.NewAdmin(cfg, a.log)
 }
 
 // readyChecks are the dependencies of the role. Redis is not on the
@@ -353,27 +393,4 @@ func (a *app) readyChecks() []httpapi.Check {
 		checks = append(checks, httpapi.Check{Name: "postgres", Func: a.pg.Ping})
 	}
 	return checks
-}
-
-// printStatus prints GET /v1/status of the instance at --server.
-func (a *app) printStatus(ctx context.Context) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.o.server+"/v1/status", nil)
-	if err != nil {
-		return err
-	}
-	if a.o.authToken != "" {
-		req.Header.Set("Authorization", "Bearer "+a.o.authToken)
-	}
-	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
-	if err != nil {
-		return fmt.Errorf("error reaching outboxd at %s (is it running?): %w", a.o.server, err)
-	}
-	defer resp.Body.Close()
-	if _, err := io.Copy(a.stdout, resp.Body); err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET /v1/status answered %s", resp.Status)
-	}
-	return nil
 }

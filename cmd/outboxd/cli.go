@@ -29,14 +29,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return ExitOK
 	}
-	r, ok := lookupRole(args[0])
+	r, rest, ok := lookupRole(args)
 	if !ok {
 		fmt.Fprintf(stderr, "outboxd: unknown role %q\n", args[0])
 		usage(stderr)
 		return ExitUsage
 	}
 	fs, o := newFlagSet(r)
-	if err := config.Parse(fs, args[1:], nil); err != nil {
+	if err := config.Parse(fs, rest, nil); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintf(stderr, "usage: outboxd %s [flags]\n  %s\n", r.name, r.summary)
 			config.Usage(stderr, fs)
@@ -55,7 +55,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return ExitUsage
 	}
 	defer func() { _ = log.Sync() }()
-	a := &app{o: o, role: r, log: log, stdout: stdout}
+	a := &app{o: o, role: r, log: log, stdout: stdout, stderr: stderr}
 	err = a.run(ctx)
 	if err != nil && !errors.Is(err, errReported) {
 		fmt.Fprintf(stderr, "outboxd %s: %v\n", r.name, err)

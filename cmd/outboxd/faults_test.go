@@ -109,9 +109,9 @@ func (p *process) stop(t *testing.T, limit time.Duration) time.Duration {
 	return time.Since(began)
 }
 
-// client posts events with Idempotency-Keys and retries each until it is
+// loadClient posts events with Idempotency-Keys and retries each until it is
 // accepted, as a real client does.
-type client struct {
+type loadClient struct {
 	accepted sync.Map // key -> id
 	n        atomic.Int64
 	// answers counts answers received while window is 1.
@@ -124,7 +124,7 @@ type client struct {
 // each is accepted or ctx ends. Refused connections (the server is down
 // or restarting) are retried; anything else that is not an answer is a
 // request the server dropped, and is recorded.
-func (c *client) send(ctx context.Context, base func(i int) string, from, to, workers int) {
+func (c *loadClient) send(ctx context.Context, base func(i int) string, from, to, workers int) {
 	work := make(chan int)
 	var wg sync.WaitGroup
 	for range workers {
@@ -167,13 +167,13 @@ func (c *client) send(ctx context.Context, base func(i int) string, from, to, wo
 	wg.Wait()
 }
 
-func (c *client) fail(msg string) {
+func (c *loadClient) fail(msg string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.failures = append(c.failures, msg)
 }
 
-func (c *client) keys() []string {
+func (c *loadClient) keys() []string {
 	var keys []string
 	c.accepted.Range(func(k, _ any) bool { keys = append(keys, k.(string)); return true })
 	return keys
@@ -213,7 +213,7 @@ func TestSIGTERMUnderLoad(t *testing.T) {
 	dev := start(t, addr, args)
 
 	const events = 600
-	c := &client{}
+	c := &loadClient{}
 	sent := make(chan struct{})
 	go func() {
 		defer close(sent)
@@ -320,7 +320,7 @@ func TestSeveralProcessesOneSQLiteStore(t *testing.T) {
 		for _, addr := range addrs {
 			start(t, addr, b.args("dev", "--http-addr", addr, "--min-age", "2s", "--requeue-after", "2s", "--every", "500ms"))
 		}
-		c := &client{}
+		c := &loadClient{}
 		c.send(ctx, func(i int) string { return "http://" + addrs[i%2] }, 0, 300, 6)
 		require.Empty(t, c.failures)
 		testkit.RequireConverged(t, b.pipeline(t), c.keys(), 2*time.Minute)
@@ -351,7 +351,7 @@ func TestSeveralProcessesOneSQLiteStore(t *testing.T) {
 		}
 		reconcile := freeAddr(t)
 		start(t, reconcile, b.args("reconcile", "--http-addr", reconcile, "--every", "500ms", "--min-age", "2s", "--requeue-after", "2s"))
-		c := &client{}
+		c := &loadClient{}
 		c.send(ctx, func(int) string { return "http://" + ingest }, 0, 300, 6)
 		require.Empty(t, c.failures)
 		testkit.RequireConverged(t, b.pipeline(t), c.keys(), 2*time.Minute)

@@ -67,11 +67,19 @@ type options struct {
 
 	// reconcile
 	minAge, requeueAfter, every time.Duration
-	limit                       int
+	limit, maxRequeues          int
 	jsonOut                     bool
+	metricsFile                 string
 
 	// operator commands
-	server string
+	server                  string
+	category, code          string
+	ids                     idList
+	all, yes                bool
+	from, to, by            string
+	source, device, state   string
+	dryRun, rebuild, repair bool
+	chunk                   int
 
 	registered map[string]bool
 }
@@ -102,6 +110,9 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 		case gAuth:
 			fs.StringVar(&o.authToken, "auth-token", "", "bearer token required on /v1/* (empty: no auth)")
 		case gIngest:
+			if fs.Lookup("stream") == nil { // the stream the outbox entries are for
+				fs.StringVar(&o.stream, "stream", outbox.StreamDefault, "Redis stream the outbox entries are relayed to")
+			}
 			fs.Int64Var(&o.maxBody, "max-body", httpapi.MaxBodyDefault, "request body limit in bytes")
 			fs.IntVar(&o.maxBatch, "max-batch", httpapi.MaxBatchDefault, "most events in one batch request")
 		case gDispatch:
@@ -121,11 +132,38 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 			fs.DurationVar(&o.requeueAfter, "requeue-after", reconciler.RequeueAfterDefault, "a requeued original is a candidate again after this")
 			fs.IntVar(&o.limit, "limit", reconciler.LimitDefault, "most originals per sweep")
 			fs.DurationVar(&o.every, "every", 0, "sweep every D on the replica that holds the reconciler lease (0: one sweep, then exit)")
+			fs.IntVar(&o.maxRequeues, "max-requeues", reconciler.MaxRequeuesDefault, "requeues of an original before the reconciler parks it as requeue_exhausted")
 			fs.BoolVar(&o.jsonOut, "json", false, "print the sweep report as JSON")
+			if r.once != nil {
+				fs.StringVar(&o.metricsFile, "metrics-file", "", "one sweep: write the metrics to this file at the end (Prometheus text format, for node_exporter's textfile collector)")
+			}
 		case gClient:
 			fs.StringVar(&o.server, "server", ServerDefault, "URL of a running outboxd")
 			fs.StringVar(&o.authToken, "auth-token", "", "bearer token of the running outboxd")
 			fs.BoolVar(&o.jsonOut, "json", false, "print JSON instead of a table")
+		case gDLQFilter:
+			fs.StringVar(&o.category, "category", "", "only dead letters of this category (non_retryable, poison, …)")
+			fs.StringVar(&o.code, "code", "", "only dead letters with this code")
+		case gDLQList:
+			fs.IntVar(&o.limit, "limit", dlqListDefault, "most dead letters to list")
+		case gDLQSelect:
+			fs.Var(&o.ids, "id", "a dead letter's id (repeat it, or separate ids with commas)")
+			fs.BoolVar(&o.all, "all", false, "every dead letter (of --category and --code when given)")
+		case gConfirm:
+			fs.BoolVar(&o.yes, "yes", false, "confirm: dropped dead letters are gone")
+		case gWindow:
+			fs.StringVar(&o.from, "from", "", "start of the window, RFC 3339 (inclusive)")
+			fs.StringVar(&o.to, "to", "", "end of the window, RFC 3339 (exclusive)")
+			fs.IntVar(&o.chunk, "chunk", httpapi.AdminChunkDefault, "originals per request")
+		case gReplay:
+			fs.StringVar(&o.by, "by", string(store.ByOccurred), "the time the window bounds: occurred or created")
+			fs.StringVar(&o.source, "source", "", "only originals of this sourceKey")
+			fs.StringVar(&o.device, "device", "", "only originals of this deviceKey (with --source)")
+			fs.StringVar(&o.state, "state", store.StateAny, "only originals in this state: pending, failed, synced or any")
+			fs.BoolVar(&o.dryRun, "dry-run", false, "print how many originals the window holds; change nothing")
+			fs.BoolVar(&o.rebuild, "rebuild", false, "remove the window's rows and their counts from the read model first (after a projection bug is fixed)")
+		case gVerify:
+			fs.BoolVar(&o.repair, "repair", false, "re-publish synced originals without a row and recompute drifted statistics rows")
 		}
 	}
 	if slices.Contains(r.flags, gWork) || (slices.Contains(r.flags, gDispatch) && r.serve) {
@@ -190,6 +228,9 @@ func (o *options) validate() error {
 			return config.Invalid("group", "must not be empty")
 		}
 	}
+	if has["stream"] && o.stream == "" {
+		return config.Invalid("stream", "must not be empty")
+	}
 	if has["postgres-url"] {
 		if u, err := url.Parse(o.postgresURL); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
 			return config.Invalid("postgres-url", "must be postgres://user:password@host:port/db (got %q)", config.Redact(o.postgresURL))
@@ -207,6 +248,9 @@ func (o *options) validate() error {
 		if u, err := url.Parse(o.server); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return config.Invalid("server", "must be http://host:port or https://… (got %q)", o.server)
 		}
+	}
+	if err := o.validateOperator(); err != nil {
+		return err
 	}
 	checks := []struct {
 		name string
@@ -231,11 +275,85 @@ func (o *options) validate() error {
 		{"min-age", o.minAge < 0, "must not be negative"},
 		{"requeue-after", o.requeueAfter <= 0, "must be positive"},
 		{"limit", o.limit <= 0, "must be positive"},
+		{"max-requeues", o.maxRequeues <= 0, "must be positive"},
+		{"chunk", o.chunk <= 0 || o.chunk > httpapi.AdminChunkMax, fmt.Sprintf("must be between 1 and %d", httpapi.AdminChunkMax)},
 		{"every", o.every < 0, "must not be negative"},
 	}
 	for _, c := range checks {
 		if has[c.name] && c.bad {
 			return config.Invalid(c.name, "%s", c.msg)
+		}
+	}
+	return nil
+}
+
+// validateOperator checks the flags of the operator commands.
+func (o *options) validateOperator() error {
+	has := o.registered
+	if has["id"] && has["all"] {
+		switch {
+		case len(o.ids) == 0 && !o.all:
+			return config.Invalid("id", "or --all is required: name the dead letters")
+		case len(o.ids) > 0 && o.all:
+			return config.Invalid("all", "cannot be combined with --id")
+		case len(o.ids) > 0 && (o.category != "" || o.code != ""):
+			return config.Invalid("id", "cannot be combined with --category or --code (they filter --all)")
+		}
+	}
+	if has["yes"] && !o.yes {
+		return config.Invalid("yes", "is required: dropped dead letters are gone (replay them instead with outboxd dlq replay)")
+	}
+	if has["from"] {
+		var from, to time.Time
+		required := has["by"] // replay needs a window, verify may check everything
+		for _, f := range []struct {
+			name string
+			v    string
+			t    *time.Time
+		}{{"from", o.from, &from}, {"to", o.to, &to}} {
+			if f.v == "" {
+				if required {
+					return config.Invalid(f.name, "is required: the window is [--from, --to)")
+				}
+				continue
+			}
+			t, err := time.Parse(time.RFC3339Nano, f.v)
+			if err != nil {
+				return config.Invalid(f.name, "must be an RFC 3339 time like 2026-11-29T09:00:00Z (got %q)", f.v)
+			}
+			*f.t = t
+		}
+		if !from.IsZero() && !to.IsZero() && !from.Before(to) {
+			return config.Invalid("to", "must be after --from")
+		}
+	}
+	if has["by"] {
+		if o.by != string(store.ByOccurred) && o.by != string(store.ByCreated) {
+			return config.Invalid("by", "must be occurred or created (got %q)", o.by)
+		}
+		switch o.state {
+		case store.StateAny, outbox.StatePending, outbox.StateFailed, outbox.StateSynced:
+		default:
+			return config.Invalid("state", "must be pending, failed, synced or any (got %q)", o.state)
+		}
+		if o.device != "" && o.source == "" {
+			return config.Invalid("source", "is required with --device: a device is named within its source")
+		}
+	}
+	return nil
+}
+
+// idList is a repeatable flag of ids; each value may hold several,
+// separated by commas.
+type idList []string
+
+func (l *idList) String() string { return strings.Join(*l, ",") }
+
+// Set adds the ids of v.
+func (l *idList) Set(v string) error {
+	for id := range strings.SplitSeq(v, ",") {
+		if id = strings.TrimSpace(id); id != "" {
+			*l = append(*l, id)
 		}
 	}
 	return nil

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 )
 
 // flagGroup is a set of flags that roles share.
@@ -20,11 +22,22 @@ const (
 	gWork
 	gReconcile
 	gClient
+	gDLQFilter // --category, --code
+	gDLQList   // --limit
+	gDLQSelect // --id, --all
+	gConfirm   // --yes
+	gWindow    // --from, --to, --chunk
+	gReplay    // --by, --source, --device, --state, --dry-run, --rebuild
+	gVerify    // --repair
 )
 
 // role is one subcommand: what it reads, what it opens, what it runs. This
-// table is the one place that says what a role is.
+// table is the one place that says what a role is. The operator commands
+// are client roles: they open nothing and call the admin API of the
+// instance at --server.
 type role struct {
+	// name is the subcommand; "dlq list" is the subcommand dlq with the
+	// action list.
 	name    string
 	summary string
 	// flags are the flag groups the role reads.
@@ -68,23 +81,35 @@ var roles = []*role{
 	{name: "migrate", summary: "apply the PostgreSQL schema and the store's schema (tables or indexes)",
 		flags: []flagGroup{gStore, gPostgres, gDispatch}, store: true, postgres: true,
 		once: func(ctx context.Context, a *app) error { return a.applyMigrations(ctx) }},
-	{name: "status", summary: "print the pipeline's status from a running instance",
+	{name: "status", summary: "the pipeline at a glance, from a running instance",
 		flags: []flagGroup{gClient}, once: func(ctx context.Context, a *app) error { return a.printStatus(ctx) }},
+	{name: "dlq list", summary: "list dead letters (--category C, --code X, --limit N)",
+		flags: []flagGroup{gClient, gDLQFilter, gDLQList}, once: func(ctx context.Context, a *app) error { return a.dlqList(ctx) }},
+	{name: "dlq replay", summary: "re-drive dead letters (--id ID… | --all [--category C]): clear syncFailure, re-publish, remove the entry",
+		flags: []flagGroup{gClient, gDLQFilter, gDLQSelect}, once: func(ctx context.Context, a *app) error { return a.dlqAct(ctx, dlqReplay) }},
+	{name: "dlq drop", summary: "remove dead letters without replaying them (--id ID… | --all) --yes",
+		flags: []flagGroup{gClient, gDLQFilter, gDLQSelect, gConfirm}, once: func(ctx context.Context, a *app) error { return a.dlqAct(ctx, dlqDrop) }},
+	{name: "replay", summary: "re-publish the originals of a window --from T --to T (by time, source, device, state), --dry-run, --rebuild",
+		flags: []flagGroup{gClient, gWindow, gReplay}, once: func(ctx context.Context, a *app) error { return a.replay(ctx) }},
+	{name: "verify", summary: "compare originals with the read model [--from T --to T] (exit 1 on drift), --repair",
+		flags: []flagGroup{gClient, gWindow, gVerify}, once: func(ctx context.Context, a *app) error { return a.verify(ctx) }},
 }
 
-// lookupRole returns the role called name.
-func lookupRole(name string) (*role, bool) {
+// lookupRole returns the role args start with and the arguments after its
+// name: a role's name may be two words ("dlq list").
+func lookupRole(args []string) (*role, []string, bool) {
 	for _, r := range roles {
-		if r.name == name {
-			return r, true
+		words := strings.Fields(r.name)
+		if len(args) >= len(words) && slices.Equal(args[:len(words)], words) {
+			return r, args[len(words):], true
 		}
 	}
-	return nil, false
+	return nil, nil, false
 }
 
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: outboxd <role> [flags]   (outboxd <role> -h lists the role's flags)")
 	for _, r := range roles {
-		fmt.Fprintf(w, "  %-10s %s\n", r.name, r.summary)
+		fmt.Fprintf(w, "  %-11s %s\n", r.name, r.summary)
 	}
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Ensures PostgreSQL and Redis are installed, running and set up for outboxd
-# on a Debian machine. Safe to run again and again: it installs only what is
+# on a Debian machine, and promtool installed (make rules). Safe to run again and again: it installs only what is
 # missing, starts only what is stopped, and creates the role and database
 # only when absent. Needs root (or sudo) only when it has to install or start.
 set -euo pipefail
@@ -34,6 +34,12 @@ if ! redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping >/dev/null 2>&1; then
   for _ in $(seq 50); do redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
   redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping >/dev/null
 fi
+
+# --- promtool (the alert rules' unit tests) ---------------------------------
+# Debian's prometheus package ships it. Only promtool is used; where systemd
+# runs, the package also enables its server (port 9090):
+# `systemctl disable --now prometheus` if it is not wanted.
+command -v promtool >/dev/null 2>&1 || apt_install --no-install-recommends prometheus
 
 # --- PostgreSQL ------------------------------------------------------------
 command -v pg_ctlcluster >/dev/null 2>&1 || apt_install postgresql

@@ -196,7 +196,7 @@ func (s *Store) RollbackClaim(ctx context.Context, id string, at time.Time, prev
 
 // knownCategories are the syncFailure categories outboxd writes; Counts
 // counts each through the reconciler index.
-var knownCategories = []string{outbox.CategoryNonRetryable, outbox.CategoryPoison}
+var knownCategories = []string{outbox.CategoryNonRetryable, outbox.CategoryPoison, store.CategoryRequeueExhausted}
 
 // Counts reads the status figures, index-served, and keeps them for
 // Options.CountsTTL (so a burst of scrapes reads MongoDB once): Total is
@@ -234,8 +234,7 @@ func (s *Store) Counts(ctx context.Context) (store.Counts, error) {
 	}
 	// Every parked original, whatever its category (type-bracketed: the
 	// index serves it).
-	if c.Failed, err = s.events.CountDocuments(ctx, bson.D{{Key: "syncedAt", Value: nil},
-		{Key: "syncFailure.category", Value: bson.D{{Key: "$type", Value: "string"}}}}); err != nil {
+	if c.Failed, err = s.events.CountDocuments(ctx, parkedFilter()); err != nil {
 		return c, wrap(err, "counting parked originals")
 	}
 	if other := c.Failed - known; other > 0 {

@@ -21,6 +21,10 @@ const (
 	IndexReconciler     = "reconciler"
 	IndexUndispatched   = "undispatched"
 	IndexOutboxTTL      = "dispatched_ttl"
+	// The operator commands' windows (store.Store.ListEvents).
+	IndexOccurred = "occurred"
+	IndexCreated  = "created"
+	IndexDevice   = "device_occurred"
 )
 
 // Server codes of index creation.
@@ -46,6 +50,15 @@ func (s *Store) indexSpecs(retention time.Duration) []indexSpec {
 		// syncFailure document: its message is free text.
 		{EventsCollection, mongo.IndexModel{Keys: bson.D{{Key: "syncedAt", Value: 1}, {Key: "syncFailure.category", Value: 1},
 			{Key: "createdAt", Value: 1}, {Key: "lastRequeuedAt", Value: 1}}, Options: options.Index().SetName(IndexReconciler)}},
+		// The operator commands (replay by boundary, verify): a window of
+		// occurredAt or createdAt in (time, _id) order, or one device's
+		// window of occurredAt.
+		{EventsCollection, mongo.IndexModel{Keys: bson.D{{Key: "occurredAt", Value: 1}, {Key: "_id", Value: 1}},
+			Options: options.Index().SetName(IndexOccurred)}},
+		{EventsCollection, mongo.IndexModel{Keys: bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}},
+			Options: options.Index().SetName(IndexCreated)}},
+		{EventsCollection, mongo.IndexModel{Keys: bson.D{{Key: "sourceKey", Value: 1}, {Key: "deviceKey", Value: 1},
+			{Key: "occurredAt", Value: 1}, {Key: "_id", Value: 1}}, Options: options.Index().SetName(IndexDevice)}},
 		// The catch-up: a stream's undispatched entries in id order.
 		{OutboxCollection, mongo.IndexModel{Keys: bson.D{{Key: "stream", Value: 1}, {Key: "dispatchedAt", Value: 1}, {Key: "_id", Value: 1}},
 			Options: options.Index().SetName(IndexUndispatched)}},

@@ -200,23 +200,30 @@ const qMarkSynced = `UPDATE events SET synced_at = ?, sync_failure = NULL, failu
 // whose synced_at is NULL, in one transaction, and returns how many it
 // changed.
 func (s *Store) MarkSynced(ctx context.Context, ids []string, at time.Time) (int64, error) {
+	return s.updateByIDs(ctx, "marking originals synced", qMarkSynced, ids, millis(at))
+}
+
+// updateByIDs runs q, an UPDATE whose last parameter is a JSON array of ids
+// (json_each) after args, over ids in chunks of idChunk in one write
+// transaction, and returns how many rows it changed.
+func (s *Store) updateByIDs(ctx context.Context, what, q string, ids []string, args ...any) (int64, error) {
 	if len(ids) == 0 {
 		return 0, nil
 	}
 	var n int64
-	err := s.inWriteTx(ctx, "marking originals synced", func(tx *sql.Tx) error {
+	err := s.inWriteTx(ctx, what, func(tx *sql.Tx) error {
 		for _, chunk := range chunks(ids, idChunk) {
 			list, err := jsonArray(chunk)
 			if err != nil {
-				return fmt.Errorf("error marking originals synced: %w", err)
+				return fmt.Errorf("error %s: %w", what, err)
 			}
-			res, err := tx.ExecContext(ctx, qMarkSynced, millis(at), list)
+			res, err := tx.ExecContext(ctx, q, append(args[:len(args):len(args)], list)...)
 			if err != nil {
-				return s.fail("marking originals synced", err)
+				return s.fail(what, err)
 			}
 			c, err := res.RowsAffected()
 			if err != nil {
-				return s.fail("marking originals synced", err)
+				return s.fail(what, err)
 			}
 			n += c
 		}

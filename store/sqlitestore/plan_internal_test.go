@@ -5,8 +5,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/store"
 )
 
 // TestQueryPlans checks, with EXPLAIN QUERY PLAN, that every query of the
@@ -21,9 +25,33 @@ func TestQueryPlans(t *testing.T) {
 	defer s.Close(ctx)
 	require.NoError(t, s.Migrate(ctx, nil))
 
+	window := store.EventQuery{From: time.Unix(0, 0), To: time.Unix(10, 0), Limit: 10,
+		After: &store.EventCursor{At: time.Unix(1, 0), ID: "x"}}
+	list := func(mod func(q *store.EventQuery)) string {
+		q := window
+		mod(&q)
+		sql, _ := listEventsSQL(q)
+		return sql
+	}
+	count := func(mod func(q *store.EventQuery)) string {
+		q := window
+		mod(&q)
+		sql, _ := countEventsSQL(q)
+		return sql
+	}
 	cases := []struct {
 		name, query, index string
 	}{
+		{"ListOccurred", list(func(*store.EventQuery) {}), "events_occurred"},
+		{"ListOccurredOpen", list(func(q *store.EventQuery) { q.From, q.To, q.After = time.Time{}, time.Time{}, nil }), "events_occurred"},
+		{"ListOccurredSourceFailed", list(func(q *store.EventQuery) { q.SourceKey, q.State = "s", outbox.StateFailed }), "events_occurred"},
+		{"ListDevice", list(func(q *store.EventQuery) { q.SourceKey, q.DeviceKey, q.State = "s", "d", outbox.StateSynced }), "events_device"},
+		{"ListCreated", list(func(q *store.EventQuery) { q.By, q.State = store.ByCreated, outbox.StatePending }), "events_created"},
+		{"ListCreatedDevice", list(func(q *store.EventQuery) { q.By, q.SourceKey, q.DeviceKey = store.ByCreated, "s", "d" }), "events_created"},
+		{"CountOccurred", count(func(*store.EventQuery) {}), "events_occurred"},
+		{"CountDevice", count(func(q *store.EventQuery) { q.SourceKey, q.DeviceKey = "s", "d" }), "events_device"},
+		{"CountCreated", count(func(q *store.EventQuery) { q.By = store.ByCreated }), "events_created"},
+		{"Redrive", qRedrive, "events_id"},
 		{"LookupKeys", txQueries[stmtLookupKeys], "events_idempotency_key"},
 		{"KeyExists", txQueries[stmtKeyExists], "events_idempotency_key"},
 		{"LoadEvents", qLoadEvents, "events_id"},

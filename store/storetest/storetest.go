@@ -91,6 +91,12 @@ func Checks() []Check {
 		{"RollbackOnlyWithItsOwnStamp", checkRollback},
 		{"CountsByState", checkCounts},
 		{"DeleteDispatchedKeepsUndispatched", checkDeleteDispatched},
+		{"ListEventsByOccurredWindowInOrderWithPaging", checkListByOccurred},
+		{"ListEventsByCreatedWindow", checkListByCreated},
+		{"ListEventsSameTimePagesByID", checkListSameTime},
+		{"ListEventsByEntityAndState", checkListByEntityAndState},
+		{"ListEventsRejectsInvalidQueries", checkListInvalid},
+		{"RedriveOnlyParked", checkRedrive},
 		{"MigrateTwiceAndCheckSchema", checkMigrate},
 		{"ClosedStoreIsUnavailable", checkClosed},
 	}
@@ -875,4 +881,218 @@ func checkClosed(t testing.TB, h Harness) {
 	require.True(t, store.IsUnavailable(err), "a closed store is unavailable: %v", err)
 	_, err = b.w.Write(ctx, []outbox.Input{b.input("d1")})
 	require.True(t, store.IsUnavailable(err), "a write to a closed store is unavailable: %v", err)
+}
+
+// writeAt stores one original of source/device that occurred at occurred,
+// created at the bundle clock's time, and returns its id.
+func (b *bundle) writeAt(source, device string, occurred time.Time) string {
+	b.t.Helper()
+	res, err := b.w.Write(context.Background(), []outbox.Input{{SourceKey: source, DeviceKey: device,
+		OccurredAt: occurred.UTC().Format(time.RFC3339Nano)}})
+	require.NoError(b.t, err)
+	return res[0].ID
+}
+
+// listAll pages through q with page size limit and returns the ids.
+func (b *bundle) listAll(q store.EventQuery, limit int) []string {
+	b.t.Helper()
+	var ids []string
+	q.Limit = limit
+	for range 1000 {
+		page, err := b.s.ListEvents(context.Background(), q)
+		require.NoError(b.t, err)
+		for _, ev := range page {
+			require.Nil(b.t, ev.Payload, "listings carry no payload")
+			ids = append(ids, ev.ID)
+		}
+		if len(page) < limit {
+			return ids
+		}
+		q.After = q.CursorOf(page[len(page)-1])
+	}
+	b.t.Fatal("the listing never ended")
+	return nil
+}
+
+func (b *bundle) count(q store.EventQuery) int64 {
+	b.t.Helper()
+	n, err := b.s.CountEvents(context.Background(), q)
+	require.NoError(b.t, err)
+	return n
+}
+
+func checkListByOccurred(t testing.TB, h Harness) {
+	b := setup(t, h, Options{})
+	base := time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC)
+	// Written out of occurrence order: the listing orders by occurredAt.
+	order := []int{5, 0, 3, 7, 1, 6, 2, 4}
+	byHour := make([]string, len(order))
+	for _, h := range order {
+		byHour[h] = b.writeAt("src", "dev", base.Add(time.Duration(h)*time.Hour))
+	}
+	from, to := base.Add(time.Hour), base.Add(6*time.Hour) // hours 1..5
+	q := store.EventQuery{From: from, To: to}
+	for _, limit := range []int{1, 2, 3, 100} {
+		require.Equal(t, byHour[1:6], b.listAll(q, limit), "page size %d", limit)
+	}
+	require.Equal(t, int64(5), b.count(q))
+	require.Equal(t, byHour, b.listAll(store.EventQuery{By: store.ByOccurred}, 3), "an open window lists everything")
+	require.Equal(t, byHour[:2], b.listAll(store.EventQuery{To: base.Add(2 * time.Hour)}, 10), "To is exclusive")
+	require.Equal(t, byHour[6:], b.listAll(store.EventQuery{From: base.Add(6 * time.Hour)}, 10), "From is inclusive")
+	require.Equal(t, int64(8), b.count(store.EventQuery{}))
+
+	// The page after the last one is empty; a cursor past the window too.
+	page, err := b.s.ListEvents(context.Background(), store.EventQuery{From: from, To: to, Limit: 10,
+		After: &store.EventCursor{At: to, ID: byHour[5]}})
+	require.NoError(t, err)
+	require.Empty(t, page)
+}
+
+func checkListByCreated(t testing.TB, h Harness) {
+	b := setup(t, h, Options{})
+	occurred := time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC)
+	var ids []string
+	for i := range 6 {
+		// Occurrence order is the reverse of ingest order.
+		ids = append(ids, b.writeAt("src", "dev", occurred.Add(-time.Duration(i)*time.Minute)))
+		b.clock.Advance(time.Minute)
+	}
+	q := store.EventQuery{By: store.ByCreated, From: t0.Add(time.Minute), To: t0.Add(4 * time.Minute)}
+	require.Equal(t, ids[1:4], b.listAll(q, 2))
+	require.Equal(t, int64(3), b.count(q))
+	page, err := b.s.ListEvents(context.Background(), store.EventQuery{By: store.ByCreated, Limit: 1})
+	require.NoError(t, err)
+	require.Len(t, page, 1)
+	require.True(t, t0.Equal(page[0].CreatedAt))
+	require.Equal(t, "src", page[0].SourceKey, "listed originals carry their fields")
+	require.NotEmpty(t, page[0].IdempotencyKey)
+}
+
+func checkListSameTime(t testing.TB, h Harness) {
+	b := setup(t, h, Options{})
+	at := time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC)
+	var ids []string
+	for i := range 7 {
+		ids = append(ids, b.writeAt("src", fmt.Sprintf("d%d", i), at))
+	}
+	sort.Strings(ids)
+	q := store.EventQuery{From: at, To: at.Add(time.Millisecond)}
+	require.Equal(t, ids, b.listAll(q, 2), "originals of one instant page by id")
+	q.By = store.ByCreated
+	q.From, q.To = t0, t0.Add(time.Millisecond)
+	require.Equal(t, ids, b.listAll(q, 3))
+}
+
+func checkListByEntityAndState(t testing.TB, h Harness) {
+	b := setup(t, h, Options{})
+	ctx := context.Background()
+	at := time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC)
+	var a1, a2, c1 []string
+	for i := range 4 {
+		when := at.Add(time.Duration(i) * time.Minute)
+		a1 = append(a1, b.writeAt("a", "d1", when))
+		a2 = append(a2, b.writeAt("a", "d2", when))
+		c1 = append(c1, b.writeAt("c", "d1", when))
+	}
+	window := store.EventQuery{From: at, To: at.Add(time.Hour)}
+	q := window
+	q.SourceKey, q.DeviceKey = "a", "d1"
+	require.Equal(t, a1, b.listAll(q, 3), "one device of one source")
+	q.DeviceKey = ""
+	got := b.listAll(q, 3)
+	require.ElementsMatch(t, append(append([]string{}, a1...), a2...), got, "one source")
+	require.Equal(t, int64(8), b.count(q))
+	q.By, q.From, q.To = store.ByCreated, t0, t0.Add(time.Second)
+	q.DeviceKey = "d1"
+	require.Equal(t, a1, b.listAll(q, 10), "one device, by createdAt")
+
+	at2 := t0.Add(time.Hour)
+	_, err := b.s.MarkSynced(ctx, []string{a1[0], a2[0]}, at2)
+	require.NoError(t, err)
+	_, err = b.s.Park(ctx, a1[1], outbox.SyncFailure{Category: outbox.CategoryPoison, Code: "c", At: at2, Deliveries: 3})
+	require.NoError(t, err)
+	for state, want := range map[string][]string{
+		outbox.StateSynced:  {a1[0]},
+		outbox.StateFailed:  {a1[1]},
+		outbox.StatePending: a1[2:],
+		store.StateAny:      a1,
+		"":                  a1,
+	} {
+		q := window
+		q.SourceKey, q.DeviceKey, q.State = "a", "d1", state
+		require.Equal(t, want, b.listAll(q, 2), "state %q", state)
+		require.Equal(t, int64(len(want)), b.count(q), "state %q", state)
+	}
+	q = window
+	q.State = outbox.StateSynced
+	require.ElementsMatch(t, []string{a1[0], a2[0]}, b.listAll(q, 1))
+	q.SourceKey = "c"
+	require.Empty(t, b.listAll(q, 1))
+	_ = c1
+}
+
+func checkListInvalid(t testing.TB, h Harness) {
+	b := setup(t, h, Options{})
+	ctx := context.Background()
+	at := time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC)
+	for field, q := range map[string]store.EventQuery{
+		"By":        {By: "updated", Limit: 1},
+		"State":     {State: "lost", Limit: 1},
+		"From":      {From: at, To: at, Limit: 1},
+		"DeviceKey": {DeviceKey: "d1", Limit: 1},
+		"Limit":     {Limit: 0},
+	} {
+		_, err := b.s.ListEvents(ctx, q)
+		require.ErrorContains(t, err, field)
+		if field != "Limit" {
+			_, err = b.s.CountEvents(ctx, q)
+			require.ErrorContains(t, err, field)
+		}
+	}
+}
+
+func checkRedrive(t testing.TB, h Harness) {
+	b := setup(t, h, Options{})
+	ctx := context.Background()
+	ids := b.write(4)
+	at := t0.Add(time.Hour)
+	for _, id := range ids[:2] {
+		_, err := b.s.Claim(ctx, id, at, at)
+		require.NoError(t, err)
+		ok, err := b.s.Park(ctx, id, outbox.SyncFailure{Category: store.CategoryRequeueExhausted, Code: "c", At: at})
+		require.NoError(t, err)
+		require.True(t, ok)
+	}
+	_, err := b.s.MarkSynced(ctx, ids[2:3], at)
+	require.NoError(t, err)
+	_, err = b.s.Claim(ctx, ids[3], at, at)
+	require.NoError(t, err)
+	c, err := b.s.Counts(ctx)
+	require.NoError(t, err)
+	require.Equal(t, map[string]int64{store.CategoryRequeueExhausted: 2}, c.FailedByCategory, "the reconciler's category is counted apart")
+
+	n, err := b.s.Redrive(ctx, append(ids, outbox.NewEventID()))
+	require.NoError(t, err)
+	require.Equal(t, int64(2), n, "only the parked originals")
+	for _, id := range ids[:2] {
+		ev := b.event(id)
+		require.Equal(t, outbox.StatePending, ev.State())
+		require.Nil(t, ev.SyncFailure)
+		require.Nil(t, ev.LastRequeuedAt, "a fresh requeue budget")
+		require.Zero(t, ev.RequeueCount)
+	}
+	require.Equal(t, outbox.StateSynced, b.event(ids[2]).State())
+	pending := b.event(ids[3])
+	require.Equal(t, int64(1), pending.RequeueCount, "a pending original keeps its requeues")
+	require.NotNil(t, pending.LastRequeuedAt)
+	n, err = b.s.Redrive(ctx, ids)
+	require.NoError(t, err)
+	require.Zero(t, n, "nothing is parked any more")
+	n, err = b.s.Redrive(ctx, nil)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	c, err = b.s.Counts(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(3), c.Pending)
+	require.Zero(t, c.Failed)
 }

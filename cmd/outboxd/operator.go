@@ -1,0 +1,412 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/outboxd/outboxd/httpapi"
+)
+
+// dlqListDefault is how many dead letters dlq list shows unless told.
+const dlqListDefault = 100
+
+// The operator commands: each calls the admin API of the instance at
+// --server (GET /v1/status for status), prints a table, or the API's JSON
+// with --json, and returns errDrift (exit 1) when it found a problem.
+
+// printJSON writes v as one line of JSON.
+func (a *app) printJSON(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("error encoding the output: %w", err)
+	}
+	_, err = fmt.Fprintln(a.stdout, string(b))
+	return err
+}
+
+// ago formats a number of seconds for people.
+func ago(seconds float64) string {
+	return (time.Duration(seconds * float64(time.Second))).Round(time.Second).String()
+}
+
+// printStatus prints the pipeline at a glance from GET /v1/status.
+func (a *app) printStatus(ctx context.Context) error {
+	var raw []byte
+	var s httpapi.Snapshot
+	if err := a.client().do(ctx, http.MethodGet, "/v1/status", nil, &s, &raw); err != nil {
+		return err
+	}
+	if a.o.jsonOut {
+		_, err := a.stdout.Write(raw)
+		return err
+	}
+	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+	row := func(label, format string, args ...any) {
+		fmt.Fprintf(tw, "%s\t%s\n", label, fmt.Sprintf(format, args...))
+	}
+	row("SERVER", "%s (store %s, read %s)", a.o.server, s.Store, s.ReadAt.Format(time.RFC3339))
+	if e := s.Events; e != nil {
+		failed := ""
+		if len(e.FailedByCategory) > 0 {
+			var parts []string
+			for _, cat := range slices.Sorted(maps.Keys(e.FailedByCategory)) {
+				if n := e.FailedByCategory[cat]; n > 0 {
+					parts = append(parts, fmt.Sprintf("%s %d", cat, n))
+				}
+			}
+			if len(parts) > 0 {
+				failed = " (" + strings.Join(parts, ", ") + ")"
+			}
+		}
+		estimated := ""
+		if e.Estimated {
+			estimated = " (estimated)"
+		}
+		row("EVENTS", "total %d%s, synced %d, pending %d, failed %d%s", e.Total, estimated, e.Synced, e.Pending, e.Failed, failed)
+	}
+	if s.OldestPendingAgeSeconds != nil {
+		if *s.OldestPendingAgeSeconds > 0 {
+			row("OLDEST UNSYNCED", "%s", ago(*s.OldestPendingAgeSeconds))
+		} else {
+			row("OLDEST UNSYNCED", "none pending")
+		}
+	}
+	if s.Outbox != nil {
+		row("OUTBOX", "undispatched %d", s.Outbox.Undispatched)
+	}
+	if st := s.Stream; st != nil {
+		row("STREAM", "%s: length %d, pending %d", st.Name, st.Length, st.Pending)
+	}
+	if d := s.DLQ; d != nil {
+		oldest := ""
+		if d.OldestAgeSeconds != nil {
+			oldest = ", oldest " + ago(*d.OldestAgeSeconds)
+		}
+		row("DLQ", "%s: length %d%s", d.Name, d.Length, oldest)
+	}
+	now := s.ReadAt
+	if now.IsZero() {
+		now = time.Now()
+	}
+	if d := s.Dispatcher; d != nil {
+		leader := "none (lease expired " + ago(now.Sub(d.LeaseExpiresAt).Seconds()) + " ago)"
+		if d.LeaderAlive {
+			leader = fmt.Sprintf("%s, term %d", d.Leader, d.Term)
+		}
+		checkpoint := "never"
+		if d.CheckpointAgeSeconds != nil {
+			checkpoint = ago(*d.CheckpointAgeSeconds) + " ago"
+		}
+		row("DISPATCHER", "leader %s; checkpoint %s", leader, checkpoint)
+	} else {
+		row("DISPATCHER", "never ran on this stream")
+	}
+	if r := s.Reconciler; r != nil {
+		leader := "none (one sweep at a time, or not running)"
+		if r.LeaderAlive {
+			leader = r.Leader
+		}
+		sweep := "never recorded"
+		if r.LastSweepAgeSeconds != nil {
+			sweep = ago(*r.LastSweepAgeSeconds) + " ago"
+		}
+		if rep := r.LastReport; rep != nil {
+			sweep += fmt.Sprintf(" (scanned %d, published %d, exhausted %d)", rep.Scanned, rep.Published, rep.Exhausted)
+		}
+		row("RECONCILER", "leader %s; last sweep %s", leader, sweep)
+	} else {
+		row("RECONCILER", "never swept this stream")
+	}
+	if len(s.Breakers) > 0 {
+		var parts []string
+		for _, b := range s.Breakers {
+			parts = append(parts, fmt.Sprintf("%s/%s %s", b.Component, b.Name, b.State))
+		}
+		row("BREAKERS", "%s", strings.Join(parts, ", "))
+	}
+	if len(s.RetriesHalted) > 0 {
+		var parts []string
+		for _, h := range s.RetriesHalted {
+			parts = append(parts, h.Component+"/"+h.Class)
+		}
+		row("RETRIES HALTED", "%s (the same error code 50 times in a row; see docs/operations.md)", strings.Join(parts, ", "))
+	}
+	if len(s.Unavailable) > 0 {
+		row("UNAVAILABLE", "%s (could not be read)", strings.Join(s.Unavailable, ", "))
+	}
+	return tw.Flush()
+}
+
+// dlqList prints GET /v1/admin/dlq.
+func (a *app) dlqList(ctx context.Context) error {
+	q := url.Values{}
+	q.Set("limit", strconv.Itoa(a.o.limit))
+	if a.o.category != "" {
+		q.Set("category", a.o.category)
+	}
+	if a.o.code != "" {
+		q.Set("code", a.o.code)
+	}
+	var raw []byte
+	var page httpapi.DLQPage
+	if err := a.client().do(ctx, http.MethodGet, "/v1/admin/dlq?"+q.Encode(), nil, &page, &raw); err != nil {
+		return err
+	}
+	if a.o.jsonOut {
+		_, err := a.stdout.Write(raw)
+		return err
+	}
+	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tEVENT\tCATEGORY\tCODE\tDELIVERIES\tAGE\tORIGINAL")
+	for _, dl := range page.Entries {
+		event := dl.EventID
+		if event == "" {
+			event = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", dl.ID, event, dl.Category, dl.Code, dl.Deliveries, ago(dl.AgeSeconds), dl.Original)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	more := ""
+	if page.Next != "" {
+		more = "; more follow (raise --limit)"
+	}
+	fmt.Fprintf(a.stdout, "%d shown of %d in %s%s\n", len(page.Entries), page.Length, page.Stream, more)
+	return nil
+}
+
+// dlqAction is replay or drop.
+type dlqAction string
+
+const (
+	dlqReplay dlqAction = "replay"
+	dlqDrop   dlqAction = "drop"
+)
+
+// dlqAct replays or drops the dead letters --id names, or all of them
+// (chunk by chunk), and prints what happened to each.
+func (a *app) dlqAct(ctx context.Context, action dlqAction) error {
+	c := a.client()
+	total := httpapi.DLQActionResult{Results: []httpapi.DLQResult{}}
+	req := httpapi.DLQAction{IDs: a.o.ids, All: a.o.all, Category: a.o.category, Code: a.o.code}
+	for {
+		var res httpapi.DLQActionResult
+		if err := c.do(ctx, http.MethodPost, "/v1/admin/dlq:"+string(action), req, &res, nil); err != nil {
+			return err
+		}
+		total.Replayed += res.Replayed
+		total.Dropped += res.Dropped
+		total.OriginalMissing += res.OriginalMissing
+		total.NotFound += res.NotFound
+		total.Failed += res.Failed
+		total.Results = append(total.Results, res.Results...)
+		if res.Done || res.Next == "" {
+			break
+		}
+		req.After = res.Next
+	}
+	total.Done = true
+	if a.o.jsonOut {
+		if err := a.printJSON(total); err != nil {
+			return err
+		}
+	} else {
+		tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tEVENT\tOUTCOME")
+		for _, r := range total.Results {
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", r.ID, r.EventID, r.Outcome)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		if action == dlqReplay {
+			fmt.Fprintf(a.stdout, "replayed %d (re-published with origin dlq-replay, entries removed)", total.Replayed)
+		} else {
+			fmt.Fprintf(a.stdout, "dropped %d", total.Dropped)
+		}
+		fmt.Fprintf(a.stdout, "; original missing %d, not found %d, failed %d\n", total.OriginalMissing, total.NotFound, total.Failed)
+		if total.OriginalMissing > 0 {
+			fmt.Fprintln(a.stdout, "entries whose original does not exist cannot be replayed: drop them with outboxd dlq drop --id … --yes")
+		}
+	}
+	if total.OriginalMissing > 0 || total.NotFound > 0 || total.Failed > 0 {
+		return errDrift
+	}
+	return nil
+}
+
+// replayRequest is the request of the replay command's flags.
+func (a *app) replayRequest() httpapi.ReplayRequest {
+	return httpapi.ReplayRequest{From: a.o.from, To: a.o.to, By: a.o.by, SourceKey: a.o.source, DeviceKey: a.o.device,
+		State: a.o.state, Rebuild: a.o.rebuild, Limit: a.o.chunk}
+}
+
+// replayTotals is the replay command's JSON output.
+type replayTotals struct {
+	DryRun      bool  `json:"dryRun"`
+	Count       int64 `json:"count"`
+	Published   int   `json:"published"`
+	Redriven    int64 `json:"redriven"`
+	RemovedRows int64 `json:"removedRows"`
+	Rebuild     bool  `json:"rebuild"`
+}
+
+// replay counts the window, then (unless --dry-run) replays it chunk by
+// chunk, with a progress line on a terminal, and prints the totals.
+func (a *app) replay(ctx context.Context) error {
+	c := a.client()
+	req := a.replayRequest()
+	req.DryRun = true
+	var counted httpapi.ReplayResult
+	if err := c.do(ctx, http.MethodPost, "/v1/admin/replay", req, &counted, nil); err != nil {
+		return err
+	}
+	tot := replayTotals{DryRun: a.o.dryRun, Rebuild: a.o.rebuild}
+	if counted.Count != nil {
+		tot.Count = *counted.Count
+	}
+	if a.o.dryRun {
+		if a.o.jsonOut {
+			return a.printJSON(tot)
+		}
+		_, err := fmt.Fprintf(a.stdout, "replay --dry-run: %d originals in the window; nothing changed\n", tot.Count)
+		return err
+	}
+	progress := isTerminal(a.stderr)
+	req.DryRun = false
+	for {
+		var res httpapi.ReplayResult
+		if err := c.do(ctx, http.MethodPost, "/v1/admin/replay", req, &res, nil); err != nil {
+			if progress {
+				fmt.Fprintln(a.stderr)
+			}
+			fmt.Fprintf(a.stderr, "replay stopped after %d re-published; run the same command again to finish (a replay is idempotent)\n", tot.Published)
+			return err
+		}
+		tot.Published += res.Published
+		tot.Redriven += res.Redriven
+		tot.RemovedRows += res.RemovedRows
+		if progress {
+			fmt.Fprintf(a.stderr, "\rreplay: %d/%d re-published", tot.Published, tot.Count)
+		}
+		if res.Done || res.Next == "" {
+			break
+		}
+		req.After = res.Next
+	}
+	if progress {
+		fmt.Fprintln(a.stderr)
+	}
+	if a.o.jsonOut {
+		return a.printJSON(tot)
+	}
+	fmt.Fprintf(a.stdout, "replay: %d of the window's %d originals re-published with origin replay, %d parked ones re-driven", tot.Published, tot.Count, tot.Redriven)
+	if a.o.rebuild {
+		fmt.Fprintf(a.stdout, ", %d rows removed from the read model first", tot.RemovedRows)
+	}
+	_, err := fmt.Fprintln(a.stdout)
+	return err
+}
+
+// verifyTotals is the verify command's JSON output.
+type verifyTotals struct {
+	Checked         map[string]int  `json:"checked"`
+	DriftByKind     map[string]int  `json:"driftByKind"`
+	Drift           []httpapi.Drift `json:"drift"`
+	Republished     int             `json:"republished"`
+	StatsRecomputed int             `json:"statsRecomputed"`
+	Repair          bool            `json:"repair"`
+}
+
+// verifyShown bounds the drift lines verify prints (JSON has them all).
+const verifyShown = 50
+
+// verify runs every chunk of every phase and prints the drift found;
+// exit 1 when there is any (also with --repair: run verify again once the
+// worker caught up to see it gone).
+func (a *app) verify(ctx context.Context) error {
+	c := a.client()
+	req := httpapi.VerifyRequest{From: a.o.from, To: a.o.to, Repair: a.o.repair, Limit: a.o.chunk}
+	tot := verifyTotals{Checked: map[string]int{}, DriftByKind: map[string]int{}, Drift: []httpapi.Drift{}, Repair: a.o.repair}
+	for {
+		var res httpapi.VerifyResult
+		if err := c.do(ctx, http.MethodPost, "/v1/admin/verify", req, &res, nil); err != nil {
+			return err
+		}
+		tot.Checked[res.Phase] += res.Checked
+		for _, d := range res.Drift {
+			tot.DriftByKind[d.Kind]++
+		}
+		tot.Drift = append(tot.Drift, res.Drift...)
+		tot.Republished += res.Republished
+		tot.StatsRecomputed += res.StatsRecomputed
+		if res.Done || res.Next == "" {
+			break
+		}
+		req.After = res.Next
+	}
+	if a.o.jsonOut {
+		if err := a.printJSON(tot); err != nil {
+			return err
+		}
+	} else if err := a.printVerify(a.stdout, tot); err != nil {
+		return err
+	}
+	if len(tot.Drift) > 0 {
+		return errDrift
+	}
+	return nil
+}
+
+func (a *app) printVerify(w io.Writer, tot verifyTotals) error {
+	if len(tot.Drift) > 0 {
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "KIND\tEVENT OR DAY\tSOURCE\tDEVICE\tDETAIL\tREPAIRED")
+		for i, d := range tot.Drift {
+			if i == verifyShown {
+				fmt.Fprintf(tw, "…\t%d more (--json lists them all)\t\t\t\t\n", len(tot.Drift)-verifyShown)
+				break
+			}
+			what, detail := d.EventID, ""
+			switch {
+			case d.Kind == httpapi.DriftStats && d.Counted != nil && d.Rows != nil:
+				what, detail = d.Day, fmt.Sprintf("counted %d, rows %d", *d.Counted, *d.Rows)
+			case d.OccurredAt != nil:
+				detail = "occurred " + d.OccurredAt.Format(time.RFC3339)
+			}
+			repaired := "no"
+			if d.Repaired {
+				repaired = "yes"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", d.Kind, what, d.SourceKey, d.DeviceKey, detail, repaired)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(w, "verify: checked %d synced originals, %d rows, found %d statistics rows differing from their rows",
+		tot.Checked[httpapi.PhaseOriginals], tot.Checked[httpapi.PhaseRows], tot.DriftByKind[httpapi.DriftStats])
+	if len(tot.Drift) == 0 {
+		_, err := fmt.Fprintln(w, "; no drift")
+		return err
+	}
+	fmt.Fprintf(w, "; drift: %d synced without a row, %d rows without an original, %d statistics rows",
+		tot.DriftByKind[httpapi.DriftMissingRow], tot.DriftByKind[httpapi.DriftOrphanRow], tot.DriftByKind[httpapi.DriftStats])
+	if tot.Repair {
+		fmt.Fprintf(w, "; repaired: %d re-published, %d statistics rows recomputed (rows without an original are left to you); run verify again once the worker caught up",
+			tot.Republished, tot.StatsRecomputed)
+	}
+	_, err := fmt.Fprintln(w)
+	return err
+}

@@ -1,0 +1,473 @@
+package httpapi
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/outboxd/outboxd/outbox"
+)
+
+// The fields of a dead letter, as the worker writes them (worker.finish).
+// "code" is read when present, else "reason" is the code.
+const (
+	dlqReason     = "reason"
+	dlqCode       = "code"
+	dlqCategory   = "category"
+	dlqError      = "error"
+	dlqEntryID    = "entryId"
+	dlqEventID    = "eventId"
+	dlqStream     = "stream"
+	dlqGroup      = "group"
+	dlqConsumer   = "consumer"
+	dlqDeliveries = "deliveries"
+	dlqAt         = "at"
+)
+
+// dlqScanMax bounds the dead letters one filtered listing or --all action
+// reads; the answer's next cursor continues from there.
+const dlqScanMax = 10000
+
+// idsMax bounds the ids of one DLQ action.
+const idsMax = 1000
+
+// The states of a dead letter's original, beside outbox.StatePending,
+// StateSynced and StateFailed.
+const (
+	// OriginalMissing: the entry names no original, or one the store does
+	// not hold (it cannot be replayed; drop it).
+	OriginalMissing = "missing"
+	// OriginalUnreadable: the store holds the original but cannot decode
+	// it.
+	OriginalUnreadable = "unreadable"
+)
+
+// errNoSuchDeadLetter: the DLQ has no entry with this id.
+var errNoSuchDeadLetter = errors.New("no such dead letter")
+
+// DeadLetter is one entry of the dead-letter stream.
+type DeadLetter struct {
+	// ID is the entry's id in the dead-letter stream.
+	ID string `json:"id"`
+	// EventID names the original ("" when the stream message named none).
+	EventID  string `json:"eventId"`
+	Category string `json:"category"`
+	// Code is the failure's code; Reason the worker's reason (the same
+	// unless the worker wrote a code of its own).
+	Code   string `json:"code"`
+	Reason string `json:"reason"`
+	Error  string `json:"error"`
+	// EntryID is the id of the stream entry that failed; Stream, Group and
+	// Consumer where it was consumed.
+	EntryID    string `json:"entryId"`
+	Stream     string `json:"stream"`
+	Group      string `json:"group"`
+	Consumer   string `json:"consumer"`
+	Deliveries int64  `json:"deliveries"`
+	// At is when it was dead-lettered, AgeSeconds how long ago.
+	At         time.Time `json:"at"`
+	AgeSeconds float64   `json:"ageSeconds"`
+	// Original is the original's state now: pending, synced, failed,
+	// missing or unreadable.
+	Original string `json:"original"`
+	// Payload is the stream message that failed, as it was.
+	Payload string `json:"payload"`
+	// Event is the original itself (GET /v1/admin/dlq/{id} only).
+	Event *eventView `json:"event,omitempty"`
+}
+
+// DLQQuery selects dead letters.
+type DLQQuery struct {
+	// Category and Code keep the entries with this category and code (""
+	// keeps all).
+	Category, Code string
+	// After continues a listing after this entry id ("" from the oldest).
+	After string
+	// Limit is the most entries returned. Defaults to AdminChunkDefault.
+	Limit int
+}
+
+// DLQPage is the answer of GET /v1/admin/dlq.
+type DLQPage struct {
+	// Stream is the dead-letter stream, Length its entries (unfiltered).
+	Stream  string       `json:"stream"`
+	Length  int64        `json:"length"`
+	Entries []DeadLetter `json:"entries"`
+	// Next, when set, is the After of the next page: more entries may
+	// follow.
+	Next string `json:"next,omitempty"`
+}
+
+// DLQAction names the dead letters a replay or drop acts on: IDs, or All
+// the entries (of Category and Code when set), one chunk per request.
+type DLQAction struct {
+	IDs      []string `json:"ids,omitempty"`
+	All      bool     `json:"all,omitempty"`
+	Category string   `json:"category,omitempty"`
+	Code     string   `json:"code,omitempty"`
+	// After and Limit page an All action: pass the answer's Next as After
+	// until Done. Limit defaults to AdminChunkDefault.
+	After string `json:"after,omitempty"`
+	Limit int    `json:"limit,omitempty"`
+}
+
+// DLQResult is what a replay or drop did to one dead letter.
+type DLQResult struct {
+	ID      string `json:"id"`
+	EventID string `json:"eventId,omitempty"`
+	// Outcome is "replayed", "dropped", "original_missing" (kept: drop
+	// it), "not_found" (no such entry) or "failed" (kept: try again).
+	Outcome string `json:"outcome"`
+}
+
+// Outcomes of DLQResult.
+const (
+	OutcomeReplayed        = "replayed"
+	OutcomeDropped         = "dropped"
+	OutcomeOriginalMissing = "original_missing"
+	OutcomeNotFound        = "not_found"
+	OutcomeFailed          = "failed"
+)
+
+// DLQActionResult is the answer of POST /v1/admin/dlq:replay and
+// /v1/admin/dlq:drop.
+type DLQActionResult struct {
+	Replayed        int         `json:"replayed"`
+	Dropped         int         `json:"dropped"`
+	OriginalMissing int         `json:"originalMissing"`
+	NotFound        int         `json:"notFound"`
+	Failed          int         `json:"failed"`
+	Results         []DLQResult `json:"results"`
+	// Next and Done page an All action.
+	Next string `json:"next,omitempty"`
+	Done bool   `json:"done"`
+}
+
+func (r *DLQActionResult) add(res DLQResult) {
+	switch res.Outcome {
+	case OutcomeReplayed:
+		r.Replayed++
+	case OutcomeDropped:
+		r.Dropped++
+	case OutcomeOriginalMissing:
+		r.OriginalMissing++
+	case OutcomeNotFound:
+		r.NotFound++
+	case OutcomeFailed:
+		r.Failed++
+	}
+	r.Results = append(r.Results, res)
+}
+
+// deadLetterOf reads a DLQ entry.
+func (a *Admin) deadLetterOf(m redis.XMessage, now time.Time) DeadLetter {
+	str := func(k string) string { v, _ := m.Values[k].(string); return v }
+	dl := DeadLetter{ID: m.ID, EventID: str(dlqEventID), Category: str(dlqCategory), Reason: str(dlqReason),
+		Error: str(dlqError), EntryID: str(dlqEntryID), Stream: str(dlqStream), Group: str(dlqGroup),
+		Consumer: str(dlqConsumer), Payload: str(outbox.PayloadField), Original: OriginalMissing}
+	dl.Code = cmp.Or(str(dlqCode), dl.Reason)
+	dl.Deliveries, _ = strconv.ParseInt(str(dlqDeliveries), 10, 64)
+	if at, err := time.Parse(time.RFC3339Nano, str(dlqAt)); err == nil {
+		dl.At = at.UTC()
+	} else if at, ok := entryTime(m.ID); ok {
+		dl.At = at
+	}
+	dl.AgeSeconds = max(0, now.Sub(dl.At).Seconds())
+	return dl
+}
+
+func (q DLQQuery) matches(dl DeadLetter) bool {
+	return (q.Category == "" || dl.Category == q.Category) && (q.Code == "" || dl.Code == q.Code)
+}
+
+// scan reads the dead letters after after, oldest first, and returns at
+// most limit of those q matches, having read at most dlqScanMax; next is
+// the last id read when more may follow.
+func (a *Admin) scan(ctx context.Context, q DLQQuery, limit int) (out []DeadLetter, next string, err error) {
+	out = []DeadLetter{}
+	dlq := outbox.DLQStream(a.cfg.Stream)
+	now := a.cfg.Now()
+	start := "-"
+	if q.After != "" {
+		start = "(" + q.After
+	}
+	scanned := 0
+	for len(out) < limit && scanned < dlqScanMax {
+		n := int64(min(max(limit-len(out), 100), dlqScanMax-scanned))
+		msgs, err := a.cfg.Redis.XRangeN(ctx, dlq, start, "+", n).Result()
+		if err != nil {
+			return nil, "", redisErr("reading the dead-letter stream", err)
+		}
+		for i, m := range msgs {
+			scanned++
+			dl := a.deadLetterOf(m, now)
+			if q.matches(dl) {
+				out = append(out, dl)
+			}
+			if len(out) == limit {
+				if i < len(msgs)-1 || int64(len(msgs)) == n {
+					next = m.ID
+				}
+				return out, next, nil
+			}
+		}
+		if int64(len(msgs)) < n {
+			return out, "", nil
+		}
+		start = "(" + msgs[len(msgs)-1].ID
+		next = msgs[len(msgs)-1].ID
+	}
+	return out, next, nil
+}
+
+// originals fills the Original state of dls with one read of the store.
+func (a *Admin) originals(ctx context.Context, dls []DeadLetter) (map[string]*outbox.Event, error) {
+	var ids []string
+	for _, dl := range dls {
+		if outbox.IsEventID(dl.EventID) {
+			ids = append(ids, dl.EventID)
+		}
+	}
+	loaded, err := a.cfg.Store.LoadEvents(ctx, ids)
+	if err != nil {
+		return nil, fmt.Errorf("error reading the originals of %d dead letters: %w", len(dls), err)
+	}
+	events := make(map[string]*outbox.Event, len(loaded))
+	for i := range dls {
+		l, ok := loaded[dls[i].EventID]
+		switch {
+		case !ok:
+			dls[i].Original = OriginalMissing
+		case l.Err != nil:
+			dls[i].Original = OriginalUnreadable
+		default:
+			dls[i].Original = l.Event.State()
+			events[dls[i].EventID] = l.Event
+		}
+	}
+	return events, nil
+}
+
+// ListDLQ returns the dead letters q selects, oldest first, with the state
+// of their originals.
+func (a *Admin) ListDLQ(ctx context.Context, q DLQQuery) (*DLQPage, error) {
+	if err := a.needRedis(); err != nil {
+		return nil, err
+	}
+	limit := cmp.Or(q.Limit, AdminChunkDefault)
+	if limit < 1 || limit > AdminChunkMax {
+		return nil, invalid("limit", "must be from 1 to %d", AdminChunkMax)
+	}
+	dlq := outbox.DLQStream(a.cfg.Stream)
+	length, err := a.cfg.Redis.XLen(ctx, dlq).Result()
+	if err != nil {
+		return nil, redisErr("reading the dead-letter stream", err)
+	}
+	entries, next, err := a.scan(ctx, q, limit)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := a.originals(ctx, entries); err != nil {
+		return nil, err
+	}
+	return &DLQPage{Stream: dlq, Length: length, Entries: entries, Next: next}, nil
+}
+
+// DeadLetter returns the dead letter id with its original (nil when
+// missing), or an error wrapping errNoSuchDeadLetter.
+func (a *Admin) DeadLetter(ctx context.Context, id string) (*DeadLetter, error) {
+	if err := a.needRedis(); err != nil {
+		return nil, err
+	}
+	dls, err := a.byIDs(ctx, []string{id})
+	if err != nil {
+		return nil, err
+	}
+	if dls[0] == nil {
+		return nil, fmt.Errorf("dead letter %s: %w", id, errNoSuchDeadLetter)
+	}
+	dl := *dls[0]
+	got, err := a.cfg.Store.LoadEvents(ctx, []string{dl.EventID})
+	if err != nil {
+		return nil, fmt.Errorf("error reading the original of dead letter %s: %w", id, err)
+	}
+	if l, ok := got[dl.EventID]; ok && l.Err == nil {
+		v := viewOf(l.Event)
+		dl.Event, dl.Original = &v, l.Event.State()
+	} else if ok {
+		dl.Original = OriginalUnreadable
+	}
+	return &dl, nil
+}
+
+// byIDs reads the dead letters of ids in one round trip; an id with no
+// entry is nil.
+func (a *Admin) byIDs(ctx context.Context, ids []string) ([]*DeadLetter, error) {
+	dlq := outbox.DLQStream(a.cfg.Stream)
+	out := make([]*DeadLetter, len(ids))
+	for _, id := range ids {
+		if _, ok := entryTime(id); !ok {
+			return nil, invalid("ids", "%q is not a stream entry id (<milliseconds>-<sequence>)", id)
+		}
+	}
+	cmds := make([]*redis.XMessageSliceCmd, len(ids))
+	_, err := a.cfg.Redis.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = p.XRangeN(ctx, dlq, id, id, 1)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, redisErr("reading dead letters", err)
+	}
+	now := a.cfg.Now()
+	for i, c := range cmds {
+		if msgs := c.Val(); len(msgs) == 1 {
+			dl := a.deadLetterOf(msgs[0], now)
+			out[i] = &dl
+		}
+	}
+	return out, nil
+}
+
+// selection returns the dead letters an action names, act.IDs or a chunk
+// of All, and its result so far: the ids without an entry are not_found,
+// and Next and Done are set.
+func (a *Admin) selection(ctx context.Context, act DLQAction) (*DLQActionResult, []DeadLetter, error) {
+	if err := a.needRedis(); err != nil {
+		return nil, nil, err
+	}
+	res := &DLQActionResult{Results: []DLQResult{}}
+	dls, err := a.named(ctx, act, res)
+	return res, dls, err
+}
+
+// named checks act and reads the dead letters it names.
+func (a *Admin) named(ctx context.Context, act DLQAction, res *DLQActionResult) ([]DeadLetter, error) {
+	switch {
+	case len(act.IDs) > 0 && act.All:
+		return nil, invalid("all", "cannot be combined with ids")
+	case len(act.IDs) == 0 && !act.All:
+		return nil, invalid("ids", "name the dead letters, or set all")
+	case len(act.IDs) > idsMax:
+		return nil, invalid("ids", "at most %d per request", idsMax)
+	case len(act.IDs) > 0 && (act.Category != "" || act.Code != "" || act.After != ""):
+		return nil, invalid("ids", "cannot be combined with category, code or after")
+	}
+	if act.All {
+		limit := cmp.Or(act.Limit, AdminChunkDefault)
+		if limit < 1 || limit > AdminChunkMax {
+			return nil, invalid("limit", "must be from 1 to %d", AdminChunkMax)
+		}
+		dls, next, err := a.scan(ctx, DLQQuery{Category: act.Category, Code: act.Code, After: act.After}, limit)
+		res.Next, res.Done = next, next == ""
+		return dls, err
+	}
+	found, err := a.byIDs(ctx, act.IDs)
+	if err != nil {
+		return nil, err
+	}
+	var dls []DeadLetter
+	for i, dl := range found {
+		if dl == nil {
+			res.add(DLQResult{ID: act.IDs[i], Outcome: OutcomeNotFound})
+			continue
+		}
+		dls = append(dls, *dl)
+	}
+	res.Done = true
+	return dls, nil
+}
+
+// ReplayDLQ replays dead letters: for each, the original's syncFailure is
+// cleared (store.Store.Redrive: it is pending again, so the reconciler
+// takes it up should what follows be lost), its message is added to the
+// stream with origin dlq-replay, and only once that succeeded is the entry
+// removed from the dead-letter stream. A crash between the publish and the
+// removal leaves the entry, and replaying it again delivers the event
+// twice: the worker's idempotent projection absorbs the duplicate. An entry
+// whose original does not exist is kept, reported original_missing: drop
+// it.
+func (a *Admin) ReplayDLQ(ctx context.Context, act DLQAction) (*DLQActionResult, error) {
+	res, dls, err := a.selection(ctx, act)
+	if err != nil {
+		return nil, err
+	}
+	events, err := a.originals(ctx, dls)
+	if err != nil {
+		return nil, err
+	}
+	var replay []DeadLetter
+	var originals []*outbox.Event
+	var parked []string
+	for _, dl := range dls {
+		ev := events[dl.EventID]
+		if ev == nil {
+			res.add(DLQResult{ID: dl.ID, EventID: dl.EventID, Outcome: OutcomeOriginalMissing})
+			continue
+		}
+		replay = append(replay, dl)
+		originals = append(originals, ev)
+		if ev.State() == outbox.StateFailed {
+			parked = append(parked, ev.ID)
+		}
+	}
+	if len(parked) > 0 {
+		if _, err := a.cfg.Store.Redrive(ctx, parked); err != nil {
+			return nil, fmt.Errorf("error clearing the syncFailure of %d originals: %w", len(parked), err)
+		}
+	}
+	ok, perr := a.publish(ctx, originals, outbox.OriginDLQReplay)
+	var done []string
+	for i, dl := range replay {
+		if !ok[i] {
+			res.add(DLQResult{ID: dl.ID, EventID: dl.EventID, Outcome: OutcomeFailed})
+			continue
+		}
+		done = append(done, dl.ID)
+		res.add(DLQResult{ID: dl.ID, EventID: dl.EventID, Outcome: OutcomeReplayed})
+	}
+	if len(done) > 0 {
+		if err := a.cfg.Redis.XDel(ctx, outbox.DLQStream(a.cfg.Stream), done...).Err(); err != nil {
+			// Published but still listed: a replay again only delivers
+			// them twice, which the worker absorbs.
+			return nil, redisErr(fmt.Sprintf("removing %d replayed dead letters (they were re-published)", len(done)), err)
+		}
+	}
+	a.logger.Info("dead letters replayed", zap.Int("replayed", res.Replayed), zap.Int("original_missing", res.OriginalMissing),
+		zap.Int("not_found", res.NotFound), zap.Int("failed", res.Failed))
+	if perr != nil {
+		return nil, perr
+	}
+	return res, nil
+}
+
+// DropDLQ removes dead letters without replaying them (their originals stay
+// as they are: parked ones stay parked).
+func (a *Admin) DropDLQ(ctx context.Context, act DLQAction) (*DLQActionResult, error) {
+	res, dls, err := a.selection(ctx, act)
+	if err != nil {
+		return nil, err
+	}
+	if len(dls) == 0 {
+		return res, nil
+	}
+	ids := make([]string, len(dls))
+	for i, dl := range dls {
+		ids[i] = dl.ID
+	}
+	if err := a.cfg.Redis.XDel(ctx, outbox.DLQStream(a.cfg.Stream), ids...).Err(); err != nil {
+		return nil, redisErr(fmt.Sprintf("removing %d dead letters", len(ids)), err)
+	}
+	for _, dl := range dls {
+		res.add(DLQResult{ID: dl.ID, EventID: dl.EventID, Outcome: OutcomeDropped})
+	}
+	a.logger.Info("dead letters dropped", zap.Int("dropped", res.Dropped), zap.Int("not_found", res.NotFound))
+	return res, nil
+}

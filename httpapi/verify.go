@@ -1,0 +1,310 @@
+package httpapi
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/zap"
+
+	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/store"
+	"github.com/outboxd/outboxd/worker"
+)
+
+// VerifyRequest is the body of POST /v1/admin/verify: compare the
+// originals whose occurredAt lies in [From, To) (an empty bound is open)
+// with the read model, one chunk per request.
+type VerifyRequest struct {
+	From string `json:"from,omitempty"`
+	To   string `json:"to,omitempty"`
+	// Repair re-publishes the synced originals that have no row (after
+	// recomputing their days' statistics from the rows, so the row
+	// projected again is counted once) and recomputes drifted statistics
+	// rows from their rows. Rows without an original are only reported.
+	Repair bool `json:"repair,omitempty"`
+	// After continues with the chunk after this cursor (a Next of an
+	// earlier answer); Limit is the chunk's size (AdminChunkDefault).
+	After string `json:"after,omitempty"`
+	Limit int    `json:"limit,omitempty"`
+}
+
+// The phases of a verify, in order.
+const (
+	PhaseOriginals = "originals" // synced originals without a row
+	PhaseRows      = "rows"      // rows without an original
+	PhaseStats     = "stats"     // statistics rows that differ from their rows
+)
+
+// The kinds of Drift.
+const (
+	DriftMissingRow = "missing_row"    // a synced original without a row
+	DriftOrphanRow  = "orphan_row"     // a row without an original
+	DriftStats      = "stats_mismatch" // a statistics row that differs from its rows
+)
+
+// Drift is one difference between the originals and the read model.
+type Drift struct {
+	Kind      string `json:"kind"`
+	EventID   string `json:"eventId,omitempty"`
+	SourceKey string `json:"sourceKey"`
+	DeviceKey string `json:"deviceKey"`
+	// OccurredAt is the event's (missing_row, orphan_row); Day the
+	// statistics row's UTC day, YYYY-MM-DD (stats_mismatch).
+	OccurredAt *time.Time `json:"occurredAt,omitempty"`
+	Day        string     `json:"day,omitempty"`
+	// Counted is the statistics row's count (0: no row), Rows the rows of
+	// its day (stats_mismatch).
+	Counted *int64 `json:"counted,omitempty"`
+	Rows    *int64 `json:"rows,omitempty"`
+	// Repaired is set when --repair re-published the original or
+	// recomputed the statistics row.
+	Repaired bool `json:"repaired"`
+}
+
+// VerifyResult is the answer of POST /v1/admin/verify for one chunk.
+type VerifyResult struct {
+	Phase string `json:"phase"`
+	// Checked counts the originals or rows compared (in the stats phase,
+	// the drifted statistics rows found).
+	Checked int     `json:"checked"`
+	Drift   []Drift `json:"drift"`
+	// Republished originals and StatsRecomputed rows (repair).
+	Republished     int `json:"republished"`
+	StatsRecomputed int `json:"statsRecomputed"`
+	// Next is the After of the next chunk; Done is set after the last.
+	Next string `json:"next,omitempty"`
+	Done bool   `json:"done"`
+}
+
+// verifyWindow is a checked VerifyRequest.
+type verifyWindow struct {
+	from, to *time.Time
+	limit    int
+	phase    string
+	after    string // the phase's cursor
+}
+
+func (r VerifyRequest) window() (verifyWindow, error) {
+	w := verifyWindow{limit: cmp.Or(r.Limit, AdminChunkDefault), phase: PhaseOriginals}
+	if r.From != "" {
+		t, err := parseTime(r.From, "from")
+		if err != nil {
+			return w, err
+		}
+		w.from = &t
+	}
+	if r.To != "" {
+		t, err := parseTime(r.To, "to")
+		if err != nil {
+			return w, err
+		}
+		w.to = &t
+	}
+	if w.from != nil && w.to != nil && !w.from.Before(*w.to) {
+		return w, invalid("to", "must be after from")
+	}
+	if w.limit < 1 || w.limit > AdminChunkMax {
+		return w, invalid("limit", "must be from 1 to %d", AdminChunkMax)
+	}
+	if r.After != "" {
+		phase, after, ok := strings.Cut(r.After, ":")
+		if !ok || (phase != PhaseOriginals && phase != PhaseRows && phase != PhaseStats) {
+			return w, invalid("after", "is not a cursor of verify (pass the next of the previous answer)")
+		}
+		w.phase, w.after = phase, after
+	}
+	return w, nil
+}
+
+func (w verifyWindow) query() (store.EventQuery, error) {
+	q := store.EventQuery{By: store.ByOccurred, State: outbox.StateSynced, Limit: w.limit}
+	if w.from != nil {
+		q.From = *w.from
+	}
+	if w.to != nil {
+		q.To = *w.to
+	}
+	if w.after != "" {
+		c, err := parseCursor(w.after)
+		if err != nil {
+			return q, err
+		}
+		q.After = c
+	}
+	return q, nil
+}
+
+// Verify compares one chunk of the originals with the read model. The
+// phases run in order, each in chunks: synced originals without a row
+// (originals), rows without an original (rows), then the statistics rows
+// of the window's days that differ from their rows (stats, one chunk of at
+// most Limit drifted rows). With Repair the first and the last are
+// repaired.
+func (a *Admin) Verify(ctx context.Context, r VerifyRequest) (*VerifyResult, error) {
+	w, err := r.window()
+	if err != nil {
+		return nil, err
+	}
+	if err := a.needPostgres(); err != nil {
+		return nil, err
+	}
+	if r.Repair {
+		if err := a.needRedis(); err != nil {
+			return nil, err
+		}
+	}
+	res := &VerifyResult{Phase: w.phase, Drift: []Drift{}}
+	switch w.phase {
+	case PhaseOriginals:
+		err = a.verifyOriginals(ctx, w, r.Repair, res)
+	case PhaseRows:
+		err = a.verifyRows(ctx, w, res)
+	default:
+		err = a.verifyStats(ctx, w, r.Repair, res)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(res.Drift) > 0 {
+		a.logger.Info("verify found drift", zap.String("phase", res.Phase), zap.Int("drift", len(res.Drift)),
+			zap.Int("republished", res.Republished), zap.Int("stats_recomputed", res.StatsRecomputed))
+	}
+	return res, nil
+}
+
+func dayOf(t time.Time) time.Time { return t.UTC().Truncate(24 * time.Hour) }
+
+func (a *Admin) verifyOriginals(ctx context.Context, w verifyWindow, repair bool, res *VerifyResult) error {
+	q, err := w.query()
+	if err != nil {
+		return err
+	}
+	page, err := a.cfg.Store.ListEvents(ctx, q)
+	if err != nil {
+		return fmt.Errorf("error listing synced originals: %w", err)
+	}
+	res.Checked = len(page)
+	if len(page) == q.Limit {
+		res.Next = PhaseOriginals + ":" + formatCursor(q.CursorOf(page[len(page)-1]))
+	} else {
+		res.Next = PhaseRows + ":"
+	}
+	if len(page) == 0 {
+		return nil
+	}
+	ids := make([]string, len(page))
+	for i, ev := range page {
+		ids[i] = ev.ID
+	}
+	var found map[string]bool
+	err = a.inReadModelTx(ctx, true, func(tx pgx.Tx) error {
+		var err error
+		found, err = a.cfg.ReadModel.Projected(ctx, tx, ids)
+		return err
+	})
+	if err != nil {
+		return pgErr("reading rows", err)
+	}
+	var missing []*outbox.Event
+	var keys []worker.StatsKey
+	for _, ev := range page {
+		if found[ev.ID] {
+			continue
+		}
+		missing = append(missing, ev)
+		keys = append(keys, worker.StatsKey{SourceKey: ev.SourceKey, DeviceKey: ev.DeviceKey, Day: dayOf(ev.OccurredAt)})
+	}
+	var ok []bool
+	if repair && len(missing) > 0 {
+		// Statistics first: a row deleted by hand left its count behind,
+		// and the row projected again must be counted once.
+		err := a.inReadModelTx(ctx, false, func(tx pgx.Tx) error { return a.cfg.ReadModel.RecomputeStats(ctx, tx, keys) })
+		if err != nil {
+			return pgErr("recomputing statistics", err)
+		}
+		slices.SortFunc(keys, worker.StatsKey.Compare)
+		res.StatsRecomputed = len(slices.Compact(keys))
+		if ok, err = a.publish(ctx, missing, outbox.OriginReplay); err != nil {
+			return err
+		}
+	}
+	for i, ev := range missing {
+		at := ev.OccurredAt
+		d := Drift{Kind: DriftMissingRow, EventID: ev.ID, SourceKey: ev.SourceKey, DeviceKey: ev.DeviceKey, OccurredAt: &at}
+		if ok != nil && ok[i] {
+			d.Repaired = true
+			res.Republished++
+		}
+		res.Drift = append(res.Drift, d)
+	}
+	return nil
+}
+
+func (a *Admin) verifyRows(ctx context.Context, w verifyWindow, res *VerifyResult) error {
+	var rows []worker.Row
+	err := a.inReadModelTx(ctx, true, func(tx pgx.Tx) error {
+		var err error
+		rows, err = a.cfg.ReadModel.Rows(ctx, tx, w.from, w.to, w.after, w.limit)
+		return err
+	})
+	if err != nil {
+		return pgErr("reading rows", err)
+	}
+	res.Checked = len(rows)
+	if len(rows) == w.limit {
+		res.Next = PhaseRows + ":" + rows[len(rows)-1].EventID
+	} else {
+		res.Next = PhaseStats + ":"
+	}
+	ids := make([]string, len(rows))
+	for i, row := range rows {
+		ids[i] = row.EventID
+	}
+	loaded, err := a.cfg.Store.LoadEvents(ctx, ids)
+	if err != nil {
+		return fmt.Errorf("error reading the originals of %d rows: %w", len(ids), err)
+	}
+	for _, row := range rows {
+		if _, ok := loaded[row.EventID]; !ok {
+			at := row.OccurredAt
+			res.Drift = append(res.Drift, Drift{Kind: DriftOrphanRow, EventID: row.EventID, SourceKey: row.SourceKey,
+				DeviceKey: row.DeviceKey, OccurredAt: &at})
+		}
+	}
+	return nil
+}
+
+func (a *Admin) verifyStats(ctx context.Context, w verifyWindow, repair bool, res *VerifyResult) error {
+	var drift []worker.StatsDrift
+	err := a.inReadModelTx(ctx, true, func(tx pgx.Tx) error {
+		var err error
+		drift, err = a.cfg.ReadModel.StatsDrift(ctx, tx, w.from, w.to, w.limit)
+		return err
+	})
+	if err != nil {
+		return pgErr("comparing statistics with rows", err)
+	}
+	res.Checked, res.Done = len(drift), true
+	keys := make([]worker.StatsKey, len(drift))
+	for i, d := range drift {
+		keys[i] = d.StatsKey
+	}
+	if repair && len(keys) > 0 {
+		err := a.inReadModelTx(ctx, false, func(tx pgx.Tx) error { return a.cfg.ReadModel.RecomputeStats(ctx, tx, keys) })
+		if err != nil {
+			return pgErr("recomputing statistics", err)
+		}
+		res.StatsRecomputed = len(keys)
+	}
+	for _, d := range drift {
+		counted, rows := d.Counted, d.Rows
+		res.Drift = append(res.Drift, Drift{Kind: DriftStats, SourceKey: d.SourceKey, DeviceKey: d.DeviceKey,
+			Day: d.Day.Format(time.DateOnly), Counted: &counted, Rows: &rows, Repaired: repair})
+	}
+	return nil
+}

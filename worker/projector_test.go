@@ -1,0 +1,112 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outboxd/internal/testkit"
+	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/worker"
+)
+
+// TestReadModelMaintenance exercises the functions the operator commands
+// use on the default projector's tables: finding drift, removing rows with
+// their counts, and recomputing statistics rows from the rows.
+func TestReadModelMaintenance(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pg := testkit.NewPostgres(t)
+	p := worker.NewEventsProjector()
+	day := time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC)
+	var events []*outbox.Event
+	for i := range 6 {
+		events = append(events, &outbox.Event{
+			ID: outbox.NewEventID(), IdempotencyKey: fmt.Sprintf("k%d", i), SourceKey: "s", DeviceKey: fmt.Sprintf("d%d", i%2),
+			Type: "event", OccurredAt: day.Add(time.Duration(i) * 5 * time.Hour), Payload: []byte(`{}`), CreatedAt: day,
+		})
+	}
+	inTx := func(fn func(tx pgx.Tx) error) {
+		t.Helper()
+		require.NoError(t, pgx.BeginFunc(ctx, pg.Pool, fn))
+	}
+	drift := func(from, to *time.Time) []worker.StatsDrift {
+		t.Helper()
+		var out []worker.StatsDrift
+		inTx(func(tx pgx.Tx) error {
+			var err error
+			out, err = p.StatsDrift(ctx, tx, from, to, 100)
+			return err
+		})
+		return out
+	}
+	inTx(func(tx pgx.Tx) error { return p.Project(ctx, tx, events) })
+	require.Empty(t, drift(nil, nil), "the projector's statistics match its rows")
+
+	t.Run("ProjectedAndRows", func(t *testing.T) {
+		inTx(func(tx pgx.Tx) error {
+			got, err := p.Projected(ctx, tx, []string{events[0].ID, outbox.NewEventID()})
+			require.NoError(t, err)
+			require.Equal(t, map[string]bool{events[0].ID: true}, got)
+			from, to := day.Add(5*time.Hour), day.Add(20*time.Hour) // events 1..3
+			rows, err := p.Rows(ctx, tx, &from, &to, "", 2)
+			require.NoError(t, err)
+			require.Len(t, rows, 2)
+			more, err := p.Rows(ctx, tx, &from, &to, rows[1].EventID, 2)
+			require.NoError(t, err)
+			require.Len(t, more, 1)
+			require.Equal(t, events[3].ID, more[0].EventID)
+			require.True(t, events[3].OccurredAt.Equal(more[0].OccurredAt))
+			all, err := p.Rows(ctx, tx, nil, nil, "", 100)
+			require.NoError(t, err)
+			require.Len(t, all, 6)
+			return nil
+		})
+	})
+
+	t.Run("DriftFoundAndRecomputed", func(t *testing.T) {
+		// A row deleted by hand: its day's count is one too high.
+		_, err := pg.Pool.Exec(ctx, `DELETE FROM events WHERE event_id = $1`, events[0].ID)
+		require.NoError(t, err)
+		// A statistics row of a day without rows.
+		_, err = pg.Pool.Exec(ctx, `INSERT INTO device_daily_stats VALUES ('s', 'ghost', '2026-10-01', 3, now(), now())`)
+		require.NoError(t, err)
+		got := drift(nil, nil)
+		require.Len(t, got, 2, "%+v", got)
+		require.Equal(t, worker.StatsDrift{StatsKey: worker.StatsKey{SourceKey: "s", DeviceKey: "d0", Day: day}, Counted: 3, Rows: 2}, got[0])
+		require.Equal(t, "ghost", got[1].DeviceKey)
+		require.Zero(t, got[1].Rows)
+		other := day.Add(48 * time.Hour)
+		require.Empty(t, drift(&other, nil), "a window of other days sees none")
+		end := day.Add(time.Hour)
+		require.Len(t, drift(nil, &end), 2, "a window touching the day compares the whole day")
+
+		inTx(func(tx pgx.Tx) error {
+			return p.RecomputeStats(ctx, tx, []worker.StatsKey{got[0].StatsKey, got[1].StatsKey, got[0].StatsKey})
+		})
+		require.Empty(t, drift(nil, nil))
+	})
+
+	t.Run("UnprojectTakesTheCountsOut", func(t *testing.T) {
+		var removed int64
+		inTx(func(tx pgx.Tx) error {
+			var err error
+			removed, err = p.Unproject(ctx, tx, []string{events[1].ID, events[2].ID, events[0].ID})
+			return err
+		})
+		require.Equal(t, int64(2), removed, "events[0] had no row any more")
+		require.Empty(t, drift(nil, nil))
+		var n int64
+		require.NoError(t, pg.Pool.QueryRow(ctx, `SELECT coalesce(sum(event_count), 0) FROM device_daily_stats`).Scan(&n))
+		require.Equal(t, int64(3), n)
+		// Projected again: counted once.
+		inTx(func(tx pgx.Tx) error { return p.Project(ctx, tx, events) })
+		require.Empty(t, drift(nil, nil))
+		require.NoError(t, pg.Pool.QueryRow(ctx, `SELECT sum(event_count) FROM device_daily_stats`).Scan(&n))
+		require.Equal(t, int64(6), n)
+	})
+}
