@@ -35,7 +35,7 @@ func TestSweepRelaysEntriesTheFeedMissed(t *testing.T) {
 			other := outbox.NewWriter(b.st, &outbox.WriterConfig{Stream: b.stream + ":elsewhere"})
 			res, err := other.Write(ctx, []outbox.Input{{SourceKey: "s", DeviceKey: "hidden", OccurredAt: "2026-11-01T10:00:00Z"}})
 			require.NoError(t, err)
-			b.write(1, 1) // the feed moves past the hidden entry
+			b.waitRelayedOwn(b.write(1, 1)) // the feed moves past the hidden entry
 			switch st := b.st.(type) {
 			case *mongostore.Store:
 				_, err = st.Database().Collection(mongostore.OutboxCollection).UpdateOne(ctx,
@@ -46,7 +46,8 @@ func TestSweepRelaysEntriesTheFeedMissed(t *testing.T) {
 			require.NoError(t, err)
 
 			b.waitRelayed([]string{res[0].ID}, 10*time.Second)
-			require.GreaterOrEqual(t, counterValue(t, reg, "outboxd_dispatcher_swept_total"), 1.0)
+			require.Eventually(t, func() bool { return counterValue(t, reg, "outboxd_dispatcher_swept_total") >= 1 },
+				10*time.Second, 5*time.Millisecond, "counted as swept")
 			require.True(t, d.Stats().Leader)
 		})
 	}

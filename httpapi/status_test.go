@@ -173,7 +173,7 @@ func TestStatusFrozenRedis(t *testing.T) {
 	v = r.json(t)
 	require.NotContains(t, v, "stream", "a figure that could not be read is absent, not zero")
 	require.NotContains(t, v, "dlq")
-	require.Equal(t, []any{"stream", "dlq"}, v["unavailable"])
+	require.Equal(t, []any{"dlq", "stream"}, v["unavailable"])
 	require.Equal(t, 0.0, v["events"].(map[string]any)["total"], "the store's figures are read")
 	require.Contains(t, v, "readAt")
 

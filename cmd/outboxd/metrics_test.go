@@ -81,19 +81,6 @@ func scrape(t *testing.T, addr string) (names map[string]bool, buckets map[strin
 	return names, buckets
 }
 
-// pendingMetrics are the metrics the failure-policy work adds to the worker
-// and the dispatcher (the alert rules and the dashboard use them). Until it
-// is merged they are asserted only when present.
-// TODO(lead): after the failure-policy merge, move each to the roles of
-// TestMetricsOfEveryRole that export it, and delete this list.
-var pendingMetrics = map[string]string{
-	"outboxd_worker_dead_letters_total": "work",
-	"outboxd_error_streak":              "work",
-	"outboxd_retries_halted":            "work",
-	"outboxd_worker_breaker_state":      "work",
-	"outboxd_dispatcher_breaker_state":  "dispatch",
-}
-
 // TestMetricsOfEveryRole runs each long-running role as its own process
 // would (ingest, dispatch, work, reconcile --every) on one SQLite store,
 // drives events and a dead letter through them, then scrapes /metrics of
@@ -145,9 +132,10 @@ func TestMetricsOfEveryRole(t *testing.T) {
 		"ingest": status,
 		"dispatch": slices.Concat(status, stream3, []string{"outboxd_dispatcher_relayed_total", "outboxd_dispatcher_leader",
 			"outboxd_dispatcher_term", "outboxd_dispatcher_checkpoint_timestamp_seconds", "outboxd_dispatcher_history_lost_total",
-			"outboxd_dispatcher_feed_invalidated_total", "outboxd_dispatcher_fenced_total"}),
+			"outboxd_dispatcher_feed_invalidated_total", "outboxd_dispatcher_fenced_total", "outboxd_dispatcher_breaker_state"}),
 		"work": slices.Concat(status, stream3, []string{"outboxd_worker_processed_total", "outboxd_pipeline_latency_seconds",
-			"outboxd_worker_projection_seconds", "outboxd_worker_claimed_total"}),
+			"outboxd_worker_projection_seconds", "outboxd_worker_claimed_total", "outboxd_worker_dead_letters_total",
+			"outboxd_error_streak", "outboxd_retries_halted", "outboxd_worker_breaker_state"}),
 		"reconcile": slices.Concat(status, stream3, []string{"outboxd_reconciler_sweeps_total", "outboxd_reconciler_leader",
 			"outboxd_reconciler_requeue_count", "outboxd_reconciler_requeue_exhausted_total",
 			"outboxd_reconciler_last_sweep_timestamp_seconds", "outboxd_reconciler_min_age_seconds",
@@ -166,11 +154,6 @@ func TestMetricsOfEveryRole(t *testing.T) {
 		if role == "work" {
 			latencyBuckets = buckets["outboxd_pipeline_latency_seconds"]
 		}
-		for name, pendingRole := range pendingMetrics {
-			if pendingRole == role && got[name] {
-				t.Logf("%s now exports %s: tighten this test (pendingMetrics)", role, name)
-			}
-		}
 	}
 	// Counters with a label appear at their first count: the admin's once
 	// an operator re-published something, the worker's retries at the
@@ -179,8 +162,7 @@ func TestMetricsOfEveryRole(t *testing.T) {
 	exported["outboxd_worker_retries_total"] = true
 
 	// Every metric the alert rules and the dashboard use is exported by
-	// some role, or is one the failure-policy work adds; and the latency
-	// bucket the completion SLO reads exists.
+	// some role, and the latency bucket the completion SLO reads exists.
 	rules, err := os.ReadFile("../../deploy/prometheus/outboxd.rules.yml")
 	require.NoError(t, err)
 	dashboard, err := os.ReadFile("../../deploy/grafana/outboxd.json")
@@ -198,8 +180,7 @@ func TestMetricsOfEveryRole(t *testing.T) {
 					break
 				}
 			}
-			_, pending := pendingMetrics[base]
-			require.True(t, exported[base] || pending, "%s uses %s, which no role exports", src.name, name)
+			require.True(t, exported[base], "%s uses %s, which no role exports", src.name, name)
 		}
 	}
 	sloBucket := regexp.MustCompile(`outboxd_pipeline_latency_seconds_bucket\{le="([^"]+)"`).FindSubmatch(rules)
