@@ -122,8 +122,11 @@ type loadClient struct {
 
 // send posts events [from, to) to base(i) from workers goroutines, until
 // each is accepted or ctx ends. Refused connections (the server is down
-// or restarting) are retried; anything else that is not an answer is a
-// request the server dropped, and is recorded.
+// or restarting) are retried, and so is a request on a reused keep-alive
+// connection that the server closed as idle just as the request went out
+// (EOF or a reset: HTTP/1.1 cannot tell the client whether the server read
+// it, which is what the Idempotency-Key is for); anything else that is not
+// an answer is a request the server dropped, and is recorded.
 func (c *loadClient) send(ctx context.Context, base func(i int) string, from, to, workers int) {
 	work := make(chan int)
 	var wg sync.WaitGroup
@@ -149,7 +152,8 @@ func (c *loadClient) send(ctx context.Context, base func(i int) string, from, to
 							break
 						}
 						c.fail(fmt.Sprintf("%s: %d %s", key, resp.StatusCode, body))
-					} else if !errors.Is(err, syscall.ECONNREFUSED) && ctx.Err() == nil {
+					} else if !errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, io.EOF) &&
+						!errors.Is(err, syscall.ECONNRESET) && ctx.Err() == nil {
 						c.fail(fmt.Sprintf("%s: %v", key, err))
 					}
 					select {
