@@ -114,20 +114,7 @@ func (b *adminBundle) drained(t *testing.T) bool {
 	if err != nil || c.Undispatched > 0 {
 		return false
 	}
-	info, err := b.rdb.XInfoStream(ctx, b.stream).Result()
-	if err != nil {
-		return false
-	}
-	groups, err := b.rdb.XInfoGroups(ctx, b.stream).Result()
-	if err != nil {
-		return false
-	}
-	for _, g := range groups {
-		if g.Name == b.group {
-			return g.LastDeliveredID == info.LastGeneratedID && g.Pending == 0
-		}
-	}
-	return false
+	return testkit.Drained(ctx, b.rdb, b.stream, b.group)
 }
 
 func (b *adminBundle) waitDrained(t *testing.T, events ...*outbox.Event) {

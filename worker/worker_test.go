@@ -133,21 +133,7 @@ func (b *testBundle) pending(t *testing.T) int64 {
 // everything.
 func (b *testBundle) drained(t *testing.T) bool {
 	t.Helper()
-	ctx := context.Background()
-	info, err := b.rdb.XInfoStream(ctx, b.stream).Result()
-	if err != nil {
-		return false
-	}
-	groups, err := b.rdb.XInfoGroups(ctx, b.stream).Result()
-	if err != nil {
-		return false
-	}
-	for _, g := range groups {
-		if g.Name == b.group {
-			return g.LastDeliveredID == info.LastGeneratedID && g.Pending == 0
-		}
-	}
-	return false
+	return testkit.Drained(context.Background(), b.rdb, b.stream, b.group)
 }
 
 func (b *testBundle) rows(t *testing.T) (rows, stats int64) {
