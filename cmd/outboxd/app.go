@@ -336,12 +336,13 @@ func (a *app) listen() (*httpapi.Server, <-chan error, error) {
 // every serving role, the ingest API for the api roles.
 func (a *app) httpHandler() (http.Handler, error) {
 	cfg := &httpapi.Config{
-		AuthToken:  a.o.authToken,
-		MaxBody:    a.o.maxBody,
-		MaxBatch:   a.o.maxBatch,
-		Metrics:    promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}),
-		Registerer: a.reg,
-		Ready:      a.readyChecks(),
+		AuthToken:      a.o.authToken,
+		MaxBody:        a.o.maxBody,
+		MaxBatch:       a.o.maxBatch,
+		RequestTimeout: a.o.requestTimeout,
+		Metrics:        promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}),
+		Registerer:     a.reg,
+		Ready:          a.readyChecks(),
 	}
 	if a.st != nil {
 		status := &httpapi.Status{Store: a.st, Stream: a.o.stream, Group: a.o.group, Gatherer: a.reg,

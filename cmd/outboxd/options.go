@@ -47,6 +47,8 @@ type options struct {
 	authToken string
 	maxBody   int64
 	maxBatch  int
+	// requestTimeout bounds the store work of one ingest request.
+	requestTimeout time.Duration
 
 	// dispatch
 	outboxRetention time.Duration
@@ -115,6 +117,7 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 			}
 			fs.Int64Var(&o.maxBody, "max-body", httpapi.MaxBodyDefault, "request body limit in bytes")
 			fs.IntVar(&o.maxBatch, "max-batch", httpapi.MaxBatchDefault, "most events in one batch request")
+			fs.DurationVar(&o.requestTimeout, "request-timeout", httpapi.RequestTimeoutDefault, "longest an ingest request may wait for the store (503 with Retry-After beyond)")
 		case gDispatch:
 			fs.DurationVar(&o.outboxRetention, "outbox-retention", store.OutboxRetentionDefault, "how long dispatched outbox entries are kept")
 			if r.serve {
@@ -262,6 +265,7 @@ func (o *options) validate() error {
 		{"http-max-bodies", o.httpMaxBodies <= 0, "must be positive"},
 		{"max-body", o.maxBody <= 0, "must be positive"},
 		{"max-batch", o.maxBatch <= 0, "must be positive"},
+		{"request-timeout", o.requestTimeout < time.Millisecond, "must be at least 1ms"},
 		{"outbox-retention", o.outboxRetention < time.Second, "must be at least 1s"},
 		{"lease-ttl", o.leaseTTL < dispatcher.MinLeaseTTL, fmt.Sprintf("must be at least %s", dispatcher.MinLeaseTTL)},
 		{"batch-size", o.batchSize <= 0 || o.batchSize > worker.BatchSizeMax, fmt.Sprintf("must be between 1 and %d", worker.BatchSizeMax)},
