@@ -42,7 +42,8 @@ type adminBundle struct {
 	breaker atomic.Pointer[func(ev *outbox.Event) error] // the worker's projection fails while it returns an error
 }
 
-func setupAdmin(t *testing.T, st store.Store) *adminBundle {
+// setupAdmin serves the admin API over st; mods change the HTTP config.
+func setupAdmin(t *testing.T, st store.Store, mods ...func(*httpapi.Config)) *adminBundle {
 	t.Helper()
 	rdb, prefix := testkit.NewRedis(t)
 	b := &adminBundle{st: st, rdb: rdb, pg: testkit.NewPostgres(t), stream: prefix + ":stream", group: "read-model"}
@@ -50,8 +51,12 @@ func setupAdmin(t *testing.T, st store.Store) *adminBundle {
 	admin, err := httpapi.NewAdmin(&httpapi.AdminConfig{Store: st, Redis: rdb, Postgres: b.pg.Pool, Stream: b.stream,
 		Group: b.group, Registerer: prometheus.NewRegistry()}, testkit.Logger(t))
 	require.NoError(t, err)
-	h, err := httpapi.New(&httpapi.Config{AuthToken: testToken, Store: st, Admin: admin,
-		Status: &httpapi.Status{Store: st, Redis: rdb, Stream: b.stream, Group: b.group}}, testkit.Logger(t))
+	cfg := &httpapi.Config{AuthToken: testToken, Store: st, Admin: admin,
+		Status: &httpapi.Status{Store: st, Redis: rdb, Stream: b.stream, Group: b.group}}
+	for _, m := range mods {
+		m(cfg)
+	}
+	h, err := httpapi.New(cfg, testkit.Logger(t))
 	require.NoError(t, err)
 	b.server = httptest.NewServer(h)
 	t.Cleanup(b.server.Close)

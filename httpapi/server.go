@@ -66,6 +66,15 @@ type Config struct {
 	// Admin, when set, serves the operator actions under /v1/admin/ (see
 	// Admin and docs/operations.md).
 	Admin *Admin
+	// ReadOnly makes the admin API refuse, with 403 (ProblemReadOnly), the
+	// actions that change something: DLQ replay and drop, a replay other
+	// than a dry run, verify with repair.
+	// Listings, dry runs and verify without repair still answer. Defaults
+	// to false.
+	ReadOnly bool
+	// History, when set, serves GET /v1/status/history: the figures of
+	// the last minutes, sampled in this process (see History).
+	History *History
 	// Ready are the checks of GET /readyz, by name; each gets the request's
 	// context bounded to 2 seconds. None: always ready.
 	Ready []Check
@@ -194,6 +203,9 @@ func (h *handler) routes() {
 	}
 	if h.cfg.Status != nil {
 		routes = append(routes, route{http.MethodGet, "/v1/status", http.HandlerFunc(h.status)})
+	}
+	if h.cfg.History != nil {
+		routes = append(routes, route{http.MethodGet, "/v1/status/history", http.HandlerFunc(h.history)})
 	}
 	if h.cfg.Admin != nil {
 		routes = append(routes, h.adminRoutes()...)
