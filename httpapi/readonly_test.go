@@ -49,3 +49,30 @@ func TestAdminReadOnly(t *testing.T) {
 	})
 }
 
+// TestConsoleRoutes: the console is mounted at /ui/ without the bearer
+// token (its pages hold no data), says when the instance is read-only, and
+// answers other methods with 405.
+func TestConsoleRoutes(t *testing.T) {
+	t.Parallel()
+	st := testkit.NewStore(t)
+	hb := setupHandlerOn(t, st, &httpapi.Config{AuthToken: testToken, Console: true, ReadOnly: true,
+		Status: &httpapi.Status{Store: st, Stream: "s"}})
+	client := *hb.server.Client()
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	res, err := client.Get(hb.server.URL + "/ui")
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, http.StatusMovedPermanently, res.StatusCode)
+	require.Equal(t, "/ui/", res.Header.Get("Location"))
+
+	r := hb.do(t, http.MethodGet, "/ui/", "")
+	require.Equal(t, http.StatusOK, r.status, "no token needed for a page")
+	require.Contains(t, string(r.body), `data-auth-required="true"`)
+	require.Contains(t, string(r.body), `data-read-only="true"`)
+	r = hb.do(t, http.MethodGet, "/ui/dlq", "")
+	require.Equal(t, http.StatusOK, r.status)
+	require.NotContains(t, string(r.body), "data-action")
+	hb.do(t, http.MethodPost, "/ui/dlq", "{}").problem(t, http.StatusMethodNotAllowed)
+	hb.do(t, http.MethodGet, "/v1/status", "").problem(t, http.StatusUnauthorized)
+	hb.do(t, http.MethodGet, "/v1/status/history", "", "Authorization", "Bearer "+testToken).problem(t, http.StatusNotFound)
+}
