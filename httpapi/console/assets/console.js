@@ -124,7 +124,7 @@ const outboxd = (() => {
   // h returns a new element: attrs are set as attributes (class, href, …)
   // or, for "text", as its text; children are nodes or strings.
   function h(tag, attrs, ...children) {
-    const isSVG = ['svg', 'polyline', 'line', 'text', 'title', 'desc', 'g', 'rect'].includes(tag);
+    const isSVG = ['svg', 'polyline', 'line', 'circle', 'text', 'title', 'desc', 'g', 'rect'].includes(tag);
     const el = isSVG ? document.createElementNS('http://www.w3.org/2000/svg', tag) : document.createElement(tag);
     for (const [k, v] of Object.entries(attrs || {})) {
       if (v === undefined || v === null || v === false) continue;
@@ -169,6 +169,11 @@ const outboxd = (() => {
   const num = new Intl.NumberFormat('en-US');
   function fmtNum(n) {
     return n === undefined || n === null ? '–' : num.format(n);
+  }
+
+  // counted writes a count with its noun: 1 original, 2 originals.
+  function counted(n, noun) {
+    return `${fmtNum(n)} ${noun}${n === 1 ? '' : 's'}`;
   }
 
   // fmtTime writes a time in UTC: 2026-11-01 09:00:00 UTC (with ms).
@@ -273,9 +278,20 @@ const outboxd = (() => {
     document.getElementById('confirm-title').textContent = title;
     document.getElementById('confirm-text').textContent = text;
     document.getElementById('confirm-ok').textContent = okLabel || 'Confirm';
-    dialog.returnValue = '';
+    // The answer is taken from the button's submit (or Escape's cancel),
+    // which happen at once, not from the close event, which comes later:
+    // a close still queued from a first dialog would answer a second one.
+    const form = dialog.querySelector('form');
     return new Promise((resolve) => {
-      dialog.addEventListener('close', () => resolve(dialog.returnValue === 'ok'), { once: true });
+      const done = (answer) => {
+        form.removeEventListener('submit', onSubmit);
+        dialog.removeEventListener('cancel', onCancel);
+        resolve(answer);
+      };
+      const onSubmit = (ev) => done(Boolean(ev.submitter) && ev.submitter.value === 'ok');
+      const onCancel = () => done(false);
+      form.addEventListener('submit', onSubmit);
+      dialog.addEventListener('cancel', onCancel);
       dialog.showModal();
     });
   }
@@ -310,7 +326,7 @@ const outboxd = (() => {
   }
 
   return {
-    readOnly, refreshSeconds, api, ApiError, h, clear, fillPairs, table, fmtNum, fmtTime, timeEl, fmtAge,
+    readOnly, refreshSeconds, api, ApiError, h, clear, fillPairs, table, fmtNum, counted, fmtTime, timeEl, fmtAge,
     fmtSeconds, state, code, journeyLink, prettyJSON, showError, hideError, announce, fieldErrors, confirm,
     showDLQCount, refreshNav, start,
   };

@@ -103,7 +103,7 @@
     o.hideError(loadError);
     o.showDLQCount(page.length);
     const n = page.entries.length;
-    summary.textContent = `${o.fmtNum(page.length)} dead letters in ${page.stream}. `
+    summary.textContent = `${o.counted(page.length, 'dead letter')} in ${page.stream}. `
       + `${n ? o.fmtNum(n) : 'None'}${page.next ? ' (and more on the next page)' : ''} shown, ${filterWords()}`
       + (after ? ', after a previous page.' : '.');
     summary.dataset.length = String(page.length);

@@ -100,17 +100,19 @@
   // needed to tell them apart), and a legend that states the last and the
   // highest value in words, which is also the chart's text alternative.
   function chart(figure, series, fmt) {
-    const W = 600, H = 170, L = 56, R = 10, T = 10, B = 24;
-    const all = series.flatMap((s) => s.points.filter((p) => p[1] !== null));
     const plot = o.clear(figure.querySelector('.plot'));
+    // One unit of the drawing is one pixel of the box, so the labels keep
+    // their size at every width (the next refresh follows a resize).
+    const W = Math.max(280, Math.round(plot.clientWidth || 600)), H = 168, L = 56, R = 10, T = 10, B = 24;
+    const all = series.flatMap((s) => s.points.filter((p) => p[1] !== null));
     const legend = o.clear(figure.querySelector('.legend'));
-    if (all.length < 2) {
-      plot.append(h('p', { class: 'empty', text: 'Not enough samples yet: the chart appears after two.' }));
-      return;
-    }
     // The time axis spans every sample, with a value or not, so both
     // charts share it.
     const times = series.flatMap((s) => s.points.map((p) => p[0]));
+    if (new Set(times).size < 2 || all.length === 0) {
+      plot.append(h('p', { class: 'empty', text: all.length ? 'Not enough samples yet: the chart appears after two.' : 'No value in the samples kept.' }));
+      return;
+    }
     const t0 = Math.min(...times), t1 = Math.max(...times);
     const top = niceMax(Math.max(...all.map((p) => p[1])));
     const x = (t) => L + ((t - t0) / Math.max(1, t1 - t0)) * (W - L - R);
@@ -135,14 +137,19 @@
       // A missing value breaks the line.
       let run = [];
       const flush = () => {
-        if (run.length > 1) svg.append(h('polyline', { class: `line ${s.cls}`, points: run.join(' ') }));
+        if (run.length > 1) {
+          svg.append(h('polyline', { class: `line ${s.cls}`, points: run.map((p) => p.join(',')).join(' ') }));
+        } else if (run.length === 1) {
+          // A value between two gaps is a point.
+          svg.append(h('circle', { class: `dot ${s.cls}`, cx: run[0][0], cy: run[0][1], r: 3.5 }));
+        }
         run = [];
       };
       for (const [t, v] of s.points) {
         if (v === null) {
           flush();
         } else {
-          run.push(`${x(t).toFixed(1)},${y(v).toFixed(1)}`);
+          run.push([x(t).toFixed(1), y(v).toFixed(1)]);
         }
       }
       flush();

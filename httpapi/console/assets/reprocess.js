@@ -42,10 +42,10 @@
       const r = await o.api('POST', '/v1/admin/replay', { ...w, rebuild: undefined, dryRun: true });
       o.fieldErrors(rForm, null, 'r');
       counted = { key: JSON.stringify(w), count: r.count };
-      o.announce(rResult, `${o.fmtNum(r.count)} originals in the window.` + (r.count && rRun ? ' Replay them with the button.' : ''));
+      o.announce(rResult, `${o.counted(r.count, 'original')} in the window.` + (r.count && rRun ? ' Replay them with the button.' : ''));
       if (rRun && r.count > 0) {
         rRun.disabled = false;
-        rRun.textContent = `Replay ${o.fmtNum(r.count)} originals…`;
+        rRun.textContent = `Replay ${o.counted(r.count, 'original')}…`;
       }
     } catch (err) {
       if (!o.fieldErrors(rForm, err, 'r')) o.announce(rResult, err.message, true);
@@ -62,7 +62,7 @@
         return;
       }
       const how = w.rebuild ? ' Their rows and counts are removed from the read model first (rebuild).' : '';
-      if (!(await o.confirm(`Replay ${o.fmtNum(counted.count)} originals?`, `The originals of [${w.from}, ${w.to}) are re-published `
+      if (!(await o.confirm(`Replay ${o.counted(counted.count, 'original')}?`, `The originals of [${w.from}, ${w.to}) are re-published `
         + `with origin replay; parked ones are re-driven.${how}`, 'Replay'))) {
         return;
       }
@@ -80,7 +80,7 @@
           if (r.done || !r.next) break;
           after = r.next;
         }
-        o.announce(rResult, `Done: published ${o.fmtNum(total.published)} originals with origin replay in ${total.chunks} chunks`
+        o.announce(rResult, `Done: published ${o.counted(total.published, 'original')} with origin replay in ${o.counted(total.chunks, 'chunk')}`
           + `; re-drove ${o.fmtNum(total.redriven)} parked` + (w.rebuild ? `; removed ${o.fmtNum(total.removedRows)} rows` : '') + '.');
       } catch (err) {
         o.announce(rResult, `Stopped after ${o.fmtNum(total.published)} published: ${err.message}. Running it again is safe.`, true);
