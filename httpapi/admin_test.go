@@ -94,6 +94,25 @@ func (b *adminBundle) start(t *testing.T, project worker.Projector) {
 	t.Cleanup(func() { require.NoError(t, w.Stop(context.Background())) })
 }
 
+// startPoisoning starts the pipeline with a projection that fails for bad
+// (a bug), and waits until bad is parked and dead-lettered and everything
+// else is drained; b.breaker.Store(nil) fixes the bug.
+func (b *adminBundle) startPoisoning(t *testing.T, bad *outbox.Event) {
+	t.Helper()
+	fail := func(ev *outbox.Event) error {
+		if ev.ID == bad.ID {
+			return fmt.Errorf("%w: a projection bug", worker.ErrRecord)
+		}
+		return nil
+	}
+	b.breaker.Store(&fail)
+	b.start(t, nil)
+	require.Eventually(t, func() bool {
+		return b.drained(t) && testkit.Event(t, b.st, bad.ID).State() == outbox.StateFailed &&
+			b.rdb.XLen(context.Background(), outbox.DLQStream(b.stream)).Val() == 1
+	}, waitFor, 10*time.Millisecond)
+}
+
 // write stores one original per occurrence time and returns them.
 func (b *adminBundle) write(t *testing.T, device string, occurred ...time.Time) []*outbox.Event {
 	t.Helper()
@@ -268,18 +287,7 @@ func TestAdminDLQReplay(t *testing.T) {
 			b := setupAdmin(t, open(t))
 			events := b.write(t, "d1", hours(3)...)
 			bad := events[1]
-			fail := func(ev *outbox.Event) error {
-				if ev.ID == bad.ID {
-					return fmt.Errorf("%w: a projection bug", worker.ErrRecord)
-				}
-				return nil
-			}
-			b.breaker.Store(&fail)
-			b.start(t, nil)
-			require.Eventually(t, func() bool {
-				return b.drained(t) && testkit.Event(t, b.st, bad.ID).State() == outbox.StateFailed &&
-					b.rdb.XLen(ctx, outbox.DLQStream(b.stream)).Val() == 1
-			}, waitFor, 10*time.Millisecond)
+			b.startPoisoning(t, bad)
 			require.Zero(t, b.rowCount(t, bad.ID))
 
 			var page httpapi.DLQPage

@@ -2,13 +2,11 @@ package httpapi_test
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -37,22 +35,10 @@ func TestAdminJourney(t *testing.T) {
 	for name, open := range bothStores {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			ctx := context.Background()
 			b := setupAdmin(t, open(t))
 			events := b.write(t, "d1", hours(3)...)
 			good, bad := events[0], events[1]
-			fail := func(ev *outbox.Event) error {
-				if ev.ID == bad.ID {
-					return fmt.Errorf("%w: a projection bug", worker.ErrRecord)
-				}
-				return nil
-			}
-			b.breaker.Store(&fail)
-			b.start(t, nil)
-			require.Eventually(t, func() bool {
-				return b.drained(t) && testkit.Event(t, b.st, bad.ID).State() == outbox.StateFailed &&
-					b.rdb.XLen(ctx, outbox.DLQStream(b.stream)).Val() == 1
-			}, waitFor, 10*time.Millisecond)
+			b.startPoisoning(t, bad)
 
 			j := b.journey(t, good.ID)
 			require.Equal(t, "id", j.MatchedBy)

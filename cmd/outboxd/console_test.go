@@ -261,7 +261,9 @@ func TestConsoleInBrowser(t *testing.T) {
 	var poison struct{ ID string }
 	require.Equal(t, http.StatusCreated, d.apiCall(t, token, http.MethodPost, "/v1/events",
 		`{"sourceKey":"plant-a","deviceKey":"bad-sensor","occurredAt":"2026-11-01T07:30:00Z","payload":{"t":99}}`, &poison))
-	d.waitStatus(t, token, func(s httpapi.Snapshot) bool { return s.Events.Synced == 6 && s.Events.Failed == 1 && s.DLQ.Length == 3 })
+	d.waitStatus(t, token, func(s httpapi.Snapshot) bool {
+		return s.Events.Synced == 6 && s.Events.Failed == 1 && s.DLQ.Length == 3
+	})
 
 	browser := newBrowser(t, d.base)
 	browser.desktop()

@@ -219,6 +219,33 @@ const outboxd = (() => {
     return h('a', { href: '/ui/journey?ref=' + encodeURIComponent(eventId) }, code(eventId));
   }
 
+  // failure writes an original's syncFailure (none: 'none').
+  function failure(f) {
+    if (!f) return 'none';
+    return h('span', {}, state('failed'), ` ${f.category} `, code(f.code), ` after ${fmtNum(f.deliveries)} deliveries, `,
+      timeEl(f.at, true), f.message ? ` — ${f.message}` : '');
+  }
+
+  // originalPairs are the label and value pairs of an original (the
+  // summary of the admin API, or the original with its payload), its
+  // state given as stateWord. A field the answer lacks is left out.
+  function originalPairs(ev, stateWord) {
+    const pairs = [
+      ['State', state(stateWord)],
+      ['Event id', code(ev.id)],
+      ['Idempotency key', code(ev.idempotencyKey)],
+      ['Source / device', `${ev.sourceKey} / ${ev.deviceKey}`],
+      ['Type', ev.type],
+      ['Occurred', timeEl(ev.occurredAt, true)],
+      ['Ingested', timeEl(ev.createdAt, true)],
+      ['Synced', ev.syncedAt ? timeEl(ev.syncedAt, true) : 'not yet'],
+      ['Requeues', fmtNum(ev.requeueCount)],
+      ['Last requeued', ev.lastRequeuedAt ? timeEl(ev.lastRequeuedAt, true) : 'never'],
+      ['Sync failure', failure(ev.syncFailure)],
+    ];
+    return 'lastRequeuedAt' in ev ? pairs : pairs.filter(([label]) => label !== 'Last requeued');
+  }
+
   function prettyJSON(text) {
     if (text === undefined || text === null) return '';
     try {
@@ -327,7 +354,7 @@ const outboxd = (() => {
 
   return {
     readOnly, refreshSeconds, api, ApiError, h, clear, fillPairs, table, fmtNum, counted, fmtTime, timeEl, fmtAge,
-    fmtSeconds, state, code, journeyLink, prettyJSON, showError, hideError, announce, fieldErrors, confirm,
+    fmtSeconds, state, code, journeyLink, failure, originalPairs, prettyJSON, showError, hideError, announce, fieldErrors, confirm,
     showDLQCount, refreshNav, start,
   };
 })();

@@ -11,12 +11,6 @@
   const bodyEl = document.getElementById('dl-body');
   const actions = document.getElementById('dl-actions');
 
-  function failure(f) {
-    if (!f) return 'none';
-    return h('span', {}, o.state('failed'), ` ${f.category} `, o.code(f.code), ` after ${o.fmtNum(f.deliveries)} deliveries, `,
-      o.timeEl(f.at), f.message ? ` — ${f.message}` : '');
-  }
-
   async function load() {
     let dl;
     try {
@@ -46,18 +40,9 @@
       ['Consumer', dl.consumer],
     ]);
     const ev = dl.event;
-    o.fillPairs(document.getElementById('dl-original'), ev ? [
-      ['State now', o.state(dl.original)],
-      ['Event id', o.code(ev.id)],
-      ['Idempotency key', o.code(ev.idempotencyKey)],
-      ['Source / device', `${ev.sourceKey} / ${ev.deviceKey}`],
-      ['Type', ev.type],
-      ['Occurred', o.timeEl(ev.occurredAt, true)],
-      ['Ingested', o.timeEl(ev.createdAt, true)],
-      ['Synced', ev.syncedAt ? o.timeEl(ev.syncedAt, true) : 'not yet'],
-      ['Requeues', o.fmtNum(ev.requeueCount)],
-      ['Sync failure', failure(ev.syncFailure)],
-    ] : [['State now', o.state(dl.original)], ['Event id', dl.eventId ? o.code(dl.eventId) : 'the message named none']]);
+    o.fillPairs(document.getElementById('dl-original'), ev
+      ? o.originalPairs(ev, dl.original)
+      : [['State', o.state(dl.original)], ['Event id', dl.eventId ? o.code(dl.eventId) : 'the message named none']]);
     const link = document.getElementById('dl-journey');
     link.hidden = !dl.eventId;
     link.href = '/ui/journey?ref=' + encodeURIComponent(dl.eventId || '');

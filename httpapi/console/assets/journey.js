@@ -8,12 +8,6 @@
   const loadError = document.getElementById('load-error');
   const box = document.getElementById('journey');
 
-  function failure(f) {
-    if (!f) return 'none';
-    return h('span', {}, `${f.category} `, o.code(f.code), ` after ${o.fmtNum(f.deliveries)} deliveries, `, o.timeEl(f.at, true),
-      f.message ? ` — ${f.message}` : '');
-  }
-
   // timeline lists every step with a time, oldest first.
   function timeline(j) {
     const ev = j.original;
@@ -41,17 +35,7 @@
     timeline(j);
     o.fillPairs(document.getElementById('j-original'), [
       ['Found by', j.matchedBy === 'id' ? 'event id' : 'idempotency key'],
-      ['State', o.state(ev.state)],
-      ['Event id', o.code(ev.id)],
-      ['Idempotency key', o.code(ev.idempotencyKey)],
-      ['Source / device', `${ev.sourceKey} / ${ev.deviceKey}`],
-      ['Type', ev.type],
-      ['Occurred', o.timeEl(ev.occurredAt, true)],
-      ['Ingested', o.timeEl(ev.createdAt, true)],
-      ['Synced', ev.syncedAt ? o.timeEl(ev.syncedAt, true) : 'not yet'],
-      ['Requeues', o.fmtNum(ev.requeueCount)],
-      ['Last requeued', ev.lastRequeuedAt ? o.timeEl(ev.lastRequeuedAt, true) : 'never'],
-      ['Sync failure', failure(ev.syncFailure)],
+      ...o.originalPairs(ev, ev.state),
     ]);
     document.getElementById('j-payload').textContent = o.prettyJSON(ev.payload);
 
