@@ -121,9 +121,22 @@ func step[T any](b *browser, a chromedp.Action[T]) T {
 	b.t.Helper()
 	ctx, cancel := context.WithTimeout(b.ctx, browserWait)
 	defer cancel()
-	v, err := chromedp.Run(ctx, a)
+	v, err := runOnPage(ctx, a)
 	require.NoError(b.t, err)
 	return v
+}
+
+// runOnPage runs a, again when it met the page's JavaScript context in a
+// change (a navigation that had not settled: "Cannot find context with
+// specified id", "Execution context was destroyed"), until ctx ends.
+func runOnPage[T any](ctx context.Context, a chromedp.Action[T]) (T, error) {
+	for {
+		v, err := chromedp.Run(ctx, a)
+		if err == nil || ctx.Err() != nil || !(strings.Contains(err.Error(), "Cannot find context with specified id") ||
+			strings.Contains(err.Error(), "Execution context was destroyed")) {
+			return v, err
+		}
+	}
 }
 
 // open loads a page of the console.
@@ -145,7 +158,7 @@ func (b *browser) until(expr string) {
 	b.t.Helper()
 	ctx, cancel := context.WithTimeout(b.ctx, browserWait+5*time.Second)
 	defer cancel()
-	_, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(browserWait)))
+	_, err := runOnPage(ctx, chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(browserWait)))
 	if err != nil {
 		shown, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`location.href + '\n' + document.body.innerText`))
 		b.t.Fatalf("waiting for %s: %v; the page shows:\n%s", expr, err, shown)
