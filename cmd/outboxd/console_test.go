@@ -132,8 +132,11 @@ func step[T any](b *browser, a chromedp.Action[T]) T {
 func runOnPage[T any](ctx context.Context, a chromedp.Action[T]) (T, error) {
 	for {
 		v, err := chromedp.Run(ctx, a)
-		if err == nil || ctx.Err() != nil || !(strings.Contains(err.Error(), "Cannot find context with specified id") ||
-			strings.Contains(err.Error(), "Execution context was destroyed")) {
+		if err == nil || ctx.Err() != nil {
+			return v, err
+		}
+		if msg := err.Error(); !strings.Contains(msg, "Cannot find context with specified id") &&
+			!strings.Contains(msg, "Execution context was destroyed") {
 			return v, err
 		}
 	}
