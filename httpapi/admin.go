@@ -35,6 +35,9 @@ const (
 	ProblemNotAvailable = "urn:outboxd:problem:action-not-available"
 	// ProblemBackendUnavailable: Redis or PostgreSQL cannot be reached now.
 	ProblemBackendUnavailable = "urn:outboxd:problem:backend-unavailable"
+	// ProblemReadOnly: this instance is read-only (Config.ReadOnly) and
+	// refuses the actions that change something.
+	ProblemReadOnly = "urn:outboxd:problem:read-only"
 )
 
 // Limits of the admin API.
@@ -250,8 +253,8 @@ func (h *handler) adminRoutes() []route {
 		{http.MethodGet, "/v1/admin/dlq/{id}", adminAnswer(h, func(_ http.ResponseWriter, r *http.Request) (*DeadLetter, error) {
 			return h.cfg.Admin.DeadLetter(r.Context(), r.PathValue("id"))
 		})},
-		{http.MethodPost, "/v1/admin/dlq:replay", adminPost(h, (*Admin).ReplayDLQ)},
-		{http.MethodPost, "/v1/admin/dlq:drop", adminPost(h, (*Admin).DropDLQ)},
+		{http.MethodPost, "/v1/admin/dlq:replay", adminPost(h, (*Admin).ReplayDLQ, always[DLQAction])},
+		{http.MethodPost, "/v1/admin/dlq:drop", adminPost(h, (*Admin).DropDLQ, always[DLQAction])},
 		{http.MethodGet, "/v1/admin/events", adminAnswer(h, func(_ http.ResponseWriter, r *http.Request) (*EventsPage, error) {
 			q := r.URL.Query()
 			limit, err := queryInt(q.Get("limit"), "limit", AdminChunkDefault)
@@ -261,10 +264,20 @@ func (h *handler) adminRoutes() []route {
 			return h.cfg.Admin.ListEvents(r.Context(), ReplayRequest{From: q.Get("from"), To: q.Get("to"), By: q.Get("by"),
 				SourceKey: q.Get("sourceKey"), DeviceKey: q.Get("deviceKey"), State: q.Get("state"), After: q.Get("after"), Limit: limit})
 		})},
-		{http.MethodPost, "/v1/admin/replay", adminPost(h, (*Admin).Replay)},
-		{http.MethodPost, "/v1/admin/verify", adminPost(h, (*Admin).Verify)},
+		{http.MethodGet, "/v1/admin/events/{ref}/journey", adminAnswer(h, func(_ http.ResponseWriter, r *http.Request) (*Journey, error) {
+			return h.cfg.Admin.Journey(r.Context(), r.PathValue("ref"))
+		})},
+		{http.MethodPost, "/v1/admin/replay", adminPost(h, (*Admin).Replay, func(r ReplayRequest) bool { return !r.DryRun })},
+		{http.MethodPost, "/v1/admin/verify", adminPost(h, (*Admin).Verify, func(r VerifyRequest) bool { return r.Repair })},
 	}
 }
+
+// always says that every request of an action changes something.
+func always[Req any](Req) bool { return true }
+
+// errReadOnly refuses an action that changes something on a read-only
+// instance.
+var errReadOnly = errors.New("this instance is read-only (--ui-read-only): it refuses the admin actions that change something (DLQ replay and drop, replay other than a dry run, verify --repair); ask an instance without the flag")
 
 // adminAnswer serves an admin route: 200 with what action returns, or the
 // problem of its error.
@@ -279,13 +292,18 @@ func adminAnswer[Res any](h *handler, action func(w http.ResponseWriter, r *http
 	}
 }
 
-// adminPost serves an action whose request is a JSON body of type Req.
-func adminPost[Req, Res any](h *handler, action func(a *Admin, ctx context.Context, req Req) (Res, error)) http.HandlerFunc {
+// adminPost serves an action whose request is a JSON body of type Req;
+// mutates tells the requests that change something, which a read-only
+// instance refuses (403) before acting.
+func adminPost[Req, Res any](h *handler, action func(a *Admin, ctx context.Context, req Req) (Res, error), mutates func(Req) bool) http.HandlerFunc {
 	return adminAnswer(h, func(w http.ResponseWriter, r *http.Request) (Res, error) {
 		var req Req
+		var none Res
 		if err := adminDecode(w, r, &req); err != nil {
-			var none Res
 			return none, err
+		}
+		if h.cfg.ReadOnly && mutates(req) {
+			return none, errReadOnly
 		}
 		return action(h.cfg.Admin, r.Context(), req)
 	})
@@ -337,7 +355,8 @@ func adminDecode(w http.ResponseWriter, r *http.Request, v any) error {
 }
 
 // adminFail answers an error of an admin action: 422 for invalid fields,
-// 404 for an unknown dead letter, 501 for an action this instance cannot
+// 404 for an unknown dead letter or original, 403 for an action a
+// read-only instance refuses, 501 for an action this instance cannot
 // perform, 503 with Retry-After when a backend is unreachable, 500
 // otherwise.
 func (h *handler) adminFail(w http.ResponseWriter, r *http.Request, err error) {
@@ -356,6 +375,10 @@ func (h *handler) adminFail(w http.ResponseWriter, r *http.Request, err error) {
 		writeProblem(w, r, p)
 	case errors.Is(err, errNoSuchDeadLetter):
 		writeProblem(w, r, newProblem(http.StatusNotFound, "", "", "no dead letter has this id"))
+	case errors.Is(err, errNoSuchOriginal):
+		writeProblem(w, r, newProblem(http.StatusNotFound, "", "", "no original has this id or idempotency key"))
+	case errors.Is(err, errReadOnly):
+		writeProblem(w, r, newProblem(http.StatusForbidden, ProblemReadOnly, "Read-only instance", err.Error()))
 	case errors.As(err, &na):
 		writeProblem(w, r, newProblem(http.StatusNotImplemented, ProblemNotAvailable, "Action not available here", na.Error()))
 	case store.IsUnavailable(err), errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil:

@@ -42,7 +42,8 @@ type adminBundle struct {
 	breaker atomic.Pointer[func(ev *outbox.Event) error] // the worker's projection fails while it returns an error
 }
 
-func setupAdmin(t *testing.T, st store.Store) *adminBundle {
+// setupAdmin serves the admin API over st; mods change the HTTP config.
+func setupAdmin(t *testing.T, st store.Store, mods ...func(*httpapi.Config)) *adminBundle {
 	t.Helper()
 	rdb, prefix := testkit.NewRedis(t)
 	b := &adminBundle{st: st, rdb: rdb, pg: testkit.NewPostgres(t), stream: prefix + ":stream", group: "read-model"}
@@ -50,8 +51,12 @@ func setupAdmin(t *testing.T, st store.Store) *adminBundle {
 	admin, err := httpapi.NewAdmin(&httpapi.AdminConfig{Store: st, Redis: rdb, Postgres: b.pg.Pool, Stream: b.stream,
 		Group: b.group, Registerer: prometheus.NewRegistry()}, testkit.Logger(t))
 	require.NoError(t, err)
-	h, err := httpapi.New(&httpapi.Config{AuthToken: testToken, Store: st, Admin: admin,
-		Status: &httpapi.Status{Store: st, Redis: rdb, Stream: b.stream, Group: b.group}}, testkit.Logger(t))
+	cfg := &httpapi.Config{AuthToken: testToken, Store: st, Admin: admin,
+		Status: &httpapi.Status{Store: st, Redis: rdb, Stream: b.stream, Group: b.group}}
+	for _, m := range mods {
+		m(cfg)
+	}
+	h, err := httpapi.New(cfg, testkit.Logger(t))
 	require.NoError(t, err)
 	b.server = httptest.NewServer(h)
 	t.Cleanup(b.server.Close)
@@ -87,6 +92,25 @@ func (b *adminBundle) start(t *testing.T, project worker.Projector) {
 	require.NoError(t, err)
 	require.NoError(t, w.Start(ctx))
 	t.Cleanup(func() { require.NoError(t, w.Stop(context.Background())) })
+}
+
+// startPoisoning starts the pipeline with a projection that fails for bad
+// (a bug), and waits until bad is parked and dead-lettered and everything
+// else is drained; b.breaker.Store(nil) fixes the bug.
+func (b *adminBundle) startPoisoning(t *testing.T, bad *outbox.Event) {
+	t.Helper()
+	fail := func(ev *outbox.Event) error {
+		if ev.ID == bad.ID {
+			return fmt.Errorf("%w: a projection bug", worker.ErrRecord)
+		}
+		return nil
+	}
+	b.breaker.Store(&fail)
+	b.start(t, nil)
+	require.Eventually(t, func() bool {
+		return b.drained(t) && testkit.Event(t, b.st, bad.ID).State() == outbox.StateFailed &&
+			b.rdb.XLen(context.Background(), outbox.DLQStream(b.stream)).Val() == 1
+	}, waitFor, 10*time.Millisecond)
 }
 
 // write stores one original per occurrence time and returns them.
@@ -250,18 +274,7 @@ func TestAdminDLQReplay(t *testing.T) {
 			b := setupAdmin(t, open(t))
 			events := b.write(t, "d1", hours(3)...)
 			bad := events[1]
-			fail := func(ev *outbox.Event) error {
-				if ev.ID == bad.ID {
-					return fmt.Errorf("%w: a projection bug", worker.ErrRecord)
-				}
-				return nil
-			}
-			b.breaker.Store(&fail)
-			b.start(t, nil)
-			require.Eventually(t, func() bool {
-				return b.drained(t) && testkit.Event(t, b.st, bad.ID).State() == outbox.StateFailed &&
-					b.rdb.XLen(ctx, outbox.DLQStream(b.stream)).Val() == 1
-			}, waitFor, 10*time.Millisecond)
+			b.startPoisoning(t, bad)
 			require.Zero(t, b.rowCount(t, bad.ID))
 
 			var page httpapi.DLQPage

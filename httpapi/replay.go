@@ -241,10 +241,7 @@ func (a *Admin) ListEvents(ctx context.Context, r ReplayRequest) (*EventsPage, e
 	}
 	out := &EventsPage{Events: make([]EventSummary, len(page))}
 	for i, ev := range page {
-		out.Events[i] = EventSummary{ID: ev.ID, IdempotencyKey: ev.IdempotencyKey, SourceKey: ev.SourceKey,
-			DeviceKey: ev.DeviceKey, Type: ev.Type, OccurredAt: ev.OccurredAt.UTC(), CreatedAt: ev.CreatedAt.UTC(),
-			State: ev.State(), SyncedAt: utc(ev.SyncedAt), LastRequeuedAt: utc(ev.LastRequeuedAt),
-			RequeueCount: ev.RequeueCount, SyncFailure: ev.SyncFailure}
+		out.Events[i] = summaryOf(ev)
 	}
 	if len(page) == q.Limit {
 		out.Next = formatCursor(q.CursorOf(page[len(page)-1]))

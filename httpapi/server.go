@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/outboxd/outboxd/httpapi/console"
 	ometrics "github.com/outboxd/outboxd/internal/metrics"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store"
@@ -66,6 +67,19 @@ type Config struct {
 	// Admin, when set, serves the operator actions under /v1/admin/ (see
 	// Admin and docs/operations.md).
 	Admin *Admin
+	// ReadOnly makes the admin API refuse, with 403 (ProblemReadOnly), the
+	// actions that change something: DLQ replay and drop, a replay other
+	// than a dry run, verify with repair; and the console shows no action.
+	// Listings, dry runs and verify without repair still answer. Defaults
+	// to false.
+	ReadOnly bool
+	// History, when set, serves GET /v1/status/history: the figures of
+	// the last minutes, sampled in this process (see History).
+	History *History
+	// Console serves the operator console at /ui/ (package
+	// httpapi/console): pages that read this API with the bearer token.
+	// Defaults to false.
+	Console bool
 	// Ready are the checks of GET /readyz, by name; each gets the request's
 	// context bounded to 2 seconds. None: always ready.
 	Ready []Check
@@ -128,6 +142,7 @@ type handler struct {
 	requests   *prometheus.CounterVec
 	duration   *prometheus.HistogramVec
 	inFlight   *prometheus.GaugeVec
+	console    http.Handler
 }
 
 // New returns the HTTP surface of outboxd (DESIGN.md, "HTTP API"): the
@@ -168,6 +183,17 @@ func New(cfg *Config, logger *zap.Logger) (http.Handler, error) {
 			return nil, err
 		}
 	}
+	if c.Console {
+		instance := "outboxd"
+		if c.Admin != nil {
+			instance = c.Admin.cfg.Role
+		}
+		var err error
+		h.console, err = console.New(&console.Config{ReadOnly: c.ReadOnly, Instance: instance, AuthRequired: c.AuthToken != ""})
+		if err != nil {
+			return nil, fmt.Errorf("error building the console: %w", err)
+		}
+	}
 	h.routes()
 	return h, nil
 }
@@ -195,8 +221,16 @@ func (h *handler) routes() {
 	if h.cfg.Status != nil {
 		routes = append(routes, route{http.MethodGet, "/v1/status", http.HandlerFunc(h.status)})
 	}
+	if h.cfg.History != nil {
+		routes = append(routes, route{http.MethodGet, "/v1/status/history", http.HandlerFunc(h.history)})
+	}
 	if h.cfg.Admin != nil {
 		routes = append(routes, h.adminRoutes()...)
+	}
+	if h.console != nil {
+		routes = append(routes,
+			route{http.MethodGet, "/ui", http.RedirectHandler(console.Prefix, http.StatusMovedPermanently)},
+			route{http.MethodGet, console.Prefix, h.console})
 	}
 	if h.cfg.Metrics != nil {
 		routes = append(routes, route{http.MethodGet, "/metrics", h.cfg.Metrics})

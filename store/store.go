@@ -113,6 +113,13 @@ type Store interface {
 	// DeleteDispatched removes entries dispatched before before and
 	// returns how many. Positions before a removed entry may be lost.
 	DeleteDispatched(ctx context.Context, before time.Time) (int64, error)
+	// OutboxEntries returns the outbox entries of the original eventID, of
+	// every stream, in the order the store hands entries out (oldest
+	// first); none when it has none: it was not written through the
+	// outbox, its entries were removed after dispatch (DeleteDispatched),
+	// or no original has that id. It serves the operator's event journey
+	// from an index on the entries' event id.
+	OutboxEntries(ctx context.Context, eventID string) ([]outbox.Entry, error)
 
 	// AcquireLease takes the lease name for owner until now+ttl when it is
 	// free, expired or already owner's, incrementing its fencing term. It

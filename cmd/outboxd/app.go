@@ -50,6 +50,9 @@ type app struct {
 	// rec is the periodic reconciler of this process, if any: the status
 	// shows its last report.
 	rec *reconciler.Reconciler
+	// history samples the status for the console's charts while the HTTP
+	// server runs.
+	history *httpapi.History
 }
 
 // run opens what the role needs, runs it, and closes everything.
@@ -284,6 +287,12 @@ func (a *app) serve(ctx context.Context, services []service) error {
 		_ = stopServices()
 		return err
 	}
+	if a.history != nil {
+		if err := a.history.Start(runCtx); err != nil {
+			_ = stopServices()
+			return err
+		}
+	}
 	var serveErr error
 	select {
 	case serveErr = <-errc:
@@ -294,6 +303,9 @@ func (a *app) serve(ctx context.Context, services []service) error {
 		sctx, cancel := shutdownCtx()
 		if err := srv.Shutdown(sctx); err != nil {
 			serveErr = errors.Join(serveErr, err)
+		}
+		if a.history != nil {
+			_ = a.history.Stop(sctx) // it holds no work to finish
 		}
 		cancel()
 	}
@@ -332,8 +344,9 @@ func (a *app) listen() (*httpapi.Server, <-chan error, error) {
 	return srv, errc, nil
 }
 
-// httpHandler builds the role's HTTP surface: probes, metrics and status for
-// every serving role, the ingest API for the api roles.
+// httpHandler builds the role's HTTP surface: probes, metrics, status, the
+// admin API and the console (/ui/) for every serving role, the ingest API
+// for the api roles.
 func (a *app) httpHandler() (http.Handler, error) {
 	cfg := &httpapi.Config{
 		AuthToken:      a.o.authToken,
@@ -343,6 +356,7 @@ func (a *app) httpHandler() (http.Handler, error) {
 		Metrics:        promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}),
 		Registerer:     a.reg,
 		Ready:          a.readyChecks(),
+		ReadOnly:       a.o.uiReadOnly,
 	}
 	if a.st != nil {
 		status := &httpapi.Status{Store: a.st, Stream: a.o.stream, Group: a.o.group, Gatherer: a.reg,
@@ -362,6 +376,10 @@ func (a *app) httpHandler() (http.Handler, error) {
 			return nil, err
 		}
 		cfg.Admin = admin
+		if a.history, err = httpapi.NewHistory(status, &httpapi.HistoryConfig{Every: a.o.uiSampleEvery}, a.log); err != nil {
+			return nil, err
+		}
+		cfg.History, cfg.Console = a.history, true
 	}
 	if a.role.api {
 		cfg.Writer = outbox.NewWriter(a.st, &outbox.WriterConfig{Stream: a.o.stream})

@@ -53,6 +53,7 @@ func TestUsageErrors(t *testing.T) {
 		{"NoHTTPAddrForTheAPI", nil, []string{"ingest", "--http-addr", ""}, []string{"--http-addr", "must not be empty"}},
 		{"BadLogLevel", nil, []string{"ingest", "--store", "mongodb://h", "--log-level", "loud"}, []string{"--log-level"}},
 		{"BadServer", nil, []string{"status", "--server", "localhost:8080"}, []string{"--server"}},
+		{"UISampleTooOften", nil, []string{"work", "--store", "mongodb://h", "--ui-sample-every", "1ms"}, []string{"--ui-sample-every", "at least 100ms"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, out := runCLI(t, tc.env, tc.args...)

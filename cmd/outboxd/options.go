@@ -42,6 +42,8 @@ type options struct {
 	// http
 	httpBodyTimeout, httpIdleTimeout time.Duration
 	httpMaxBodies                    int
+	uiReadOnly                       bool
+	uiSampleEvery                    time.Duration
 
 	// ingest
 	authToken string
@@ -109,6 +111,8 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 			fs.DurationVar(&o.httpBodyTimeout, "http-body-timeout", httpapi.BodyTimeoutDefault, "longest a client may take to send a request body (then 408)")
 			fs.DurationVar(&o.httpIdleTimeout, "http-idle-timeout", httpapi.IdleTimeoutDefault, "close keep-alive connections idle this long")
 			fs.IntVar(&o.httpMaxBodies, "http-max-bodies", httpapi.MaxInFlightBodiesDefault, "most request bodies read at once (more get 503), which bounds their memory to this × --max-body")
+			fs.BoolVar(&o.uiReadOnly, "ui-read-only", false, "the console at /ui shows no action, and the admin API refuses those that change something (403)")
+			fs.DurationVar(&o.uiSampleEvery, "ui-sample-every", httpapi.HistoryEveryDefault, "how often the console's charts sample the status (GET /v1/status/history keeps 120 samples)")
 		case gAuth:
 			fs.StringVar(&o.authToken, "auth-token", "", "bearer token required on /v1/* (empty: no auth)")
 		case gIngest:
@@ -263,6 +267,7 @@ func (o *options) validate() error {
 		{"http-body-timeout", o.httpBodyTimeout < time.Millisecond, "must be at least 1ms"},
 		{"http-idle-timeout", o.httpIdleTimeout < time.Millisecond, "must be at least 1ms"},
 		{"http-max-bodies", o.httpMaxBodies <= 0, "must be positive"},
+		{"ui-sample-every", o.uiSampleEvery < 100*time.Millisecond, "must be at least 100ms"},
 		{"max-body", o.maxBody <= 0, "must be positive"},
 		{"max-batch", o.maxBatch <= 0, "must be positive"},
 		{"request-timeout", o.requestTimeout < time.Millisecond, "must be at least 1ms"},

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Ensures PostgreSQL and Redis are installed, running and set up for outboxd
-# on a Debian machine, and promtool installed (make rules). Safe to run again and again: it installs only what is
+# on a Debian machine, and promtool (make rules) and Chromium (the console's
+# browser tests) installed. Safe to run again and again: it installs only what is
 # missing, starts only what is stopped, and creates the role and database
 # only when absent. Needs root (or sudo) only when it has to install or start.
 set -euo pipefail
@@ -40,6 +41,11 @@ fi
 # runs, the package also enables its server (port 9090):
 # `systemctl disable --now prometheus` if it is not wanted.
 command -v promtool >/dev/null 2>&1 || apt_install --no-install-recommends prometheus
+
+# --- Chromium (the operator console's browser tests, cmd/outboxd) ----------
+# Debian's chromium package; the tests drive it headless through chromedp
+# and skip, saying so, only where no chromium binary exists.
+command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || apt_install chromium
 
 # --- PostgreSQL ------------------------------------------------------------
 command -v pg_ctlcluster >/dev/null 2>&1 || apt_install postgresql

@@ -199,6 +199,41 @@ func (s *Store) Undispatched(ctx context.Context, stream, after string, limit in
 	return out, nil
 }
 
+// OutboxEntriesFilter returns the filter and sort of OutboxEntries (nil
+// when eventID is not an ObjectID: it names no entry), served by
+// IndexOutboxEvent. It is exported for the explain test.
+func OutboxEntriesFilter(eventID string) (bson.D, bson.D) {
+	oid, err := primitive.ObjectIDFromHex(eventID)
+	if err != nil {
+		return nil, nil
+	}
+	return bson.D{{Key: "eventId", Value: oid}}, bson.D{{Key: "_id", Value: 1}}
+}
+
+// OutboxEntries reads the entries of one original in _id order, served by
+// IndexOutboxEvent.
+func (s *Store) OutboxEntries(ctx context.Context, eventID string) ([]outbox.Entry, error) {
+	filter, sort := OutboxEntriesFilter(eventID)
+	if filter == nil {
+		return nil, nil
+	}
+	ctx, cancel := s.opctx(ctx)
+	defer cancel()
+	cur, err := s.outbox.Find(ctx, filter, options.Find().SetSort(sort))
+	if err != nil {
+		return nil, wrap(err, "reading the outbox entries of original %s", eventID)
+	}
+	var docs []entryDoc
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, wrap(err, "reading the outbox entries of original %s", eventID)
+	}
+	out := make([]outbox.Entry, len(docs))
+	for i := range docs {
+		out[i] = docs[i].entry()
+	}
+	return out, nil
+}
+
 // MarkDispatched runs one transaction that writes the lease document under
 // its owner and term (so a concurrent take-over conflicts with it) and
 // sets dispatchedAt on the entries.

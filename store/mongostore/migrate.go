@@ -21,6 +21,9 @@ const (
 	IndexReconciler     = "reconciler"
 	IndexUndispatched   = "undispatched"
 	IndexOutboxTTL      = "dispatched_ttl"
+	// IndexOutboxEvent serves an original's outbox entries
+	// (store.Store.OutboxEntries, the event journey).
+	IndexOutboxEvent = "outbox_event"
 	// The operator commands' windows (store.Store.ListEvents).
 	IndexOccurred = "occurred"
 	IndexCreated  = "created"
@@ -62,6 +65,9 @@ func (s *Store) indexSpecs(retention time.Duration) []indexSpec {
 		// The catch-up: a stream's undispatched entries in id order.
 		{OutboxCollection, mongo.IndexModel{Keys: bson.D{{Key: "stream", Value: 1}, {Key: "dispatchedAt", Value: 1}, {Key: "_id", Value: 1}},
 			Options: options.Index().SetName(IndexUndispatched)}},
+		// The event journey: an original's entries in _id order.
+		{OutboxCollection, mongo.IndexModel{Keys: bson.D{{Key: "eventId", Value: 1}, {Key: "_id", Value: 1}},
+			Options: options.Index().SetName(IndexOutboxEvent)}},
 		// Retention: TTL ignores documents whose dispatchedAt is null.
 		{OutboxCollection, mongo.IndexModel{Keys: bson.D{{Key: "dispatchedAt", Value: 1}},
 			Options: options.Index().SetName(IndexOutboxTTL).SetExpireAfterSeconds(int32(retention / time.Second))}},

@@ -66,7 +66,8 @@ func TestMigrate(t *testing.T) {
 // query and every query of a status scrape are served by an index (no
 // collection scan): the candidates, the pending and parked counts, the
 // oldest pending original (the reconciler index) and the undispatched count
-// (the undispatched index).
+// (the undispatched index); and an original's outbox entries (the event
+// journey's index).
 func TestQueriesUseIndexes(t *testing.T) {
 	testkit.SkipUnlessRealMongo(t)
 	t.Parallel()
@@ -85,6 +86,7 @@ func TestQueriesUseIndexes(t *testing.T) {
 		require.NoError(t, err)
 	}
 	now := t0.Add(time.Hour)
+	entriesFilter, entriesSort := mongostore.OutboxEntriesFilter(res[7].ID)
 	for _, tc := range []struct {
 		name, coll, index string
 		filter            bson.D
@@ -100,6 +102,8 @@ func TestQueriesUseIndexes(t *testing.T) {
 			bson.D{{Key: "syncedAt", Value: nil}, {Key: "syncFailure.category", Value: bson.D{{Key: "$type", Value: "string"}}}}, nil},
 		{"Undispatched", mongostore.OutboxCollection, mongostore.IndexUndispatched,
 			bson.D{{Key: "stream", Value: outbox.StreamDefault}, {Key: "dispatchedAt", Value: nil}}, bson.D{{Key: "_id", Value: 1}}},
+		{"OutboxEntries", mongostore.OutboxCollection, mongostore.IndexOutboxEvent,
+			entriesFilter, entriesSort},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			find := bson.D{{Key: "find", Value: tc.coll}, {Key: "filter", Value: tc.filter}, {Key: "limit", Value: int64(1000)}}

@@ -71,6 +71,7 @@ func TestQueryPlans(t *testing.T) {
 		{"FloorAndLastSeq", qFloorAndLastSeq, ""},
 		{"Feed", qFeed, "outbox_stream_seq"},
 		{"Undispatched", qUndispatched, "outbox_undispatched"},
+		{"OutboxEntries", qOutboxEntries, "outbox_event"},
 		{"MarkDispatched", qMarkDispatched, "INTEGER PRIMARY KEY"},
 		{"DeleteDispatched", qDeleteDispatched, "outbox_dispatched_at"},
 		{"RaiseFloor", qRaiseFloor, ""},

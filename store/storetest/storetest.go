@@ -91,6 +91,7 @@ func Checks() []Check {
 		{"RollbackOnlyWithItsOwnStamp", checkRollback},
 		{"CountsByState", checkCounts},
 		{"DeleteDispatchedKeepsUndispatched", checkDeleteDispatched},
+		{"OutboxEntriesOfOneOriginal", checkOutboxEntries},
 		{"ListEventsByOccurredWindowInOrderWithPaging", checkListByOccurred},
 		{"ListEventsByCreatedWindow", checkListByCreated},
 		{"ListEventsSameTimePagesByID", checkListSameTime},
@@ -857,6 +858,46 @@ func checkDeleteDispatched(t testing.TB, h Harness) {
 	left := b.undispatched()
 	require.Len(t, left, 1)
 	require.Equal(t, entries[3].ID, left[0].ID)
+}
+
+func checkOutboxEntries(t testing.TB, h Harness) {
+	b := setup(t, h, Options{})
+	ctx := context.Background()
+	ids := b.write(3)
+	entries := b.undispatched()
+	require.Equal(t, ids, eventIDs(entries))
+
+	got, err := b.s.OutboxEntries(ctx, ids[1])
+	require.NoError(t, err)
+	require.Len(t, got, 1, "one entry per original")
+	require.Equal(t, entries[1].ID, got[0].ID)
+	require.Equal(t, ids[1], got[0].EventID)
+	require.Equal(t, b.stream, got[0].Stream)
+	require.Equal(t, t0, got[0].CreatedAt)
+	require.Nil(t, got[0].DispatchedAt, "not relayed yet")
+	require.NotEmpty(t, got[0].Message)
+
+	at := time.Now().Add(-2 * time.Hour).Truncate(time.Millisecond).UTC()
+	require.NoError(t, b.s.MarkDispatched(ctx, b.lease("a", time.Now()), []string{entries[1].ID}, at))
+	got, err = b.s.OutboxEntries(ctx, ids[1])
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.NotNil(t, got[0].DispatchedAt)
+	require.Equal(t, at, got[0].DispatchedAt.UTC(), "dispatched when")
+
+	for _, id := range []string{outbox.NewEventID(), "not-an-id", ""} {
+		got, err = b.s.OutboxEntries(ctx, id)
+		require.NoError(t, err)
+		require.Empty(t, got, "no original %q", id)
+	}
+	_, err = b.s.DeleteDispatched(ctx, time.Now().Add(-time.Hour))
+	require.NoError(t, err)
+	got, err = b.s.OutboxEntries(ctx, ids[1])
+	require.NoError(t, err)
+	require.Empty(t, got, "removed after retention")
+	got, err = b.s.OutboxEntries(ctx, ids[2])
+	require.NoError(t, err)
+	require.Len(t, got, 1, "the others stay")
 }
 
 func checkMigrate(t testing.TB, h Harness) {

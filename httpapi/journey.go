@@ -1,0 +1,424 @@
+package httpapi
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/store"
+	"github.com/outboxd/outboxd/worker"
+)
+
+// Bounds of a journey's look into the streams.
+const (
+	// JourneyScanMax is the most entries a journey reads of the stream, and
+	// of the dead-letter stream: the newest first, down to the original's
+	// creation. When it stops there first, older entries of the event may
+	// exist and the answer says Partial.
+	JourneyScanMax = 10000
+	// journeyPage is the entries read per round trip.
+	journeyPage = 1000
+	// journeySkew widens the scan to entries this much older than the
+	// original's createdAt: the writer's clock and Redis's may differ.
+	journeySkew = time.Minute
+	// journeyRefMax bounds the reference: an id is 24 characters, a key at
+	// most 200 bytes.
+	journeyRefMax = 200
+)
+
+// The statuses of a JourneyStreamEntry.
+const (
+	// EntryWaiting: not delivered to the consumer group yet.
+	EntryWaiting = "waiting"
+	// EntryPending: delivered and not acknowledged (a worker holds it).
+	EntryPending = "pending"
+	// EntryAcknowledged: delivered and acknowledged (projected, or found
+	// projected already).
+	EntryAcknowledged = "acknowledged"
+	// EntryDeadLettered: acknowledged by moving it to the dead-letter
+	// stream.
+	EntryDeadLettered = "dead_lettered"
+)
+
+// errNoSuchOriginal: no original has this id or idempotency key.
+var errNoSuchOriginal = errors.New("no such original")
+
+// Journey is the answer of GET /v1/admin/events/{ref}/journey: the path of
+// one original through the pipeline, each step with its time.
+type Journey struct {
+	// MatchedBy says how ref found the original: "id" or "idempotencyKey".
+	MatchedBy string          `json:"matchedBy"`
+	Original  JourneyOriginal `json:"original"`
+	// Outbox are its outbox entries. None once they were removed after
+	// dispatch (the outbox's retention).
+	Outbox []JourneyOutboxEntry `json:"outbox"`
+	Stream JourneyStream        `json:"stream"`
+	// ReadModel is its row in PostgreSQL and the statistics row of its
+	// day (the default projector's tables).
+	ReadModel JourneyReadModel `json:"readModel"`
+	// ReadAt is when the journey was read.
+	ReadAt time.Time `json:"readAt"`
+}
+
+// JourneyOriginal is the original with its payload.
+type JourneyOriginal struct {
+	EventSummary
+	Payload json.RawMessage `json:"payload"`
+}
+
+// JourneyOutboxEntry is one outbox entry of the original.
+type JourneyOutboxEntry struct {
+	ID        string    `json:"id"`
+	Stream    string    `json:"stream"`
+	CreatedAt time.Time `json:"createdAt"`
+	// DispatchedAt is when the dispatcher relayed it (null: not yet).
+	DispatchedAt *time.Time `json:"dispatchedAt"`
+}
+
+// JourneyStream is what the stream and the dead-letter stream hold of the
+// original.
+type JourneyStream struct {
+	Name  string `json:"name"`
+	Group string `json:"group"`
+	// Entries are the stream entries that name the original, oldest first.
+	Entries []JourneyStreamEntry `json:"entries"`
+	// DeadLetters are the dead letters that name it, oldest first.
+	DeadLetters []DeadLetter `json:"deadLetters"`
+	// Scanned and DLQScanned count the entries read of each stream, at
+	// most ScanLimit, from the newest down to the original's creation.
+	Scanned    int `json:"scanned"`
+	DLQScanned int `json:"dlqScanned"`
+	ScanLimit  int `json:"scanLimit"`
+	// Partial is set when a scan stopped at ScanLimit before the
+	// original's creation: older entries of it may exist.
+	Partial bool `json:"partial"`
+}
+
+// JourneyStreamEntry is one stream entry that names the original.
+type JourneyStreamEntry struct {
+	ID string `json:"id"`
+	// At is when it was added (the time in its id).
+	At     time.Time `json:"at"`
+	Origin string    `json:"origin"`
+	// Status is waiting, pending, acknowledged or dead_lettered.
+	Status string `json:"status"`
+	// Deliveries is how often the group delivered it: Redis's count while
+	// it is pending, the dead letter's once dead-lettered; 0 when unknown
+	// (Redis forgets the count of an acknowledged entry).
+	Deliveries int64 `json:"deliveries"`
+	// FailedDeliveries are the deliveries the worker counted as the
+	// record's failures (its budget), while it is pending.
+	FailedDeliveries int64 `json:"failedDeliveries"`
+	// Consumer holds a pending entry, idle this long.
+	Consumer    string   `json:"consumer,omitempty"`
+	IdleSeconds *float64 `json:"idleSeconds,omitempty"`
+}
+
+// JourneyReadModel is the original's trace in PostgreSQL.
+type JourneyReadModel struct {
+	// Row is its row of events (null: not projected).
+	Row *ReadModelRow `json:"row"`
+	// Stats is the statistics row of its source, device and UTC day (null:
+	// none).
+	Stats *StatsRow `json:"stats"`
+}
+
+// ReadModelRow is a row of the read model's events table.
+type ReadModelRow struct {
+	EventID        string    `json:"eventId"`
+	IdempotencyKey string    `json:"idempotencyKey"`
+	SourceKey      string    `json:"sourceKey"`
+	DeviceKey      string    `json:"deviceKey"`
+	Type           string    `json:"type"`
+	OccurredAt     time.Time `json:"occurredAt"`
+	CreatedAt      time.Time `json:"createdAt"`
+	ProjectedAt    time.Time `json:"projectedAt"`
+}
+
+// StatsRow is a row of device_daily_stats.
+type StatsRow struct {
+	SourceKey string `json:"sourceKey"`
+	DeviceKey string `json:"deviceKey"`
+	// Day is the UTC day, YYYY-MM-DD.
+	Day             string    `json:"day"`
+	EventCount      int64     `json:"eventCount"`
+	FirstOccurredAt time.Time `json:"firstOccurredAt"`
+	LastOccurredAt  time.Time `json:"lastOccurredAt"`
+}
+
+// Journey returns the path of the original ref names, by its id or else its
+// idempotency key: the original, its outbox entries, the stream entries
+// and dead letters that name it (a bounded scan, see JourneyScanMax) with
+// their delivery state, and its read-model row with its day's statistics.
+// It needs Redis and PostgreSQL (501 otherwise) and changes nothing.
+func (a *Admin) Journey(ctx context.Context, ref string) (*Journey, error) {
+	if err := a.needRedis(); err != nil {
+		return nil, err
+	}
+	if err := a.needPostgres(); err != nil {
+		return nil, err
+	}
+	if ref == "" || len(ref) > journeyRefMax {
+		return nil, invalid("ref", "must be an event id or an idempotency key (1 to %d bytes)", journeyRefMax)
+	}
+	ev, by, err := a.resolve(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	j := &Journey{MatchedBy: by, ReadAt: a.cfg.Now().UTC(), Outbox: []JourneyOutboxEntry{},
+		Original: JourneyOriginal{EventSummary: summaryOf(ev), Payload: payloadOrEmpty(ev.Payload)}}
+	entries, err := a.cfg.Store.OutboxEntries(ctx, ev.ID)
+	if err != nil {
+		return nil, fmt.Errorf("error reading the outbox entries of %s: %w", ev.ID, err)
+	}
+	for _, e := range entries {
+		j.Outbox = append(j.Outbox, JourneyOutboxEntry{ID: e.ID, Stream: e.Stream, CreatedAt: e.CreatedAt.UTC(), DispatchedAt: utc(e.DispatchedAt)})
+	}
+	if j.Stream, err = a.streamJourney(ctx, ev); err != nil {
+		return nil, err
+	}
+	if j.ReadModel, err = a.readModelJourney(ctx, ev); err != nil {
+		return nil, err
+	}
+	return j, nil
+}
+
+// resolve finds the original ref names: by id when ref has an id's form
+// and such an original exists, else by idempotency key.
+func (a *Admin) resolve(ctx context.Context, ref string) (*outbox.Event, string, error) {
+	if outbox.IsEventID(ref) {
+		got, err := a.cfg.Store.LoadEvents(ctx, []string{ref})
+		if err != nil {
+			return nil, "", fmt.Errorf("error reading original %s: %w", ref, err)
+		}
+		if l, ok := got[ref]; ok {
+			if l.Err != nil {
+				return nil, "", l.Err
+			}
+			return l.Event, "id", nil
+		}
+	}
+	ev, err := a.cfg.Store.EventByKey(ctx, ref)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, "", errNoSuchOriginal
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("error reading an original by key: %w", err)
+	}
+	return ev, "idempotencyKey", nil
+}
+
+// summaryOf returns the summary of ev (GET /v1/admin/events' item).
+func summaryOf(ev *outbox.Event) EventSummary {
+	return EventSummary{ID: ev.ID, IdempotencyKey: ev.IdempotencyKey, SourceKey: ev.SourceKey,
+		DeviceKey: ev.DeviceKey, Type: ev.Type, OccurredAt: ev.OccurredAt.UTC(), CreatedAt: ev.CreatedAt.UTC(),
+		State: ev.State(), SyncedAt: utc(ev.SyncedAt), LastRequeuedAt: utc(ev.LastRequeuedAt),
+		RequeueCount: ev.RequeueCount, SyncFailure: ev.SyncFailure}
+}
+
+// streamJourney scans the stream and the dead-letter stream for ev and
+// reads the delivery state of the entries it found.
+func (a *Admin) streamJourney(ctx context.Context, ev *outbox.Event) (JourneyStream, error) {
+	js := JourneyStream{Name: a.cfg.Stream, Group: a.cfg.Group, ScanLimit: JourneyScanMax,
+		Entries: []JourneyStreamEntry{}, DeadLetters: []DeadLetter{}}
+	since := ev.CreatedAt.Add(-journeySkew)
+	// A message names its original in its payload's JSON; the cheap
+	// substring test spares decoding the others.
+	msgs, scanned, partial, err := a.scanFor(ctx, a.cfg.Stream, since, func(m redis.XMessage) bool {
+		p, _ := m.Values[outbox.PayloadField].(string)
+		if !strings.Contains(p, ev.ID) {
+			return false
+		}
+		msg, err := outbox.DecodeMessage(m.Values)
+		return err == nil && msg.EventID == ev.ID
+	})
+	if err != nil {
+		return js, err
+	}
+	dlqMsgs, dlqScanned, dlqPartial, err := a.scanFor(ctx, outbox.DLQStream(a.cfg.Stream), since, func(m redis.XMessage) bool {
+		id, _ := m.Values[dlqEventID].(string)
+		return id == ev.ID
+	})
+	if err != nil {
+		return js, err
+	}
+	js.Scanned, js.DLQScanned, js.Partial = scanned, dlqScanned, partial || dlqPartial
+	now := a.cfg.Now()
+	deadByEntry := map[string]DeadLetter{}
+	for _, m := range dlqMsgs {
+		dl := a.deadLetterOf(m, now)
+		dl.Original = ev.State()
+		js.DeadLetters = append(js.DeadLetters, dl)
+		deadByEntry[dl.EntryID] = dl
+	}
+	for _, m := range msgs {
+		e := JourneyStreamEntry{ID: m.ID}
+		e.At, _ = entryTime(m.ID)
+		if msg, err := outbox.DecodeMessage(m.Values); err == nil {
+			e.Origin = string(msg.Origin)
+		}
+		js.Entries = append(js.Entries, e)
+	}
+	if err := a.deliveries(ctx, js.Entries, deadByEntry); err != nil {
+		return js, err
+	}
+	return js, nil
+}
+
+// scanFor reads stream from the newest entry down to since, at most
+// JourneyScanMax entries, and returns those match keeps, oldest first;
+// partial is set when it stopped at the bound first.
+func (a *Admin) scanFor(ctx context.Context, stream string, since time.Time, match func(redis.XMessage) bool) (found []redis.XMessage, scanned int, partial bool, err error) {
+	end, start := "+", strconv.FormatInt(max(since.UnixMilli(), 0), 10)
+	for scanned < JourneyScanMax {
+		n := min(journeyPage, JourneyScanMax-scanned)
+		msgs, err := a.cfg.Redis.XRevRangeN(ctx, stream, end, start, int64(n)).Result()
+		if err != nil {
+			return nil, scanned, false, redisErr("scanning "+stream, err)
+		}
+		scanned += len(msgs)
+		for _, m := range msgs {
+			if match(m) {
+				found = append(found, m)
+			}
+		}
+		if len(msgs) < n {
+			slices.Reverse(found)
+			return found, scanned, false, nil
+		}
+		end = "(" + msgs[len(msgs)-1].ID
+	}
+	slices.Reverse(found)
+	return found, scanned, true, nil
+}
+
+// deliveries fills the delivery state of entries: waiting beyond the
+// group's last delivered id, pending with Redis's count and the worker's
+// failure count, dead-lettered with the dead letter's count, acknowledged
+// otherwise. One round trip.
+func (a *Admin) deliveries(ctx context.Context, entries []JourneyStreamEntry, dead map[string]DeadLetter) error {
+	if len(entries) == 0 {
+		return nil
+	}
+	var groups *redis.XInfoGroupsCmd
+	pend := make([]*redis.XPendingExtCmd, len(entries))
+	ids := make([]string, len(entries))
+	for i, e := range entries {
+		ids[i] = e.ID
+	}
+	var failures *redis.SliceCmd
+	_, _ = a.cfg.Redis.Pipelined(ctx, func(p redis.Pipeliner) error {
+		groups = p.XInfoGroups(ctx, a.cfg.Stream)
+		for i, e := range entries {
+			pend[i] = p.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: a.cfg.Stream, Group: a.cfg.Group, Start: e.ID, End: e.ID, Count: 1})
+		}
+		failures = p.HMGet(ctx, worker.FailuresKey(a.cfg.Stream, a.cfg.Group), ids...)
+		return nil
+	})
+	lastDelivered, noGroup := "", false
+	switch err := groups.Err(); {
+	case err == nil:
+		for _, g := range groups.Val() {
+			if g.Name == a.cfg.Group {
+				lastDelivered = g.LastDeliveredID
+			}
+		}
+		noGroup = lastDelivered == ""
+	case redis.HasErrorPrefix(err, "NOGROUP"), redis.HasErrorPrefix(err, "ERR no such key"):
+		noGroup = true
+	default:
+		return redisErr("reading the consumer groups", err)
+	}
+	if err := failures.Err(); err != nil {
+		return redisErr("reading the failure counts", err)
+	}
+	counts := failures.Val()
+	for i := range entries {
+		e := &entries[i]
+		if dl, ok := dead[e.ID]; ok {
+			e.Status, e.Deliveries = EntryDeadLettered, dl.Deliveries
+			continue
+		}
+		if noGroup || compareEntryIDs(e.ID, lastDelivered) > 0 {
+			e.Status = EntryWaiting
+			continue
+		}
+		p, err := pend[i].Result()
+		if err != nil && !redis.HasErrorPrefix(err, "NOGROUP") {
+			return redisErr("reading the pending entries", err)
+		}
+		if len(p) == 0 {
+			e.Status = EntryAcknowledged
+			continue
+		}
+		idle := p[0].Idle.Seconds()
+		e.Status, e.Deliveries, e.Consumer, e.IdleSeconds = EntryPending, p[0].RetryCount, p[0].Consumer, &idle
+		if s, ok := counts[i].(string); ok {
+			e.FailedDeliveries, _ = strconv.ParseInt(s, 10, 64)
+		}
+	}
+	return nil
+}
+
+// compareEntryIDs orders two stream entry ids ("<ms>-<seq>").
+func compareEntryIDs(a, b string) int {
+	split := func(id string) (int64, int64) {
+		ms, seq, _ := strings.Cut(id, "-")
+		m, _ := strconv.ParseInt(ms, 10, 64)
+		s, _ := strconv.ParseInt(seq, 10, 64)
+		return m, s
+	}
+	am, as := split(a)
+	bm, bs := split(b)
+	return cmp.Or(cmp.Compare(am, bm), cmp.Compare(as, bs))
+}
+
+// readModelJourney reads ev's row (by event id, else by idempotency key:
+// a row projected from an earlier original of the key) and the statistics
+// row of its day, in one read-only transaction.
+func (a *Admin) readModelJourney(ctx context.Context, ev *outbox.Event) (JourneyReadModel, error) {
+	var rm JourneyReadModel
+	err := a.inReadModelTx(ctx, true, func(tx pgx.Tx) error {
+		var row ReadModelRow
+		err := tx.QueryRow(ctx, `SELECT event_id, idempotency_key, source_key, device_key, type, occurred_at, created_at, projected_at
+			FROM events WHERE event_id = $1 OR idempotency_key = $2 ORDER BY event_id = $1 DESC LIMIT 1`, ev.ID, ev.IdempotencyKey).
+			Scan(&row.EventID, &row.IdempotencyKey, &row.SourceKey, &row.DeviceKey, &row.Type, &row.OccurredAt, &row.CreatedAt, &row.ProjectedAt)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			rm.Row = nil
+		case err != nil:
+			return err
+		default:
+			row.OccurredAt, row.CreatedAt, row.ProjectedAt = row.OccurredAt.UTC(), row.CreatedAt.UTC(), row.ProjectedAt.UTC()
+			rm.Row = &row
+		}
+		st := StatsRow{SourceKey: ev.SourceKey, DeviceKey: ev.DeviceKey, Day: ev.OccurredAt.UTC().Format(time.DateOnly)}
+		err = tx.QueryRow(ctx, `SELECT event_count, first_occurred_at, last_occurred_at FROM device_daily_stats
+			WHERE source_key = $1 AND device_key = $2 AND day = $3::date`, st.SourceKey, st.DeviceKey, st.Day).
+			Scan(&st.EventCount, &st.FirstOccurredAt, &st.LastOccurredAt)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			rm.Stats = nil
+		case err != nil:
+			return err
+		default:
+			st.FirstOccurredAt, st.LastOccurredAt = st.FirstOccurredAt.UTC(), st.LastOccurredAt.UTC()
+			rm.Stats = &st
+		}
+		return nil
+	})
+	if err != nil {
+		return rm, pgErr("reading the read model", err)
+	}
+	return rm, nil
+}
