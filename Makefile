@@ -14,8 +14,12 @@ help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "}; /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: services
-services: ## Install (Debian) and start PostgreSQL and Redis when missing, and promtool; create the outboxd role and database
+services: ## Install (Debian) and start PostgreSQL and Redis when missing; create the outboxd role and database
 	@bash deploy/dev/ensure-services.sh
+
+.PHONY: test-services
+test-services: ## services, plus promtool and Chromium (the tests use them) when missing
+	@bash deploy/dev/ensure-services.sh --test-tools
 
 .PHONY: build
 build: ## Build bin/outboxd
@@ -26,11 +30,11 @@ run: services build ## Run every role in one process (outboxd dev) on the SQLite
 	./$(BIN) dev
 
 .PHONY: test
-test: services rules ## Run the alert rules' unit tests, then the Go tests with -race against the local PostgreSQL and Redis
+test: test-services rules ## Run the alert rules' unit tests, then the Go tests with -race against the local PostgreSQL and Redis
 	$(GO) test $(TEST_FLAGS) $(PKGS)
 
 .PHONY: rules
-rules: ## Check the Prometheus rules and run their unit tests with promtool (make services installs it)
+rules: test-services ## Check the Prometheus rules and run their unit tests with promtool (make test-services installs it)
 	promtool check rules deploy/prometheus/outboxd.rules.yml
 	cd deploy/prometheus && promtool test rules outboxd.rules.test.yml
 

@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # Ensures PostgreSQL and Redis are installed, running and set up for outboxd
-# on a Debian machine, and promtool (make rules) and Chromium (the console's
-# browser tests) installed. Safe to run again and again: it installs only what is
-# missing, starts only what is stopped, and creates the role and database
-# only when absent. Needs root (or sudo) only when it has to install or start.
+# on a Debian machine; with --test-tools also promtool (make rules) and
+# Chromium (the console's browser tests), which only make test needs. Safe
+# to run again and again: it installs only what is missing, starts only what
+# is stopped, and creates the role and database only when absent. Needs root
+# (or sudo) only when it has to install or start.
 set -euo pipefail
 
 PG_ROLE=${OUTBOXD_PG_ROLE:-outboxd}
 PG_PASSWORD=${OUTBOXD_PG_PASSWORD:-outboxd}
 PG_DB=${OUTBOXD_PG_DB:-outboxd}
 REDIS_PORT=${OUTBOXD_REDIS_PORT:-6379}
+TEST_TOOLS=0
+[ "${1:-}" = "--test-tools" ] && TEST_TOOLS=1
 
 log() { echo "ensure-services: $*" >&2; }
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
@@ -40,12 +43,16 @@ fi
 # Debian's prometheus package ships it. Only promtool is used; where systemd
 # runs, the package also enables its server (port 9090):
 # `systemctl disable --now prometheus` if it is not wanted.
-command -v promtool >/dev/null 2>&1 || apt_install --no-install-recommends prometheus
+if [ $TEST_TOOLS -eq 1 ]; then
+  command -v promtool >/dev/null 2>&1 || apt_install --no-install-recommends prometheus
+fi
 
 # --- Chromium (the operator console's browser tests, cmd/outboxd) ----------
 # Debian's chromium package; the tests drive it headless through chromedp
 # and skip, saying so, only where no chromium binary exists.
-command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || apt_install chromium
+if [ $TEST_TOOLS -eq 1 ]; then
+  command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || apt_install chromium
+fi
 
 # --- PostgreSQL ------------------------------------------------------------
 command -v pg_ctlcluster >/dev/null 2>&1 || apt_install postgresql
