@@ -346,7 +346,10 @@ func TestReconciler(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		cfg := b.config()
-		cfg.Every, cfg.LeaseTTL = 10*time.Millisecond, 300*time.Millisecond
+		// The lease runs on the real clock: the fake one jumps by minutes
+		// below. The originals, stamped by the fake clock at t0, are old
+		// by the real one.
+		cfg.Every, cfg.LeaseTTL, cfg.Now = 10*time.Millisecond, 300*time.Millisecond, time.Now
 		r := b.reconciler(t, cfg)
 		require.NoError(t, r.Start(ctx))
 		ids := b.writeAged(t, 2)
@@ -366,7 +369,10 @@ func TestReconciler(t *testing.T) {
 		var rs []*reconciler.Reconciler
 		for range 3 { // three replicas running reconcile --every
 			cfg := b.config()
-			cfg.Every, cfg.LeaseTTL, cfg.Registerer = 10*time.Millisecond, 300*time.Millisecond, nil
+			// The lease runs on the real clock (writeAged moves the fake one
+			// by minutes, which would expire it); the originals, stamped at
+			// t0 by the fake clock, are old by the real one.
+			cfg.Every, cfg.LeaseTTL, cfg.Registerer, cfg.Now = 10*time.Millisecond, 300*time.Millisecond, nil, time.Now
 			r := b.reconciler(t, cfg)
 			require.NoError(t, r.Start(ctx))
 			t.Cleanup(func() { _ = r.Stop(context.Background()) })
@@ -374,13 +380,18 @@ func TestReconciler(t *testing.T) {
 		}
 		b.writeAged(t, 1)
 		require.Eventually(t, func() bool { return b.rdb.XLen(ctx, b.stream).Val() == 1 }, 5*time.Second, 10*time.Millisecond)
-		sweepers := 0
-		for _, r := range rs {
-			if r.LastReport() != nil {
-				sweepers++
+		sweepers := func() int {
+			n := 0
+			for _, r := range rs {
+				if r.LastReport() != nil {
+					n++
+				}
 			}
+			return n
 		}
-		require.Equal(t, 1, sweepers, "one replica sweeps; the others stand by")
+		require.Eventually(t, func() bool { return sweepers() == 1 }, 5*time.Second, 5*time.Millisecond, "one replica sweeps")
+		require.Never(t, func() bool { return sweepers() > 1 }, 300*time.Millisecond, 10*time.Millisecond,
+			"the others stand by while it holds the lease (30 of its sweeps)")
 	})
 
 	t.Run("RespectsContextCancellation", func(t *testing.T) {
