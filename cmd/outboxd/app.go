@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -188,7 +189,7 @@ func (a *app) newWorker() (service, error) {
 
 func (a *app) newDispatcher() (service, error) {
 	return dispatcher.New(a.st, a.rdb, &dispatcher.Config{
-		Stream: a.o.stream, LeaseTTL: a.o.leaseTTL, Retention: a.o.outboxRetention,
+		Stream: a.o.stream, BatchSize: a.o.relayBatch, LeaseTTL: a.o.leaseTTL, Retention: a.o.outboxRetention,
 		BreakerFailures: a.o.breakerFailures, BreakerTimeout: a.o.breakerTimeout, StreakLimit: a.o.streakLimit,
 		Registerer: a.reg,
 	}, a.log)
@@ -326,6 +327,9 @@ func (a *app) listen() (*httpapi.Server, <-chan error, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	if a.o.pprof {
+		handler = withPprof(handler)
+	}
 	srv, err := httpapi.NewServer(handler, &httpapi.ServerConfig{
 		BodyTimeout:       a.o.httpBodyTimeout,
 		IdleTimeout:       a.o.httpIdleTimeout,
@@ -342,6 +346,20 @@ func (a *app) listen() (*httpapi.Server, <-chan error, error) {
 	go func() { errc <- srv.Serve(ln) }()
 	a.log.Info("listening", zap.String("addr", ln.Addr().String()))
 	return srv, errc, nil
+}
+
+// withPprof serves Go's profiles under /debug/pprof/ (--pprof) beside h,
+// outside its routes and bearer token: the harness in internal/bench takes
+// CPU profiles of a stage this way.
+func withPprof(h http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.Handle("/", h)
+	return mux
 }
 
 // httpHandler builds the role's HTTP surface: probes, metrics, status, the

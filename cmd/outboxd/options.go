@@ -44,6 +44,7 @@ type options struct {
 	httpMaxBodies                    int
 	uiReadOnly                       bool
 	uiSampleEvery                    time.Duration
+	pprof                            bool
 
 	// ingest
 	authToken string
@@ -55,6 +56,7 @@ type options struct {
 	// dispatch
 	outboxRetention time.Duration
 	leaseTTL        time.Duration
+	relayBatch      int
 
 	// work
 	consumer       string
@@ -113,6 +115,7 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 			fs.IntVar(&o.httpMaxBodies, "http-max-bodies", httpapi.MaxInFlightBodiesDefault, "most request bodies read at once (more get 503), which bounds their memory to this × --max-body")
 			fs.BoolVar(&o.uiReadOnly, "ui-read-only", false, "the console at /ui shows no action, and the admin API refuses those that change something (403)")
 			fs.DurationVar(&o.uiSampleEvery, "ui-sample-every", httpapi.HistoryEveryDefault, "how often the console's charts sample the status (GET /v1/status/history keeps 120 samples)")
+			fs.BoolVar(&o.pprof, "pprof", false, "serve Go's profiles (net/http/pprof) under /debug/pprof/ on --http-addr, without auth: for benchmarks and debugging, not for an exposed address")
 		case gAuth:
 			fs.StringVar(&o.authToken, "auth-token", "", "bearer token required on /v1/* (empty: no auth)")
 		case gIngest:
@@ -126,6 +129,7 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 			fs.DurationVar(&o.outboxRetention, "outbox-retention", store.OutboxRetentionDefault, "how long dispatched outbox entries are kept")
 			if r.serve {
 				fs.DurationVar(&o.leaseTTL, "lease-ttl", dispatcher.LeaseTTLDefault, "dispatcher lease: a standby takes over this long after the leader stops renewing")
+				fs.IntVar(&o.relayBatch, "relay-batch", dispatcher.BatchSizeDefault, "outbox entries relayed by one pipelined XADD, one dispatchedAt write and one checkpoint")
 			}
 		case gWork:
 			fs.StringVar(&o.consumer, "consumer", "", "consumer name (default: host-pid)")
@@ -273,6 +277,7 @@ func (o *options) validate() error {
 		{"request-timeout", o.requestTimeout < time.Millisecond, "must be at least 1ms"},
 		{"outbox-retention", o.outboxRetention < time.Second, "must be at least 1s"},
 		{"lease-ttl", o.leaseTTL < dispatcher.MinLeaseTTL, fmt.Sprintf("must be at least %s", dispatcher.MinLeaseTTL)},
+		{"relay-batch", o.relayBatch <= 0 || o.relayBatch > dispatcher.BatchSizeMax, fmt.Sprintf("must be between 1 and %d", dispatcher.BatchSizeMax)},
 		{"batch-size", o.batchSize <= 0 || o.batchSize > worker.BatchSizeMax, fmt.Sprintf("must be between 1 and %d", worker.BatchSizeMax)},
 		{"max-deliveries", o.maxDeliveries <= 0, "must be positive"},
 		{"claim-idle", o.claimIdle <= 0, "must be positive"},
