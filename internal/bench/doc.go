@@ -1,0 +1,99 @@
+// Command bench is the one benchmark harness of outboxd (make bench, issue
+// 13) and its load run (make load, issue 8). Run it from the repository
+// root after `make build`:
+//
+//	go run ./internal/bench          # the benchmark: a table and bench-results.json
+//	go run ./internal/bench load     # the load run against a running outboxd (make run)
+//
+// # The benchmark
+//
+// One run measures, on this machine, the raw limits of the parts and each
+// stage of outboxd against the limit it is bound by (ratio = stage ÷
+// limit). The stages run the real binary (bin/outboxd, -bin) as
+// subprocesses, so their throughput and peak RSS are the real process's.
+// Every run is isolated: an SQLite file in a temporary folder, a stream and
+// groups of its own (Redis keys under bench_<id>:), and a PostgreSQL
+// database of its own, created for the run and dropped at its end.
+//
+// Raw limits, measured in this process with the libraries:
+//   - store-insert-500: sqlitestore WriteTx with 500 originals and their 500
+//     outbox entries (outbox.Writer.Records, Tx.InsertEvents and
+//     InsertEntries; no key lookup), BENCH_EVENTS events on a fresh file;
+//   - store-insert-1: the same transaction with one event, one after the
+//     other for 3 seconds on that file (the store has one writer, so this
+//     is the ceiling of single-event ingest whatever the client count);
+//   - store-mark-synced: Store.MarkSynced of those originals in batches of
+//     the worker's batch size (the worker's write to the store);
+//   - redis-xadd: XADD of the messages the dispatcher writes
+//     (outbox.Event.Message(...).Values()), pipelines of 1,000;
+//   - redis-read-ack: XREADGROUP (COUNT = the worker's batch size) and XACK
+//     of what it read, in a loop, from a new group at 0;
+//   - pg-project: the worker's default projector (worker.EventsProjector,
+//     its one-statement unnest insert) through pgx in a tight loop on one
+//     connection, one transaction per batch of the worker's size;
+//   - redis-to-pg: the serial combination of redis-read-ack and pg-project,
+//     1/(1/a + 1/b): the time one worker needs per event if it did nothing
+//     but read, acknowledge and project. It is computed, not measured.
+//
+// Stages, each on its own subprocess(es):
+//   - ingest-batch: `outboxd ingest`; 4 clients post batches of 500 until
+//     BENCH_EVENTS are accepted. Limit: store-insert-500;
+//   - ingest-single: a new `outboxd ingest` on the same file; 8 clients post
+//     single events, min(BENCH_EVENTS/4, 30,000) in all. Limit:
+//     store-insert-1. The ingest stages report request latency too;
+//   - dispatcher: `outboxd dispatch` relays the backlog both ingest stages
+//     left, timed until the store reports no undispatched entry. Limit:
+//     redis-xadd;
+//   - worker-1, worker-2: one and two `outboxd work` processes drain the
+//     whole stream from a new group at 0 into an empty read model, timed
+//     until the store reports no pending original. Limit: redis-to-pg for
+//     both (the ratio of worker-2 shows how a second worker scales);
+//   - end-to-end: `outboxd dev` on a fresh file and stream; 4 clients post
+//     batches of 500, timed from the first request until every original is
+//     synced. Limit: the smallest of store-insert-500, redis-xadd and
+//     redis-to-pg (the pipeline's bottleneck part);
+//   - latency: `outboxd dev` on a fresh file and stream; single events paced
+//     at 2,000/s for 15 seconds by up to 64 senders; afterwards each event's
+//     syncedAt is read from the store and compared with the time its
+//     request started. syncedAt is stored at millisecond precision
+//     (truncated), so a latency may read up to 1 ms short.
+//
+// The stores are reset between stages by copying snapshots of the SQLite
+// file taken while no process has it open (after the ingest stages: the
+// undispatched backlog; after the dispatcher: every entry relayed, no
+// original synced), which does not depend on the store's schema; the read
+// model is truncated and each worker run gets a new group. Completion is
+// polled with deadlines on the store's Counts; a stage that does not
+// complete fails the run (exit 1, with the tail of the process's log).
+//
+// peakRssBytes is the largest VmHWM (/proc/PID/status, read just before a
+// process is stopped) of every stage process, and peakRssStage names its
+// stage.
+//
+// Environment:
+//   - BENCH_EVENTS: the backlog (default 100,000);
+//   - BENCH_OUT: where the results go (default bench-results.json);
+//   - BENCH_CHUNKS: batch sizes, e.g. "250,500,1000,2000": the dispatcher
+//     (--relay-batch) and worker-1 (--batch-size) stages run again at each,
+//     with redis-xadd and redis-to-pg measured at the same size, into a
+//     chunk table (JSON key "chunks");
+//   - BENCH_PROFILE=DIR: each stage process serves --pprof, and the harness
+//     writes a CPU profile of the stage to DIR/<stage>.pprof (one-second
+//     profiles back to back, merged; a stage with two processes merges
+//     both);
+//   - BENCH_REDIS_URL, BENCH_POSTGRES_URL: the servers (default: the
+//     variables of the tests, OUTBOXD_TEST_REDIS_URL and
+//     OUTBOXD_TEST_POSTGRES_URL, then outboxd's defaults). The PostgreSQL
+//     role must be allowed to create databases.
+//
+// # The load run
+//
+// `bench load` is a newcomer's load run against an outboxd that already
+// serves (make run; SERVER, default http://127.0.0.1:8080): 8 clients post
+// single events for LOAD_SINGLE (60s), then 4 clients post batches of 500
+// for LOAD_BATCH (30s). It prints the accepted events/s of every 10-second
+// window, the p50 and p99 request latency of each phase, and how long the
+// pipeline took, after the load stopped, to report every original synced
+// (GET /v1/status), each beside its target. AUTH_TOKEN is sent as the
+// bearer token when set.
+package main

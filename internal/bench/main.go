@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/outboxd/outboxd/dispatcher"
+	"github.com/outboxd/outboxd/migrations"
+	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/worker"
+)
+
+// Defaults of the environment.
+const (
+	eventsDefault = 100_000
+	outDefault    = "bench-results.json"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	if len(os.Args) > 1 && os.Args[1] == "load" {
+		err = runLoad(ctx, os.Stdout, os.Args[2:])
+	} else {
+		err = runBench(ctx, os.Stdout, os.Args[1:])
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		stop()
+		os.Exit(1)
+	}
+}
+
+// bench is one run of the benchmark.
+type bench struct {
+	out    io.Writer
+	n      int
+	chunks []int
+	be     *backends
+	l      *launcher
+	res    *Results
+	// stream is the stream of the ingest, dispatcher and worker stages.
+	stream string
+	// total is the backlog of the dispatcher and worker stages.
+	total int
+	// runs numbers the worker runs (for their groups).
+	runs int
+	// timeout bounds the wait for a stage to complete.
+	timeout time.Duration
+	// rawEvents are the originals of the raw limits.
+	rawEvents []*outbox.Event
+}
+
+// runBench runs the benchmark with the environment's settings.
+func runBench(ctx context.Context, out io.Writer, args []string) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	bin := fs.String("bin", "bin/outboxd", "the outboxd binary (make build)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	b := &bench{out: out, n: eventsDefault}
+	if v := os.Getenv("BENCH_EVENTS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < batchEvents {
+			return fmt.Errorf("BENCH_EVENTS must be a number of at least %d (got %q)", batchEvents, v)
+		}
+		b.n = n
+	}
+	var err error
+	if b.chunks, err = parseChunks(os.Getenv("BENCH_CHUNKS")); err != nil {
+		return err
+	}
+	outPath := env(outDefault, "BENCH_OUT")
+	if _, err := os.Stat(*bin); err != nil {
+		return fmt.Errorf("no outboxd binary at %s (make build): %w", *bin, err)
+	}
+	b.timeout = 2*time.Minute + time.Duration(b.n/1000)*time.Second
+	began := time.Now()
+	b.res = &Results{StartedAt: began.UTC(), Events: b.n, Machine: machine()}
+	if b.be, err = openBackends(ctx); err != nil {
+		return err
+	}
+	defer b.be.close()
+	b.stream = b.be.stream("stages")
+	b.l = &launcher{bin: *bin, dir: b.be.dir, profileDir: os.Getenv("BENCH_PROFILE")}
+	fmt.Fprintf(out, "outboxd benchmark: %d events on %s; logs in %s\n", b.n, b.res.Machine, b.be.dir)
+	if _, err := migrations.Postgres(ctx, b.be.pgURL); err != nil {
+		return err
+	}
+	steps := []func(context.Context) error{b.rawLimits, b.ingest, b.relayAndWork, b.endToEnd, b.latency}
+	if len(b.chunks) > 0 {
+		steps = append(steps, b.chunkTable)
+	}
+	for _, step := range steps {
+		if err := step(ctx); err != nil {
+			return err
+		}
+	}
+	b.res.WallSeconds = time.Since(began).Seconds()
+	b.res.Print(out)
+	if err := b.res.Write(outPath); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "results in %s\n", outPath)
+	return nil
+}
+
+// parseChunks parses BENCH_CHUNKS ("250,500,1000,2000").
+func parseChunks(v string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(v, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 || n > min(dispatcher.BatchSizeMax, worker.BatchSizeMax) {
+			return nil, fmt.Errorf("BENCH_CHUNKS must list batch sizes between 1 and %d, like 250,500,1000,2000 (got %q)", min(dispatcher.BatchSizeMax, worker.BatchSizeMax), v)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}

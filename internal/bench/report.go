@@ -1,0 +1,226 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"slices"
+	"text/tabwriter"
+	"time"
+)
+
+// Limit is the measured raw rate of one part.
+type Limit struct {
+	Name            string  `json:"name"`
+	EventsPerSecond float64 `json:"eventsPerSecond"`
+}
+
+// Stage is the figure of one stage of outboxd against the limit it is
+// bound by.
+type Stage struct {
+	Name                 string  `json:"name"`
+	Events               int     `json:"events"`
+	Seconds              float64 `json:"seconds"`
+	EventsPerSecond      float64 `json:"eventsPerSecond"`
+	LimitName            string  `json:"limitName"`
+	LimitEventsPerSecond float64 `json:"limitEventsPerSecond"`
+	Ratio                float64 `json:"ratio"`
+	// P50Ms and P99Ms are request latencies (ingest stages only).
+	P50Ms        float64 `json:"p50Ms,omitempty"`
+	P99Ms        float64 `json:"p99Ms,omitempty"`
+	PeakRssBytes int64   `json:"peakRssBytes"`
+}
+
+// Latency is ingest → syncedAt at a steady offered load.
+type Latency struct {
+	OfferedEventsPerSecond float64 `json:"offeredEventsPerSecond"`
+	// AchievedEventsPerSecond is the rate the senders kept up.
+	AchievedEventsPerSecond float64 `json:"achievedEventsPerSecond"`
+	Events                  int     `json:"events"`
+	P50Ms                   float64 `json:"p50Ms"`
+	P95Ms                   float64 `json:"p95Ms"`
+	P99Ms                   float64 `json:"p99Ms"`
+	MaxMs                   float64 `json:"maxMs"`
+	// RequestP99Ms is the p99 of the POST requests themselves.
+	RequestP99Ms float64 `json:"requestP99Ms"`
+	PeakRssBytes int64   `json:"peakRssBytes"`
+}
+
+// Chunk is the dispatcher and one worker at one batch size.
+type Chunk struct {
+	BatchSize                      int     `json:"batchSize"`
+	DispatcherEventsPerSecond      float64 `json:"dispatcherEventsPerSecond"`
+	XaddEventsPerSecond            float64 `json:"xaddEventsPerSecond"`
+	DispatcherRatio                float64 `json:"dispatcherRatio"`
+	WorkerEventsPerSecond          float64 `json:"workerEventsPerSecond"`
+	RedisToPostgresEventsPerSecond float64 `json:"redisToPostgresEventsPerSecond"`
+	WorkerRatio                    float64 `json:"workerRatio"`
+	DispatcherPeakRssBytes         int64   `json:"dispatcherPeakRssBytes"`
+	WorkerPeakRssBytes             int64   `json:"workerPeakRssBytes"`
+}
+
+// Results is bench-results.json.
+type Results struct {
+	StartedAt    time.Time `json:"startedAt"`
+	WallSeconds  float64   `json:"wallSeconds"`
+	Events       int       `json:"events"`
+	Machine      string    `json:"machine"`
+	Limits       []Limit   `json:"limits"`
+	Stages       []Stage   `json:"stages"`
+	Latency      *Latency  `json:"latency,omitempty"`
+	Chunks       []Chunk   `json:"chunks,omitempty"`
+	PeakRssBytes int64     `json:"peakRssBytes"`
+	PeakRssStage string    `json:"peakRssStage"`
+}
+
+// limit returns the rate of the limit name (0 when it was not measured).
+func (r *Results) limit(name string) float64 {
+	for _, l := range r.Limits {
+		if l.Name == name {
+			return l.EventsPerSecond
+		}
+	}
+	return 0
+}
+
+// addLimit records a raw limit and prints it.
+func (r *Results) addLimit(w io.Writer, name string, n int, d time.Duration) float64 {
+	rate := perSecond(n, d)
+	r.Limits = append(r.Limits, Limit{Name: name, EventsPerSecond: rate})
+	fmt.Fprintf(w, "  limit %-18s %10.0f ev/s  (%d in %s)\n", name, rate, n, d.Round(time.Millisecond))
+	return rate
+}
+
+// addStage records a stage against its limit and prints it.
+func (r *Results) addStage(w io.Writer, s Stage, d time.Duration) {
+	s.Seconds = d.Seconds()
+	s.EventsPerSecond = perSecond(s.Events, d)
+	s.LimitEventsPerSecond = r.limit(s.LimitName)
+	s.Ratio = ratio(s.EventsPerSecond, s.LimitEventsPerSecond)
+	r.Stages = append(r.Stages, s)
+	r.notePeak(s.Name, s.PeakRssBytes)
+	fmt.Fprintf(w, "  stage %-14s %10.0f ev/s  (%d in %s), ratio %.2f to %s, peak RSS %s\n",
+		s.Name, s.EventsPerSecond, s.Events, d.Round(time.Millisecond), s.Ratio, s.LimitName, mib(s.PeakRssBytes))
+}
+
+// notePeak keeps the largest peak RSS and the stage it belongs to.
+func (r *Results) notePeak(stage string, rss int64) {
+	if rss > r.PeakRssBytes {
+		r.PeakRssBytes, r.PeakRssStage = rss, stage
+	}
+}
+
+// Print writes the tables.
+func (r *Results) Print(w io.Writer) {
+	fmt.Fprintf(w, "\noutboxd benchmark: %d events, %s, %s wall\n\n", r.Events, r.Machine,
+		(time.Duration(r.WallSeconds * float64(time.Second))).Round(time.Second))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "raw limit\tevents/s\t")
+	for _, l := range r.Limits {
+		fmt.Fprintf(tw, "%s\t%.0f\t\n", l.Name, l.EventsPerSecond)
+	}
+	_ = tw.Flush()
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "stage\tevents\tseconds\tevents/s\tlimit\tlimit/s\tratio\treq p50 ms\treq p99 ms\tpeak RSS\t")
+	for _, s := range r.Stages {
+		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.0f\t%s\t%.0f\t%.2f\t%s\t%s\t%s\t\n", s.Name, s.Events, s.Seconds,
+			s.EventsPerSecond, s.LimitName, s.LimitEventsPerSecond, s.Ratio, ms(s.P50Ms), ms(s.P99Ms), mib(s.PeakRssBytes))
+	}
+	_ = tw.Flush()
+	if l := r.Latency; l != nil {
+		fmt.Fprintf(w, "\ningest → syncedAt at %.0f/s offered (%.0f/s achieved, %d events): p50 %.1f ms, p95 %.1f ms, p99 %.1f ms, max %.1f ms; request p99 %.1f ms; peak RSS %s\n",
+			l.OfferedEventsPerSecond, l.AchievedEventsPerSecond, l.Events, l.P50Ms, l.P95Ms, l.P99Ms, l.MaxMs, l.RequestP99Ms, mib(l.PeakRssBytes))
+	}
+	if len(r.Chunks) > 0 {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "batch\tdispatcher/s\txadd/s\tratio\tworker-1/s\tredis-to-pg/s\tratio\t")
+		for _, c := range r.Chunks {
+			fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%.2f\t%.0f\t%.0f\t%.2f\t\n", c.BatchSize, c.DispatcherEventsPerSecond,
+				c.XaddEventsPerSecond, c.DispatcherRatio, c.WorkerEventsPerSecond, c.RedisToPostgresEventsPerSecond, c.WorkerRatio)
+		}
+		_ = tw.Flush()
+	}
+	fmt.Fprintf(w, "\npeak RSS %s (%s)\n", mib(r.PeakRssBytes), r.PeakRssStage)
+}
+
+// Write writes the results as JSON to path.
+func (r *Results) Write(path string) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("error writing %s: %w", path, err)
+	}
+	return nil
+}
+
+// percentile returns the p-th percentile (0 < p ≤ 100) of sorted by the
+// nearest-rank method; 0 for none.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	rank := int(math.Ceil(p / 100 * float64(len(sorted))))
+	return sorted[min(max(rank, 1), len(sorted))-1]
+}
+
+// summary holds the percentiles of a set of durations, in milliseconds.
+type summary struct {
+	n                       int
+	p50, p95, p99, maxValue float64
+}
+
+// summarize sorts d and returns its percentiles.
+func summarize(d []time.Duration) summary {
+	slices.Sort(d)
+	s := summary{n: len(d)}
+	if len(d) == 0 {
+		return s
+	}
+	s.p50, s.p95, s.p99 = msOf(percentile(d, 50)), msOf(percentile(d, 95)), msOf(percentile(d, 99))
+	s.maxValue = msOf(d[len(d)-1])
+	return s
+}
+
+func msOf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func perSecond(n int, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return float64(n) / d.Seconds()
+}
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+// serial is the rate of doing a and then b for every event.
+func serial(a, b float64) float64 {
+	if a == 0 || b == 0 {
+		return 0
+	}
+	return 1 / (1/a + 1/b)
+}
+
+func ms(v float64) string {
+	if v == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f", v)
+}
+
+func mib(b int64) string {
+	if b == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20))
+}

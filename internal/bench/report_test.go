@@ -1,0 +1,104 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestPercentile(t *testing.T) {
+	t.Parallel()
+	hundred := make([]time.Duration, 100)
+	for i := range hundred {
+		hundred[i] = time.Duration(i+1) * time.Millisecond
+	}
+	for _, tt := range []struct {
+		name   string
+		sorted []time.Duration
+		p      float64
+		want   time.Duration
+	}{
+		{"Empty", nil, 50, 0},
+		{"One", []time.Duration{7}, 99, 7},
+		{"MedianOfHundred", hundred, 50, 50 * time.Millisecond},
+		{"P95OfHundred", hundred, 95, 95 * time.Millisecond},
+		{"P99OfHundred", hundred, 99, 99 * time.Millisecond},
+		{"MaxOfHundred", hundred, 100, 100 * time.Millisecond},
+		{"NearestRankRoundsUp", []time.Duration{1, 2, 3}, 50, 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tt.want, percentile(tt.sorted, tt.p))
+		})
+	}
+}
+
+func TestSummarize(t *testing.T) {
+	t.Parallel()
+	s := summarize([]time.Duration{4 * time.Millisecond, time.Millisecond, 3 * time.Millisecond, 2 * time.Millisecond})
+	require.Equal(t, summary{n: 4, p50: 2, p95: 4, p99: 4, maxValue: 4}, s)
+	require.Equal(t, summary{}, summarize(nil))
+}
+
+func TestSerial(t *testing.T) {
+	t.Parallel()
+	require.InDelta(t, 50.0, serial(100, 100), 1e-9)
+	require.Zero(t, serial(0, 100))
+}
+
+func TestResults(t *testing.T) {
+	t.Parallel()
+	r := &Results{Events: 1000, Machine: "test"}
+	var out bytes.Buffer
+	r.addLimit(&out, limitXAdd, 1000, 100*time.Millisecond)
+	r.addStage(&out, Stage{Name: stageDispatcher, Events: 1000, LimitName: limitXAdd, PeakRssBytes: 3 << 20}, time.Second)
+	r.addStage(&out, Stage{Name: stageWorker1, Events: 1000, LimitName: "not-measured", PeakRssBytes: 2 << 20}, 2*time.Second)
+
+	require.Equal(t, Stage{Name: stageDispatcher, Events: 1000, Seconds: 1, EventsPerSecond: 1000, LimitName: limitXAdd,
+		LimitEventsPerSecond: 10_000, Ratio: 0.1, PeakRssBytes: 3 << 20}, r.Stages[0])
+	require.Zero(t, r.Stages[1].Ratio, "no limit, no ratio")
+	require.Equal(t, int64(3<<20), r.PeakRssBytes)
+	require.Equal(t, stageDispatcher, r.PeakRssStage)
+
+	r.Print(&out)
+	require.Contains(t, out.String(), "peak RSS 3 MiB (dispatcher)")
+
+	path := filepath.Join(t.TempDir(), "bench-results.json")
+	require.NoError(t, r.Write(path))
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var got struct {
+		Stages []struct {
+			Name                 string  `json:"name"`
+			EventsPerSecond      float64 `json:"eventsPerSecond"`
+			LimitName            string  `json:"limitName"`
+			LimitEventsPerSecond float64 `json:"limitEventsPerSecond"`
+			Ratio                float64 `json:"ratio"`
+		} `json:"stages"`
+		PeakRssBytes int64 `json:"peakRssBytes"`
+	}
+	require.NoError(t, json.Unmarshal(b, &got))
+	require.Len(t, got.Stages, 2)
+	require.Equal(t, limitXAdd, got.Stages[0].LimitName)
+	require.InDelta(t, 0.1, got.Stages[0].Ratio, 1e-9)
+	require.Equal(t, int64(3<<20), got.PeakRssBytes)
+}
+
+func TestParseChunks(t *testing.T) {
+	t.Parallel()
+	got, err := parseChunks(" 250,500, 1000,2000 ")
+	require.NoError(t, err)
+	require.Equal(t, []int{250, 500, 1000, 2000}, got)
+	got, err = parseChunks("")
+	require.NoError(t, err)
+	require.Empty(t, got)
+	for _, bad := range []string{"0", "x", "20000"} {
+		_, err := parseChunks(bad)
+		require.Error(t, err, bad)
+	}
+}

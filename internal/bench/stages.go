@@ -1,0 +1,437 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/outboxd/outboxd/store"
+	"github.com/outboxd/outboxd/store/sqlitestore"
+)
+
+// Stage names.
+const (
+	stageIngestBatch  = "ingest-batch"
+	stageIngestSingle = "ingest-single"
+	stageDispatcher   = "dispatcher"
+	stageWorker1      = "worker-1"
+	stageWorker2      = "worker-2"
+	stageEndToEnd     = "end-to-end"
+	stageLatency      = "latency"
+)
+
+// Load shapes of the stages.
+const (
+	batchClients  = 4
+	singleClients = 8
+	// singleMax bounds the events of ingest-single.
+	singleMax = 30_000
+	// latencyRate and latencyFor are the offered load of the latency stage;
+	// latencySenders is enough senders to keep it up while some wait.
+	latencyRate    = 2_000
+	latencyFor     = 15 * time.Second
+	latencySenders = 64
+	// pollEvery is how often completion is polled (on Redis, which answers
+	// in microseconds; the store's counts are read once Redis says done).
+	pollEvery = 5 * time.Millisecond
+)
+
+// Files of the stages in the run's folder.
+const (
+	fileStages  = "stages.db"  // ingest writes it
+	fileBacklog = "backlog.db" // snapshot: every entry undispatched
+	fileRelayed = "relayed.db" // snapshot: every entry relayed, none synced
+	fileRun     = "run.db"     // the copy a dispatcher or worker run works on
+)
+
+// storeFlag returns the --store value of the SQLite file path.
+func storeFlag(path string) string { return "sqlite:" + path }
+
+// openStore opens the SQLite file path for the harness's own reads.
+func openStore(ctx context.Context, path string) (*sqlitestore.Store, error) {
+	return sqlitestore.Open(ctx, path, &sqlitestore.Options{ReadConns: 1})
+}
+
+// counts reads the counts of the SQLite file path.
+func counts(ctx context.Context, path string) (store.Counts, error) {
+	st, err := openStore(ctx, path)
+	if err != nil {
+		return store.Counts{}, err
+	}
+	defer func() { _ = st.Close(context.Background()) }()
+	return st.Counts(ctx)
+}
+
+// ingest runs the two ingest stages on a new, migrated file, then keeps it
+// as the backlog snapshot.
+func (b *bench) ingest(ctx context.Context) error {
+	path := b.be.file(fileStages)
+	st, err := sqlitestore.Open(ctx, path, nil)
+	if err != nil {
+		return err
+	}
+	err = st.Migrate(ctx, nil)
+	if cerr := st.Close(ctx); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	n := b.n
+	batches := (n + batchEvents - 1) / batchEvents
+	err = b.ingestStage(ctx, stageIngestBatch, limitInsert500, path, n, drive{clients: batchClients, calls: batches},
+		func(ctx context.Context, c *client, i int) (int, error) {
+			k := min(batchEvents, n-i*batchEvents)
+			return k, c.postBatch(ctx, stageIngestBatch, i*batchEvents, k)
+		})
+	if err != nil {
+		return err
+	}
+	singles := min(n/4, singleMax)
+	err = b.ingestStage(ctx, stageIngestSingle, limitInsert1, path, singles, drive{clients: singleClients, calls: singles},
+		func(ctx context.Context, c *client, i int) (int, error) {
+			_, err := c.postEvent(ctx, stageIngestSingle, i)
+			return 1, err
+		})
+	if err != nil {
+		return err
+	}
+	c, err := counts(ctx, path)
+	if err != nil {
+		return err
+	}
+	b.total = n + singles
+	if c.Total != int64(b.total) || c.Undispatched != int64(b.total) {
+		return fmt.Errorf("after ingest the store holds %d originals and %d undispatched entries, not %d", c.Total, c.Undispatched, b.total)
+	}
+	return copySQLite(path, b.be.file(fileBacklog))
+}
+
+// ingestStage runs `outboxd ingest` on path and drives its API.
+func (b *bench) ingestStage(ctx context.Context, name, limit, path string, events int, d drive,
+	do func(ctx context.Context, c *client, i int) (int, error),
+) error {
+	p, err := b.l.start(ctx, name, "ingest", "--store", storeFlag(path), "--stream", b.stream)
+	if err != nil {
+		return err
+	}
+	c := newClient(p.url(""), "", d.clients)
+	d.do = func(ctx context.Context, i int) (int, error) { return do(ctx, c, i) }
+	res, err := d.run(ctx)
+	if err != nil {
+		abort(p)
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	rss, err := b.l.finish(name, p)
+	if err != nil {
+		return err
+	}
+	lat := summarize(res.latencies)
+	b.res.addStage(b.out, Stage{Name: name, Events: events, LimitName: limit, P50Ms: lat.p50, P99Ms: lat.p99, PeakRssBytes: rss}, res.elapsed)
+	return nil
+}
+
+// dispatch relays the backlog snapshot with `outboxd dispatch`
+// (--relay-batch batch unless 0) into an emptied stream, and returns how
+// long it took and the peak RSS.
+func (b *bench) dispatch(ctx context.Context, name string, batch int) (time.Duration, int64, error) {
+	path := b.be.file(fileRun)
+	if err := copySQLite(b.be.file(fileBacklog), path); err != nil {
+		return 0, 0, err
+	}
+	if err := b.be.rdb.Del(ctx, b.stream).Err(); err != nil {
+		return 0, 0, err
+	}
+	args := []string{"--store", storeFlag(path), "--redis-url", b.be.redisURL, "--stream", b.stream}
+	if batch > 0 {
+		args = append(args, "--relay-batch", strconv.Itoa(batch))
+	}
+	began := time.Now()
+	p, err := b.l.start(ctx, name, "dispatch", args...)
+	if err != nil {
+		return 0, 0, err
+	}
+	relayed := func(ctx context.Context) (bool, error) {
+		n, err := b.be.rdb.XLen(ctx, b.stream).Result()
+		return n >= int64(b.total), err
+	}
+	err = waitFor(ctx, name+": every entry in the stream", b.timeout, pollEvery, relayed, p)
+	if err == nil {
+		err = b.waitCounts(ctx, name+": no entry undispatched", path, func(c store.Counts) bool { return c.Undispatched == 0 }, p)
+	}
+	elapsed := time.Since(began)
+	if err != nil {
+		abort(p)
+		return 0, 0, err
+	}
+	rss, err := b.l.finish(name, p)
+	return elapsed, rss, err
+}
+
+// waitCounts polls the counts of path until ok.
+func (b *bench) waitCounts(ctx context.Context, what, path string, ok func(store.Counts) bool, procs ...*proc) error {
+	st, err := openStore(ctx, path)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = st.Close(context.Background()) }()
+	return waitFor(ctx, what, b.timeout, pollEvery, func(ctx context.Context) (bool, error) {
+		c, err := st.Counts(ctx)
+		return err == nil && ok(c), err
+	}, procs...)
+}
+
+// drained reports when group has read at least n entries of stream and
+// has none pending: every one of them was projected and acknowledged.
+func (b *bench) drained(stream, group string, n int) func(context.Context) (bool, error) {
+	return func(ctx context.Context) (bool, error) {
+		groups, err := b.be.rdb.XInfoGroups(ctx, stream).Result()
+		if err != nil {
+			return false, err
+		}
+		for _, g := range groups {
+			if g.Name == group {
+				return g.EntriesRead >= int64(n) && g.Pending == 0, nil
+			}
+		}
+		return false, nil
+	}
+}
+
+// work drains the stream with workers `outboxd work` processes
+// (--batch-size batch unless 0) on a copy of the relayed snapshot, from a
+// new group at 0 into an empty read model.
+func (b *bench) work(ctx context.Context, name string, workers, batch int) (time.Duration, int64, error) {
+	path := b.be.file(fileRun)
+	if err := copySQLite(b.be.file(fileRelayed), path); err != nil {
+		return 0, 0, err
+	}
+	if err := b.be.truncateReadModel(ctx); err != nil {
+		return 0, 0, err
+	}
+	b.runs++
+	group := "work-" + strconv.Itoa(b.runs)
+	if err := b.be.rdb.XGroupCreate(ctx, b.stream, group, "0").Err(); err != nil {
+		return 0, 0, err
+	}
+	defer b.be.rdb.XGroupDestroy(context.Background(), b.stream, group)
+	began := time.Now()
+	procs := make([]*proc, 0, workers)
+	for i := range workers {
+		args := []string{"--store", storeFlag(path), "--redis-url", b.be.redisURL, "--postgres-url", b.be.pgURL,
+			"--stream", b.stream, "--group", group, "--consumer", "c" + strconv.Itoa(i)}
+		if batch > 0 {
+			args = append(args, "--batch-size", strconv.Itoa(batch))
+		}
+		p, err := b.l.spawn(fmt.Sprintf("%s-%d", name, i), "work", args...)
+		if err != nil {
+			abort(procs...)
+			return 0, 0, err
+		}
+		procs = append(procs, p)
+	}
+	err := b.l.ready(ctx, procs...)
+	if err == nil {
+		err = waitFor(ctx, name+": the group drained", b.timeout, pollEvery, b.drained(b.stream, group, b.total), procs...)
+	}
+	if err == nil {
+		err = b.waitCounts(ctx, name+": every original synced", path, func(c store.Counts) bool { return c.Pending == 0 }, procs...)
+	}
+	elapsed := time.Since(began)
+	if err != nil {
+		abort(procs...)
+		return 0, 0, err
+	}
+	rss, err := b.l.finish(name, procs...)
+	if err != nil {
+		return 0, 0, err
+	}
+	if rows, err := b.be.readModelRows(ctx); err != nil || rows != int64(b.total) {
+		return 0, 0, fmt.Errorf("%s: the read model holds %d rows, not %d (%v)", name, rows, b.total, err)
+	}
+	return elapsed, rss, nil
+}
+
+// relayAndWork runs the dispatcher stage, keeps the relayed snapshot, and
+// runs the worker stages on it.
+func (b *bench) relayAndWork(ctx context.Context) error {
+	d, rss, err := b.dispatch(ctx, stageDispatcher, 0)
+	if err != nil {
+		return err
+	}
+	b.res.addStage(b.out, Stage{Name: stageDispatcher, Events: b.total, LimitName: limitXAdd, PeakRssBytes: rss}, d)
+	if err := copySQLite(b.be.file(fileRun), b.be.file(fileRelayed)); err != nil {
+		return err
+	}
+	for _, w := range []struct {
+		name    string
+		workers int
+	}{{stageWorker1, 1}, {stageWorker2, 2}} {
+		d, rss, err := b.work(ctx, w.name, w.workers, 0)
+		if err != nil {
+			return err
+		}
+		b.res.addStage(b.out, Stage{Name: w.name, Events: b.total, LimitName: limitRedisToPG, PeakRssBytes: rss}, d)
+	}
+	return nil
+}
+
+// startDev starts `outboxd dev` on a fresh file with a stream and group
+// of its own, on an empty read model.
+func (b *bench) startDev(ctx context.Context, name string) (p *proc, path, stream, group string, err error) {
+	path, stream, group = b.be.file(name+".db"), b.be.stream(name), name
+	if err = b.be.truncateReadModel(ctx); err != nil {
+		return
+	}
+	p, err = b.l.start(ctx, name, "dev", "--store", storeFlag(path), "--redis-url", b.be.redisURL,
+		"--postgres-url", b.be.pgURL, "--stream", stream, "--group", group)
+	return
+}
+
+// endToEnd posts BENCH_EVENTS in batches to `outboxd dev` and waits until
+// every one is synced.
+func (b *bench) endToEnd(ctx context.Context) error {
+	p, path, stream, group, err := b.startDev(ctx, stageEndToEnd)
+	if err != nil {
+		return err
+	}
+	c := newClient(p.url(""), "", batchClients)
+	n := b.n
+	d := drive{clients: batchClients, calls: (n + batchEvents - 1) / batchEvents, do: func(ctx context.Context, i int) (int, error) {
+		k := min(batchEvents, n-i*batchEvents)
+		return k, c.postBatch(ctx, stageEndToEnd, i*batchEvents, k)
+	}}
+	began := time.Now()
+	res, err := d.run(ctx)
+	if err == nil {
+		err = b.waitSynced(ctx, stageEndToEnd, path, stream, group, n, p)
+	}
+	elapsed := time.Since(began)
+	if err != nil {
+		abort(p)
+		return fmt.Errorf("%s: %w", stageEndToEnd, err)
+	}
+	rss, err := b.l.finish(stageEndToEnd, p)
+	if err != nil {
+		return err
+	}
+	lat := summarize(res.latencies)
+	b.res.addStage(b.out, Stage{Name: stageEndToEnd, Events: n, LimitName: limitSlowestPart, P50Ms: lat.p50, P99Ms: lat.p99, PeakRssBytes: rss}, elapsed)
+	return nil
+}
+
+// waitSynced waits until the n originals of path are synced.
+func (b *bench) waitSynced(ctx context.Context, name, path, stream, group string, n int, p *proc) error {
+	err := waitFor(ctx, name+": the group drained", b.timeout, pollEvery, b.drained(stream, group, n), p)
+	if err != nil {
+		return err
+	}
+	return b.waitCounts(ctx, name+": every original synced", path, func(c store.Counts) bool {
+		return c.Total == int64(n) && c.Synced == int64(n)
+	}, p)
+}
+
+// latency offers single events at latencyRate to `outboxd dev` and
+// measures, per event, syncedAt − the start of its request.
+func (b *bench) latency(ctx context.Context) error {
+	p, path, stream, group, err := b.startDev(ctx, stageLatency)
+	if err != nil {
+		return err
+	}
+	n := int(latencyRate * latencyFor.Seconds())
+	starts := make([]time.Time, n)
+	ids := make([]string, n)
+	c := newClient(p.url(""), "", latencySenders)
+	d := drive{clients: latencySenders, calls: n, pace: time.Second / latencyRate, do: func(ctx context.Context, i int) (int, error) {
+		starts[i] = time.Now()
+		id, err := c.postEvent(ctx, stageLatency, i)
+		ids[i] = id
+		return 1, err
+	}}
+	res, err := d.run(ctx)
+	if err == nil {
+		err = b.waitSynced(ctx, stageLatency, path, stream, group, n, p)
+	}
+	if err != nil {
+		abort(p)
+		return fmt.Errorf("%s: %w", stageLatency, err)
+	}
+	rss, err := b.l.finish(stageLatency, p)
+	if err != nil {
+		return err
+	}
+	b.res.notePeak(stageLatency, rss)
+	lat, err := syncLatencies(ctx, path, ids, starts)
+	if err != nil {
+		return err
+	}
+	s, req := summarize(lat), summarize(res.latencies)
+	b.res.Latency = &Latency{OfferedEventsPerSecond: latencyRate, AchievedEventsPerSecond: perSecond(n, res.elapsed), Events: n,
+		P50Ms: s.p50, P95Ms: s.p95, P99Ms: s.p99, MaxMs: s.maxValue, RequestP99Ms: req.p99, PeakRssBytes: rss}
+	fmt.Fprintf(b.out, "  stage %-14s p50 %.1f ms, p95 %.1f ms, p99 %.1f ms ingest → syncedAt at %.0f/s offered (%.0f/s achieved)\n",
+		stageLatency, s.p50, s.p95, s.p99, float64(latencyRate), b.res.Latency.AchievedEventsPerSecond)
+	return nil
+}
+
+// syncLatencies reads the syncedAt of ids from the SQLite file path and
+// returns syncedAt − starts[i] for each.
+func syncLatencies(ctx context.Context, path string, ids []string, starts []time.Time) ([]time.Duration, error) {
+	st, err := openStore(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = st.Close(context.Background()) }()
+	out := make([]time.Duration, 0, len(ids))
+	const chunk = 1000
+	for i := 0; i < len(ids); i += chunk {
+		loaded, err := st.LoadEvents(ctx, ids[i:min(i+chunk, len(ids))])
+		if err != nil {
+			return nil, err
+		}
+		for j := i; j < min(i+chunk, len(ids)); j++ {
+			l, ok := loaded[ids[j]]
+			if !ok || l.Err != nil || l.Event.SyncedAt == nil {
+				return nil, fmt.Errorf("%s: original %s is not synced (%v)", stageLatency, ids[j], errors.Join(l.Err))
+			}
+			out = append(out, l.Event.SyncedAt.Sub(starts[j]))
+		}
+	}
+	return out, nil
+}
+
+// chunkTable runs the dispatcher and worker-1 stages, and their raw
+// limits, at each of b.chunks.
+func (b *bench) chunkTable(ctx context.Context) error {
+	for _, size := range b.chunks {
+		fmt.Fprintf(b.out, "batch size %d\n", size)
+		name := "batch-" + strconv.Itoa(size)
+		d, drss, err := b.dispatch(ctx, stageDispatcher+"-"+name, size)
+		if err != nil {
+			return err
+		}
+		w, wrss, err := b.work(ctx, stageWorker1+"-"+name, 1, size)
+		if err != nil {
+			return err
+		}
+		b.res.notePeak(stageDispatcher+"-"+name, drss)
+		b.res.notePeak(stageWorker1+"-"+name, wrss)
+		xadd, readAck, project, err := b.rawRedisAndPostgres(ctx, size, size)
+		if err != nil {
+			return err
+		}
+		raw := len(b.rawEvents)
+		c := Chunk{BatchSize: size, DispatcherEventsPerSecond: perSecond(b.total, d), XaddEventsPerSecond: perSecond(raw, xadd),
+			WorkerEventsPerSecond:          perSecond(b.total, w),
+			RedisToPostgresEventsPerSecond: serial(perSecond(raw, readAck), perSecond(raw, project)),
+			DispatcherPeakRssBytes:         drss, WorkerPeakRssBytes: wrss}
+		c.DispatcherRatio = ratio(c.DispatcherEventsPerSecond, c.XaddEventsPerSecond)
+		c.WorkerRatio = ratio(c.WorkerEventsPerSecond, c.RedisToPostgresEventsPerSecond)
+		b.res.Chunks = append(b.res.Chunks, c)
+		fmt.Fprintf(b.out, "  dispatcher %.0f ev/s (xadd %.0f, ratio %.2f), worker-1 %.0f ev/s (redis-to-pg %.0f, ratio %.2f)\n",
+			c.DispatcherEventsPerSecond, c.XaddEventsPerSecond, c.DispatcherRatio, c.WorkerEventsPerSecond,
+			c.RedisToPostgresEventsPerSecond, c.WorkerRatio)
+	}
+	return nil
+}
