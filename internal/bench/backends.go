@@ -137,11 +137,16 @@ func (b *backends) truncateReadModel(ctx context.Context) error {
 	return err
 }
 
-// readModelRows counts the rows of the read model's events table.
-func (b *backends) readModelRows(ctx context.Context) (int64, error) {
-	var n int64
-	err := b.pg.QueryRow(ctx, "SELECT count(*) FROM events").Scan(&n)
-	return n, err
+// checkReadModel fails unless the read model's events table holds n rows.
+func (b *backends) checkReadModel(ctx context.Context, what string, n int) error {
+	var rows int64
+	if err := b.pg.QueryRow(ctx, "SELECT count(*) FROM events").Scan(&rows); err != nil {
+		return fmt.Errorf("%s: error counting the read model's rows: %w", what, err)
+	}
+	if rows != int64(n) {
+		return fmt.Errorf("%s: the read model holds %d rows, not %d", what, rows, n)
+	}
+	return nil
 }
 
 // freeAddr returns a loopback address with a port that is free now.

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +19,10 @@ import (
 
 	"github.com/google/pprof/profile"
 )
+
+// errExited is the error of a process that exited with status 0 before it
+// was told to stop.
+var errExited = errors.New("exit status 0")
 
 // readyTimeout bounds a process's start (migrations included).
 const readyTimeout = 60 * time.Second
@@ -124,7 +129,7 @@ func (p *proc) url(path string) string { return "http://" + p.addr + path }
 func (p *proc) alive() error {
 	select {
 	case <-p.exited:
-		return fmt.Errorf("%s exited (%v); the end of its log %s:\n%s", p.name, p.err, p.log, tail(p.log, 30))
+		return fmt.Errorf("%s exited (%w); the end of its log %s:\n%s", p.name, cmp.Or(p.err, errExited), p.log, tail(p.log, 30))
 	default:
 		return nil
 	}
@@ -295,8 +300,11 @@ func cpuProfile(url string) (*profile.Profile, error) {
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("error taking a CPU profile: %s %v %s", resp.Status, err, bytes.TrimSpace(b))
+	if err != nil {
+		return nil, fmt.Errorf("error taking a CPU profile: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("error taking a CPU profile: %s: %s", resp.Status, bytes.TrimSpace(b))
 	}
 	return profile.Parse(bytes.NewReader(b))
 }

@@ -220,8 +220,8 @@ func (b *bench) rawProject(ctx context.Context, batch int) (time.Duration, error
 		}
 	}
 	elapsed := time.Since(began)
-	if rows, err := b.be.readModelRows(ctx); err != nil || rows != int64(len(b.rawEvents)) {
-		return 0, fmt.Errorf("%s: the read model holds %d rows, not %d (%v)", limitProject, rows, len(b.rawEvents), err)
+	if err := b.be.checkReadModel(ctx, limitProject, len(b.rawEvents)); err != nil {
+		return 0, err
 	}
 	return elapsed, b.be.truncateReadModel(ctx)
 }

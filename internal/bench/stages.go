@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -248,8 +247,8 @@ func (b *bench) work(ctx context.Context, name string, workers, batch int) (time
 	if err != nil {
 		return 0, 0, err
 	}
-	if rows, err := b.be.readModelRows(ctx); err != nil || rows != int64(b.total) {
-		return 0, 0, fmt.Errorf("%s: the read model holds %d rows, not %d (%v)", name, rows, b.total, err)
+	if err := b.be.checkReadModel(ctx, name, b.total); err != nil {
+		return 0, 0, err
 	}
 	return elapsed, rss, nil
 }
@@ -392,8 +391,13 @@ func syncLatencies(ctx context.Context, path string, ids []string, starts []time
 		}
 		for j := i; j < min(i+chunk, len(ids)); j++ {
 			l, ok := loaded[ids[j]]
-			if !ok || l.Err != nil || l.Event.SyncedAt == nil {
-				return nil, fmt.Errorf("%s: original %s is not synced (%v)", stageLatency, ids[j], errors.Join(l.Err))
+			switch {
+			case !ok:
+				return nil, fmt.Errorf("%s: no original %s", stageLatency, ids[j])
+			case l.Err != nil:
+				return nil, fmt.Errorf("%s: original %s: %w", stageLatency, ids[j], l.Err)
+			case l.Event.SyncedAt == nil:
+				return nil, fmt.Errorf("%s: original %s is not synced", stageLatency, ids[j])
 			}
 			out = append(out, l.Event.SyncedAt.Sub(starts[j]))
 		}
