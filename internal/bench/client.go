@@ -71,13 +71,20 @@ func newClient(base, token string, conns int) *client {
 	return &client{http: &http.Client{Transport: tr, Timeout: time.Minute}, base: base, token: token}
 }
 
-// post sends body to path and returns the response body of a 2xx answer.
-func (c *client) post(ctx context.Context, path string, body []byte) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, bytes.NewReader(body))
+// request sends a request (body nil: none) and returns the response body
+// of a 2xx answer.
+func (c *client) request(ctx context.Context, method, path string, body []byte) ([]byte, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Content-Type", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
@@ -91,20 +98,20 @@ func (c *client) post(ctx context.Context, path string, body []byte) ([]byte, er
 		return nil, err
 	}
 	if resp.StatusCode/100 != 2 {
-		return nil, fmt.Errorf("POST %s: %s: %s", path, resp.Status, bytes.TrimSpace(out))
+		return nil, fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, bytes.TrimSpace(out))
 	}
 	return out, nil
 }
 
 // postBatch posts events from…from+n-1 of source as one batch.
 func (c *client) postBatch(ctx context.Context, source string, from, n int) error {
-	_, err := c.post(ctx, "/v1/events:batch", batchBody(source, from, n))
+	_, err := c.request(ctx, http.MethodPost, "/v1/events:batch", batchBody(source, from, n))
 	return err
 }
 
 // postEvent posts event i of source alone and returns its id.
 func (c *client) postEvent(ctx context.Context, source string, i int) (string, error) {
-	out, err := c.post(ctx, "/v1/events", appendEvent(nil, source, i))
+	out, err := c.request(ctx, http.MethodPost, "/v1/events", appendEvent(nil, source, i))
 	if err != nil {
 		return "", err
 	}
@@ -113,6 +120,27 @@ func (c *client) postEvent(ctx context.Context, source string, i int) (string, e
 		return "", fmt.Errorf("error decoding the answer to POST /v1/events: %w", err)
 	}
 	return res.ID, nil
+}
+
+// batches is batchClients posting n events of source in batches of
+// batchEvents (n = 0: until the drive's duration passes).
+func (c *client) batches(source string, n int) drive {
+	return drive{clients: batchClients, calls: (n + batchEvents - 1) / batchEvents, do: func(ctx context.Context, i int) (int, error) {
+		k := batchEvents
+		if n > 0 {
+			k = min(batchEvents, n-i*batchEvents)
+		}
+		return k, c.postBatch(ctx, source, i*batchEvents, k)
+	}}
+}
+
+// singles is singleClients posting n events of source one by one (n = 0:
+// until the drive's duration passes).
+func (c *client) singles(source string, n int) drive {
+	return drive{clients: singleClients, calls: n, do: func(ctx context.Context, i int) (int, error) {
+		_, err := c.postEvent(ctx, source, i)
+		return 1, err
+	}}
 }
 
 // drive is a closed-loop load: clients goroutines call do for i = 0, 1, …

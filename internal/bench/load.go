@@ -57,10 +57,8 @@ func runLoad(ctx context.Context, out io.Writer, args []string) error {
 	fmt.Fprintf(out, "load run against %s (store holds %d originals); events of source %s\n", server, before.Events.Total, source)
 
 	fmt.Fprintf(out, "\nsingle events: %d clients for %s\n", singleClients, single)
-	d := drive{clients: singleClients, duration: single, window: loadWindow, do: func(ctx context.Context, i int) (int, error) {
-		_, err := c.postEvent(ctx, source, i)
-		return 1, err
-	}}
+	d := c.singles(source, 0)
+	d.duration, d.window = single, loadWindow
 	res, err := d.run(ctx)
 	if err != nil {
 		return err
@@ -74,9 +72,8 @@ func runLoad(ctx context.Context, out io.Writer, args []string) error {
 	}
 
 	fmt.Fprintf(out, "\nbatches of %d: %d clients for %s\n", batchEvents, batchClients, batch)
-	d = drive{clients: batchClients, duration: batch, window: loadWindow, do: func(ctx context.Context, i int) (int, error) {
-		return batchEvents, c.postBatch(ctx, source+"-batch", i*batchEvents, batchEvents)
-	}}
+	d = c.batches(source+"-batch", 0)
+	d.duration, d.window = batch, loadWindow
 	if res, err = d.run(ctx); err != nil {
 		return err
 	}
@@ -118,22 +115,11 @@ func printWindows(out io.Writer, res driven) {
 // status reads GET /v1/status.
 func (c *client) status(ctx context.Context) (loadStatus, error) {
 	var st loadStatus
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/v1/status", nil)
+	out, err := c.request(ctx, http.MethodGet, "/v1/status", nil)
 	if err != nil {
 		return st, err
 	}
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return st, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return st, fmt.Errorf("GET /v1/status: %s", resp.Status)
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+	if err := json.Unmarshal(out, &st); err != nil {
 		return st, fmt.Errorf("error decoding GET /v1/status: %w", err)
 	}
 	if st.Events == nil {

@@ -78,24 +78,21 @@ func (b *bench) ingest(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	n := b.n
-	batches := (n + batchEvents - 1) / batchEvents
-	err = b.ingestStage(ctx, stageIngestBatch, limitInsert500, path, n, drive{clients: batchClients, calls: batches},
-		func(ctx context.Context, c *client, i int) (int, error) {
-			k := min(batchEvents, n-i*batchEvents)
-			return k, c.postBatch(ctx, stageIngestBatch, i*batchEvents, k)
-		})
-	if err != nil {
-		return err
-	}
-	singles := min(n/4, singleMax)
-	err = b.ingestStage(ctx, stageIngestSingle, limitInsert1, path, singles, drive{clients: singleClients, calls: singles},
-		func(ctx context.Context, c *client, i int) (int, error) {
-			_, err := c.postEvent(ctx, stageIngestSingle, i)
-			return 1, err
-		})
-	if err != nil {
-		return err
+	n, singles := b.n, min(b.n/4, singleMax)
+	for _, s := range []struct {
+		stage Stage
+		drive func(c *client) drive
+	}{
+		{Stage{Name: stageIngestBatch, Events: n, LimitName: limitInsert500}, func(c *client) drive { return c.batches(stageIngestBatch, n) }},
+		{Stage{Name: stageIngestSingle, Events: singles, LimitName: limitInsert1}, func(c *client) drive { return c.singles(stageIngestSingle, singles) }},
+	} {
+		p, err := b.l.start(ctx, s.stage.Name, "ingest", "--store", storeFlag(path), "--stream", b.stream)
+		if err != nil {
+			return err
+		}
+		if err := b.driveStage(ctx, p, s.stage, s.drive(newClient(p.url(""), "", singleClients)), nil); err != nil {
+			return err
+		}
 	}
 	c, err := counts(ctx, path)
 	if err != nil {
@@ -108,27 +105,27 @@ func (b *bench) ingest(ctx context.Context) error {
 	return copySQLite(path, b.be.file(fileBacklog))
 }
 
-// ingestStage runs `outboxd ingest` on path and drives its API.
-func (b *bench) ingestStage(ctx context.Context, name, limit, path string, events int, d drive,
-	do func(ctx context.Context, c *client, i int) (int, error),
-) error {
-	p, err := b.l.start(ctx, name, "ingest", "--store", storeFlag(path), "--stream", b.stream)
-	if err != nil {
-		return err
-	}
-	c := newClient(p.url(""), "", d.clients)
-	d.do = func(ctx context.Context, i int) (int, error) { return do(ctx, c, i) }
+// driveStage drives the API of p, waits for until when set, stops p and
+// records stage s, timed from the first request until the end of the
+// wait, with the requests' latency.
+func (b *bench) driveStage(ctx context.Context, p *proc, s Stage, d drive, until func(context.Context) error) error {
+	began := time.Now()
 	res, err := d.run(ctx)
+	if err == nil && until != nil {
+		err = until(ctx)
+	}
+	elapsed := time.Since(began)
 	if err != nil {
 		abort(p)
-		return fmt.Errorf("%s: %w", name, err)
+		return fmt.Errorf("%s: %w", s.Name, err)
 	}
-	rss, err := b.l.finish(name, p)
+	rss, err := b.l.finish(s.Name, p)
 	if err != nil {
 		return err
 	}
 	lat := summarize(res.latencies)
-	b.res.addStage(b.out, Stage{Name: name, Events: events, LimitName: limit, P50Ms: lat.p50, P99Ms: lat.p99, PeakRssBytes: rss}, res.elapsed)
+	s.P50Ms, s.P99Ms, s.PeakRssBytes = lat.p50, lat.p99, rss
+	b.res.addStage(b.out, s, elapsed)
 	return nil
 }
 
@@ -296,29 +293,9 @@ func (b *bench) endToEnd(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c := newClient(p.url(""), "", batchClients)
-	n := b.n
-	d := drive{clients: batchClients, calls: (n + batchEvents - 1) / batchEvents, do: func(ctx context.Context, i int) (int, error) {
-		k := min(batchEvents, n-i*batchEvents)
-		return k, c.postBatch(ctx, stageEndToEnd, i*batchEvents, k)
-	}}
-	began := time.Now()
-	res, err := d.run(ctx)
-	if err == nil {
-		err = b.waitSynced(ctx, stageEndToEnd, path, stream, group, n, p)
-	}
-	elapsed := time.Since(began)
-	if err != nil {
-		abort(p)
-		return fmt.Errorf("%s: %w", stageEndToEnd, err)
-	}
-	rss, err := b.l.finish(stageEndToEnd, p)
-	if err != nil {
-		return err
-	}
-	lat := summarize(res.latencies)
-	b.res.addStage(b.out, Stage{Name: stageEndToEnd, Events: n, LimitName: limitSlowestPart, P50Ms: lat.p50, P99Ms: lat.p99, PeakRssBytes: rss}, elapsed)
-	return nil
+	return b.driveStage(ctx, p, Stage{Name: stageEndToEnd, Events: b.n, LimitName: limitSlowestPart},
+		newClient(p.url(""), "", batchClients).batches(stageEndToEnd, b.n),
+		func(ctx context.Context) error { return b.waitSynced(ctx, stageEndToEnd, path, stream, group, b.n, p) })
 }
 
 // waitSynced waits until the n originals of path are synced.
