@@ -58,6 +58,10 @@
 //     request started. syncedAt is stored at millisecond precision
 //     (truncated), so a latency may read up to 1 ms short.
 //
+// The dispatcher and worker stages are timed from the start of their
+// processes, so they include it (tens of milliseconds); the stages that
+// post are timed from their first request.
+//
 // The stores are reset between stages by copying snapshots of the SQLite
 // file taken while no process has it open (after the ingest stages: the
 // undispatched backlog; after the dispatcher: every entry relayed, no
@@ -80,7 +84,7 @@
 //   - BENCH_PROFILE=DIR: each stage process serves --pprof, and the harness
 //     writes a CPU profile of the stage to DIR/<stage>.pprof (one-second
 //     profiles back to back, merged; a stage with two processes merges
-//     both);
+//     both). Profiling costs the stages a few percent;
 //   - BENCH_REDIS_URL, BENCH_POSTGRES_URL: the servers (default: the
 //     variables of the tests, OUTBOXD_TEST_REDIS_URL and
 //     OUTBOXD_TEST_POSTGRES_URL, then outboxd's defaults). The PostgreSQL
