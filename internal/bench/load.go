@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"time"
 )
 
@@ -100,15 +101,23 @@ func runLoad(ctx context.Context, out io.Writer, args []string) error {
 	return nil
 }
 
-// printWindows prints the accepted events/s of each window.
+// printWindows prints the accepted events/s of each window; the requests
+// that end just after the last full window (those in flight when the
+// duration passed) count in it.
 func printWindows(out io.Writer, res driven) {
-	for k, n := range res.windows {
+	counts := slices.Clone(res.windows)
+	last := len(counts) - 1
+	if last > 0 && res.elapsed-time.Duration(last)*loadWindow < loadWindow/10 {
+		counts[last-1] += counts[last]
+		counts = counts[:last]
+	}
+	for k, n := range counts {
 		from := time.Duration(k) * loadWindow
-		length := min(loadWindow, res.elapsed-from)
-		if length <= 0 {
-			continue
+		to := min(from+loadWindow, res.elapsed)
+		if k == len(counts)-1 {
+			to = res.elapsed
 		}
-		fmt.Fprintf(out, "  %3.0f–%3.0f s: %8.0f ev/s\n", from.Seconds(), (from + length).Seconds(), perSecond(n, length))
+		fmt.Fprintf(out, "  %5.1f–%5.1f s: %8.0f ev/s\n", from.Seconds(), to.Seconds(), perSecond(n, to-from))
 	}
 }
 
