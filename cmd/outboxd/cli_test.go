@@ -53,6 +53,7 @@ func TestUsageErrors(t *testing.T) {
 		{"NoHTTPAddrForTheAPI", nil, []string{"ingest", "--http-addr", ""}, []string{"--http-addr", "must not be empty"}},
 		{"BadLogLevel", nil, []string{"ingest", "--store", "mongodb://h", "--log-level", "loud"}, []string{"--log-level"}},
 		{"BadServer", nil, []string{"status", "--server", "localhost:8080"}, []string{"--server"}},
+		{"RelayBatchTooLarge", nil, []string{"dispatch", "--store", "mongodb://h", "--relay-batch", "10001"}, []string{"--relay-batch", "between 1 and 10000"}},
 		{"UISampleTooOften", nil, []string{"work", "--store", "mongodb://h", "--ui-sample-every", "1ms"}, []string{"--ui-sample-every", "at least 100ms"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -30,6 +30,32 @@ func TestHTTPFlagsAreValidated(t *testing.T) {
 	}
 }
 
+// TestPprof: --pprof serves Go's profiles under /debug/pprof/ beside the
+// API, bearer token or not; without it they are not found.
+func TestPprof(t *testing.T) {
+	t.Parallel()
+	get := func(t *testing.T, url string) int {
+		t.Helper()
+		resp, err := http.Get(url)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		return resp.StatusCode
+	}
+	t.Run("On", func(t *testing.T) {
+		t.Parallel()
+		b := startDev(t, "", "--pprof", "--auth-token", "secret")
+		require.Equal(t, http.StatusOK, get(t, b.base+"/debug/pprof/"))
+		require.Equal(t, http.StatusOK, get(t, b.base+"/debug/pprof/heap"))
+		require.Equal(t, http.StatusOK, get(t, b.base+"/healthz"), "the API is still served")
+		require.Equal(t, http.StatusUnauthorized, get(t, b.base+"/v1/status"), "and still guarded")
+	})
+	t.Run("Off", func(t *testing.T) {
+		t.Parallel()
+		b := startDev(t, "")
+		require.Equal(t, http.StatusNotFound, get(t, b.base+"/debug/pprof/"))
+	})
+}
+
 // stalledPost opens a connection to addr that sends the head of POST
 // /v1/events and part of the body, then nothing.
 func stalledPost(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
