@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -198,10 +199,14 @@ func (d *Dispatcher) relayFeed(ctx, workCtx context.Context, lease store.Lease, 
 				lastCheckpoint = time.Now()
 			}
 		}
-		if time.Now().After(nextSweep) {
-			if err := d.sweep(ctx, workCtx, lease); err != nil {
+		// While the feed delivers full batches it is behind, and what it
+		// has not delivered yet is not missed: the sweep waits.
+		if len(entries) < d.cfg.BatchSize && time.Now().After(nextSweep) {
+			swept, err := d.sweep(ctx, workCtx, lease)
+			if err != nil {
 				return err
 			}
+			maps.Copy(seen, swept) // the feed may still deliver them
 			nextSweep = time.Now().Add(d.cfg.SweepInterval)
 		}
 	}
@@ -209,13 +214,13 @@ func (d *Dispatcher) relayFeed(ctx, workCtx context.Context, lease store.Lease, 
 
 // sweep relays the undispatched entries older than SweepMinAge (the feed
 // should have delivered them: a commit that became visible behind the
-// feed's start, an undecodable change event) and deletes the dispatched
-// entries older than Retention.
-func (d *Dispatcher) sweep(ctx, workCtx context.Context, lease store.Lease) error {
+// feed's start, an undecodable change event), deletes the dispatched
+// entries older than Retention and returns the ids it relayed.
+func (d *Dispatcher) sweep(ctx, workCtx context.Context, lease store.Lease) (map[string]struct{}, error) {
 	now := d.cfg.Now()
-	n, _, err := d.catchUp(ctx, workCtx, lease, now.Add(-d.cfg.SweepMinAge))
+	n, seen, err := d.catchUp(ctx, workCtx, lease, now.Add(-d.cfg.SweepMinAge))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if n > 0 {
 		d.metrics.swept.Add(float64(n))
@@ -223,12 +228,12 @@ func (d *Dispatcher) sweep(ctx, workCtx context.Context, lease store.Lease) erro
 	}
 	deleted, err := d.st.DeleteDispatched(ctx, now.Add(-d.cfg.Retention))
 	if err != nil {
-		return fmt.Errorf("error deleting dispatched entries past the retention: %w", err)
+		return nil, fmt.Errorf("error deleting dispatched entries past the retention: %w", err)
 	}
 	if deleted > 0 {
 		d.logger.Debug("deleted dispatched entries past the retention", zap.Int64("entries", deleted))
 	}
-	return nil
+	return seen, nil
 }
 
 func (d *Dispatcher) newBackoff() *backoff.ExponentialBackOff {

@@ -52,3 +52,23 @@ func TestSweepRelaysEntriesTheFeedMissed(t *testing.T) {
 		})
 	}
 }
+
+// TestSweepDoesNotRelayTwice runs the sweep as often as it can while the
+// feed is still delivering a backlog: what the sweep relays the feed skips,
+// so the stream holds each entry once.
+func TestSweepDoesNotRelayTwice(t *testing.T) {
+	t.Parallel()
+	for _, kind := range kinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, &setupOpts{kind: kind})
+			cfg := b.config()
+			cfg.BatchSize = 10
+			cfg.SweepInterval, cfg.SweepMinAge = time.Millisecond, time.Nanosecond
+			b.start(cfg)
+			ids := b.write(400, 50)
+			b.waitRelayed(ids, 30*time.Second)
+			require.ElementsMatch(t, ids, b.streamIDs(), "each entry relayed once")
+		})
+	}
+}

@@ -38,41 +38,70 @@ type outcome struct {
 	synced   int // entries acknowledged as synced
 }
 
+// batch is a read batch decoded, with its originals loaded: the part of a
+// batch's work that writes nothing, so that it can be done for the next
+// batch while the current one is written (see readAhead).
+type batch struct {
+	// dead are the entries that cannot be decoded.
+	dead []deadLetter
+	// entries are the decoded entries by event id, ids those event ids in
+	// order, origins the origin of each event's first entry.
+	entries map[string][]redis.XMessage
+	ids     []string
+	origins map[string]outbox.Origin
+	// originals are the loaded originals by id; invalid those that cannot
+	// become a read-model row.
+	originals map[string]*outbox.Event
+	invalid   map[string]error
+}
+
+// prepare decodes msgs and reads their originals with one store read.
+func (w *Worker) prepare(ctx context.Context, msgs []redis.XMessage) (*batch, error) {
+	b := &batch{entries: map[string][]redis.XMessage{}, origins: map[string]outbox.Origin{}}
+	for _, m := range msgs {
+		if m.Values == nil { // trimmed or deleted while pending
+			b.dead = append(b.dead, deadLetter{msg: m, err: fmt.Errorf("%w: entry %s", errTrimmed, m.ID), category: outbox.CategoryNonRetryable})
+			continue
+		}
+		msg, err := outbox.DecodeMessage(m.Values)
+		if err != nil {
+			b.dead = append(b.dead, deadLetter{msg: m, err: err, category: outbox.CategoryNonRetryable})
+			continue
+		}
+		if _, ok := b.origins[msg.EventID]; !ok {
+			b.origins[msg.EventID] = msg.Origin
+		}
+		b.entries[msg.EventID] = append(b.entries[msg.EventID], m)
+	}
+	b.ids = slices.Sorted(maps.Keys(b.entries))
+	var err error
+	b.originals, b.invalid, err = w.load(ctx, b.ids)
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
 // handle runs one batch end to end: decode, one read of the originals, one
 // PostgreSQL transaction, the failing records judged (held for another
 // delivery, or dead-lettered once their budget is spent), one write of
 // syncedAt, then one MULTI/EXEC with the dead letters, the XACK and the
 // budget updates. Any error leaves the whole batch unacknowledged and
-// charges nothing; running it again converges to the same state.
-func (w *Worker) handle(ctx context.Context, msgs []redis.XMessage) (outcome, error) {
+// charges nothing; running it again converges to the same state. pre is
+// the batch already prepared by a read-ahead, or nil; a retry prepares the
+// batch again.
+func (w *Worker) handle(ctx context.Context, msgs []redis.XMessage, pre *batch) (outcome, error) {
+	var out outcome
+	b := pre
+	if b == nil {
+		var err error
+		if b, err = w.prepare(ctx, msgs); err != nil {
+			return out, err
+		}
+	}
 	w.metrics.batchSize.Observe(float64(len(msgs)))
-	var (
-		out     outcome
-		dead    []deadLetter
-		entries = map[string][]redis.XMessage{}
-		origins = map[string]outbox.Origin{}
-	)
-	for _, m := range msgs {
-		if m.Values == nil { // trimmed or deleted while pending
-			dead = append(dead, deadLetter{msg: m, err: fmt.Errorf("%w: entry %s", errTrimmed, m.ID), category: outbox.CategoryNonRetryable})
-			continue
-		}
-		msg, err := outbox.DecodeMessage(m.Values)
-		if err != nil {
-			dead = append(dead, deadLetter{msg: m, err: err, category: outbox.CategoryNonRetryable})
-			continue
-		}
-		if _, ok := origins[msg.EventID]; !ok {
-			origins[msg.EventID] = msg.Origin
-		}
-		entries[msg.EventID] = append(entries[msg.EventID], m)
-	}
-	ids := slices.Sorted(maps.Keys(entries))
-
-	originals, invalid, err := w.load(ctx, ids)
-	if err != nil {
-		return out, err
-	}
+	dead := slices.Clone(b.dead)
+	entries, ids, origins, originals, invalid := b.entries, b.ids, b.origins, b.originals, b.invalid
 	var events []*outbox.Event
 	var parked []deadLetter // originals that get syncFailure
 	failures := map[string]error{}

@@ -70,6 +70,9 @@ type Worker struct {
 	// held are the entries this worker keeps pending for a later delivery,
 	// by entry id; only the run goroutine touches it.
 	held map[string]heldEntry
+	// ahead delivers the batch a read-ahead is reading, or is nil; only the
+	// run goroutine touches it.
+	ahead chan aheadBatch
 	// wake tells the run goroutine that ResumeRetries was called.
 	wake chan struct{}
 	// beat is when the run goroutine last showed a sign of life (Unix
@@ -174,6 +177,15 @@ func (w *Worker) run(fetchCtx, workCtx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { w.keepHeld(workCtx, stop) })
 	err := w.loop(fetchCtx, workCtx)
+	if w.ahead != nil {
+		a := <-w.ahead
+		w.ahead = nil
+		if err == nil && a.err == nil {
+			// Read before the stop: in flight like the batch before it. After
+			// an abrupt stop its entries stay pending, as after a crash.
+			err = w.process(fetchCtx, workCtx, a.msgs, a.pre)
+		}
+	}
 	close(stop)
 	wg.Wait()
 	w.metrics.held.Sub(float64(len(w.held)))
@@ -204,7 +216,7 @@ func (w *Worker) loop(fetchCtx, workCtx context.Context) error {
 		default:
 		}
 		if due := w.takeDue(time.Now()); len(due) > 0 {
-			if err := w.process(fetchCtx, workCtx, due); err != nil {
+			if err := w.process(fetchCtx, workCtx, due, nil); err != nil {
 				return err
 			}
 			continue
@@ -227,15 +239,58 @@ func (w *Worker) loop(fetchCtx, workCtx context.Context) error {
 		if next, ok := w.nextDue(); ok {
 			block = min(block, max(time.Until(next), time.Millisecond))
 		}
-		msgs, err := w.read(fetchCtx, ">", block)
+		msgs, pre, err := w.next(fetchCtx, block)
 		if err != nil {
 			return err
 		}
-		if err := w.process(fetchCtx, workCtx, msgs); err != nil {
+		if len(msgs) == w.cfg.BatchSize && !w.paused() {
+			w.readAhead(fetchCtx, workCtx)
+		}
+		if err := w.process(fetchCtx, workCtx, msgs, pre); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// aheadBatch is what a read-ahead read and prepared.
+type aheadBatch struct {
+	msgs []redis.XMessage
+	pre  *batch // nil when preparing failed: process prepares again
+	err  error
+}
+
+// readAhead reads the next batch of new entries, without blocking, and
+// prepares it (decode and one store read) while the loop writes the
+// current one, so that a backlog costs the store read and the Redis round
+// trip of each batch in parallel with the PostgreSQL transaction of the
+// one before. The loop takes the result with next; the entries wait in this
+// consumer's PEL meanwhile, like those of a batch being written.
+func (w *Worker) readAhead(fetchCtx, workCtx context.Context) {
+	ch := make(chan aheadBatch, 1)
+	w.ahead = ch
+	go func() {
+		msgs, err := w.read(fetchCtx, ">", -1)
+		var pre *batch
+		if err == nil && len(msgs) > 0 {
+			pre, _ = w.prepare(workCtx, msgs) // on failure process prepares again, through its retries
+		}
+		ch <- aheadBatch{msgs: msgs, pre: pre, err: err}
+	}()
+}
+
+// next returns the batch a read-ahead prepared, or else reads new entries,
+// waiting at most block for some.
+func (w *Worker) next(fetchCtx context.Context, block time.Duration) ([]redis.XMessage, *batch, error) {
+	if w.ahead != nil {
+		a := <-w.ahead
+		w.ahead = nil
+		if a.err != nil || len(a.msgs) > 0 {
+			return a.msgs, a.pre, a.err
+		}
+	}
+	msgs, err := w.read(fetchCtx, ">", block)
+	return msgs, nil, err
 }
 
 // alive records a sign of life of the loop (see keepHeld).
@@ -310,7 +365,7 @@ func (w *Worker) drainOwn(fetchCtx, workCtx context.Context) error {
 		}
 		start = msgs[len(msgs)-1].ID
 		w.logger.Info("draining own pending entries", zap.Int("entries", len(msgs)))
-		if err := w.process(fetchCtx, workCtx, msgs); err != nil {
+		if err := w.process(fetchCtx, workCtx, msgs, nil); err != nil {
 			return err
 		}
 	}
@@ -347,7 +402,7 @@ func (w *Worker) reclaim(fetchCtx, workCtx context.Context) error {
 		if len(msgs) > 0 {
 			w.metrics.claimed.Add(float64(len(msgs)))
 			w.logger.Info("reclaimed idle entries", zap.Int("entries", len(msgs)))
-			if err := w.process(fetchCtx, workCtx, msgs); err != nil {
+			if err := w.process(fetchCtx, workCtx, msgs, nil); err != nil {
 				return err
 			}
 		}
@@ -393,18 +448,20 @@ func (w *Worker) redisDone(err error) error {
 }
 
 // process handles a batch until it succeeds, retrying infrastructure
-// failures with backoff, then keeps what the batch holds for later. It
+// failures with backoff, then keeps what the batch holds for later. pre is
+// the batch as a read-ahead prepared it, or nil. It
 // returns nil when the batch is done or when a stop was requested while
 // waiting (the entries then stay pending), and an error when the worker
 // must stop abruptly.
-func (w *Worker) process(fetchCtx, workCtx context.Context, msgs []redis.XMessage) error {
+func (w *Worker) process(fetchCtx, workCtx context.Context, msgs []redis.XMessage, pre *batch) error {
 	if len(msgs) == 0 {
 		return nil
 	}
 	var out outcome
 	err := w.retry(fetchCtx, "processing a batch", func() error {
 		var err error
-		out, err = w.handle(workCtx, msgs)
+		out, err = w.handle(workCtx, msgs, pre)
+		pre = nil // a retry reads the originals again
 		return err
 	})
 	if err != nil {

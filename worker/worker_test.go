@@ -372,11 +372,14 @@ func TestWorker(t *testing.T) {
 		require.Equal(t, int64(300), stats)
 	})
 
+	// The batch being written and the one read ahead are both finished.
 	t.Run("GracefulStopAcknowledgesInFlight", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		b.publish(t, b.write(t, "d1", 40)...)
-		w, err := worker.New(b.st, b.rdb, b.pg.Pool, b.config("c"), nil)
+		cfg := b.config("c")
+		cfg.BatchSize = 7 // a backlog: the next batch is read ahead
+		w, err := worker.New(b.st, b.rdb, b.pg.Pool, cfg, nil)
 		require.NoError(t, err)
 		require.NoError(t, w.Start(ctx))
 		require.Eventually(t, func() bool { rows, _ := b.rows(t); return rows > 0 }, waitFor, time.Millisecond)

@@ -21,6 +21,11 @@
 // processes: a process that writes without pause can keep another waiting,
 // so keep transactions short (the writer's batches are).
 //
+// A third connection per Store checkpoints the WAL into the file every
+// Options.CheckpointInterval (PASSIVE: it takes no write lock); SQLite's
+// automatic checkpoint, which would run inside a commit and hold every
+// queued writer, is off (see checkpointer).
+//
 // # Durability
 //
 // synchronous=NORMAL: a commit is in the WAL file (written, not fsynced)

@@ -30,6 +30,9 @@ const (
 	ReadConnsDefault = 4
 	// PollIntervalDefault is how often a quiet feed looks at the outbox.
 	PollIntervalDefault = 100 * time.Millisecond
+	// CheckpointIntervalDefault is how often a Store copies the WAL into
+	// the database file (see checkpointer).
+	CheckpointIntervalDefault = time.Second
 )
 
 // Options tune a Store. A nil *Options means all defaults.
@@ -43,6 +46,10 @@ type Options struct {
 	// loads, counts) while a write is running. Defaults to ReadConnsDefault
 	// (4).
 	ReadConns int
+	// CheckpointInterval is how often the Store copies the WAL into the
+	// database file, in the background, so that no commit pays for it.
+	// Defaults to CheckpointIntervalDefault (1 second).
+	CheckpointInterval time.Duration
 }
 
 func (o *Options) withDefaults() Options {
@@ -56,6 +63,9 @@ func (o *Options) withDefaults() Options {
 	if out.ReadConns == 0 {
 		out.ReadConns = ReadConnsDefault
 	}
+	if out.CheckpointInterval == 0 {
+		out.CheckpointInterval = CheckpointIntervalDefault
+	}
 	return out
 }
 
@@ -65,6 +75,9 @@ func (o Options) validate() error {
 	}
 	if o.ReadConns < 1 {
 		return fmt.Errorf("invalid Options.ReadConns %d: must be at least 1", o.ReadConns)
+	}
+	if o.CheckpointInterval < time.Millisecond {
+		return fmt.Errorf("invalid Options.CheckpointInterval %s: must be at least 1ms", o.CheckpointInterval)
 	}
 	return nil
 }
@@ -78,6 +91,8 @@ type Store struct {
 	write *sql.DB
 	// read serves reads; WAL lets them run while a transaction writes.
 	read *sql.DB
+	// ckpt copies the WAL into the file in the background.
+	ckpt *checkpointer
 
 	// stmts are outbox.Tx's statements, prepared on first use (Open does
 	// not need the schema); stmtsMu serialises their preparation only, so
@@ -139,6 +154,11 @@ func Open(ctx context.Context, path string, opts *Options) (*Store, error) {
 	s.read.SetMaxOpenConns(o.ReadConns)
 	s.read.SetMaxIdleConns(o.ReadConns)
 	if err := s.openCheck(ctx, s.read); err != nil {
+		_ = s.write.Close()
+		_ = s.read.Close()
+		return nil, err
+	}
+	if s.ckpt, err = startCheckpointer(ctx, abs, o.BusyTimeout, o.CheckpointInterval); err != nil {
 		_ = s.write.Close()
 		_ = s.read.Close()
 		return nil, err
@@ -257,7 +277,7 @@ func (s *Store) Close(ctx context.Context) error {
 		st.close()
 	}
 	s.stmtsMu.Unlock()
-	return errors.Join(s.read.Close(), s.write.Close())
+	return errors.Join(s.ckpt.close(), s.read.Close(), s.write.Close())
 }
 
 // notify wakes the feeds of this Store waiting in Next.

@@ -643,3 +643,42 @@ func TestWriterThroughStore(t *testing.T) {
 	}
 	require.Equal(t, 1, created)
 }
+
+// TestCheckpointInBackground: commits leave the WAL to the background
+// checkpoint (no commit copies pages into the file, however large the WAL),
+// and the checkpoint copies them within its interval.
+func TestCheckpointInBackground(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	size := func(path string) int64 {
+		fi, err := os.Stat(path)
+		require.NoError(t, err)
+		return fi.Size()
+	}
+	write := func(s *sqlitestore.Store) {
+		for range 3 { // about 6 MB of WAL: past SQLite's automatic checkpoint of 1,000 pages
+			events, entries := records(3000, "s", time.Now())
+			require.NoError(t, insert(ctx, s, events, entries))
+		}
+	}
+
+	t.Run("NotInTheCommit", func(t *testing.T) {
+		t.Parallel()
+		path := filepath.Join(t.TempDir(), "outboxd.db")
+		s := open(t, path, &sqlitestore.Options{CheckpointInterval: time.Hour})
+		before := size(path)
+		write(s)
+		require.Equal(t, before, size(path), "no commit checkpointed")
+		require.Greater(t, size(path+"-wal"), int64(4<<20))
+	})
+
+	t.Run("InTheBackground", func(t *testing.T) {
+		t.Parallel()
+		path := filepath.Join(t.TempDir(), "outboxd.db")
+		s := open(t, path, &sqlitestore.Options{CheckpointInterval: 5 * time.Millisecond})
+		before := size(path)
+		write(s)
+		require.Eventually(t, func() bool { return size(path) > before+(2<<20) }, 10*time.Second, 5*time.Millisecond,
+			"the checkpoint copied the WAL into the file")
+	})
+}
