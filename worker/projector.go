@@ -97,8 +97,7 @@ func (r *rowSet) args() []any {
 }
 
 // projectRows turns events into column arrays, de-duplicated by id and in id
-// order; the payload goes in as the stored JSON text (no re-encoding). It
-// is shared with the benchmark's raw baseline.
+// order; the payload goes in as the stored JSON text (no re-encoding).
 func projectRows(events []*outbox.Event) (*rowSet, error) {
 	sorted := slices.Clone(events)
 	slices.SortFunc(sorted, func(a, b *outbox.Event) int { return strings.Compare(a.ID, b.ID) })
