@@ -34,7 +34,8 @@ type handlerBundle struct {
 }
 
 // setupHandler serves the ingest API on a fresh SQLite store; cfg's
-// Writer, Store and Ready are filled in when empty.
+// Writer (with a running Committer, as outboxd serves it), Store and Ready
+// are filled in when empty.
 func setupHandler(t *testing.T, cfg *httpapi.Config) *handlerBundle {
 	t.Helper()
 	return setupHandlerOn(t, testkit.NewStore(t), cfg)
@@ -47,6 +48,11 @@ func setupHandlerOn(t *testing.T, st store.Store, cfg *httpapi.Config) *handlerB
 	}
 	if cfg.Writer == nil {
 		cfg.Writer = outbox.NewWriter(st, nil)
+		c, err := outbox.NewCommitter(cfg.Writer, nil)
+		require.NoError(t, err)
+		require.NoError(t, c.Start(context.Background()))
+		t.Cleanup(func() { require.NoError(t, c.Stop(context.Background())) })
+		cfg.Committer = c
 	}
 	if cfg.Store == nil {
 		cfg.Store = st
