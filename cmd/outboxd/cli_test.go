@@ -53,6 +53,9 @@ func TestUsageErrors(t *testing.T) {
 		{"NoHTTPAddrForTheAPI", nil, []string{"ingest", "--http-addr", ""}, []string{"--http-addr", "must not be empty"}},
 		{"BadLogLevel", nil, []string{"ingest", "--store", "mongodb://h", "--log-level", "loud"}, []string{"--log-level"}},
 		{"BadServer", nil, []string{"status", "--server", "localhost:8080"}, []string{"--server"}},
+		{"NegativeGroupWait", nil, []string{"ingest", "--store", "mongodb://h", "--ingest-group-wait", "-1ms"}, []string{"--ingest-group-wait", "between 0"}},
+		{"LongGroupWait", nil, []string{"ingest", "--store", "mongodb://h", "--ingest-group-wait", "2s"}, []string{"--ingest-group-wait", "1s"}},
+		{"ZeroGroupMax", nil, []string{"ingest", "--store", "mongodb://h", "--ingest-group-max", "0"}, []string{"--ingest-group-max must be positive"}},
 		{"UISampleTooOften", nil, []string{"work", "--store", "mongodb://h", "--ui-sample-every", "1ms"}, []string{"--ui-sample-every", "at least 100ms"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
