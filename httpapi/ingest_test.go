@@ -3,10 +3,7 @@ package httpapi_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -44,35 +41,10 @@ func setupGroupCommit(t *testing.T, st store.Store, cfg *outbox.CommitterConfig)
 	return setupHandlerOn(t, st, &httpapi.Config{Writer: w, Committer: c}), cs, c
 }
 
-// postAll sends the n events of eventJSON("d<i>") at once and returns the
-// replies in order.
+// postAll sends the n events of eventJSON("d<i>") at once.
 func postAll(t *testing.T, b *handlerBundle, n int) []reply {
 	t.Helper()
-	replies := make([]reply, n)
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() {
-			<-start
-			req, err := http.NewRequest(http.MethodPost, b.server.URL+"/v1/events", strings.NewReader(eventJSON(fmt.Sprint("d", i))))
-			if err != nil {
-				replies[i] = reply{status: -1, body: []byte(err.Error())}
-				return
-			}
-			req.Header.Set("Content-Type", "application/json")
-			res, err := b.server.Client().Do(req)
-			if err != nil {
-				replies[i] = reply{status: -1, body: []byte(err.Error())}
-				return
-			}
-			defer res.Body.Close()
-			data, _ := io.ReadAll(res.Body)
-			replies[i] = reply{status: res.StatusCode, body: data}
-		})
-	}
-	close(start)
-	wg.Wait()
-	return replies
+	return b.postConcurrently(t, n, func(i int) string { return eventJSON(fmt.Sprint("d", i)) })
 }
 
 func TestIngestGroupCommit(t *testing.T) {

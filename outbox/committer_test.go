@@ -96,7 +96,7 @@ type answer struct {
 // queue starts a Write of in and waits until it is queued (or answered),
 // so that the requests of a test join their group in the order the test
 // queues them.
-func (b *committerBundle) queue(t *testing.T, ctx context.Context, in outbox.Input) <-chan answer {
+func (b *committerBundle) queue(ctx context.Context, t *testing.T, in outbox.Input) <-chan answer {
 	t.Helper()
 	n := outbox.Queued(b.committer)
 	batch := b.prepare(t, in)
@@ -193,10 +193,10 @@ func testCommitter(t *testing.T, kind string) {
 		other := keyed("k", "d0")
 		other.Payload = json.RawMessage(`{"other":true}`)
 
-		first := b.queue(t, ctx, input("d1"))
-		dup := b.queue(t, ctx, keyed("k", "d0"))
-		mismatch := b.queue(t, ctx, other)
-		last := b.queue(t, ctx, input("d2"))
+		first := b.queue(ctx, t, input("d1"))
+		dup := b.queue(ctx, t, keyed("k", "d0"))
+		mismatch := b.queue(ctx, t, other)
+		last := b.queue(ctx, t, input("d2"))
 
 		a := await(t, mismatch)
 		var mm *outbox.MismatchError
@@ -220,8 +220,8 @@ func testCommitter(t *testing.T, kind string) {
 	t.Run("SameKeyInGroupSameContentIsDuplicate", func(t *testing.T) {
 		t.Parallel()
 		b := setupCommitter(t, kind, oneGroup(2))
-		first := b.queue(t, ctx, keyed("k", "d1"))
-		again := b.queue(t, ctx, keyed("k", "d1"))
+		first := b.queue(ctx, t, keyed("k", "d1"))
+		again := b.queue(ctx, t, keyed("k", "d1"))
 		a1, a2 := await(t, first), await(t, again)
 		require.NoError(t, a1.err)
 		require.NoError(t, a2.err)
@@ -236,8 +236,8 @@ func testCommitter(t *testing.T, kind string) {
 		b := setupCommitter(t, kind, oneGroup(2))
 		other := keyed("k", "d1")
 		other.Payload = json.RawMessage(`{"other":true}`)
-		first := b.queue(t, ctx, keyed("k", "d1"))
-		later := b.queue(t, ctx, other)
+		first := b.queue(ctx, t, keyed("k", "d1"))
+		later := b.queue(ctx, t, other)
 		a1, a2 := await(t, first), await(t, later)
 		require.NoError(t, a1.err)
 		var mm *outbox.MismatchError
@@ -255,8 +255,8 @@ func testCommitter(t *testing.T, kind string) {
 		require.NoError(t, err)
 		b.st.hide = "k" // the next lookup misses it: the insert meets it
 		txs := b.st.txs.Load()
-		dup := b.queue(t, ctx, keyed("k", "d0"))
-		fresh := b.queue(t, ctx, input("d1"))
+		dup := b.queue(ctx, t, keyed("k", "d0"))
+		fresh := b.queue(ctx, t, input("d1"))
 		a := await(t, dup)
 		require.NoError(t, a.err)
 		require.True(t, a.res[0].Duplicate)
@@ -273,7 +273,7 @@ func testCommitter(t *testing.T, kind string) {
 		t.Parallel()
 		b := setupCommitter(t, kind, oneGroup(3))
 		b.faults.Arm(outbox.FaultBetweenInserts, -1)
-		answers := []<-chan answer{b.queue(t, ctx, input("d1")), b.queue(t, ctx, input("d2")), b.queue(t, ctx, input("d3"))}
+		answers := []<-chan answer{b.queue(ctx, t, input("d1")), b.queue(ctx, t, input("d2")), b.queue(ctx, t, input("d3"))}
 		for _, c := range answers {
 			a := await(t, c)
 			require.ErrorIs(t, a.err, fault.ErrInjected)
@@ -286,7 +286,7 @@ func testCommitter(t *testing.T, kind string) {
 		t.Parallel()
 		b := setupCommitter(t, kind, oneGroup(2))
 		require.NoError(t, b.st.Close(ctx))
-		answers := []<-chan answer{b.queue(t, ctx, input("d1")), b.queue(t, ctx, input("d2"))}
+		answers := []<-chan answer{b.queue(ctx, t, input("d1")), b.queue(ctx, t, input("d2"))}
 		for _, c := range answers {
 			a := await(t, c)
 			require.Error(t, a.err)
@@ -298,12 +298,12 @@ func testCommitter(t *testing.T, kind string) {
 		t.Parallel()
 		b := setupCommitter(t, kind, oneGroup(2))
 		cctx, cancel := context.WithCancel(ctx)
-		gone := b.queue(t, cctx, keyed("gone", "d0"))
+		gone := b.queue(cctx, t, keyed("gone", "d0"))
 		cancel()
 		a := await(t, gone)
 		require.ErrorIs(t, a.err, context.Canceled)
 		require.Zero(t, outbox.Queued(b.committer))
-		first, second := b.queue(t, ctx, input("d1")), b.queue(t, ctx, input("d2"))
+		first, second := b.queue(ctx, t, input("d1")), b.queue(ctx, t, input("d2"))
 		require.NoError(t, await(t, first).err)
 		require.NoError(t, await(t, second).err)
 		testkit.RequireStored(t, b.st, 2)
@@ -336,7 +336,7 @@ func testCommitter(t *testing.T, kind string) {
 	t.Run("StopAnswersQueuedRequests", func(t *testing.T) {
 		t.Parallel()
 		b := setupCommitter(t, kind, oneGroup(10))
-		queued := b.queue(t, ctx, input("d1"))
+		queued := b.queue(ctx, t, input("d1"))
 		require.NoError(t, b.committer.Stop(ctx))
 		a := await(t, queued)
 		require.NoError(t, a.err)
@@ -345,7 +345,7 @@ func testCommitter(t *testing.T, kind string) {
 		require.ErrorIs(t, err, outbox.ErrCommitterStopped)
 		// A stopped committer starts again.
 		require.NoError(t, b.committer.Start(ctx))
-		queued = b.queue(t, ctx, input("d2"))
+		queued = b.queue(ctx, t, input("d2"))
 		require.NoError(t, b.committer.Stop(ctx))
 		require.NoError(t, await(t, queued).err)
 		testkit.RequireStored(t, b.st, 2)
@@ -431,7 +431,7 @@ func TestCommitterLifecycle(t *testing.T) {
 		done := make(chan answer, 1)
 		go func() { res, err := b.committer.Write(ctx, batch); done <- answer{res, err} }()
 		require.Eventually(t, func() bool { return outbox.Queued(b.committer) == 1 }, 10*time.Second, time.Millisecond)
-		other := b.queue(t, ctx, input("d3"))
+		other := b.queue(ctx, t, input("d3"))
 		require.NoError(t, await(t, done).err)
 		require.NoError(t, await(t, other).err)
 		mu.Lock()

@@ -293,6 +293,9 @@ func (a *app) serve(ctx context.Context, services []service) error {
 	}
 	if a.history != nil {
 		if err := a.history.Start(runCtx); err != nil {
+			if a.committer != nil {
+				_ = a.committer.Stop(runCtx)
+			}
 			_ = stopServices()
 			return err
 		}
