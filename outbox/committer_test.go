@@ -439,3 +439,42 @@ func TestCommitterLifecycle(t *testing.T) {
 		require.Equal(t, []int{3}, sizes)
 	})
 }
+
+// BenchmarkCommitter writes single events from parallel callers on SQLite,
+// each in its own transaction (WriteBatch) and in shared ones (Committer).
+func BenchmarkCommitter(b *testing.B) {
+	ctx := context.Background()
+	for _, name := range []string{"WriteBatch", "Committer", "Committer200us"} {
+		b.Run(name, func(b *testing.B) {
+			st := testkit.NewSQLite(b)
+			w := outbox.NewWriter(st, nil)
+			cfg := &outbox.CommitterConfig{}
+			if name == "Committer200us" {
+				cfg.GroupWait = 200 * time.Microsecond
+			}
+			c, err := outbox.NewCommitter(w, cfg)
+			require.NoError(b, err)
+			require.NoError(b, c.Start(ctx))
+			defer c.Stop(ctx)
+			write := w.WriteBatch
+			if name != "WriteBatch" {
+				write = c.Write
+			}
+			var n atomic.Int64
+			b.SetParallelism(16)
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					batch, err := w.Prepare([]outbox.Input{input(fmt.Sprint("d", n.Add(1)))})
+					if err == nil {
+						_, err = write(ctx, batch)
+					}
+					if err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}

@@ -255,6 +255,7 @@ func (a *app) reconcileOnce(ctx context.Context) error {
 //     answers the requests in flight (their events are written before it
 //     returns); a body still arriving gets at most a second more, then its
 //     client is answered 503, so a stalled client cannot hold this step up;
+//     then the ingest committer stops (it writes what is still queued);
 //  2. the services stop in the role's order, producers first: each stops
 //     reading new work and finishes (acknowledges, checkpoints) its work in
 //     flight;
