@@ -22,17 +22,22 @@ import (
 var _ startstop.Service = (*outbox.Committer)(nil)
 
 // countingStore is the real store; it counts the transactions run through
-// it and, when hide is set, hides that key from the first lookup, as if a
-// concurrent writer had stored it just after the lookup.
+// it, holds them until gate is closed when gate is set and, when hide is
+// set, hides that key from the first lookup, as if a concurrent writer had
+// stored it just after the lookup.
 type countingStore struct {
 	store.Store
 	txs  atomic.Int64
+	gate chan struct{}
 	hide string
 	hid  atomic.Bool
 }
 
 func (s *countingStore) WriteTx(ctx context.Context, fn func(ctx context.Context, tx outbox.Tx) error) error {
 	s.txs.Add(1)
+	if s.gate != nil {
+		<-s.gate
+	}
 	return s.Store.WriteTx(ctx, func(ctx context.Context, tx outbox.Tx) error {
 		return fn(ctx, &racingTx{Tx: tx, s: s})
 	})
@@ -309,6 +314,28 @@ func testCommitter(t *testing.T, kind string) {
 		testkit.RequireStored(t, b.st, 2)
 		_, err := b.st.EventByKey(ctx, "gone")
 		require.ErrorIs(t, err, store.ErrNotFound)
+	})
+
+	t.Run("CancelledAfterItsGroupStartedGetsTheOutcome", func(t *testing.T) {
+		t.Parallel()
+		b := setupCommitter(t, kind, oneGroup(1))
+		b.st.gate = make(chan struct{})
+		open := sync.OnceFunc(func() { close(b.st.gate) })
+		t.Cleanup(open) // before the committer stops
+		cctx, cancel := context.WithCancel(ctx)
+		batch := b.prepare(t, input("d1"))
+		started := make(chan answer, 1)
+		go func() {
+			res, err := b.committer.Write(cctx, batch)
+			started <- answer{res, err}
+		}()
+		require.Eventually(t, func() bool { return b.st.txs.Load() == 1 }, 10*time.Second, time.Millisecond, "the group's transaction started")
+		cancel()
+		open()
+		a := await(t, started)
+		require.NoError(t, a.err, "an error answer would hide a committed write")
+		testkit.Event(t, b.st, a.res[0].ID)
+		testkit.RequireStored(t, b.st, 1)
 	})
 
 	t.Run("GroupWaitOffIsOneTransactionPerWrite", func(t *testing.T) {
