@@ -34,7 +34,8 @@ type handlerBundle struct {
 }
 
 // setupHandler serves the ingest API on a fresh SQLite store; cfg's
-// Writer, Store and Ready are filled in when empty.
+// Writer (with a running Committer, as outboxd serves it), Store and Ready
+// are filled in when empty.
 func setupHandler(t *testing.T, cfg *httpapi.Config) *handlerBundle {
 	t.Helper()
 	return setupHandlerOn(t, testkit.NewStore(t), cfg)
@@ -47,6 +48,11 @@ func setupHandlerOn(t *testing.T, st store.Store, cfg *httpapi.Config) *handlerB
 	}
 	if cfg.Writer == nil {
 		cfg.Writer = outbox.NewWriter(st, nil)
+		c, err := outbox.NewCommitter(cfg.Writer, nil)
+		require.NoError(t, err)
+		require.NoError(t, c.Start(context.Background()))
+		t.Cleanup(func() { require.NoError(t, c.Stop(context.Background())) })
+		cfg.Committer = c
 	}
 	if cfg.Store == nil {
 		cfg.Store = st
@@ -94,6 +100,40 @@ func fields(p httpapi.Problem) []string {
 		out[i] = e.Field
 	}
 	return out
+}
+
+// postConcurrently sends n POST /v1/events at once, the i-th with body(i)
+// and the header pairs, and returns the replies in order.
+func (b *handlerBundle) postConcurrently(t *testing.T, n int, body func(i int) string, header ...string) []reply {
+	t.Helper()
+	replies := make([]reply, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			req, err := http.NewRequest(http.MethodPost, b.server.URL+"/v1/events", strings.NewReader(body(i)))
+			if err != nil {
+				replies[i] = reply{status: -1, body: []byte(err.Error())}
+				return
+			}
+			req.Header.Set("Content-Type", "application/json")
+			for j := 0; j+1 < len(header); j += 2 {
+				req.Header.Set(header[j], header[j+1])
+			}
+			res, err := b.server.Client().Do(req)
+			if err != nil {
+				replies[i] = reply{status: -1, body: []byte(err.Error())}
+				return
+			}
+			defer res.Body.Close()
+			data, _ := io.ReadAll(res.Body)
+			replies[i] = reply{status: res.StatusCode, body: data}
+		})
+	}
+	close(start)
+	wg.Wait()
+	return replies
 }
 
 // do sends a request; header pairs are name, value.
@@ -171,28 +211,7 @@ func TestHandler(t *testing.T) {
 		t.Parallel()
 		b := setupHandler(t, nil)
 		const n = 50
-		replies := make([]reply, n)
-		var wg sync.WaitGroup
-		for i := range n {
-			wg.Go(func() {
-				req, err := http.NewRequest(http.MethodPost, b.server.URL+"/v1/events", strings.NewReader(eventJSON("same")))
-				if err != nil {
-					replies[i] = reply{status: -1, body: []byte(err.Error())}
-					return
-				}
-				req.Header.Set("Content-Type", "application/json")
-				req.Header.Set(httpapi.IdempotencyKeyHeader, "one-key")
-				res, err := b.server.Client().Do(req)
-				if err != nil {
-					replies[i] = reply{status: -1, body: []byte(err.Error())}
-					return
-				}
-				defer res.Body.Close()
-				data, _ := io.ReadAll(res.Body)
-				replies[i] = reply{status: res.StatusCode, body: data}
-			})
-		}
-		wg.Wait()
+		replies := b.postConcurrently(t, n, func(int) string { return eventJSON("same") }, httpapi.IdempotencyKeyHeader, "one-key")
 		created := 0
 		var id string
 		for _, r := range replies {

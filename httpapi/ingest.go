@@ -36,7 +36,12 @@ func (h *handler) postEvent(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.RequestTimeout)
 	defer cancel()
-	res, err := h.writer.WriteBatch(ctx, batch)
+	var res []outbox.Result
+	if h.cfg.Committer != nil {
+		res, err = h.cfg.Committer.Write(ctx, batch)
+	} else {
+		res, err = h.writer.WriteBatch(ctx, batch)
+	}
 	if err != nil {
 		field := "idempotencyKey"
 		if len(keys) == 1 {
@@ -148,8 +153,8 @@ func utc(t *time.Time) *time.Time {
 
 // fail answers err: 400 for a malformed body, 422 for invalid fields or a
 // reused idempotency key (named keyField, or events[i].idempotencyKey in a
-// batch), 503 when the store is unreachable or the request ran out of
-// time, 500 otherwise. Only ids go to the
+// batch), 503 when the store is unreachable, the request ran out of
+// time or the ingest committer is stopped, 500 otherwise. Only ids go to the
 // log, never payloads.
 func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error, keyField string, ids ...zap.Field) {
 	var (
@@ -184,6 +189,11 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error, keyFie
 		h.logger.Warn("store unavailable", append(ids, zap.String("path", r.URL.Path), zap.Error(err))...)
 		w.Header().Set("Retry-After", h.retryAfter)
 		writeProblem(w, r, newProblem(http.StatusServiceUnavailable, ProblemUnavailable, "Store unavailable", "the store cannot take writes now; retry later"))
+	case errors.Is(err, outbox.ErrCommitterStopped):
+		// Shutting down: another instance, or this one restarted, takes it.
+		h.logger.Warn("ingest stopped", append(ids, zap.String("path", r.URL.Path))...)
+		w.Header().Set("Retry-After", h.retryAfter)
+		writeProblem(w, r, newProblem(http.StatusServiceUnavailable, "", "", "this instance is shutting down; retry later"))
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
 		// The client went away; nobody reads this answer.
 		h.logger.Debug("request cancelled", append(ids, zap.String("path", r.URL.Path))...)

@@ -6,6 +6,8 @@
 // interfaces; the stores of the storage port (package store) provide them.
 // Other Go services can import this package: Writer.Write runs its own
 // transaction; Writer.WriteInTx joins the caller's transaction so a service
-// commits its own writes together with the event and its outbox entry.
+// commits its own writes together with the event and its outbox entry;
+// a Committer writes the events of concurrent callers in shared
+// transactions (group commit), each caller with its own answer.
 // It imports no HTTP, metrics or database driver code.
 package outbox

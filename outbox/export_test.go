@@ -4,3 +4,10 @@ import "github.com/outboxd/outboxd/internal/fault"
 
 // SetFaults arms cfg's fault points (tests only).
 func SetFaults(cfg *WriterConfig, f *fault.Set) { cfg.faults = f }
+
+// Queued returns how many requests wait in c's queue (tests only).
+func Queued(c *Committer) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.queue)
+}

@@ -33,7 +33,8 @@ var ErrIdempotencyMismatch = errors.New("idempotency key reused with different c
 // with other content. Nothing of the request was written.
 type MismatchError struct {
 	Key string
-	// ExistingID is the stored original the key names, or "" when the key
+	// ExistingID is the original the key names (stored, or written by an
+	// earlier request of the same Committer group), or "" when the key
 	// conflicts with an earlier item of the same batch (OtherIndex).
 	ExistingID string
 	// Index is the position of the offending input in the request.
@@ -192,25 +193,33 @@ func (w *Writer) Write(ctx context.Context, inputs []Input) ([]Result, error) {
 // ctx) and then answers with the winner's original. Other failures are
 // returned as they are: the store already retried what was transient.
 func (w *Writer) WriteBatch(ctx context.Context, b *Batch) ([]Result, error) {
+	m := &member{prep: b.prep}
+	err := w.retryTx(ctx, func(ctx context.Context, tx Tx) error {
+		if err := w.writeGroup(ctx, tx, []*member{m}); err != nil {
+			return err
+		}
+		return m.err // nothing of m was inserted; roll back
+	})
+	if err != nil {
+		return nil, err
+	}
+	return m.results, nil
+}
+
+// retryTx runs fn in one store transaction, and again (at most
+// WriteAttemptsDefault runs, within ctx, after a short jittered pause) when
+// it loses the race for an idempotency key to a concurrent writer.
+func (w *Writer) retryTx(ctx context.Context, fn func(ctx context.Context, tx Tx) error) error {
 	bo := backoff.NewExponentialBackOff(backoff.WithInitialInterval(5*time.Millisecond),
 		backoff.WithMaxInterval(100*time.Millisecond), backoff.WithMaxElapsedTime(0))
-	var results []Result
 	op := func() error {
-		err := w.db.WriteTx(ctx, func(ctx context.Context, tx Tx) error {
-			var err error
-			results, err = w.write(ctx, tx, b.prep)
-			return err
-		})
+		err := w.db.WriteTx(ctx, fn)
 		if err != nil && !errors.Is(err, ErrDuplicateKey) {
 			return backoff.Permanent(err)
 		}
 		return err
 	}
-	err := backoff.Retry(op, backoff.WithContext(backoff.WithMaxRetries(bo, WriteAttemptsDefault-1), ctx))
-	if err != nil {
-		return nil, err
-	}
-	return results, nil
+	return backoff.Retry(op, backoff.WithContext(backoff.WithMaxRetries(bo, WriteAttemptsDefault-1), ctx))
 }
 
 // WriteInTx stores inputs inside a transaction the caller runs, so the
@@ -223,54 +232,105 @@ func (w *Writer) WriteInTx(ctx context.Context, tx Tx, inputs []Input) ([]Result
 	if err != nil {
 		return nil, err
 	}
-	return w.write(ctx, tx, prep)
+	m := &member{prep: prep}
+	if err := w.writeGroup(ctx, tx, []*member{m}); err != nil {
+		return nil, err
+	}
+	return m.results, m.err
 }
 
-func (w *Writer) write(ctx context.Context, tx Tx, prep []prepared) ([]Result, error) {
-	keys := make([]string, len(prep))
-	for i, p := range prep {
-		keys[i] = p.key
+// member is one all-or-nothing part of a transaction: a request's inputs.
+// writeGroup sets either results (in input order) or err (nothing of the
+// member inserted).
+type member struct {
+	prep    []prepared
+	results []Result
+	err     error
+}
+
+// writeGroup writes members in tx: each is all or nothing for itself, the
+// others still go in. An input whose key is already stored, or inserted by
+// an earlier member or an earlier input of the same member, with the same
+// content is a Duplicate of that original; with other content its member
+// gets a *MismatchError and is left out. It returns an error only for the
+// transaction as a whole (then nothing may be committed); it is repeatable,
+// as a Transactor may run it again.
+func (w *Writer) writeGroup(ctx context.Context, tx Tx, members []*member) error {
+	var keys []string
+	for _, m := range members {
+		m.results, m.err = nil, nil
+		for _, p := range m.prep {
+			keys = append(keys, p.key)
+		}
 	}
 	known, err := tx.LookupKeys(ctx, keys)
 	if err != nil {
-		return nil, fmt.Errorf("error looking up idempotency keys: %w", err)
+		return fmt.Errorf("error looking up idempotency keys: %w", err)
+	}
+	if known == nil {
+		known = map[string]KeyRecord{}
 	}
 	now := w.now().UTC().Truncate(time.Millisecond)
+	var events []Event
+	var entries []Entry
+	for _, m := range members {
+		res, evs, ens, err := w.plan(m.prep, known, now)
+		if err != nil {
+			m.err = err
+			continue
+		}
+		m.results = res
+		events, entries = append(events, evs...), append(entries, ens...)
+	}
+	if len(events) == 0 {
+		return nil
+	}
+	if err := tx.InsertEvents(ctx, events); err != nil {
+		return fmt.Errorf("error inserting originals: %w", err)
+	}
+	if err := w.faults.Check(FaultBetweenInserts); err != nil {
+		return err
+	}
+	if err := tx.InsertEntries(ctx, entries); err != nil {
+		return fmt.Errorf("error inserting outbox entries: %w", err)
+	}
+	return nil
+}
+
+// plan decides what each input of one member is, against the keys known
+// so far (stored, or inserted by earlier members of the group), and returns
+// the member's results with the originals and entries to insert, which it
+// adds to known. With a *MismatchError it leaves known as it was.
+func (w *Writer) plan(prep []prepared, known map[string]KeyRecord, now time.Time) ([]Result, []Event, []Entry, error) {
 	results := make([]Result, len(prep))
-	firstIndex := map[string]int{} // key -> index of the input that inserts it
+	mine := map[string]int{} // key -> index of the input of this member that inserts it
 	var events []Event
 	var entries []Entry
 	for i, p := range prep {
+		if j, ok := mine[p.key]; ok {
+			if prep[j].hash != p.hash {
+				return nil, nil, nil, &MismatchError{Key: p.key, Index: i, OtherIndex: j}
+			}
+			results[i] = Result{ID: results[j].ID, IdempotencyKey: p.key, Duplicate: true}
+			continue
+		}
 		if k, ok := known[p.key]; ok {
 			if k.ContentHash != p.hash {
-				if j, inBatch := firstIndex[p.key]; inBatch {
-					return nil, &MismatchError{Key: p.key, Index: i, OtherIndex: j}
-				}
-				return nil, &MismatchError{Key: p.key, ExistingID: k.ID, Index: i, OtherIndex: -1}
+				return nil, nil, nil, &MismatchError{Key: p.key, ExistingID: k.ID, Index: i, OtherIndex: -1}
 			}
 			results[i] = Result{ID: k.ID, IdempotencyKey: p.key, Duplicate: true}
 			continue
 		}
 		ev, entry := w.record(p, now)
-		known[p.key] = KeyRecord{ID: ev.ID, ContentHash: p.hash}
-		firstIndex[p.key] = i
+		mine[p.key] = i
 		events = append(events, ev)
 		entries = append(entries, entry)
 		results[i] = Result{ID: ev.ID, IdempotencyKey: p.key}
 	}
-	if len(events) == 0 {
-		return results, nil
+	for _, ev := range events {
+		known[ev.IdempotencyKey] = KeyRecord{ID: ev.ID, ContentHash: ev.ContentHash}
 	}
-	if err := tx.InsertEvents(ctx, events); err != nil {
-		return nil, fmt.Errorf("error inserting originals: %w", err)
-	}
-	if err := w.faults.Check(FaultBetweenInserts); err != nil {
-		return nil, err
-	}
-	if err := tx.InsertEntries(ctx, entries); err != nil {
-		return nil, fmt.Errorf("error inserting outbox entries: %w", err)
-	}
-	return results, nil
+	return results, events, entries, nil
 }
 
 // record builds the original and the outbox entry for a validated input.

@@ -21,6 +21,7 @@ import (
 	"github.com/outboxd/outboxd/dispatcher"
 	"github.com/outboxd/outboxd/httpapi"
 	"github.com/outboxd/outboxd/internal/config"
+	ometrics "github.com/outboxd/outboxd/internal/metrics"
 	"github.com/outboxd/outboxd/migrations"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/reconciler"
@@ -54,6 +55,9 @@ type app struct {
 	// history samples the status for the console's charts while the HTTP
 	// server runs.
 	history *httpapi.History
+	// committer groups the single-event ingest requests into shared store
+	// transactions while the HTTP server runs (api roles).
+	committer *outbox.Committer
 }
 
 // run opens what the role needs, runs it, and closes everything.
@@ -252,6 +256,7 @@ func (a *app) reconcileOnce(ctx context.Context) error {
 //     answers the requests in flight (their events are written before it
 //     returns); a body still arriving gets at most a second more, then its
 //     client is answered 503, so a stalled client cannot hold this step up;
+//     then the ingest committer stops (it writes what is still queued);
 //  2. the services stop in the role's order, producers first: each stops
 //     reading new work and finishes (acknowledges, checkpoints) its work in
 //     flight;
@@ -283,13 +288,16 @@ func (a *app) serve(ctx context.Context, services []service) error {
 		}
 		started = append(started, s)
 	}
-	srv, errc, err := a.listen()
+	srv, errc, err := a.listen(runCtx)
 	if err != nil {
 		_ = stopServices()
 		return err
 	}
 	if a.history != nil {
 		if err := a.history.Start(runCtx); err != nil {
+			if a.committer != nil {
+				_ = a.committer.Stop(runCtx)
+			}
 			_ = stopServices()
 			return err
 		}
@@ -308,6 +316,13 @@ func (a *app) serve(ctx context.Context, services []service) error {
 		if a.history != nil {
 			_ = a.history.Stop(sctx) // it holds no work to finish
 		}
+		if a.committer != nil {
+			// The server answered its requests: nothing is queued, but a
+			// request it gave up on may still be.
+			if err := a.committer.Stop(sctx); err != nil {
+				serveErr = errors.Join(serveErr, fmt.Errorf("stopping the ingest committer: %w", err))
+			}
+		}
 		cancel()
 	}
 	if err := stopServices(); err != nil {
@@ -318,8 +333,9 @@ func (a *app) serve(ctx context.Context, services []service) error {
 }
 
 // listen starts the HTTP server of the role on --http-addr (none when it is
-// empty), with the limits of the --http-* flags.
-func (a *app) listen() (*httpapi.Server, <-chan error, error) {
+// empty), with the limits of the --http-* flags, and the ingest committer
+// (on ctx) before it serves.
+func (a *app) listen(ctx context.Context) (*httpapi.Server, <-chan error, error) {
 	if a.o.httpAddr == "" {
 		return nil, nil, nil
 	}
@@ -341,6 +357,12 @@ func (a *app) listen() (*httpapi.Server, <-chan error, error) {
 	ln, err := net.Listen("tcp", a.o.httpAddr)
 	if err != nil {
 		return nil, nil, fmt.Errorf("error listening on --http-addr %s: %w", a.o.httpAddr, err)
+	}
+	if a.committer != nil {
+		if err := a.committer.Start(ctx); err != nil {
+			_ = ln.Close()
+			return nil, nil, err
+		}
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -401,8 +423,33 @@ func (a *app) httpHandler() (http.Handler, error) {
 	}
 	if a.role.api {
 		cfg.Writer = outbox.NewWriter(a.st, &outbox.WriterConfig{Stream: a.o.stream})
+		committer, err := a.newCommitter(cfg.Writer)
+		if err != nil {
+			return nil, err
+		}
+		a.committer, cfg.Committer = committer, committer
 	}
 	return httpapi.New(cfg, a.log)
+}
+
+// newCommitter returns the group commit of POST /v1/events
+// (--ingest-group-wait, --ingest-group-max), with the histogram
+// outboxd_ingest_group_events.
+func (a *app) newCommitter(w *outbox.Writer) (*outbox.Committer, error) {
+	wait := a.o.ingestGroupWait
+	if wait == 0 {
+		wait = outbox.GroupWaitOff
+	}
+	f := ometrics.NewFactory(a.reg, "ingest", a.o.stream)
+	sizes := f.Histogram("group_events", "Events per shared store transaction of POST /v1/events (group commit).",
+		prometheus.ExponentialBuckets(1, 2, 10))
+	if err := f.Err(); err != nil {
+		return nil, err
+	}
+	return outbox.NewCommitter(w, &outbox.CommitterConfig{
+		GroupWait: wait, GroupMax: a.o.ingestGroupMax, GroupTimeout: a.o.requestTimeout,
+		ObserveGroup: func(events int) { sizes.Observe(float64(events)) },
+	})
 }
 
 // newAdmin returns the operator actions over the backends this role has

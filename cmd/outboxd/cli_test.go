@@ -54,6 +54,9 @@ func TestUsageErrors(t *testing.T) {
 		{"BadLogLevel", nil, []string{"ingest", "--store", "mongodb://h", "--log-level", "loud"}, []string{"--log-level"}},
 		{"BadServer", nil, []string{"status", "--server", "localhost:8080"}, []string{"--server"}},
 		{"RelayBatchTooLarge", nil, []string{"dispatch", "--store", "mongodb://h", "--relay-batch", "10001"}, []string{"--relay-batch", "between 1 and 10000"}},
+		{"NegativeGroupWait", nil, []string{"ingest", "--store", "mongodb://h", "--ingest-group-wait", "-1ms"}, []string{"--ingest-group-wait", "between 0"}},
+		{"LongGroupWait", nil, []string{"ingest", "--store", "mongodb://h", "--ingest-group-wait", "2s"}, []string{"--ingest-group-wait", "1s"}},
+		{"ZeroGroupMax", nil, []string{"ingest", "--store", "mongodb://h", "--ingest-group-max", "0"}, []string{"--ingest-group-max must be positive"}},
 		{"UISampleTooOften", nil, []string{"work", "--store", "mongodb://h", "--ui-sample-every", "1ms"}, []string{"--ui-sample-every", "at least 100ms"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -129,7 +129,7 @@ func TestMetricsOfEveryRole(t *testing.T) {
 		"outboxd_outbox_undispatched", "outboxd_http_requests_total", "outboxd_http_request_duration_seconds"}
 	stream3 := []string{"outboxd_stream_length", "outboxd_stream_pending", "outboxd_dlq_length"}
 	want := map[string][]string{
-		"ingest": status,
+		"ingest": slices.Concat(status, []string{"outboxd_ingest_group_events"}),
 		"dispatch": slices.Concat(status, stream3, []string{"outboxd_dispatcher_relayed_total", "outboxd_dispatcher_leader",
 			"outboxd_dispatcher_term", "outboxd_dispatcher_checkpoint_timestamp_seconds", "outboxd_dispatcher_history_lost_total",
 			"outboxd_dispatcher_feed_invalidated_total", "outboxd_dispatcher_fenced_total", "outboxd_dispatcher_breaker_state"}),

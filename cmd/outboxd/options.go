@@ -52,6 +52,10 @@ type options struct {
 	maxBatch  int
 	// requestTimeout bounds the store work of one ingest request.
 	requestTimeout time.Duration
+	// ingestGroupWait and ingestGroupMax bound the groups of single-event
+	// requests that share one store transaction (0 wait: no grouping).
+	ingestGroupWait time.Duration
+	ingestGroupMax  int
 
 	// dispatch
 	outboxRetention time.Duration
@@ -125,6 +129,8 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 			fs.Int64Var(&o.maxBody, "max-body", httpapi.MaxBodyDefault, "request body limit in bytes")
 			fs.IntVar(&o.maxBatch, "max-batch", httpapi.MaxBatchDefault, "most events in one batch request")
 			fs.DurationVar(&o.requestTimeout, "request-timeout", httpapi.RequestTimeoutDefault, "longest an ingest request may wait for the store (503 with Retry-After beyond)")
+			fs.DurationVar(&o.ingestGroupWait, "ingest-group-wait", outbox.GroupWaitDefault, "longest a POST /v1/events waits for concurrent ones to share its store transaction (0: each request its own transaction)")
+			fs.IntVar(&o.ingestGroupMax, "ingest-group-max", outbox.GroupMaxDefault, "most events in one shared ingest transaction")
 		case gDispatch:
 			fs.DurationVar(&o.outboxRetention, "outbox-retention", store.OutboxRetentionDefault, "how long dispatched outbox entries are kept")
 			if r.serve {
@@ -275,6 +281,8 @@ func (o *options) validate() error {
 		{"max-body", o.maxBody <= 0, "must be positive"},
 		{"max-batch", o.maxBatch <= 0, "must be positive"},
 		{"request-timeout", o.requestTimeout < time.Millisecond, "must be at least 1ms"},
+		{"ingest-group-wait", o.ingestGroupWait < 0 || o.ingestGroupWait > outbox.GroupWaitMax, fmt.Sprintf("must be between 0 (no grouping) and %s", outbox.GroupWaitMax)},
+		{"ingest-group-max", o.ingestGroupMax <= 0, "must be positive"},
 		{"outbox-retention", o.outboxRetention < time.Second, "must be at least 1s"},
 		{"lease-ttl", o.leaseTTL < dispatcher.MinLeaseTTL, fmt.Sprintf("must be at least %s", dispatcher.MinLeaseTTL)},
 		{"relay-batch", o.relayBatch <= 0 || o.relayBatch > dispatcher.BatchSizeMax, fmt.Sprintf("must be between 1 and %d", dispatcher.BatchSizeMax)},

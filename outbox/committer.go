@@ -1,0 +1,326 @@
+package outbox
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/outboxd/outboxd/internal/startstop"
+)
+
+// Defaults of CommitterConfig.
+const (
+	// GroupWaitDefault is how long the first request of a group waits for
+	// others to join it. It bounds the latency group commit adds to a
+	// request: 2ms is small beside a majority commit on a replica set
+	// (several milliseconds) and long enough, under load, to gather the
+	// requests that would otherwise each wait for a commit of their own.
+	GroupWaitDefault = 2 * time.Millisecond
+	// GroupMaxDefault is the most events one group holds (the largest
+	// batch request, --max-batch, holds as many).
+	GroupMaxDefault = 500
+	// GroupTimeoutDefault bounds the transaction of one group.
+	GroupTimeoutDefault = 10 * time.Second
+	// GroupWaitMax is the largest GroupWait accepted: a longer wait is
+	// latency, not throughput.
+	GroupWaitMax = time.Second
+)
+
+// GroupWaitOff as CommitterConfig.GroupWait turns group commit off: every
+// Write runs its own transaction, as Writer.WriteBatch does.
+const GroupWaitOff time.Duration = -1
+
+// ErrCommitterStopped is returned by Committer.Write while the committer is
+// not running (before Start, after Stop).
+var ErrCommitterStopped = errors.New("the ingest committer is not running")
+
+// CommitterConfig configures a Committer. A nil config means all defaults.
+type CommitterConfig struct {
+	// GroupWait is the longest the first request of a group waits for
+	// others before the group's transaction starts; a group also starts as
+	// soon as it holds GroupMax events. Defaults to GroupWaitDefault (2ms);
+	// GroupWaitOff gives every Write its own transaction. At most
+	// GroupWaitMax.
+	GroupWait time.Duration
+	// GroupMax is the most events one group's transaction holds (a single
+	// request larger than that still goes, alone). Defaults to
+	// GroupMaxDefault (500).
+	GroupMax int
+	// GroupTimeout bounds one group's transaction, its runs after a lost
+	// key race included; the group ends earlier at the latest deadline of
+	// its requests. Defaults to GroupTimeoutDefault (10 seconds).
+	GroupTimeout time.Duration
+	// ObserveGroup, when set, is called after each group's transaction
+	// with the number of events the group held (a metric: this package
+	// imports no metrics code). Defaults to nil.
+	ObserveGroup func(events int)
+}
+
+func (c *CommitterConfig) withDefaults() CommitterConfig {
+	out := CommitterConfig{}
+	if c != nil {
+		out = *c
+	}
+	out.GroupWait = cmp.Or(out.GroupWait, GroupWaitDefault)
+	out.GroupMax = cmp.Or(out.GroupMax, GroupMaxDefault)
+	out.GroupTimeout = cmp.Or(out.GroupTimeout, GroupTimeoutDefault)
+	return out
+}
+
+// validate checks a defaulted config; each error names the field.
+func (c *CommitterConfig) validate() error {
+	var errs []error
+	if (c.GroupWait < 0 && c.GroupWait != GroupWaitOff) || c.GroupWait > GroupWaitMax {
+		errs = append(errs, fmt.Errorf("GroupWait must be between 0 and %s, or GroupWaitOff (got %s)", GroupWaitMax, c.GroupWait))
+	}
+	if c.GroupMax < 1 {
+		errs = append(errs, fmt.Errorf("GroupMax must be positive (got %d)", c.GroupMax))
+	}
+	if c.GroupTimeout < time.Millisecond {
+		errs = append(errs, fmt.Errorf("GroupTimeout must be at least 1ms (got %s)", c.GroupTimeout))
+	}
+	return errors.Join(errs...)
+}
+
+// Committer writes concurrent requests in shared transactions (group
+// commit): a request waits at most GroupWait for others, then one store
+// transaction writes the whole group, and each request gets its own answer.
+// On a MongoDB replica set every transaction ends with a majority commit (a
+// round trip to the secondaries and a journal flush); a group pays it once
+// for all its requests, so under load the store commits far fewer times
+// than requests arrive. On SQLite, whose writes queue for one connection
+// anyway, it turns many small transactions into one.
+//
+// Each request is all or nothing for itself, as Writer.WriteBatch is:
+//   - A key already stored, or inserted by an earlier request of the same
+//     group, with the same content: Duplicate and that original's id; with
+//     other content: a *MismatchError, and nothing of that request is
+//     written. The other requests of the group still commit.
+//   - A concurrent writer outside the group that stores one of the group's
+//     keys first: the group's transaction runs again (as WriteBatch's does)
+//     and its request is answered with the winner's original.
+//   - A failing transaction fails every request of the group with its
+//     error, and nothing of the group is written.
+//   - A request whose context ends before its group starts is answered
+//     with the context's error and not written. Once its group started, it
+//     waits for the outcome (an error answer never hides a committed write):
+//     the group runs on a context of its own, bounded by GroupTimeout and
+//     the latest deadline of its requests.
+//
+// One goroutine gathers the groups and runs their transactions, one at a
+// time: requests that arrive meanwhile form the next group. Start it before
+// the first Write; Stop answers every request still queued (their groups
+// run) before it returns.
+type Committer struct {
+	startstop.Base
+
+	w    *Writer
+	cfg  CommitterConfig
+	wake chan struct{} // a request was queued: the loop looks again
+
+	mu     sync.Mutex
+	open   bool
+	queue  []*request
+	queued int // events in queue
+}
+
+// request is one Write waiting for its group.
+type request struct {
+	member
+	events   int
+	at       time.Time    // when it was queued
+	deadline time.Time    // its context's deadline, or zero
+	ctxErr   func() error // its context's Err
+	done     chan struct{}
+}
+
+// NewCommitter returns a Committer that writes through w. A nil cfg means
+// all defaults.
+func NewCommitter(w *Writer, cfg *CommitterConfig) (*Committer, error) {
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, fmt.Errorf("invalid committer config: %w", err)
+	}
+	cm := &Committer{w: w, cfg: c, wake: make(chan struct{}, 1)}
+	cm.Init(func(context.Context) error {
+		cm.mu.Lock()
+		cm.open = true
+		cm.mu.Unlock()
+		return nil
+	}, cm.run)
+	return cm, nil
+}
+
+// Write stores b (from Writer.Prepare) with the group of requests it joins
+// and returns b's results, as Writer.WriteBatch would. It returns
+// ErrCommitterStopped while the committer is not running.
+func (c *Committer) Write(ctx context.Context, b *Batch) ([]Result, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if c.cfg.GroupWait == GroupWaitOff {
+		c.mu.Lock()
+		open := c.open
+		c.mu.Unlock()
+		if !open {
+			return nil, ErrCommitterStopped
+		}
+		return c.w.WriteBatch(ctx, b)
+	}
+	r := &request{member: member{prep: b.prep}, events: b.Len(), at: time.Now(), ctxErr: ctx.Err, done: make(chan struct{})}
+	r.deadline, _ = ctx.Deadline()
+	c.mu.Lock()
+	if !c.open {
+		c.mu.Unlock()
+		return nil, ErrCommitterStopped
+	}
+	c.queue = append(c.queue, r)
+	c.queued += r.events
+	// The loop looks again when a group begins or fills up.
+	wake := len(c.queue) == 1 || (c.queued >= c.cfg.GroupMax && c.queued-r.events < c.cfg.GroupMax)
+	c.mu.Unlock()
+	if wake {
+		select {
+		case c.wake <- struct{}{}:
+		default:
+		}
+	}
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+		if c.withdraw(r) {
+			return nil, ctx.Err()
+		}
+		<-r.done // its group has started: its outcome is the answer
+	}
+	return r.results, r.err
+}
+
+// withdraw takes r out of the queue and reports whether it was there (its
+// group has not started).
+func (c *Committer) withdraw(r *request) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	i := slices.Index(c.queue, r)
+	if i < 0 {
+		return false
+	}
+	c.queue = slices.Delete(c.queue, i, i+1)
+	c.queued -= r.events
+	return true
+}
+
+// run gathers groups and writes them until fetchCtx ends, then closes the
+// queue and writes what it still holds. workCtx ends when Stop gives up
+// waiting: the transactions then fail and their requests get the error.
+func (c *Committer) run(fetchCtx, workCtx context.Context) error {
+	for {
+		group, took, wait := c.next(false)
+		if took {
+			c.commit(workCtx, group)
+			continue
+		}
+		var timer *time.Timer
+		var expired <-chan time.Time
+		if wait > 0 {
+			timer = time.NewTimer(wait)
+			expired = timer.C
+		}
+		select {
+		case <-c.wake:
+		case <-expired:
+		case <-fetchCtx.Done():
+			c.mu.Lock()
+			c.open = false
+			c.mu.Unlock()
+			for {
+				group, took, _ := c.next(true)
+				if !took {
+					return nil
+				}
+				c.commit(workCtx, group)
+			}
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+	}
+}
+
+// next takes the next group from the queue when it is due (its first
+// request has waited GroupWait, or it holds GroupMax events) or force is
+// set; else it returns how long until it is due (0: the queue is empty).
+// Requests whose context has ended are answered and left out of the group.
+func (c *Committer) next(force bool) (group []*request, took bool, wait time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.queue) == 0 {
+		return nil, false, 0
+	}
+	if !force && c.queued < c.cfg.GroupMax {
+		if d := time.Until(c.queue[0].at.Add(c.cfg.GroupWait)); d > 0 {
+			return nil, false, d
+		}
+	}
+	n, events := 0, 0
+	for n < len(c.queue) && (n == 0 || events+c.queue[n].events <= c.cfg.GroupMax) {
+		events += c.queue[n].events
+		n++
+	}
+	for _, r := range c.queue[:n] {
+		if err := r.ctxErr(); err != nil {
+			r.err = err
+			close(r.done)
+			continue
+		}
+		group = append(group, r)
+	}
+	c.queue = slices.Delete(c.queue, 0, n)
+	c.queued -= events
+	return group, true, 0
+}
+
+// commit writes group in one transaction and answers its requests.
+func (c *Committer) commit(workCtx context.Context, group []*request) {
+	if len(group) == 0 {
+		return
+	}
+	deadline := time.Now().Add(c.cfg.GroupTimeout)
+	var latest time.Time
+	bounded := true
+	members := make([]*member, len(group))
+	events := 0
+	for i, r := range group {
+		members[i] = &r.member
+		events += r.events
+		if r.deadline.IsZero() {
+			bounded = false
+		} else if r.deadline.After(latest) {
+			latest = r.deadline
+		}
+	}
+	if bounded && latest.Before(deadline) {
+		deadline = latest
+	}
+	ctx, cancel := context.WithDeadline(workCtx, deadline)
+	defer cancel()
+	err := c.w.retryTx(ctx, func(ctx context.Context, tx Tx) error {
+		return c.w.writeGroup(ctx, tx, members)
+	})
+	if err != nil {
+		err = fmt.Errorf("error writing a group of %d requests in one transaction: %w", len(group), err)
+	}
+	for _, r := range group {
+		if err != nil {
+			r.results, r.err = nil, err
+		}
+		close(r.done)
+	}
+	if c.cfg.ObserveGroup != nil {
+		c.cfg.ObserveGroup(events)
+	}
+}
