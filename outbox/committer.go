@@ -15,11 +15,15 @@ import (
 // Defaults of CommitterConfig.
 const (
 	// GroupWaitDefault is how long the first request of a group waits for
-	// others to join it. It bounds the latency group commit adds to a
-	// request: 2ms is small beside a majority commit on a replica set
-	// (several milliseconds) and long enough, under load, to gather the
-	// requests that would otherwise each wait for a commit of their own.
-	GroupWaitDefault = 2 * time.Millisecond
+	// others to join it when no transaction is running (requests queued
+	// while one runs go at once when it ends: they have waited for it). It
+	// bounds the latency group commit adds to a request. Under load the
+	// groups form while the previous transaction runs, so the wait matters
+	// little for throughput: measured with 32 writers on SQLite, a 2ms wait
+	// gave 7k events/s, 200µs and no wait both 15k/s. On a replica set a
+	// majority commit takes several milliseconds, during which the next
+	// group gathers.
+	GroupWaitDefault = 200 * time.Microsecond
 	// GroupMaxDefault is the most events one group holds (the largest
 	// batch request, --max-batch, holds as many).
 	GroupMaxDefault = 500
@@ -42,7 +46,9 @@ var ErrCommitterStopped = errors.New("the ingest committer is not running")
 type CommitterConfig struct {
 	// GroupWait is the longest the first request of a group waits for
 	// others before the group's transaction starts; a group also starts as
-	// soon as it holds GroupMax events. Defaults to GroupWaitDefault (2ms);
+	// soon as it holds GroupMax events, and without waiting when its first
+	// request was queued while the previous group's transaction ran.
+	// Defaults to GroupWaitDefault (200µs);
 	// GroupWaitOff gives every Write its own transaction. At most
 	// GroupWaitMax.
 	GroupWait time.Duration
@@ -126,6 +132,9 @@ type Committer struct {
 	open   bool
 	queue  []*request
 	queued int // events in queue
+	// ended is when the last group's transaction ended: requests queued
+	// before it waited for that transaction and wait no longer.
+	ended time.Time
 }
 
 // request is one Write waiting for its group.
@@ -252,8 +261,8 @@ func (c *Committer) run(fetchCtx, workCtx context.Context) error {
 }
 
 // next takes the next group from the queue when it is due (its first
-// request has waited GroupWait, or it holds GroupMax events) or force is
-// set; else it returns how long until it is due (0: the queue is empty).
+// request has waited GroupWait or was queued while the last group's
+// transaction ran, or it holds GroupMax events) or force is set; else it returns how long until it is due (0: the queue is empty).
 // Requests whose context has ended are answered and left out of the group.
 func (c *Committer) next(force bool) (group []*request, took bool, wait time.Duration) {
 	c.mu.Lock()
@@ -261,7 +270,7 @@ func (c *Committer) next(force bool) (group []*request, took bool, wait time.Dur
 	if len(c.queue) == 0 {
 		return nil, false, 0
 	}
-	if !force && c.queued < c.cfg.GroupMax {
+	if !force && c.queued < c.cfg.GroupMax && !c.queue[0].at.Before(c.ended) {
 		if d := time.Until(c.queue[0].at.Add(c.cfg.GroupWait)); d > 0 {
 			return nil, false, d
 		}
@@ -314,6 +323,9 @@ func (c *Committer) commit(workCtx context.Context, group []*request) {
 	if err != nil {
 		err = fmt.Errorf("error writing a group of %d requests in one transaction: %w", len(group), err)
 	}
+	c.mu.Lock()
+	c.ended = time.Now()
+	c.mu.Unlock()
 	for _, r := range group {
 		if err != nil {
 			r.results, r.err = nil, err

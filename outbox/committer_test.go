@@ -338,6 +338,26 @@ func testCommitter(t *testing.T, kind string) {
 		testkit.RequireStored(t, b.st, 1)
 	})
 
+	// A request queued while a group's transaction runs has waited for it:
+	// it goes in the next group at once, without waiting GroupWait.
+	t.Run("QueuedDuringATransactionDoesNotWait", func(t *testing.T) {
+		t.Parallel()
+		b := setupCommitter(t, kind, &outbox.CommitterConfig{GroupWait: outbox.GroupWaitMax, GroupMax: 100})
+		b.st.gate = make(chan struct{})
+		open := sync.OnceFunc(func() { close(b.st.gate) })
+		t.Cleanup(open) // before the committer stops
+		first := b.queue(ctx, t, input("d1"))
+		require.Eventually(t, func() bool { return b.st.txs.Load() == 1 }, 10*time.Second, time.Millisecond, "the first group's transaction started")
+		second := b.queue(ctx, t, input("d2"))
+		opened := time.Now()
+		open()
+		require.NoError(t, await(t, first).err)
+		require.NoError(t, await(t, second).err)
+		require.Less(t, time.Since(opened), outbox.GroupWaitMax/2, "the second request did not wait GroupWait")
+		require.Equal(t, int64(2), b.st.txs.Load())
+		testkit.RequireStored(t, b.st, 2)
+	})
+
 	t.Run("GroupWaitOffIsOneTransactionPerWrite", func(t *testing.T) {
 		t.Parallel()
 		b := setupCommitter(t, kind, &outbox.CommitterConfig{GroupWait: outbox.GroupWaitOff})
@@ -465,43 +485,4 @@ func TestCommitterLifecycle(t *testing.T) {
 		defer mu.Unlock()
 		require.Equal(t, []int{3}, sizes)
 	})
-}
-
-// BenchmarkCommitter writes single events from parallel callers on SQLite,
-// each in its own transaction (WriteBatch) and in shared ones (Committer).
-func BenchmarkCommitter(b *testing.B) {
-	ctx := context.Background()
-	for _, name := range []string{"WriteBatch", "Committer", "Committer200us"} {
-		b.Run(name, func(b *testing.B) {
-			st := testkit.NewSQLite(b)
-			w := outbox.NewWriter(st, nil)
-			cfg := &outbox.CommitterConfig{}
-			if name == "Committer200us" {
-				cfg.GroupWait = 200 * time.Microsecond
-			}
-			c, err := outbox.NewCommitter(w, cfg)
-			require.NoError(b, err)
-			require.NoError(b, c.Start(ctx))
-			defer c.Stop(ctx)
-			write := w.WriteBatch
-			if name != "WriteBatch" {
-				write = c.Write
-			}
-			var n atomic.Int64
-			b.SetParallelism(16)
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					batch, err := w.Prepare([]outbox.Input{input(fmt.Sprint("d", n.Add(1)))})
-					if err == nil {
-						_, err = write(ctx, batch)
-					}
-					if err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
-		})
-	}
 }
