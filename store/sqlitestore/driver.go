@@ -49,6 +49,9 @@ func writeDSN(path string, busy time.Duration) string {
 	// default is 2 MiB): a store past 100,000 events keeps its indexes in
 	// memory instead of reading them back from the OS for every batch.
 	q.Add("_pragma", "cache_size(-32768)")
+	// RETURNING collects its rows in a temporary table: in memory, not in a
+	// temporary file.
+	q.Add("_pragma", "temp_store(MEMORY)")
 	q.Set("_txlock", "immediate")
 	return fileURI(path) + "?" + q.Encode()
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -202,6 +203,36 @@ func TestWriteTx(t *testing.T) {
 		got, err := b.store.LoadEvents(ctx, []string{again[0].ID})
 		require.NoError(t, err)
 		require.Empty(t, got, "the transaction rolled back as a whole")
+	})
+
+	// A batch goes in multi-row INSERTs and row by row for the rest: a
+	// stored key in either part is a duplicate key, and every entry gets
+	// the seq of its own row.
+	t.Run("MultiRowInserts", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		events, entries := records(100, "s", time.Now())
+		require.NoError(t, insert(ctx, b.store, events, entries))
+		for _, e := range entries {
+			var eventID string
+			seq, err := strconv.ParseInt(e.ID, 10, 64)
+			require.NoError(t, err)
+			require.NoError(t, b.store.DB().QueryRowContext(ctx, `SELECT event_id FROM outbox WHERE seq = ?`, seq).Scan(&eventID))
+			require.Equal(t, e.EventID, eventID, "entry %s", e.ID)
+		}
+		got, err := b.store.LoadEvents(ctx, []string{events[0].ID, events[50].ID, events[99].ID})
+		require.NoError(t, err)
+		require.Len(t, got, 3)
+
+		for _, i := range []int{5, 99} { // in a multi-row INSERT, in the row-by-row rest
+			again, againEntries := records(100, "s", time.Now())
+			again[i].IdempotencyKey = events[i].IdempotencyKey
+			err := insert(ctx, b.store, again, againEntries)
+			require.ErrorIs(t, err, outbox.ErrDuplicateKey, "row %d", i)
+			got, err := b.store.LoadEvents(ctx, []string{again[0].ID, again[98].ID})
+			require.NoError(t, err)
+			require.Empty(t, got, "the transaction rolled back as a whole")
+		}
 	})
 
 	t.Run("DuplicateIDIsNotDuplicateKey", func(t *testing.T) {

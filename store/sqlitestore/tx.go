@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/outboxd/outboxd/outbox"
 )
@@ -17,20 +19,45 @@ const (
 	stmtInsertEvent
 	stmtKeyExists
 	stmtInsertEntry
+	stmtInsertEvents
+	stmtInsertEntries
 	stmtCount
 )
+
+// rowsPerInsert is how many rows the multi-row INSERTs carry: a batch is
+// inserted rowsPerInsert rows per statement and the rest one by one. One
+// statement per row costs database/sql's and the driver's round trip each
+// time; 32 rows of 14 columns stay far below SQLite's 32,766 parameters.
+const rowsPerInsert = 32
+
+// The columns of the two INSERTs, and how many each row binds.
+const (
+	insertEventHead = `INSERT INTO events (id, idempotency_key, source_key, device_key, type, occurred_at,
+		payload, content_hash, created_at, synced_at, last_requeued_at, requeue_count, sync_failure, failure_category)
+		VALUES `
+	insertEventArgs = 14
+	insertEntryHead = `INSERT INTO outbox (event_id, stream, message, created_at, dispatched_at) VALUES `
+	insertEntryArgs = 5
+)
+
+// valuesList returns rows groups of n placeholders: "(?, ?), (?, ?)".
+func valuesList(rows, n int) string {
+	row := "(" + strings.TrimSuffix(strings.Repeat("?, ", n), ", ") + ")"
+	return strings.TrimSuffix(strings.Repeat(row+", ", rows), ", ")
+}
 
 var txQueries = [stmtCount]string{
 	// Index events_idempotency_key, one probe per key of the list.
 	stmtLookupKeys: `SELECT idempotency_key, id, content_hash FROM events
 		WHERE idempotency_key IN (SELECT value FROM json_each(?))`,
-	stmtInsertEvent: `INSERT INTO events (id, idempotency_key, source_key, device_key, type, occurred_at,
-		payload, content_hash, created_at, synced_at, last_requeued_at, requeue_count, sync_failure, failure_category)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	stmtInsertEvent:  insertEventHead + valuesList(1, insertEventArgs),
+	stmtInsertEvents: insertEventHead + valuesList(rowsPerInsert, insertEventArgs),
 	// Index events_idempotency_key.
-	stmtKeyExists: `SELECT 1 FROM events WHERE idempotency_key = ?`,
-	stmtInsertEntry: `INSERT INTO outbox (event_id, stream, message, created_at, dispatched_at)
-		VALUES (?, ?, ?, ?, ?)`,
+	stmtKeyExists:   `SELECT 1 FROM events WHERE idempotency_key = ?`,
+	stmtInsertEntry: insertEntryHead + valuesList(1, insertEntryArgs) + ` RETURNING seq`,
+	// The rows of one INSERT … VALUES get their seqs in VALUES order, so
+	// the returned seqs (in no promised order) sorted are the rows' seqs.
+	stmtInsertEntries: insertEntryHead + valuesList(rowsPerInsert, insertEntryArgs) + ` RETURNING seq`,
 }
 
 // writeStmts are the prepared statements of outbox.Tx.
@@ -211,42 +238,60 @@ func (w *txWriter) LookupKeys(ctx context.Context, keys []string) (map[string]ou
 
 // InsertEvents inserts originals. A key already stored fails it with an
 // error wrapping outbox.ErrDuplicateKey; the transaction must then be rolled
-// back (the originals before the failing one are inserted).
+// back (the originals before the failing statement are inserted).
 func (w *txWriter) InsertEvents(ctx context.Context, events []outbox.Event) error {
-	if len(events) == 0 {
-		return nil
-	}
-	st, err := w.stmt(ctx, stmtInsertEvent)
-	if err != nil {
-		return err
-	}
-	for i := range events {
-		ev := &events[i]
-		payload := string(ev.Payload)
-		if payload == "" {
-			payload = "{}"
+	for len(events) > 0 {
+		n := rowsPerInsert
+		i := stmtInsertEvents
+		if len(events) < rowsPerInsert {
+			n, i = 1, stmtInsertEvent
 		}
-		failure, category, err := encodeFailure(ev.SyncFailure)
+		st, err := w.stmt(ctx, i)
 		if err != nil {
-			return fmt.Errorf("error inserting original %s: %w", ev.ID, err)
+			return err
 		}
-		_, err = st.ExecContext(ctx, ev.ID, ev.IdempotencyKey, ev.SourceKey, ev.DeviceKey, ev.Type,
-			millis(ev.OccurredAt), payload, ev.ContentHash, millis(ev.CreatedAt),
-			nullMillis(ev.SyncedAt), nullMillis(ev.LastRequeuedAt), ev.RequeueCount, failure, category)
-		if err == nil {
-			continue
+		args := make([]any, 0, n*insertEventArgs)
+		for j := range n {
+			ev := &events[j]
+			payload := string(ev.Payload)
+			if payload == "" {
+				payload = "{}"
+			}
+			failure, category, err := encodeFailure(ev.SyncFailure)
+			if err != nil {
+				return fmt.Errorf("error inserting original %s: %w", ev.ID, err)
+			}
+			args = append(args, ev.ID, ev.IdempotencyKey, ev.SourceKey, ev.DeviceKey, ev.Type,
+				millis(ev.OccurredAt), payload, ev.ContentHash, millis(ev.CreatedAt),
+				nullMillis(ev.SyncedAt), nullMillis(ev.LastRequeuedAt), ev.RequeueCount, failure, category)
 		}
-		if isUniqueViolation(err) {
-			// The id or the key is taken. Which one is read from the table,
-			// never from the message; a constraint failure ends only the
-			// statement, so the transaction can still read.
+		if _, err := st.ExecContext(ctx, args...); err != nil {
+			return w.insertFailed(ctx, events[:n], err)
+		}
+		events = events[n:]
+	}
+	return nil
+}
+
+// insertFailed explains the failure of an INSERT of events: a key another
+// transaction stored (an error wrapping outbox.ErrDuplicateKey), or else the
+// store's error.
+func (w *txWriter) insertFailed(ctx context.Context, events []outbox.Event, err error) error {
+	if isUniqueViolation(err) {
+		// The id or a key is taken. Which one is read from the table,
+		// never from the message; a constraint failure ends only the
+		// statement (none of its rows stays), so the transaction can
+		// still read.
+		for _, ev := range events {
 			if dup, lookErr := w.keyExists(ctx, ev.IdempotencyKey); lookErr == nil && dup {
 				return fmt.Errorf("error inserting original with idempotency key %q: %w", ev.IdempotencyKey, outbox.ErrDuplicateKey)
 			}
 		}
-		return w.s.fail(fmt.Sprintf("inserting original %s", ev.ID), err)
 	}
-	return nil
+	if len(events) == 1 {
+		return w.s.fail(fmt.Sprintf("inserting original %s", events[0].ID), err)
+	}
+	return w.s.fail(fmt.Sprintf("inserting %d originals from %s", len(events), events[0].ID), err)
 }
 
 // keyExists reports whether an original with idempotency key is stored.
@@ -266,25 +311,55 @@ func (w *txWriter) keyExists(ctx context.Context, key string) (bool, error) {
 // InsertEntries inserts outbox entries and sets their IDs (the seq, see
 // entryID) in entries.
 func (w *txWriter) InsertEntries(ctx context.Context, entries []outbox.Entry) error {
-	if len(entries) == 0 {
-		return nil
+	for len(entries) > 0 {
+		n := rowsPerInsert
+		i := stmtInsertEntries
+		if len(entries) < rowsPerInsert {
+			n, i = 1, stmtInsertEntry
+		}
+		chunk := entries[:n]
+		if err := w.insertEntries(ctx, i, chunk); err != nil {
+			return w.s.fail(fmt.Sprintf("inserting the outbox entry of %s", chunk[0].EventID), err)
+		}
+		w.entries += n
+		entries = entries[n:]
 	}
-	st, err := w.stmt(ctx, stmtInsertEntry)
+	return nil
+}
+
+// insertEntries runs statement i, an INSERT of len(chunk) entries, and sets
+// their IDs.
+func (w *txWriter) insertEntries(ctx context.Context, i int, chunk []outbox.Entry) error {
+	st, err := w.stmt(ctx, i)
 	if err != nil {
 		return err
 	}
-	for i := range entries {
-		e := &entries[i]
-		res, err := st.ExecContext(ctx, e.EventID, e.Stream, e.Message, millis(e.CreatedAt), nullMillis(e.DispatchedAt))
-		if err != nil {
-			return w.s.fail(fmt.Sprintf("inserting outbox entry of %s", e.EventID), err)
+	args := make([]any, 0, len(chunk)*insertEntryArgs)
+	for _, e := range chunk {
+		args = append(args, e.EventID, e.Stream, e.Message, millis(e.CreatedAt), nullMillis(e.DispatchedAt))
+	}
+	rows, err := st.QueryContext(ctx, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	seqs := make([]int64, 0, len(chunk))
+	for rows.Next() {
+		var seq int64
+		if err := rows.Scan(&seq); err != nil {
+			return err
 		}
-		seq, err := res.LastInsertId()
-		if err != nil {
-			return w.s.fail(fmt.Sprintf("inserting outbox entry of %s", e.EventID), err)
-		}
-		e.ID = entryID(seq)
-		w.entries++
+		seqs = append(seqs, seq)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if len(seqs) != len(chunk) {
+		return fmt.Errorf("%d seqs returned for %d rows", len(seqs), len(chunk))
+	}
+	slices.Sort(seqs)
+	for j := range chunk {
+		chunk[j].ID = entryID(seqs[j])
 	}
 	return nil
 }
