@@ -18,7 +18,7 @@ import (
 // Defaults of Config.
 const (
 	// BatchSizeDefault is the default Config.BatchSize.
-	BatchSizeDefault = 256
+	BatchSizeDefault = 2000
 	// BlockDefault is the default Config.Block.
 	BlockDefault = 2 * time.Second
 	// ClaimIdleDefault is the default Config.ClaimIdle.
@@ -68,7 +68,8 @@ type Config struct {
 	Consumer string
 	// BatchSize is the COUNT of each XREADGROUP and XAUTOCLAIM, so at most
 	// this many entries go into one PostgreSQL transaction. Defaults to
-	// BatchSizeDefault (256); at most BatchSizeMax.
+	// BatchSizeDefault (2,000: the fastest of 250, 500, 1,000 and 2,000 in
+	// the chunk-size table of docs/benchmarks.md); at most BatchSizeMax.
 	BatchSize int
 	// Block bounds how long one XREADGROUP waits for new entries, and so how
 	// long a stop request or a due reclaim waits. It is never 0 (which would
