@@ -52,7 +52,9 @@
 //     batches of 500, timed from the first request until every original is
 //     synced. Limit: the smallest of store-insert-500, redis-xadd and
 //     redis-to-pg (the pipeline's bottleneck part);
-//   - latency: `outboxd dev` on a fresh file and stream; single events paced
+//   - latency (run first, before the bulk stages leave PostgreSQL with
+//     hundreds of thousands of rows to checkpoint, which stalls its commits
+//     for a while): `outboxd dev` on a fresh file and stream; single events paced
 //     at 2,000/s for 15 seconds by up to 64 senders; afterwards each event's
 //     syncedAt is read from the store and compared with the time its
 //     request started. syncedAt is stored at millisecond precision

@@ -31,8 +31,11 @@ const (
 	// PollIntervalDefault is how often a quiet feed looks at the outbox.
 	PollIntervalDefault = 100 * time.Millisecond
 	// CheckpointIntervalDefault is how often a Store copies the WAL into
-	// the database file (see checkpointer).
-	CheckpointIntervalDefault = time.Second
+	// the database file (see checkpointer). A checkpoint's syncs slow the
+	// commits that meet them, the more the larger it is: measured at 2,000
+	// events/s in `outboxd dev`, ingest → syncedAt p99 was 50 ms with
+	// 250ms, 100 ms with 1s, 700 ms with 10s (and 60–120 ms with 100ms).
+	CheckpointIntervalDefault = 250 * time.Millisecond
 )
 
 // Options tune a Store. A nil *Options means all defaults.
@@ -48,7 +51,7 @@ type Options struct {
 	ReadConns int
 	// CheckpointInterval is how often the Store copies the WAL into the
 	// database file, in the background, so that no commit pays for it.
-	// Defaults to CheckpointIntervalDefault (1 second).
+	// Defaults to CheckpointIntervalDefault (250ms).
 	CheckpointInterval time.Duration
 }
 
