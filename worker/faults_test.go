@@ -283,13 +283,13 @@ func TestWorkerFaults(t *testing.T) {
 func TestWorkerErrorStreak(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	setupBroken := func(t *testing.T, probe time.Duration) (*testBundle, *prometheus.Registry, *atomic.Bool, *worker.Worker) {
+	setupBroken := func(t *testing.T, probe time.Duration, batch int) (*testBundle, *prometheus.Registry, *atomic.Bool, *worker.Worker) {
 		b := setup(t)
 		reg := prometheus.NewRegistry()
 		broken := &atomic.Bool{}
 		broken.Store(true)
 		cfg := b.config("c")
-		cfg.Registerer, cfg.StreakLimit, cfg.MaxDeliveries, cfg.BreakerTimeout = reg, 5, 3, probe
+		cfg.Registerer, cfg.StreakLimit, cfg.MaxDeliveries, cfg.BreakerTimeout, cfg.BatchSize = reg, 5, 3, probe, batch
 		cfg.Projector = failOn(func(*outbox.Event, bool) error {
 			if broken.Load() {
 				return fmt.Errorf("%w: the schema drifted", worker.ErrRecord)
@@ -312,7 +312,7 @@ func TestWorkerErrorStreak(t *testing.T) {
 
 	t.Run("HaltsThenClearsOnSuccess", func(t *testing.T) {
 		t.Parallel()
-		b, reg, broken, _ := setupBroken(t, 100*time.Millisecond)
+		b, reg, broken, _ := setupBroken(t, 100*time.Millisecond, 0)
 		// Held and probed for ten probe intervals: nothing dead-lettered,
 		// nothing charged beyond the deliveries before the halt.
 		require.Never(t, func() bool { return b.rdb.XLen(ctx, outbox.DLQStream(b.stream)).Val() > 0 },
@@ -331,9 +331,22 @@ func TestWorkerErrorStreak(t *testing.T) {
 		require.Empty(t, budgets(t, b))
 	})
 
+	// Batches of 2 fill up, so each is read ahead while the one before
+	// fails: the batch read ahead when retries halt is held with the
+	// others, not left unread (and untouched) until they resume.
+	t.Run("BatchReadAheadIsHeld", func(t *testing.T) {
+		t.Parallel()
+		b, reg, broken, _ := setupBroken(t, time.Hour, 2)
+		require.Eventually(t, func() bool {
+			return testkit.Metric(t, reg, "outboxd_worker_held_entries") == 8
+		}, waitFor, 5*time.Millisecond, "every pending entry is held")
+		require.Equal(t, int64(8), b.pending(t))
+		broken.Store(false)
+	})
+
 	t.Run("OperatorResumes", func(t *testing.T) {
 		t.Parallel()
-		b, reg, broken, w := setupBroken(t, time.Hour) // no probe within the test
+		b, reg, broken, w := setupBroken(t, time.Hour, 0) // no probe within the test
 		broken.Store(false)
 		w.ResumeRetries()
 		require.Zero(t, testkit.Metric(t, reg, "outboxd_retries_halted", "component", "worker", "class", "record"))

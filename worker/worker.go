@@ -222,6 +222,7 @@ func (w *Worker) loop(fetchCtx, workCtx context.Context) error {
 			continue
 		}
 		if w.paused() {
+			w.holdAhead()
 			w.waitHeld(fetchCtx)
 			continue
 		}
@@ -277,6 +278,25 @@ func (w *Worker) readAhead(fetchCtx, workCtx context.Context) {
 		}
 		ch <- aheadBatch{msgs: msgs, pre: pre, err: err}
 	}()
+}
+
+// holdAhead keeps the entries of a read-ahead as held ones, due now, when
+// the worker pauses: they were read before the pause, and held they are
+// touched (not taken over by another consumer) and delivered with the
+// others when the pause ends.
+func (w *Worker) holdAhead() {
+	if w.ahead == nil {
+		return
+	}
+	a := <-w.ahead
+	w.ahead = nil
+	now := time.Now()
+	for _, m := range a.msgs {
+		if _, ok := w.held[m.ID]; !ok {
+			w.metrics.held.Inc()
+		}
+		w.held[m.ID] = heldEntry{msg: m, due: now}
+	}
 }
 
 // next returns the batch a read-ahead prepared, or else reads new entries,
