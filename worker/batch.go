@@ -183,13 +183,19 @@ func (w *Worker) handle(ctx context.Context, msgs []redis.XMessage, pre *batch) 
 	return out, nil
 }
 
+// hold keeps h for a later delivery (replacing an earlier hold of its
+// entry).
+func (w *Worker) hold(h heldEntry) {
+	if _, ok := w.held[h.msg.ID]; !ok {
+		w.metrics.held.Inc()
+	}
+	w.held[h.msg.ID] = h
+}
+
 // apply keeps the held entries of a finished batch and counts it.
 func (w *Worker) apply(out outcome) {
 	for _, h := range out.hold {
-		if _, ok := w.held[h.msg.ID]; !ok {
-			w.metrics.held.Inc()
-		}
-		w.held[h.msg.ID] = h
+		w.hold(h)
 	}
 	w.metrics.retries.WithLabelValues("record").Add(float64(out.charged))
 	for _, f := range out.failures {

@@ -177,9 +177,7 @@ func (w *Worker) run(fetchCtx, workCtx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { w.keepHeld(workCtx, stop) })
 	err := w.loop(fetchCtx, workCtx)
-	if w.ahead != nil {
-		a := <-w.ahead
-		w.ahead = nil
+	if a, ok := w.takeAhead(); ok {
 		if err == nil && a.err == nil {
 			// Read before the stop: in flight like the batch before it. After
 			// an abrupt stop its entries stay pending, as after a crash.
@@ -285,29 +283,29 @@ func (w *Worker) readAhead(fetchCtx, workCtx context.Context) {
 // touched (not taken over by another consumer) and delivered with the
 // others when the pause ends.
 func (w *Worker) holdAhead() {
+	a, _ := w.takeAhead()
+	now := time.Now()
+	for _, m := range a.msgs {
+		w.hold(heldEntry{msg: m, due: now})
+	}
+}
+
+// takeAhead waits for the read-ahead in flight, if any, and returns what it
+// read.
+func (w *Worker) takeAhead() (aheadBatch, bool) {
 	if w.ahead == nil {
-		return
+		return aheadBatch{}, false
 	}
 	a := <-w.ahead
 	w.ahead = nil
-	now := time.Now()
-	for _, m := range a.msgs {
-		if _, ok := w.held[m.ID]; !ok {
-			w.metrics.held.Inc()
-		}
-		w.held[m.ID] = heldEntry{msg: m, due: now}
-	}
+	return a, true
 }
 
 // next returns the batch a read-ahead prepared, or else reads new entries,
 // waiting at most block for some.
 func (w *Worker) next(fetchCtx context.Context, block time.Duration) ([]redis.XMessage, *batch, error) {
-	if w.ahead != nil {
-		a := <-w.ahead
-		w.ahead = nil
-		if a.err != nil || len(a.msgs) > 0 {
-			return a.msgs, a.pre, a.err
-		}
+	if a, ok := w.takeAhead(); ok && (a.err != nil || len(a.msgs) > 0) {
+		return a.msgs, a.pre, a.err
 	}
 	msgs, err := w.read(fetchCtx, ">", block)
 	return msgs, nil, err

@@ -40,6 +40,16 @@ const (
 	insertEntryArgs = 5
 )
 
+// nextInsert returns how many of left rows the next INSERT carries and its
+// statement: multi (rowsPerInsert rows) while that many are left, else
+// single (one row).
+func nextInsert(left, multi, single int) (rows, stmt int) {
+	if left >= rowsPerInsert {
+		return rowsPerInsert, multi
+	}
+	return 1, single
+}
+
 // valuesList returns rows groups of n placeholders: "(?, ?), (?, ?)".
 func valuesList(rows, n int) string {
 	row := "(" + strings.TrimSuffix(strings.Repeat("?, ", n), ", ") + ")"
@@ -241,11 +251,7 @@ func (w *txWriter) LookupKeys(ctx context.Context, keys []string) (map[string]ou
 // back (the originals before the failing statement are inserted).
 func (w *txWriter) InsertEvents(ctx context.Context, events []outbox.Event) error {
 	for len(events) > 0 {
-		n := rowsPerInsert
-		i := stmtInsertEvents
-		if len(events) < rowsPerInsert {
-			n, i = 1, stmtInsertEvent
-		}
+		n, i := nextInsert(len(events), stmtInsertEvents, stmtInsertEvent)
 		st, err := w.stmt(ctx, i)
 		if err != nil {
 			return err
@@ -312,11 +318,7 @@ func (w *txWriter) keyExists(ctx context.Context, key string) (bool, error) {
 // entryID) in entries.
 func (w *txWriter) InsertEntries(ctx context.Context, entries []outbox.Entry) error {
 	for len(entries) > 0 {
-		n := rowsPerInsert
-		i := stmtInsertEntries
-		if len(entries) < rowsPerInsert {
-			n, i = 1, stmtInsertEntry
-		}
+		n, i := nextInsert(len(entries), stmtInsertEntries, stmtInsertEntry)
 		chunk := entries[:n]
 		if err := w.insertEntries(ctx, i, chunk); err != nil {
 			return w.s.fail(fmt.Sprintf("inserting the outbox entry of %s", chunk[0].EventID), err)
