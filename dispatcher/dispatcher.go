@@ -64,7 +64,7 @@ type Stats struct {
 // stay undispatched and are relayed again later); Err reports a fault point
 // that stopped it abruptly.
 type Dispatcher struct {
-	startstop.Base
+	life startstop.Base
 
 	st      store.Store
 	rdb     redis.UniversalClient
@@ -109,9 +109,23 @@ func New(st store.Store, rdb redis.UniversalClient, cfg *Config, logger *zap.Log
 		Name: LeaseName(c.Stream), Owner: c.Owner, TTL: c.LeaseTTL, Now: c.Now, BackoffMax: c.BackoffMax,
 		Hooks: leader.Hooks{Elected: d.elected, Demoted: d.demoted},
 	}, d.logger)
-	d.Init(d.preflight, d.run)
+	d.life.Init(d.preflight, d.run)
 	return d, nil
 }
+
+// Start checks that Redis and the store answer and runs the dispatcher in the background, as the type's
+// documentation says; on a running dispatcher it does nothing.
+func (d *Dispatcher) Start(ctx context.Context) error { return d.life.Start(ctx) }
+
+// Stop stops reading, lets the batch in flight finish (XADD, dispatchedAt, checkpoint) and releases the lease; when ctx ends first the batch is abandoned (its entries stay undispatched) and Stop returns ctx's error. It is idempotent and safe before Start.
+func (d *Dispatcher) Stop(ctx context.Context) error { return d.life.Stop(ctx) }
+
+// Stopped is closed while the dispatcher is not running.
+func (d *Dispatcher) Stopped() <-chan struct{} { return d.life.Stopped() }
+
+// Err returns what ended the last run: nil after a clean stop, or the
+// error that stopped it on its own (an injected fault).
+func (d *Dispatcher) Err() error { return d.life.Err() }
 
 // ResumeRetries is the operator's action on the streak rule.
 //

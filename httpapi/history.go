@@ -55,7 +55,7 @@ type HistoryConfig struct {
 // process keeps its own; a restart starts it again. Its lifecycle is
 // package startstop's: Start runs the sampler, Stop ends it.
 type History struct {
-	startstop.Base
+	life   startstop.Base
 	status *Status
 	every  time.Duration
 	logger *zap.Logger
@@ -149,9 +149,20 @@ func NewHistory(status *Status, cfg *HistoryConfig, logger *zap.Logger) (*Histor
 	}
 	h := &History{status: status, every: c.Every, ring: make([]Sample, c.Size),
 		logger: logger.Named("history").With(zap.String("stream", status.Stream))}
-	h.Init(nil, h.run)
+	h.life.Init(nil, h.run)
 	return h, nil
 }
+
+// Start runs the sampler in the background; on a running History it does
+// nothing.
+func (h *History) Start(ctx context.Context) error { return h.life.Start(ctx) }
+
+// Stop ends the sampler and waits for it. It is idempotent and safe before
+// Start.
+func (h *History) Stop(ctx context.Context) error { return h.life.Stop(ctx) }
+
+// Stopped is closed while the sampler is not running.
+func (h *History) Stopped() <-chan struct{} { return h.life.Stopped() }
 
 func (h *History) run(fetchCtx, _ context.Context) error {
 	h.logger.Debug("history sampler started", zap.Duration("every", h.every))

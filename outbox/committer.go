@@ -122,7 +122,7 @@ func (c *CommitterConfig) validate() error {
 // the first Write; Stop answers every request still queued (their groups
 // run) before it returns.
 type Committer struct {
-	startstop.Base
+	life startstop.Base
 
 	w    *Writer
 	cfg  CommitterConfig
@@ -155,7 +155,7 @@ func NewCommitter(w *Writer, cfg *CommitterConfig) (*Committer, error) {
 		return nil, fmt.Errorf("invalid committer config: %w", err)
 	}
 	cm := &Committer{w: w, cfg: c, wake: make(chan struct{}, 1)}
-	cm.Init(func(context.Context) error {
+	cm.life.Init(func(context.Context) error {
 		cm.mu.Lock()
 		cm.open = true
 		cm.mu.Unlock()
@@ -163,6 +163,20 @@ func NewCommitter(w *Writer, cfg *CommitterConfig) (*Committer, error) {
 	}, cm.run)
 	return cm, nil
 }
+
+// Start opens the committer to Write and runs its loop in the background;
+// on a running committer it does nothing.
+func (c *Committer) Start(ctx context.Context) error { return c.life.Start(ctx) }
+
+// Stop closes the committer to new writes, runs the groups of every
+// request still queued and returns once they are answered; when ctx ends
+// first, the transactions still running fail, their requests get the
+// error, and Stop returns ctx's error. It is idempotent and safe before
+// Start.
+func (c *Committer) Stop(ctx context.Context) error { return c.life.Stop(ctx) }
+
+// Stopped is closed while the committer is not running.
+func (c *Committer) Stopped() <-chan struct{} { return c.life.Stopped() }
 
 // Write stores b (from Writer.Prepare) with the group of requests it joins
 // and returns b's results, as Writer.WriteBatch would. It returns

@@ -156,7 +156,7 @@ func (c *Config) validate() error {
 // time); Stop ends the schedule, a sweep in progress stopping between two
 // documents.
 type Reconciler struct {
-	startstop.Base
+	life startstop.Base
 
 	st      store.Store
 	rdb     redis.UniversalClient
@@ -192,9 +192,23 @@ func New(st store.Store, rdb redis.UniversalClient, cfg *Config, logger *zap.Log
 			Elected: func(store.Lease) { m.leader.Set(1) },
 			Demoted: func(store.Lease, error) { m.leader.Set(0) },
 		}}, r.logger)
-	r.Init(r.preflight, r.run)
+	r.life.Init(r.preflight, r.run)
 	return r, nil
 }
+
+// Start checks that Redis and the store answer and runs the reconciler in the background, as the type's
+// documentation says; on a running reconciler it does nothing.
+func (r *Reconciler) Start(ctx context.Context) error { return r.life.Start(ctx) }
+
+// Stop ends the schedule (a sweep in progress stops between two documents) and waits for it; when ctx ends first Stop returns ctx's error. It is idempotent and safe before Start.
+func (r *Reconciler) Stop(ctx context.Context) error { return r.life.Stop(ctx) }
+
+// Stopped is closed while the reconciler is not running.
+func (r *Reconciler) Stopped() <-chan struct{} { return r.life.Stopped() }
+
+// Err returns what ended the last run: nil after a clean stop, or the
+// error that stopped it on its own (an injected fault).
+func (r *Reconciler) Err() error { return r.life.Err() }
 
 // LeaseName is the name of the periodic reconciler's lease of stream.
 func LeaseName(stream string) string { return "reconciler:" + stream }

@@ -55,7 +55,7 @@ func FailuresKey(stream, group string) string { return stream + ":" + group + ":
 // stay pending and are reclaimed later); Err reports a fault point that
 // stopped it abruptly.
 type Worker struct {
-	startstop.Base
+	life startstop.Base
 
 	st           store.Store
 	rdb          redis.UniversalClient
@@ -119,9 +119,23 @@ func New(st store.Store, rdb redis.UniversalClient, pool *pgxpool.Pool, cfg *Con
 		}, w.logger)
 	}
 	w.streak = failpolicy.NewStreak("worker", c.StreakLimit, m.streak, w.logger)
-	w.Init(w.preflight, w.run)
+	w.life.Init(w.preflight, w.run)
 	return w, nil
 }
+
+// Start checks that Redis, PostgreSQL and the store answer, creates the consumer group when missing and runs the worker in the background, as the type's
+// documentation says; on a running worker it does nothing.
+func (w *Worker) Start(ctx context.Context) error { return w.life.Start(ctx) }
+
+// Stop stops reading and waits until the batch in flight is projected, marked and acknowledged; when ctx ends first the batch is abandoned (its entries stay pending) and Stop returns ctx's error. It is idempotent and safe before Start.
+func (w *Worker) Stop(ctx context.Context) error { return w.life.Stop(ctx) }
+
+// Stopped is closed while the worker is not running.
+func (w *Worker) Stopped() <-chan struct{} { return w.life.Stopped() }
+
+// Err returns what ended the last run: nil after a clean stop, or the
+// error that stopped it on its own (an injected fault).
+func (w *Worker) Err() error { return w.life.Err() }
 
 // Consumer returns the worker's consumer name.
 func (w *Worker) Consumer() string { return w.cfg.Consumer }
