@@ -5,14 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/outboxd/outboxd/internal/config"
 	"github.com/outboxd/outboxd/internal/failpolicy"
 	"github.com/outboxd/outboxd/internal/fault"
+	"github.com/outboxd/outboxd/internal/instance"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -120,7 +119,8 @@ type Config struct {
 	faults *fault.Set
 }
 
-var instances atomic.Int64
+// names names the instances that name none.
+var names = instance.NewNamer("dispatcher")
 
 // withDefaults returns a copy of cfg with every unset field defaulted.
 func (c *Config) withDefaults() *Config {
@@ -130,7 +130,7 @@ func (c *Config) withDefaults() *Config {
 	}
 	out.Stream = cmp.Or(out.Stream, outbox.StreamDefault)
 	if out.Owner == "" {
-		out.Owner = config.InstanceName("dispatcher", instances.Add(1))
+		out.Owner = names.Next()
 	}
 	out.BatchSize = cmp.Or(out.BatchSize, BatchSizeDefault)
 	out.LeaseTTL = cmp.Or(out.LeaseTTL, LeaseTTLDefault)

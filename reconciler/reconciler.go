@@ -13,8 +13,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
-	"github.com/outboxd/outboxd/internal/config"
 	"github.com/outboxd/outboxd/internal/fault"
+	"github.com/outboxd/outboxd/internal/instance"
 	"github.com/outboxd/outboxd/internal/leader"
 	"github.com/outboxd/outboxd/internal/startstop"
 	"github.com/outboxd/outboxd/outbox"
@@ -100,7 +100,8 @@ type Config struct {
 	beforeRollback func(id string)
 }
 
-var instances atomic.Int64
+// names names the instances that name none.
+var names = instance.NewNamer("reconciler")
 
 func (c *Config) withDefaults() *Config {
 	var out Config
@@ -115,7 +116,7 @@ func (c *Config) withDefaults() *Config {
 	out.Every = cmp.Or(out.Every, EveryDefault)
 	out.LeaseTTL = cmp.Or(out.LeaseTTL, LeaseTTLDefault)
 	if out.Owner == "" {
-		out.Owner = config.InstanceName("reconciler", instances.Add(1))
+		out.Owner = names.Next()
 	}
 	if out.Now == nil {
 		out.Now = time.Now

@@ -4,14 +4,13 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/outboxd/outboxd/internal/config"
 	"github.com/outboxd/outboxd/internal/failpolicy"
 	"github.com/outboxd/outboxd/internal/fault"
+	"github.com/outboxd/outboxd/internal/instance"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -139,7 +138,8 @@ type Config struct {
 	faults *fault.Set
 }
 
-var instances atomic.Int64
+// names names the instances that name none.
+var names = instance.NewNamer("worker")
 
 // withDefaults returns a copy of cfg with every unset field defaulted.
 func (c *Config) withDefaults() *Config {
@@ -150,7 +150,7 @@ func (c *Config) withDefaults() *Config {
 	out.Stream = cmp.Or(out.Stream, outbox.StreamDefault)
 	out.Group = cmp.Or(out.Group, outbox.GroupDefault)
 	if out.Consumer == "" {
-		out.Consumer = config.InstanceName("worker", instances.Add(1))
+		out.Consumer = names.Next()
 	}
 	out.BatchSize = cmp.Or(out.BatchSize, BatchSizeDefault)
 	out.Block = cmp.Or(out.Block, BlockDefault)

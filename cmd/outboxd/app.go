@@ -22,6 +22,7 @@ import (
 	"github.com/outboxd/outboxd/httpapi"
 	"github.com/outboxd/outboxd/internal/config"
 	ometrics "github.com/outboxd/outboxd/internal/metrics"
+	"github.com/outboxd/outboxd/internal/redact"
 	"github.com/outboxd/outboxd/migrations"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/reconciler"
@@ -117,7 +118,7 @@ func (a *app) open(ctx context.Context) error {
 	if r.postgres {
 		pool, err := pgxpool.New(ctx, a.o.postgresURL)
 		if err != nil {
-			return fmt.Errorf("error opening PostgreSQL at %s: %w", config.Redact(a.o.postgresURL), err)
+			return fmt.Errorf("error opening PostgreSQL at %s: %w", redact.DSN(a.o.postgresURL), err)
 		}
 		a.pg = pool
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/outboxd/outboxd/dispatcher"
 	"github.com/outboxd/outboxd/httpapi"
 	"github.com/outboxd/outboxd/internal/config"
+	"github.com/outboxd/outboxd/internal/redact"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/reconciler"
 	"github.com/outboxd/outboxd/store"
@@ -214,7 +215,7 @@ func storeKind(uri string) (string, string, error) {
 	case strings.HasPrefix(uri, "embedded:"):
 		return "", "", fmt.Errorf("the embedded MongoDB engine (embedded:…) is no longer offered: use sqlite:PATH (the default, sqlite:data/outboxd.db) for a file, or %s", mongostore.LungoMemory)
 	}
-	return "", "", fmt.Errorf("must be sqlite:PATH, mongodb://…, mongodb+srv://… or %s (got %q)", mongostore.LungoMemory, config.Redact(uri))
+	return "", "", fmt.Errorf("must be sqlite:PATH, mongodb://…, mongodb+srv://… or %s (got %q)", mongostore.LungoMemory, redact.DSN(uri))
 }
 
 // validate checks every registered flag; the error names the flag.
@@ -236,7 +237,7 @@ func (o *options) validate() error {
 	}
 	if has["redis-url"] {
 		if u, err := url.Parse(o.redisURL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") {
-			return config.Invalid("redis-url", "must be redis://host:port/db or rediss://… (got %q)", config.Redact(o.redisURL))
+			return config.Invalid("redis-url", "must be redis://host:port/db or rediss://… (got %q)", redact.DSN(o.redisURL))
 		}
 		if o.stream == "" {
 			return config.Invalid("stream", "must not be empty")
@@ -250,7 +251,7 @@ func (o *options) validate() error {
 	}
 	if has["postgres-url"] {
 		if u, err := url.Parse(o.postgresURL); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-			return config.Invalid("postgres-url", "must be postgres://user:password@host:port/db (got %q)", config.Redact(o.postgresURL))
+			return config.Invalid("postgres-url", "must be postgres://user:password@host:port/db (got %q)", redact.DSN(o.postgresURL))
 		}
 	}
 	if has["http-addr"] && o.httpAddr != "" {
@@ -383,5 +384,5 @@ func (l *idList) Set(v string) error {
 
 func (o *options) String() string {
 	return fmt.Sprintf("role=%s store=%s redis=%s postgres=%s", o.role.name,
-		config.Redact(o.store), config.Redact(o.redisURL), config.Redact(o.postgresURL))
+		redact.DSN(o.store), redact.DSN(o.redisURL), redact.DSN(o.postgresURL))
 }

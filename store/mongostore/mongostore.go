@@ -18,7 +18,7 @@ import (
 	"go.mongodb.org/mongo-driver/mongo/readpref"
 	"go.mongodb.org/mongo-driver/mongo/writeconcern"
 
-	"github.com/outboxd/outboxd/internal/config"
+	"github.com/outboxd/outboxd/internal/redact"
 	"github.com/outboxd/outboxd/store"
 )
 
@@ -161,7 +161,7 @@ func ClientOptions(uri string, opTimeout time.Duration) *options.ClientOptions {
 func connect(ctx context.Context, uri string, o Options) (lungo.IClient, error) {
 	client, err := lungo.Connect(ctx, ClientOptions(uri, o.OpTimeout))
 	if err != nil {
-		return nil, wrap(err, "connecting to MongoDB at %s", config.Redact(uri))
+		return nil, wrap(err, "connecting to MongoDB at %s", redact.DSN(uri))
 	}
 	pingCtx, cancel := context.WithTimeout(ctx, o.OpTimeout)
 	defer cancel()
@@ -170,14 +170,14 @@ func connect(ctx context.Context, uri string, o Options) (lungo.IClient, error) 
 		return nil, err
 	}
 	if err := client.Ping(pingCtx, readpref.Primary()); err != nil {
-		return fail(wrap(err, "reaching MongoDB at %s (transactions and change streams need a replica set)", config.Redact(uri)))
+		return fail(wrap(err, "reaching MongoDB at %s (transactions and change streams need a replica set)", redact.DSN(uri)))
 	}
 	var hello bson.M
 	if err := client.Database("admin").RunCommand(pingCtx, bson.D{{Key: "hello", Value: 1}}).Decode(&hello); err != nil {
-		return fail(wrap(err, "asking MongoDB at %s for its topology (the hello command needs MongoDB 4.4.2 or later)", config.Redact(uri)))
+		return fail(wrap(err, "asking MongoDB at %s for its topology (the hello command needs MongoDB 4.4.2 or later)", redact.DSN(uri)))
 	}
 	if err := checkHello(hello); err != nil {
-		return fail(fmt.Errorf("MongoDB at %s: %w", config.Redact(uri), err))
+		return fail(fmt.Errorf("MongoDB at %s: %w", redact.DSN(uri), err))
 	}
 	return client, nil
 }
