@@ -1,7 +1,9 @@
-// Package migrations owns the SQL schemas, as numbered files embedded in
-// the binary: postgres/ (the read model, applied by goose) and sqlite/ (the
-// embedded store, applied by sqlitestore.Migrate). The MongoDB store
-// creates its indexes itself (mongostore.Store.Migrate). Applying them
+// Package migrations owns the PostgreSQL schema of the read model, as
+// numbered SQL files in postgres/ embedded in the binary and applied by
+// goose. The stores of the system of record carry their own schema: the
+// SQLite store embeds its files (sqlitestore.Store.Migrate, so a program
+// using only that store links neither goose nor pgx) and the MongoDB store
+// creates its indexes itself (mongostore.Store.Migrate). Applying either
 // twice changes nothing.
 package migrations
 

@@ -37,7 +37,8 @@
 //
 // # Schema
 //
-// The numbered files of migrations.SQLiteFiles(); times are INTEGER Unix
+// The numbered files of its migrations/ folder, embedded in the package
+// (so it needs neither goose nor pgx); times are INTEGER Unix
 // milliseconds, UTC, so a time read back is the one written truncated to the
 // millisecond. Every query is served by an index or a primary key, never by
 // a scan of events or outbox (TestQueryPlans checks each one with EXPLAIN

@@ -2,6 +2,7 @@ package sqlitestore
 
 import (
 	"context"
+	"embed"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -11,9 +12,22 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/outboxd/outboxd/migrations"
 	"github.com/outboxd/outboxd/store"
 )
+
+// migrationFiles holds the store's schema: numbered SQL files in goose's
+// format (00001_store.sql and so on), embedded here rather than in package
+// migrations so that a program using only this store links neither goose
+// nor pgx.
+//
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// schemaFiles returns the embedded migrations, file names at the root.
+func schemaFiles() fs.FS {
+	sub, _ := fs.Sub(migrationFiles, "migrations") // a valid name: cannot fail
+	return sub
+}
 
 // The schema is versioned with PRAGMA user_version, not goose's version
 // table. goose v3 ships no lock for SQLite (only PostgreSQL's advisory lock
@@ -76,12 +90,12 @@ func upSection(text string) string {
 
 // Migrate creates or updates the schema: in one BEGIN IMMEDIATE transaction
 // it reads PRAGMA user_version, runs the Up part of every newer migration of
-// migrations.SQLiteFiles() and sets user_version to the newest. It is
+// the embedded migrations/ folder and sets user_version to the newest. It is
 // idempotent and safe to run from several processes at once (they take
 // turns). cfg is not used: the SQLite store has no TTL index, DeleteDispatched
 // applies retention.
 func (s *Store) Migrate(ctx context.Context, cfg *store.MigrateConfig) error {
-	all, err := loadMigrations(migrations.SQLiteFiles())
+	all, err := loadMigrations(schemaFiles())
 	if err != nil {
 		return err
 	}
@@ -117,7 +131,7 @@ var requiredTables = []string{"events", "outbox", "feed_floor", "leases"}
 // missing and saying to run `outboxd migrate`, when the tables are absent or
 // older than this outboxd's migrations.
 func (s *Store) CheckSchema(ctx context.Context) error {
-	all, err := loadMigrations(migrations.SQLiteFiles())
+	all, err := loadMigrations(schemaFiles())
 	if err != nil {
 		return err
 	}

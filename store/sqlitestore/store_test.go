@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store"
 	"github.com/outboxd/outboxd/store/sqlitestore"
@@ -712,4 +713,14 @@ func TestCheckpointInBackground(t *testing.T) {
 		require.Eventually(t, func() bool { return size(path) > before+(2<<20) }, 10*time.Second, 5*time.Millisecond,
 			"the checkpoint copied the WAL into the file")
 	})
+}
+
+// TestDependencies: a program that wants only the SQLite store links
+// neither goose nor pgx (its schema is embedded here, not in package
+// migrations) nor go-redis (issue 19).
+func TestDependencies(t *testing.T) {
+	t.Parallel()
+	testkit.RequireNoDeps(t, "github.com/outboxd/outboxd/store/sqlitestore",
+		"github.com/pressly/goose", "github.com/jackc/pgx", "github.com/outboxd/outboxd/migrations",
+		"github.com/redis/go-redis")
 }
