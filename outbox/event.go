@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"go.mongodb.org/mongo-driver/bson/primitive"
 )
 
 // Origin says which component put a message into the stream.
@@ -161,21 +159,3 @@ func DecodeMessage(values map[string]any) (Message, error) {
 	return m, nil
 }
 
-// NewEventID returns a new event id: an ObjectID in hex, which sorts by
-// creation time.
-func NewEventID() string { return primitive.NewObjectID().Hex() }
-
-// IsEventID reports whether s has the form of an event id (24 lower-case
-// hex digits).
-func IsEventID(s string) bool {
-	if len(s) != 24 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
-}

@@ -717,10 +717,10 @@ func TestCheckpointInBackground(t *testing.T) {
 
 // TestDependencies: a program that wants only the SQLite store links
 // neither goose nor pgx (its schema is embedded here, not in package
-// migrations) nor go-redis (issue 19).
+// migrations) nor the drivers of MongoDB or Redis (issue 19).
 func TestDependencies(t *testing.T) {
 	t.Parallel()
 	testkit.RequireNoDeps(t, "github.com/outboxd/outboxd/store/sqlitestore",
 		"github.com/pressly/goose", "github.com/jackc/pgx", "github.com/outboxd/outboxd/migrations",
-		"github.com/redis/go-redis")
+		"go.mongodb.org/mongo-driver", "github.com/redis/go-redis")
 }
