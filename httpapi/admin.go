@@ -156,7 +156,7 @@ func (a *Admin) needPostgres() error {
 }
 
 // invalidError lists invalid fields of an admin request (422).
-type invalidError struct{ fields []outbox.FieldError }
+type invalidError struct{ fields []ProblemField }
 
 func (e *invalidError) Error() string {
 	parts := make([]string, len(e.fields))
@@ -167,7 +167,7 @@ func (e *invalidError) Error() string {
 }
 
 func invalid(field, format string, args ...any) error {
-	return &invalidError{fields: []outbox.FieldError{{Field: field, Reason: fmt.Sprintf(format, args...)}}}
+	return &invalidError{fields: []ProblemField{{Field: field, Reason: fmt.Sprintf(format, args...)}}}
 }
 
 // backendError marks a failure of Redis or PostgreSQL.

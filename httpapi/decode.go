@@ -131,9 +131,50 @@ type requestError struct {
 
 func (e *requestError) Error() string { return e.detail }
 
+// validationError lists the invalid fields of an ingest request (422),
+// each named as the client wrote it: the request's own fields
+// (events[3].deviceKey, Idempotency-Key) and the outbox's FieldErrors,
+// which name only an input's index and the field inside it.
+type validationError struct {
+	Fields []ProblemField
+}
+
+// Error is the problem's detail: "invalid event: " and each field with
+// its reason.
+func (e *validationError) Error() string {
+	parts := make([]string, len(e.Fields))
+	for i, f := range e.Fields {
+		parts[i] = f.Field + ": " + f.Reason
+	}
+	return "invalid event: " + strings.Join(parts, "; ")
+}
+
+// invalidField returns a *validationError for one field.
+func invalidField(field, reason string) *validationError {
+	return &validationError{Fields: []ProblemField{{Field: field, Reason: reason}}}
+}
+
+// namedFields turns the *outbox.ValidationError in err, if any, into a
+// *validationError whose fields name returns; any other err is returned
+// as it is.
+func namedFields(err error, name func(outbox.FieldError) string) error {
+	var ve *outbox.ValidationError
+	if !errors.As(err, &ve) {
+		return err
+	}
+	out := &validationError{Fields: make([]ProblemField, len(ve.Fields))}
+	for i, f := range ve.Fields {
+		out.Fields[i] = ProblemField{Field: name(f), Reason: f.Reason}
+	}
+	return out
+}
+
+// itemField names field of item i of a batch request: events[3].deviceKey.
+func itemField(i int, field string) string { return fmt.Sprintf("events[%d].%s", i, field) }
+
 // decodeEvent decodes and validates the body of POST /v1/events. headerKey is
 // the Idempotency-Key header ("" when absent). It returns the one Input and
-// its Batch from w.Prepare, a *requestError (400) or a *outbox.ValidationError (422).
+// its Batch from w.Prepare, a *requestError (400) or a *validationError (422).
 func decodeEvent(w *outbox.Writer, body []byte, headerKey string) ([]outbox.Input, *outbox.Batch, error) {
 	var in outbox.Input
 	if err := decodeBody(body, &in, shapeEvent); err != nil {
@@ -141,22 +182,20 @@ func decodeEvent(w *outbox.Writer, body []byte, headerKey string) ([]outbox.Inpu
 	}
 	if headerKey != "" {
 		if in.IdempotencyKey != "" && in.IdempotencyKey != headerKey {
-			return nil, nil, outbox.Invalid("idempotencyKey", "differs from the "+IdempotencyKeyHeader+" header")
+			return nil, nil, invalidField("idempotencyKey", "differs from the "+IdempotencyKeyHeader+" header")
 		}
 		in.IdempotencyKey = headerKey
 	}
 	inputs := []outbox.Input{in}
 	batch, err := w.Prepare(inputs)
 	if err != nil {
-		var ve *outbox.ValidationError
-		if headerKey != "" && errors.As(err, &ve) {
-			for i := range ve.Fields {
-				if ve.Fields[i].Field == "idempotencyKey" {
-					ve.Fields[i].Field = IdempotencyKeyHeader
-				}
+		// The header's key is named as the header.
+		return nil, nil, namedFields(err, func(f outbox.FieldError) string {
+			if headerKey != "" && f.Field == "idempotencyKey" {
+				return IdempotencyKeyHeader
 			}
-		}
-		return nil, nil, err
+			return f.Field
+		})
 	}
 	return inputs, batch, nil
 }
@@ -164,7 +203,7 @@ func decodeEvent(w *outbox.Writer, body []byte, headerKey string) ([]outbox.Inpu
 // decodeBatch decodes and validates the body of POST /v1/events:batch
 // ({"events":[…]}, 1 to maxBatch items). It returns the Inputs in request
 // order and their Batch from w.Prepare, a *requestError (400) or a
-// *outbox.ValidationError (422) whose fields are named events[i].field.
+// *validationError (422) whose fields are named events[i].field.
 func decodeBatch(w *outbox.Writer, body []byte, maxBatch int) ([]outbox.Input, *outbox.Batch, error) {
 	var req batchRequest
 	if err := decodeBody(body, &req, shapeBatch); err != nil {
@@ -172,20 +211,20 @@ func decodeBatch(w *outbox.Writer, body []byte, maxBatch int) ([]outbox.Input, *
 	}
 	switch {
 	case len(req.Events) == 0:
-		return nil, nil, outbox.Invalid("events", "must hold at least one event")
+		return nil, nil, invalidField("events", "must hold at least one event")
 	case len(req.Events) > maxBatch:
-		return nil, nil, outbox.Invalid("events", fmt.Sprintf("must hold at most %d events (got %d)", maxBatch, len(req.Events)))
+		return nil, nil, invalidField("events", fmt.Sprintf("must hold at most %d events (got %d)", maxBatch, len(req.Events)))
 	}
 	inputs := make([]outbox.Input, len(req.Events))
-	var fields []outbox.FieldError
+	var fields []ProblemField
 	for i, raw := range req.Events {
-		prefix := fmt.Sprintf("events[%d].", i)
+		prefix := itemField(i, "")
 		if !isObject(raw) {
-			fields = append(fields, outbox.FieldError{Field: strings.TrimSuffix(prefix, "."), Reason: "must be a JSON object"})
+			fields = append(fields, ProblemField{Field: strings.TrimSuffix(prefix, "."), Reason: "must be a JSON object"})
 			continue
 		}
 		err := decodeStrict(raw, &inputs[i], prefix)
-		var ve *outbox.ValidationError
+		var ve *validationError
 		if errors.As(err, &ve) {
 			fields = append(fields, ve.Fields...)
 		} else if err != nil {
@@ -193,18 +232,11 @@ func decodeBatch(w *outbox.Writer, body []byte, maxBatch int) ([]outbox.Input, *
 		}
 	}
 	if len(fields) > 0 {
-		return nil, nil, &outbox.ValidationError{Fields: fields}
+		return nil, nil, &validationError{Fields: fields}
 	}
 	batch, err := w.Prepare(inputs)
 	if err != nil {
-		// Prepare names fields without an index when there is one input.
-		var ve *outbox.ValidationError
-		if len(inputs) == 1 && errors.As(err, &ve) {
-			for i := range ve.Fields {
-				ve.Fields[i].Field = "events[0]." + ve.Fields[i].Field
-			}
-		}
-		return nil, nil, err
+		return nil, nil, namedFields(err, func(f outbox.FieldError) string { return itemField(f.Index, f.Field) })
 	}
 	return inputs, batch, nil
 }
@@ -270,7 +302,7 @@ func decodeError(err error, prefix string) error {
 	case errors.As(err, &se):
 		return &requestError{detail: fmt.Sprintf("malformed JSON at byte %d: %s", se.Offset, strings.TrimPrefix(se.Error(), "json: "))}
 	case errors.As(err, &te) && te.Field != "":
-		return outbox.Invalid(prefix+te.Field, fmt.Sprintf("must be %s, not %s", jsonKind(te.Type), te.Value))
+		return invalidField(prefix+te.Field, fmt.Sprintf("must be %s, not %s", jsonKind(te.Type), te.Value))
 	case errors.As(err, &te):
 		return &requestError{detail: "the body must be a JSON object"}
 	}

@@ -13,7 +13,7 @@ import (
 )
 
 // TestDecodeRequest classifies bodies the way the handler answers them: nil
-// (accepted), 400 (*requestError) or 422 (*ValidationError) naming fields.
+// (accepted), 400 (*requestError) or 422 (*validationError) naming fields.
 func TestDecodeRequest(t *testing.T) {
 	t.Parallel()
 	w := outbox.NewWriter(nil, &outbox.WriterConfig{Now: func() time.Time { return time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC) }})
@@ -51,7 +51,7 @@ func TestDecodeRequest(t *testing.T) {
 			inputs, err := decodeRequest(w, []byte(tt.body), tt.key, tt.batch)
 			var (
 				re *requestError
-				ve *outbox.ValidationError
+				ve *validationError
 			)
 			switch tt.status {
 			case 0:

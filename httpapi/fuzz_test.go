@@ -40,7 +40,7 @@ func encodeRequest(t *testing.T, inputs []outbox.Input, batch bool) []byte {
 }
 
 // FuzzDecodeEvent checks request decoding and validation: it never panics,
-// every refusal is a 400 (*requestError) or a 422 (*ValidationError naming a
+// every refusal is a 400 (*requestError) or a 422 (*validationError naming a
 // field), the member-name check and encoding/json agree on what is JSON, and
 // an accepted body passes Writer.Validate and survives re-encoding
 // unchanged, as the same event (key and content hash).
@@ -97,7 +97,7 @@ func FuzzDecodeEvent(f *testing.F) {
 		if err != nil {
 			var (
 				re *requestError
-				ve *outbox.ValidationError
+				ve *validationError
 			)
 			switch {
 			case errors.As(err, &re):

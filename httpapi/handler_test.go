@@ -394,6 +394,30 @@ func TestHandler(t *testing.T) {
 		}
 	})
 
+	// The outbox names an invalid field by its input's index and its path
+	// in the input; the API renders the path the client wrote, and the
+	// problem's errors hold only field and reason (issue 19).
+	t.Run("InvalidFieldsOnTheWire", func(t *testing.T) {
+		t.Parallel()
+		b := setupHandler(t, nil)
+		noDevice := `{"sourceKey":"s","occurredAt":"2026-11-01T10:00:00Z"}`
+		r := b.do(t, http.MethodPost, "/v1/events:batch",
+			fmt.Sprintf(`{"events":[%s,%s,%s,%s]}`, eventJSON("d1"), eventJSON("d2"), eventJSON("d3"), noDevice))
+		p := r.problem(t, http.StatusUnprocessableEntity)
+		require.Equal(t, httpapi.ProblemValidation, p.Type)
+		require.Equal(t, "invalid event: events[3].deviceKey: is required", p.Detail)
+		var raw struct {
+			Errors []map[string]any `json:"errors"`
+		}
+		require.NoError(t, json.Unmarshal(r.body, &raw))
+		require.Equal(t, []map[string]any{{"field": "events[3].deviceKey", "reason": "is required"}}, raw.Errors)
+
+		p = b.do(t, http.MethodPost, "/v1/events", noDevice).problem(t, http.StatusUnprocessableEntity)
+		require.Equal(t, "invalid event: deviceKey: is required", p.Detail)
+		require.Equal(t, []string{"deviceKey"}, fields(p))
+		b.requireStored(t, 0)
+	})
+
 	t.Run("BatchMismatchWritesNothingNew", func(t *testing.T) {
 		t.Parallel()
 		b := setupHandler(t, nil)

@@ -19,10 +19,10 @@ func (h *handler) postEvent(w http.ResponseWriter, r *http.Request) {
 	keys := r.Header.Values(IdempotencyKeyHeader)
 	switch {
 	case len(keys) > 1:
-		h.fail(w, r, outbox.Invalid(IdempotencyKeyHeader, "must be sent once"), "")
+		h.fail(w, r, invalidField(IdempotencyKeyHeader, "must be sent once"), "")
 		return
 	case len(keys) == 1 && keys[0] == "":
-		h.fail(w, r, outbox.Invalid(IdempotencyKeyHeader, "must not be empty"), "")
+		h.fail(w, r, invalidField(IdempotencyKeyHeader, "must not be empty"), "")
 		return
 	}
 	body, ok := h.readBody(w, r)
@@ -159,14 +159,14 @@ func utc(t *time.Time) *time.Time {
 func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error, keyField string, ids ...zap.Field) {
 	var (
 		re *requestError
-		ve *outbox.ValidationError
+		ve *validationError
 		me *outbox.MismatchError
 	)
 	switch {
 	case errors.As(err, &re):
 		p := newProblem(http.StatusBadRequest, ProblemMalformed, "Malformed request", re.detail)
 		if re.field != "" {
-			p.Errors = []outbox.FieldError{{Field: re.field, Reason: re.reason}}
+			p.Errors = []ProblemField{{Field: re.field, Reason: re.reason}}
 		}
 		writeProblem(w, r, p)
 	case errors.As(err, &ve):
@@ -176,14 +176,14 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error, keyFie
 	case errors.As(err, &me) && me.OtherIndex >= 0:
 		p := newProblem(http.StatusUnprocessableEntity, ProblemMismatch, "Idempotency key reused",
 			fmt.Sprintf("events[%d] and events[%d] carry the same idempotency key with different content", me.OtherIndex, me.Index))
-		p.Errors = []outbox.FieldError{{Field: fmt.Sprintf("events[%d].idempotencyKey", me.Index),
+		p.Errors = []ProblemField{{Field: itemField(me.Index, "idempotencyKey"),
 			Reason: fmt.Sprintf("is also the key of events[%d], whose content differs", me.OtherIndex)}}
 		writeProblem(w, r, p)
 	case errors.As(err, &me):
-		field := cmp.Or(keyField, fmt.Sprintf("events[%d].idempotencyKey", me.Index))
+		field := cmp.Or(keyField, itemField(me.Index, "idempotencyKey"))
 		p := newProblem(http.StatusUnprocessableEntity, ProblemMismatch, "Idempotency key reused",
 			fmt.Sprintf("the idempotency key already names event %s, whose content differs", me.ExistingID))
-		p.Errors = []outbox.FieldError{{Field: field, Reason: "was already used for an event with different content"}}
+		p.Errors = []ProblemField{{Field: field, Reason: "was already used for an event with different content"}}
 		writeProblem(w, r, p)
 	case store.IsUnavailable(err), errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil:
 		h.logger.Warn("store unavailable", append(ids, zap.String("path", r.URL.Path), zap.Error(err))...)

@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
-
-	"github.com/outboxd/outboxd/outbox"
 )
 
 // ProblemContentType is the media type of an RFC 9457 problem document.
@@ -25,12 +23,20 @@ const (
 // Problem is an RFC 9457 problem document. Errors lists the offending fields
 // of a 422 (and the unknown field of a 400).
 type Problem struct {
-	Type     string              `json:"type"`
-	Title    string              `json:"title"`
-	Status   int                 `json:"status"`
-	Detail   string              `json:"detail,omitempty"`
-	Instance string              `json:"instance,omitempty"`
-	Errors   []outbox.FieldError `json:"errors,omitempty"`
+	Type     string         `json:"type"`
+	Title    string         `json:"title"`
+	Status   int            `json:"status"`
+	Detail   string         `json:"detail,omitempty"`
+	Instance string         `json:"instance,omitempty"`
+	Errors   []ProblemField `json:"errors,omitempty"`
+}
+
+// ProblemField is one offending field of a request: its path as the
+// client wrote it ("events[3].deviceKey", "payload.a[0].x", the
+// Idempotency-Key header) and what is wrong with it ("is required").
+type ProblemField struct {
+	Field  string `json:"field"`
+	Reason string `json:"reason"`
 }
 
 // newProblem returns a problem of type typ (about:blank when empty) whose
@@ -51,7 +57,7 @@ func writeProblem(w http.ResponseWriter, r *http.Request, p *Problem) {
 		p.Instance = r.URL.Path
 	}
 	body, err := json.Marshal(p)
-	if err != nil { // only strings, ints and FieldErrors: cannot fail
+	if err != nil { // only strings, ints and ProblemFields: cannot fail
 		body = []byte(`{"type":"about:blank","title":"Internal Server Error","status":500}`)
 		p.Status = http.StatusInternalServerError
 	}

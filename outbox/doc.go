@@ -9,5 +9,12 @@
 // commits its own writes together with the event and its outbox entry;
 // a Committer writes the events of concurrent callers in shared
 // transactions (group commit), each caller with its own answer.
-// It imports no HTTP, metrics or database driver code.
+//
+// Invalid inputs are refused as a whole with a *ValidationError: each
+// FieldError names its input by index and the field by its path inside
+// the input ("payload.a[0].x"); how to show that to a client is the
+// caller's (httpapi writes events[3].deviceKey). Event ids are
+// ObjectID-compatible and generated here (NewEventID).
+//
+// It imports no HTTP, metrics or database driver code (TestDependencies).
 package outbox

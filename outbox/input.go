@@ -46,13 +46,26 @@ type Input struct {
 	Payload json.RawMessage `json:"payload,omitempty"`
 }
 
-// FieldError names one invalid field.
+// FieldError is one invalid field of one input. It names the field the
+// way Input's JSON does and leaves it to the caller to say where the input
+// came from (httpapi names it events[3].deviceKey in a batch request).
 type FieldError struct {
-	Field  string `json:"field"`
-	Reason string `json:"reason"`
+	// Index is the input's position among the inputs of the call (0 for
+	// the first, or only, one).
+	Index int
+	// Field is the field's path inside the input: "deviceKey",
+	// "occurredAt", "payload", "payload.a[0].x".
+	Field string
+	// Reason says what is wrong with it: "is required".
+	Reason string
 }
 
-// ValidationError lists the invalid fields of a request.
+func (e FieldError) Error() string {
+	return fmt.Sprintf("input %d: %s %s", e.Index, e.Field, e.Reason)
+}
+
+// ValidationError lists the invalid fields of the inputs of one call, in
+// input order. Nothing of such a call is written.
 type ValidationError struct {
 	Fields []FieldError
 }
@@ -63,18 +76,13 @@ var ErrInvalid = errors.New("invalid event")
 func (e *ValidationError) Error() string {
 	parts := make([]string, len(e.Fields))
 	for i, f := range e.Fields {
-		parts[i] = f.Field + ": " + f.Reason
+		parts[i] = f.Error()
 	}
 	return "invalid event: " + strings.Join(parts, "; ")
 }
 
 // Is makes errors.Is(err, ErrInvalid) true.
 func (e *ValidationError) Is(target error) bool { return target == ErrInvalid }
-
-// Invalid returns a *ValidationError for one field.
-func Invalid(field, reason string) *ValidationError {
-	return &ValidationError{Fields: []FieldError{{Field: field, Reason: reason}}}
-}
 
 // prepared is a validated input ready to be written.
 type prepared struct {
@@ -87,11 +95,10 @@ type prepared struct {
 	hash       string
 }
 
-// prepare validates in and normalises it; field names are prefixed with
-// prefix (for example "events[3].").
-func prepare(in Input, now time.Time, prefix string) (prepared, []FieldError) {
+// prepare validates in, the input at index of its call, and normalises it.
+func prepare(in Input, now time.Time, index int) (prepared, []FieldError) {
 	var errs []FieldError
-	bad := func(field, reason string) { errs = append(errs, FieldError{Field: prefix + field, Reason: reason}) }
+	bad := func(field, reason string) { errs = append(errs, FieldError{Index: index, Field: field, Reason: reason}) }
 
 	checkKey := func(field, v string, required bool) {
 		if v == "" && !required {

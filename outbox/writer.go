@@ -123,8 +123,9 @@ func NewWriter(db Transactor, cfg *WriterConfig) *Writer {
 // Stream returns the stream the writer's outbox entries name.
 func (w *Writer) Stream() string { return w.stream }
 
-// Validate checks inputs without writing; field names carry the index
-// ("events[2].occurredAt") when there is more than one input.
+// Validate checks inputs without writing. Its error is a *ValidationError
+// whose FieldErrors name each invalid field by its input's index and its
+// path inside the input.
 func (w *Writer) Validate(inputs []Input) error {
 	_, err := w.prepareAll(inputs)
 	return err
@@ -161,11 +162,7 @@ func (w *Writer) prepareAll(inputs []Input) ([]prepared, error) {
 	out := make([]prepared, len(inputs))
 	var all []FieldError
 	for i, in := range inputs {
-		prefix := ""
-		if len(inputs) > 1 {
-			prefix = fmt.Sprintf("events[%d].", i)
-		}
-		p, errs := prepare(in, now, prefix)
+		p, errs := prepare(in, now, i)
 		out[i] = p
 		all = append(all, errs...)
 	}

@@ -91,7 +91,9 @@ func TestWriter(t *testing.T) {
 		_, err := b.writer.Write(ctx, []outbox.Input{input("d1"), input("d2"), bad})
 		var ve *outbox.ValidationError
 		require.ErrorAs(t, err, &ve)
-		require.Equal(t, "events[2].occurredAt", ve.Fields[0].Field)
+		require.Equal(t, []outbox.FieldError{{Index: 2, Field: "occurredAt", Reason: ve.Fields[0].Reason}}, ve.Fields,
+			"the input's index and the field inside it; no HTTP path")
+		require.Contains(t, ve.Error(), "input 2: occurredAt must be an RFC 3339 date-time")
 		b.requireStored(t, 0)
 
 		// A mismatch on one item rejects the whole batch too.
