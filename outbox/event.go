@@ -158,4 +158,3 @@ func DecodeMessage(values map[string]any) (Message, error) {
 	}
 	return m, nil
 }
-

@@ -98,7 +98,9 @@ type prepared struct {
 // prepare validates in, the input at index of its call, and normalises it.
 func prepare(in Input, now time.Time, index int) (prepared, []FieldError) {
 	var errs []FieldError
-	bad := func(field, reason string) { errs = append(errs, FieldError{Index: index, Field: field, Reason: reason}) }
+	bad := func(field, reason string) {
+		errs = append(errs, FieldError{Index: index, Field: field, Reason: reason})
+	}
 
 	checkKey := func(field, v string, required bool) {
 		if v == "" && !required {

@@ -2,8 +2,8 @@ package sqlitestore
 
 import (
 	"context"
-	"embed"
 	"database/sql"
+	"embed"
 	"errors"
 	"fmt"
 	"io/fs"
