@@ -39,12 +39,12 @@ rules: test-services ## Check the Prometheus rules and run their unit tests with
 	cd deploy/prometheus && promtool test rules outboxd.rules.test.yml
 
 .PHONY: bench
-bench: services build ## Run the benchmark harness (internal/bench): raw limits, every stage and its ratio, latency, peak RSS; BENCH_EVENTS, BENCH_OUT, BENCH_CHUNKS, BENCH_PROFILE
-	$(GO) run ./internal/bench -bin $(BIN)
+bench: services build ## Run the benchmark harness (cmd/outboxd-bench): raw limits, every stage and its ratio, latency, peak RSS; BENCH_EVENTS, BENCH_OUT, BENCH_CHUNKS, BENCH_PROFILE
+	$(GO) run ./cmd/outboxd-bench -bin $(BIN)
 
 .PHONY: load
 load: build ## Load run against a running outboxd (make run in another terminal): SERVER, LOAD_SINGLE=60s, LOAD_BATCH=30s
-	$(GO) run ./internal/bench load
+	$(GO) run ./cmd/outboxd-bench load
 
 .PHONY: fuzz
 fuzz: ## Fuzz request decoding and validation for 30s

@@ -372,7 +372,7 @@ func (a *app) listen(ctx context.Context) (*httpapi.Server, <-chan error, error)
 }
 
 // withPprof serves Go's profiles under /debug/pprof/ (--pprof) beside h,
-// outside its routes and bearer token: the harness in internal/bench takes
+// outside its routes and bearer token: the harness in cmd/outboxd-bench takes
 // CPU profiles of a stage this way.
 func withPprof(h http.Handler) http.Handler {
 	mux := http.NewServeMux()

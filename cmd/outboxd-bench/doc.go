@@ -1,9 +1,10 @@
-// Command bench is the one benchmark harness of outboxd (make bench, issue
-// 13) and its load run (make load, issue 8). Run it from the repository
-// root after `make build`:
+// Command outboxd-bench is the one benchmark harness of outboxd (make
+// bench, issue 13) and its load run (make load, issue 8). It is a binary of
+// its own beside cmd/outboxd (it imports the domain packages, so it is no
+// leaf of internal/). Run it from the repository root after `make build`:
 //
-//	go run ./internal/bench          # the benchmark: a table and bench-results.json
-//	go run ./internal/bench load     # the load run against a running outboxd (make run)
+//	go run ./cmd/outboxd-bench          # the benchmark: a table and bench-results.json
+//	go run ./cmd/outboxd-bench load     # the load run against a running outboxd (make run)
 //
 // # The benchmark
 //
@@ -94,7 +95,7 @@
 //
 // # The load run
 //
-// `bench load` is a newcomer's load run against an outboxd that already
+// `outboxd-bench load` is a newcomer's load run against an outboxd that already
 // serves (make run; SERVER, default http://127.0.0.1:8080): 8 clients post
 // single events for LOAD_SINGLE (60s), then 4 clients post batches of 500
 // for LOAD_BATCH (30s). It prints the accepted events/s of every 10-second

@@ -35,10 +35,10 @@ type loadStatus struct {
 	} `json:"events"`
 }
 
-// runLoad is `bench load`: the load run against a running outboxd.
+// runLoad is `outboxd-bench load`: the load run against a running outboxd.
 func runLoad(ctx context.Context, out io.Writer, args []string) error {
 	if len(args) > 0 {
-		return fmt.Errorf("bench load takes no arguments; set SERVER, LOAD_SINGLE, LOAD_BATCH, AUTH_TOKEN")
+		return fmt.Errorf("outboxd-bench load takes no arguments; set SERVER, LOAD_SINGLE, LOAD_BATCH, AUTH_TOKEN")
 	}
 	server := env(serverDefault, "SERVER")
 	single, err := durationEnv("LOAD_SINGLE", loadSingleDefault)

@@ -62,7 +62,7 @@ type bench struct {
 
 // runBench runs the benchmark with the environment's settings.
 func runBench(ctx context.Context, out io.Writer, args []string) error {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs := flag.NewFlagSet("outboxd-bench", flag.ContinueOnError)
 	bin := fs.String("bin", "bin/outboxd", "the outboxd binary (make build)")
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -17,6 +17,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/outboxd/outboxd/internal/redact"
 )
 
 // Defaults of the servers, outboxd's own (cmd/outboxd).
@@ -67,7 +69,7 @@ func openBackends(ctx context.Context) (*backends, error) {
 	}
 	b.rdb = redis.NewClient(opt)
 	if err := b.rdb.Ping(ctx).Err(); err != nil {
-		return nil, fmt.Errorf("redis must run at %s (make services): %w", b.redisURL, err)
+		return nil, fmt.Errorf("redis must run at %s (make services): %w", redact.DSN(b.redisURL), err)
 	}
 	if b.dir, err = os.MkdirTemp("", "outboxd-bench-"); err != nil {
 		return nil, err
@@ -75,7 +77,7 @@ func openBackends(ctx context.Context) (*backends, error) {
 	b.dbName = "outboxd_bench_" + b.id
 	admin, err := pgx.Connect(ctx, b.adminURL)
 	if err != nil {
-		return nil, fmt.Errorf("PostgreSQL must run at %s (make services): %w", b.adminURL, err)
+		return nil, fmt.Errorf("PostgreSQL must run at %s (make services): %w", redact.DSN(b.adminURL), err)
 	}
 	defer admin.Close(context.Background())
 	if _, err := admin.Exec(ctx, "CREATE DATABASE "+b.dbName); err != nil {
