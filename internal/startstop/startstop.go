@@ -29,9 +29,11 @@ type Service interface {
 	Stopped() <-chan struct{}
 }
 
-// Base implements the lifecycle for a service: the service embeds it, so
-// Start, Stop, Stopped and Err are the service's own, and calls Init once in
-// its constructor (river's BaseStartStop is the model).
+// Base implements the lifecycle for a service (river's BaseStartStop is
+// the model). The service holds it in an unexported field, calls Init once
+// in its constructor and delegates its own Start, Stop, Stopped (and Err,
+// where a run can end on its own) to it; it does not embed it, so Init and
+// whatever Base gains later stay out of the service's API.
 type Base struct {
 	preflight func(context.Context) error
 	runFn     func(fetchCtx, workCtx context.Context) error
