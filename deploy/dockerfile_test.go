@@ -338,10 +338,7 @@ func TestDockerfileBroken(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			files := map[string]string{"Dockerfile": dockerfile, "go.mod": gomod, ".dockerignore": ignore}
-			if n := strings.Count(files[c.file], c.old); n != 1 {
-				t.Fatalf("%s holds %q %d times, not once: fix the case", c.file, c.old, n)
-			}
-			files[c.file] = strings.Replace(files[c.file], c.old, c.new, 1)
+			files[c.file] = replaceOnce(t, c.file, files[c.file], c.old, c.new)
 			errs := checkDockerfile(files["Dockerfile"], files["go.mod"])
 			errs = append(errs, checkDockerignore(files[".dockerignore"], inputs)...)
 			err := joinErrs(errs)

@@ -140,6 +140,17 @@ func helpRun(argv []string) error {
 	return err
 }
 
+// replaceOnce returns content with old replaced by new, for a case of a
+// broken artifact: old must occur exactly once in the file, so that a case
+// whose text went stale fails instead of silently testing nothing.
+func replaceOnce(t *testing.T, file, content, old, new string) string {
+	t.Helper()
+	if n := strings.Count(content, old); n != 1 {
+		t.Fatalf("%s holds %q %d times, not once: fix the case", file, old, n)
+	}
+	return strings.Replace(content, old, new, 1)
+}
+
 func firstLine(s string) string {
 	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
 	return s
