@@ -844,6 +844,20 @@ func TestKubernetesManifests(t *testing.T) {
 			}
 		})
 	}
+	// The one-sweep form of reconcile in a CronJob passes too (the
+	// patches reach Deployments and Jobs, so the CronJob carries its own
+	// pod settings).
+	t.Run("ReconcileAsCronJob", func(t *testing.T) {
+		tree := maps.Clone(tree)
+		tree["reconcile.yaml"] = reconcileCronJob
+		if err := renderAndCheck(tree, "base"); err != nil {
+			t.Fatal(err)
+		}
+		tree["reconcile.yaml"] = strings.Replace(reconcileCronJob, "args: [reconcile]", "args: [reconcile, --every=1m]", 1)
+		if err := renderAndCheck(tree, "base"); err == nil || !strings.Contains(err.Error(), "a CronJob never completes") {
+			t.Fatalf("reconcile --every in a CronJob: want an error, got %v", err)
+		}
+	})
 	t.Run("Rendered", func(t *testing.T) {
 		rendered, err := tree.render("all")
 		if err != nil {
@@ -861,6 +875,37 @@ func TestKubernetesManifests(t *testing.T) {
 		}
 	})
 }
+
+// reconcileCronJob is reconcile's one-sweep form as a CronJob.
+const reconcileCronJob = `apiVersion: batch/v1
+kind: CronJob
+metadata:
+  name: outboxd-reconcile
+spec:
+  schedule: "*/5 * * * *"
+  concurrencyPolicy: Forbid
+  jobTemplate:
+    spec:
+      template:
+        metadata:
+          labels: {app.kubernetes.io/name: outboxd, app.kubernetes.io/component: reconcile}
+        spec:
+          restartPolicy: Never
+          serviceAccountName: outboxd
+          automountServiceAccountToken: false
+          enableServiceLinks: false
+          securityContext: {runAsNonRoot: true, runAsUser: 65532, runAsGroup: 65532, seccompProfile: {type: RuntimeDefault}}
+          containers:
+            - name: outboxd
+              image: outboxd
+              args: [reconcile]
+              env:
+                - {name: OUTBOXD_STORE, valueFrom: {secretKeyRef: {name: outboxd, key: store}}}
+                - {name: OUTBOXD_REDIS_URL, valueFrom: {secretKeyRef: {name: outboxd, key: redis-url}}}
+                - {name: GOMEMLIMIT, value: 170MiB}
+              resources: {requests: {cpu: 50m, memory: 96Mi}, limits: {cpu: 500m, memory: 192Mi}}
+              securityContext: {allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: {drop: [ALL]}}
+`
 
 // kubeEdit changes one file of the tree: old must occur in it exactly
 // once (so a case cannot silently stop testing anything); a file that does
@@ -937,7 +982,7 @@ func TestKubernetesManifestsBroken(t *testing.T) {
 		{"ScaledObjectToZero", []kubeEdit{{"components/keda-work/scaledobject.yaml", "minReplicaCount: 2", "minReplicaCount: 0"}}, "minReplicaCount 0 must be at least 1"},
 		{"AutoscaledReplicasKept", []kubeEdit{{"components/hpa-ingest/kustomization.yaml", hpaPatch, ""}}, "an autoscaler sets its replicas, so the manifest must not"},
 		{"HPAOneReplica", []kubeEdit{{"components/hpa-ingest/hpa.yaml", "minReplicas: 2", "minReplicas: 1"}}, "Deployment outboxd-ingest: replicas 1, at least 2"},
-		{"HPAWithoutRequests", []kubeEdit{{"ingest.yaml", "            requests:\n              cpu: 250m\n", "            requests:\n"}}, "utilization of cpu needs a cpu request"},
+		{"HPAWithoutRequests", []kubeEdit{{"ingest.yaml", "            requests:\n              cpu: 500m\n", "            requests:\n"}}, "utilization of cpu needs a cpu request"},
 	}
 	base := readKubeTree(t)
 	for _, c := range cases {
