@@ -6,6 +6,10 @@ TEST_FLAGS ?= -race -count=1 -timeout 9m
 BIN := bin/outboxd
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := $(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+IMAGE ?= outboxd:dev
+# CONTAINER_ENGINE=docker or podman picks one; by default the first of the
+# two that is installed and answers.
+CONTAINER_ENGINE ?=
 
 .DEFAULT_GOAL := help
 
@@ -24,6 +28,28 @@ test-services: ## services, plus promtool and Chromium (the tests use them) when
 .PHONY: build
 build: ## Build bin/outboxd
 	$(GO) build -o $(BIN) ./cmd/outboxd
+
+.PHONY: image
+image: ## Build the container image (Dockerfile) with Docker or Podman; IMAGE (outboxd:dev), CONTAINER_ENGINE
+	@engine="$(CONTAINER_ENGINE)"; \
+	if [ -z "$$engine" ]; then \
+		for e in docker podman; do \
+			if command -v $$e >/dev/null 2>&1 && $$e info >/dev/null 2>&1; then engine=$$e; break; fi; \
+		done; \
+	fi; \
+	if [ -z "$$engine" ]; then \
+		for e in docker podman; do \
+			if command -v $$e >/dev/null 2>&1; then echo "make image: $$e is installed but does not answer ($$e info fails: is its daemon or socket running?)" >&2; fi; \
+		done; \
+		echo "make image: no container engine to build with: install Docker or Podman (or set CONTAINER_ENGINE)" >&2; \
+		exit 1; \
+	fi; \
+	set -x; \
+	$$engine build \
+		--build-arg VERSION="$$(git describe --tags --always --dirty 2>/dev/null || echo dev)" \
+		--build-arg REVISION="$$(git rev-parse HEAD 2>/dev/null || echo unknown)" \
+		--build-arg CREATED="$$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
+		-t $(IMAGE) .
 
 .PHONY: run
 run: services build ## Run every role in one process (outboxd dev) on the SQLite store data/outboxd.db
