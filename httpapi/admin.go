@@ -18,12 +18,12 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	ometrics "github.com/outboxd/outboxd/internal/metrics"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store"
+	"github.com/outboxd/outboxd/stream"
 	"github.com/outboxd/outboxd/worker"
 )
 
@@ -72,15 +72,15 @@ type AdminConfig struct {
 	Store store.Store
 	// Redis holds the stream and the dead-letter stream. Without it the
 	// DLQ actions, replay and verify --repair answer 501.
-	Redis redis.UniversalClient
+	Redis *stream.Client
 	// Postgres is the read model. Without it verify and replay --rebuild
 	// answer 501.
 	Postgres *pgxpool.Pool
 	// ReadModel works on Postgres. Defaults to worker.NewEventsProjector().
 	ReadModel ReadModel
-	// Stream and Group name the stream (its dead-letter stream is
-	// outbox.DLQStream(Stream)) and the worker's consumer group. Default to
-	// outbox.StreamDefault and outbox.GroupDefault.
+	// Stream and Group name the stream (its keys are stream.NewKeys(Stream,
+	// Group)) and the worker's consumer group. Default to
+	// outbox.StreamDefault and stream.GroupDefault.
 	Stream, Group string
 	// Role names this instance's role in the detail of a 501, so the
 	// operator knows to ask another. Defaults to "this role".
@@ -99,6 +99,8 @@ type AdminConfig struct {
 // itself. It is safe for concurrent use.
 type Admin struct {
 	cfg       AdminConfig
+	keys      stream.Keys
+	publisher *stream.Publisher // nil without Redis
 	logger    *zap.Logger
 	published *prometheus.CounterVec
 }
@@ -111,7 +113,7 @@ func NewAdmin(cfg *AdminConfig, logger *zap.Logger) (*Admin, error) {
 	}
 	c := *cfg
 	c.Stream = cmp.Or(c.Stream, outbox.StreamDefault)
-	c.Group = cmp.Or(c.Group, outbox.GroupDefault)
+	c.Group = cmp.Or(c.Group, stream.GroupDefault)
 	c.Role = cmp.Or(c.Role, "this role")
 	if c.Now == nil {
 		c.Now = time.Now
@@ -127,7 +129,11 @@ func NewAdmin(cfg *AdminConfig, logger *zap.Logger) (*Admin, error) {
 	if err := f.Err(); err != nil {
 		return nil, fmt.Errorf("error registering admin metrics: %w", err)
 	}
-	return &Admin{cfg: c, logger: logger.Named("admin").With(zap.String("stream", c.Stream)), published: published}, nil
+	a := &Admin{cfg: c, keys: stream.NewKeys(c.Stream, c.Group), logger: logger.Named("admin").With(zap.String("stream", c.Stream)), published: published}
+	if c.Redis != nil {
+		a.publisher = c.Redis.Publisher(a.keys, nil, nil)
+	}
+	return a, nil
 }
 
 // Stream returns the stream the actions work on.
@@ -219,16 +225,10 @@ func (a *Admin) publish(ctx context.Context, events []*outbox.Event, origin outb
 	if len(events) == 0 {
 		return ok, nil
 	}
-	cmds, err := a.cfg.Redis.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, ev := range events {
-			p.XAdd(ctx, &redis.XAddArgs{Stream: a.cfg.Stream, Values: ev.Message(origin).Values()})
-		}
-		return nil
-	})
+	err := a.publisher.PublishEvents(ctx, events, origin)
 	n := 0
-	for i, c := range cmds {
-		if i < len(ok) && c.Err() == nil {
-			ok[i] = true
+	for i := range ok {
+		if ok[i] = stream.Added(err, i); ok[i] {
 			n++
 		}
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store"
+	"github.com/outboxd/outboxd/stream"
 	"github.com/outboxd/outboxd/worker"
 )
 
@@ -34,6 +35,7 @@ const waitFor = 30 * time.Second
 type adminBundle struct {
 	st      store.Store
 	rdb     *redis.Client
+	rc      *stream.Client
 	pg      *testkit.Postgres
 	stream  string
 	group   string
@@ -46,13 +48,15 @@ type adminBundle struct {
 func setupAdmin(t *testing.T, st store.Store, mods ...func(*httpapi.Config)) *adminBundle {
 	t.Helper()
 	rdb, prefix := testkit.NewRedis(t)
-	b := &adminBundle{st: st, rdb: rdb, pg: testkit.NewPostgres(t), stream: prefix + ":stream", group: "read-model"}
+	rc, err := stream.NewClient(rdb, nil)
+	require.NoError(t, err)
+	b := &adminBundle{st: st, rdb: rdb, rc: rc, pg: testkit.NewPostgres(t), stream: prefix + ":stream", group: "read-model"}
 	b.writer = outbox.NewWriter(st, &outbox.WriterConfig{Stream: b.stream})
-	admin, err := httpapi.NewAdmin(&httpapi.AdminConfig{Store: st, Redis: rdb, Postgres: b.pg.Pool, Stream: b.stream,
+	admin, err := httpapi.NewAdmin(&httpapi.AdminConfig{Store: st, Redis: rc, Postgres: b.pg.Pool, Stream: b.stream,
 		Group: b.group, Registerer: prometheus.NewRegistry()}, testkit.Logger(t))
 	require.NoError(t, err)
 	cfg := &httpapi.Config{AuthToken: testToken, Store: st, Admin: admin,
-		Status: &httpapi.Status{Store: st, Redis: rdb, Stream: b.stream, Group: b.group}}
+		Status: &httpapi.Status{Store: st, Redis: rc, Stream: b.stream, Group: b.group}}
 	for _, m := range mods {
 		m(cfg)
 	}
@@ -69,14 +73,14 @@ func setupAdmin(t *testing.T, st store.Store, mods ...func(*httpapi.Config)) *ad
 func (b *adminBundle) start(t *testing.T, project worker.Projector) {
 	t.Helper()
 	ctx := context.Background()
-	d, err := dispatcher.New(b.st, b.rdb, &dispatcher.Config{Stream: b.stream, LeaseTTL: time.Second}, testkit.Logger(t))
+	d, err := dispatcher.New(b.st, b.rc, &dispatcher.Config{Stream: b.stream, LeaseTTL: time.Second}, testkit.Logger(t))
 	require.NoError(t, err)
 	require.NoError(t, d.Start(ctx))
 	t.Cleanup(func() { require.NoError(t, d.Stop(context.Background())) })
 	if project == nil {
 		project = worker.NewEventsProjector()
 	}
-	w, err := worker.New(b.st, b.rdb, b.pg.Pool, &worker.Config{Stream: b.stream, Group: b.group, Consumer: "c",
+	w, err := worker.New(b.st, b.rc, b.pg.Pool, &worker.Config{Stream: b.stream, Group: b.group, Consumer: "c",
 		Block: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond, ClaimIdle: 50 * time.Millisecond,
 		ClaimInterval: 20 * time.Millisecond, MaxDeliveries: 2,
 		Projector: worker.ProjectorFunc(func(ctx context.Context, tx pgx.Tx, events []*outbox.Event) error {
@@ -109,7 +113,7 @@ func (b *adminBundle) startPoisoning(t *testing.T, bad *outbox.Event) {
 	b.start(t, nil)
 	require.Eventually(t, func() bool {
 		return b.drained(t) && testkit.Event(t, b.st, bad.ID).State() == outbox.StateFailed &&
-			b.rdb.XLen(context.Background(), outbox.DLQStream(b.stream)).Val() == 1
+			b.rdb.XLen(context.Background(), b.keys().DLQ()).Val() == 1
 	}, waitFor, 10*time.Millisecond)
 }
 
@@ -128,6 +132,9 @@ func (b *adminBundle) write(t *testing.T, device string, occurred ...time.Time) 
 	}
 	return out
 }
+
+// keys names the bundle's stream, dead-letter stream and budgets.
+func (b *adminBundle) keys() stream.Keys { return stream.NewKeys(b.stream, b.group) }
 
 // drained reports that the group read the whole stream and acknowledged
 // everything, and the outbox is relayed.
@@ -313,7 +320,7 @@ func TestAdminDLQReplay(t *testing.T) {
 			require.Equal(t, 1, res.Replayed)
 			require.Equal(t, []httpapi.DLQResult{{ID: dl.ID, EventID: bad.ID, Outcome: httpapi.OutcomeReplayed}}, res.Results)
 			b.waitDrained(t, events...)
-			require.Zero(t, b.rdb.XLen(ctx, outbox.DLQStream(b.stream)).Val(), "the entry is gone")
+			require.Zero(t, b.rdb.XLen(ctx, b.keys().DLQ()).Val(), "the entry is gone")
 			msgs := b.streamSince(t, mark)
 			require.Len(t, msgs, 1)
 			require.Equal(t, outbox.OriginDLQReplay, msgs[0].Origin)
@@ -346,7 +353,7 @@ func TestAdminDLQMissingOriginalAndDrop(t *testing.T) {
 	require.NoError(t, b.rdb.XAdd(ctx, &redis.XAddArgs{Stream: b.stream, Values: ghost.Message(outbox.OriginOutbox).Values()}).Err())
 	require.NoError(t, b.rdb.XAdd(ctx, &redis.XAddArgs{Stream: b.stream, Values: map[string]any{"payload": "not json"}}).Err())
 	b.start(t, nil)
-	require.Eventually(t, func() bool { return b.rdb.XLen(ctx, outbox.DLQStream(b.stream)).Val() == 2 }, waitFor, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return b.rdb.XLen(ctx, b.keys().DLQ()).Val() == 2 }, waitFor, 10*time.Millisecond)
 
 	var page httpapi.DLQPage
 	code, body := b.call(t, http.MethodGet, "/v1/admin/dlq?limit=1", nil, &page)
@@ -370,7 +377,7 @@ func TestAdminDLQMissingOriginalAndDrop(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, string(body))
 	require.Equal(t, 2, res.OriginalMissing)
 	require.True(t, res.Done)
-	require.Equal(t, int64(2), b.rdb.XLen(ctx, outbox.DLQStream(b.stream)).Val(), "kept")
+	require.Equal(t, int64(2), b.rdb.XLen(ctx, b.keys().DLQ()).Val(), "kept")
 
 	code, body = b.call(t, http.MethodPost, "/v1/admin/dlq:drop", httpapi.DLQAction{All: true, Code: "bad_message"}, &res)
 	require.Equal(t, http.StatusOK, code, string(body))
@@ -378,7 +385,7 @@ func TestAdminDLQMissingOriginalAndDrop(t *testing.T) {
 	code, body = b.call(t, http.MethodPost, "/v1/admin/dlq:drop", httpapi.DLQAction{All: true}, &res)
 	require.Equal(t, http.StatusOK, code, string(body))
 	require.Equal(t, 1, res.Dropped)
-	require.Zero(t, b.rdb.XLen(ctx, outbox.DLQStream(b.stream)).Val())
+	require.Zero(t, b.rdb.XLen(ctx, b.keys().DLQ()).Val())
 
 	code, _ = b.call(t, http.MethodGet, "/v1/admin/dlq/1-0", nil, nil)
 	require.Equal(t, http.StatusNotFound, code)

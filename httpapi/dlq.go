@@ -5,29 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/outboxd/outboxd/outbox"
-)
-
-// The fields of a dead letter, as the worker writes them (worker.finish).
-// "code" is read when present, else "reason" is the code.
-const (
-	dlqReason     = "reason"
-	dlqCode       = "code"
-	dlqCategory   = "category"
-	dlqError      = "error"
-	dlqEntryID    = "entryId"
-	dlqEventID    = "eventId"
-	dlqStream     = "stream"
-	dlqGroup      = "group"
-	dlqConsumer   = "consumer"
-	dlqDeliveries = "deliveries"
-	dlqAt         = "at"
+	"github.com/outboxd/outboxd/stream"
 )
 
 // dlqScanMax bounds the dead letters one filtered listing or --all action
@@ -58,8 +41,9 @@ type DeadLetter struct {
 	// EventID names the original ("" when the stream message named none).
 	EventID  string `json:"eventId"`
 	Category string `json:"category"`
-	// Code is the failure's code; Reason the worker's reason (the same
-	// unless the worker wrote a code of its own).
+	// Code is the failure's code (stream.DeadLetter.Code); Reason repeats
+	// it, for the clients of earlier versions, where it was the worker's
+	// reason.
 	Code   string `json:"code"`
 	Reason string `json:"reason"`
 	Error  string `json:"error"`
@@ -165,21 +149,12 @@ func (r *DLQActionResult) add(res DLQResult) {
 	r.Results = append(r.Results, res)
 }
 
-// deadLetterOf reads a DLQ entry.
-func (a *Admin) deadLetterOf(m redis.XMessage, now time.Time) DeadLetter {
-	str := func(k string) string { v, _ := m.Values[k].(string); return v }
-	dl := DeadLetter{ID: m.ID, EventID: str(dlqEventID), Category: str(dlqCategory), Reason: str(dlqReason),
-		Error: str(dlqError), EntryID: str(dlqEntryID), Stream: str(dlqStream), Group: str(dlqGroup),
-		Consumer: str(dlqConsumer), Payload: str(outbox.PayloadField), Original: OriginalMissing}
-	dl.Code = cmp.Or(str(dlqCode), dl.Reason)
-	dl.Deliveries, _ = strconv.ParseInt(str(dlqDeliveries), 10, 64)
-	if at, err := time.Parse(time.RFC3339Nano, str(dlqAt)); err == nil {
-		dl.At = at.UTC()
-	} else if at, ok := entryTime(m.ID); ok {
-		dl.At = at
-	}
-	dl.AgeSeconds = max(0, now.Sub(dl.At).Seconds())
-	return dl
+// deadLetterOf is the view of a dead letter read now.
+func deadLetterOf(d stream.DeadLetter, now time.Time) DeadLetter {
+	return DeadLetter{ID: d.ID, EventID: d.EventID, Category: d.Category, Code: d.Code, Reason: d.Code,
+		Error: d.Error, EntryID: d.EntryID, Stream: d.Stream, Group: d.Group, Consumer: d.Consumer,
+		Deliveries: d.Deliveries, At: d.At, AgeSeconds: max(0, now.Sub(d.At).Seconds()),
+		Original: OriginalMissing, Payload: d.Payload}
 }
 
 func (q DLQQuery) matches(dl DeadLetter) bool {
@@ -191,37 +166,33 @@ func (q DLQQuery) matches(dl DeadLetter) bool {
 // the last id read when more may follow.
 func (a *Admin) scan(ctx context.Context, q DLQQuery, limit int) (out []DeadLetter, next string, err error) {
 	out = []DeadLetter{}
-	dlq := outbox.DLQStream(a.cfg.Stream)
 	now := a.cfg.Now()
-	start := "-"
-	if q.After != "" {
-		start = "(" + q.After
-	}
+	after := q.After
 	scanned := 0
 	for len(out) < limit && scanned < dlqScanMax {
-		n := int64(min(max(limit-len(out), 100), dlqScanMax-scanned))
-		msgs, err := a.cfg.Redis.XRangeN(ctx, dlq, start, "+", n).Result()
+		n := min(max(limit-len(out), 100), dlqScanMax-scanned)
+		msgs, err := a.cfg.Redis.DeadLetters(ctx, a.keys, after, n)
 		if err != nil {
 			return nil, "", redisErr("reading the dead-letter stream", err)
 		}
 		for i, m := range msgs {
 			scanned++
-			dl := a.deadLetterOf(m, now)
+			dl := deadLetterOf(m, now)
 			if q.matches(dl) {
 				out = append(out, dl)
 			}
 			if len(out) == limit {
-				if i < len(msgs)-1 || int64(len(msgs)) == n {
+				if i < len(msgs)-1 || len(msgs) == n {
 					next = m.ID
 				}
 				return out, next, nil
 			}
 		}
-		if int64(len(msgs)) < n {
+		if len(msgs) < n {
 			return out, "", nil
 		}
-		start = "(" + msgs[len(msgs)-1].ID
-		next = msgs[len(msgs)-1].ID
+		after = msgs[len(msgs)-1].ID
+		next = after
 	}
 	return out, next, nil
 }
@@ -264,8 +235,8 @@ func (a *Admin) ListDLQ(ctx context.Context, q DLQQuery) (*DLQPage, error) {
 	if limit < 1 || limit > AdminChunkMax {
 		return nil, invalid("limit", "must be from 1 to %d", AdminChunkMax)
 	}
-	dlq := outbox.DLQStream(a.cfg.Stream)
-	length, err := a.cfg.Redis.XLen(ctx, dlq).Result()
+	dlq := a.keys.DLQ()
+	length, err := a.cfg.Redis.Len(ctx, dlq)
 	if err != nil {
 		return nil, redisErr("reading the dead-letter stream", err)
 	}
@@ -309,27 +280,20 @@ func (a *Admin) DeadLetter(ctx context.Context, id string) (*DeadLetter, error) 
 // byIDs reads the dead letters of ids in one round trip; an id with no
 // entry is nil.
 func (a *Admin) byIDs(ctx context.Context, ids []string) ([]*DeadLetter, error) {
-	dlq := outbox.DLQStream(a.cfg.Stream)
 	out := make([]*DeadLetter, len(ids))
 	for _, id := range ids {
-		if _, ok := entryTime(id); !ok {
+		if _, ok := stream.IDTime(id); !ok {
 			return nil, invalid("ids", "%q is not a stream entry id (<milliseconds>-<sequence>)", id)
 		}
 	}
-	cmds := make([]*redis.XMessageSliceCmd, len(ids))
-	_, err := a.cfg.Redis.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, id := range ids {
-			cmds[i] = p.XRangeN(ctx, dlq, id, id, 1)
-		}
-		return nil
-	})
+	found, err := a.cfg.Redis.DeadLettersByID(ctx, a.keys, ids)
 	if err != nil {
 		return nil, redisErr("reading dead letters", err)
 	}
 	now := a.cfg.Now()
-	for i, c := range cmds {
-		if msgs := c.Val(); len(msgs) == 1 {
-			dl := a.deadLetterOf(msgs[0], now)
+	for i, d := range found {
+		if d != nil {
+			dl := deadLetterOf(*d, now)
 			out[i] = &dl
 		}
 	}
@@ -434,7 +398,7 @@ func (a *Admin) ReplayDLQ(ctx context.Context, act DLQAction) (*DLQActionResult,
 		res.add(DLQResult{ID: dl.ID, EventID: dl.EventID, Outcome: OutcomeReplayed})
 	}
 	if len(done) > 0 {
-		if err := a.cfg.Redis.XDel(ctx, outbox.DLQStream(a.cfg.Stream), done...).Err(); err != nil {
+		if err := a.cfg.Redis.DeleteDeadLetters(ctx, a.keys, done); err != nil {
 			// Published but still listed: a replay again only delivers
 			// them twice, which the worker absorbs.
 			return nil, redisErr(fmt.Sprintf("removing %d replayed dead letters (they were re-published)", len(done)), err)
@@ -462,7 +426,7 @@ func (a *Admin) DropDLQ(ctx context.Context, act DLQAction) (*DLQActionResult, e
 	for i, dl := range dls {
 		ids[i] = dl.ID
 	}
-	if err := a.cfg.Redis.XDel(ctx, outbox.DLQStream(a.cfg.Stream), ids...).Err(); err != nil {
+	if err := a.cfg.Redis.DeleteDeadLetters(ctx, a.keys, ids); err != nil {
 		return nil, redisErr(fmt.Sprintf("removing %d dead letters", len(ids)), err)
 	}
 	for _, dl := range dls {

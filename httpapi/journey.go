@@ -1,22 +1,18 @@
 package httpapi
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store"
-	"github.com/outboxd/outboxd/worker"
+	"github.com/outboxd/outboxd/stream"
 )
 
 // Bounds of a journey's look into the streams.
@@ -26,8 +22,6 @@ const (
 	// creation. When it stops there first, older entries of the event may
 	// exist and the answer says Partial.
 	JourneyScanMax = 10000
-	// journeyPage is the entries read per round trip.
-	journeyPage = 1000
 	// journeySkew widens the scan to entries this much older than the
 	// original's createdAt: the writer's clock and Redis's may differ.
 	journeySkew = time.Minute
@@ -234,37 +228,37 @@ func (a *Admin) streamJourney(ctx context.Context, ev *outbox.Event) (JourneyStr
 	since := ev.CreatedAt.Add(-journeySkew)
 	// A message names its original in its payload's JSON; the cheap
 	// substring test spares decoding the others.
-	msgs, scanned, partial, err := a.scanFor(ctx, a.cfg.Stream, since, func(m redis.XMessage) bool {
-		p, _ := m.Values[outbox.PayloadField].(string)
-		if !strings.Contains(p, ev.ID) {
+	msgs, scanned, partial, err := a.cfg.Redis.ScanBack(ctx, a.keys.Stream(), since, JourneyScanMax, func(e stream.Entry) bool {
+		if !strings.Contains(e.Payload(), ev.ID) {
 			return false
 		}
-		msg, err := outbox.DecodeMessage(m.Values)
+		msg, err := e.Message()
 		return err == nil && msg.EventID == ev.ID
 	})
 	if err != nil {
-		return js, err
+		return js, redisErr("scanning the stream", err)
 	}
-	dlqMsgs, dlqScanned, dlqPartial, err := a.scanFor(ctx, outbox.DLQStream(a.cfg.Stream), since, func(m redis.XMessage) bool {
-		id, _ := m.Values[dlqEventID].(string)
-		return id == ev.ID
+	dlqMsgs, dlqScanned, dlqPartial, err := a.cfg.Redis.ScanBack(ctx, a.keys.DLQ(), since, JourneyScanMax, func(e stream.Entry) bool {
+		return stream.DeadLetterEventID(e) == ev.ID
 	})
 	if err != nil {
-		return js, err
+		return js, redisErr("scanning the dead-letter stream", err)
 	}
 	js.Scanned, js.DLQScanned, js.Partial = scanned, dlqScanned, partial || dlqPartial
 	now := a.cfg.Now()
 	deadByEntry := map[string]DeadLetter{}
 	for _, m := range dlqMsgs {
-		dl := a.deadLetterOf(m, now)
+		var d stream.DeadLetter
+		d.Decode(m)
+		dl := deadLetterOf(d, now)
 		dl.Original = ev.State()
 		js.DeadLetters = append(js.DeadLetters, dl)
 		deadByEntry[dl.EntryID] = dl
 	}
 	for _, m := range msgs {
 		e := JourneyStreamEntry{ID: m.ID}
-		e.At, _ = entryTime(m.ID)
-		if msg, err := outbox.DecodeMessage(m.Values); err == nil {
+		e.At, _ = stream.IDTime(m.ID)
+		if msg, err := m.Message(); err == nil {
 			e.Origin = string(msg.Origin)
 		}
 		js.Entries = append(js.Entries, e)
@@ -275,112 +269,39 @@ func (a *Admin) streamJourney(ctx context.Context, ev *outbox.Event) (JourneyStr
 	return js, nil
 }
 
-// scanFor reads stream from the newest entry down to since, at most
-// JourneyScanMax entries, and returns those match keeps, oldest first;
-// partial is set when it stopped at the bound first.
-func (a *Admin) scanFor(ctx context.Context, stream string, since time.Time, match func(redis.XMessage) bool) (found []redis.XMessage, scanned int, partial bool, err error) {
-	end, start := "+", strconv.FormatInt(max(since.UnixMilli(), 0), 10)
-	for scanned < JourneyScanMax {
-		n := min(journeyPage, JourneyScanMax-scanned)
-		msgs, err := a.cfg.Redis.XRevRangeN(ctx, stream, end, start, int64(n)).Result()
-		if err != nil {
-			return nil, scanned, false, redisErr("scanning "+stream, err)
-		}
-		scanned += len(msgs)
-		for _, m := range msgs {
-			if match(m) {
-				found = append(found, m)
-			}
-		}
-		if len(msgs) < n {
-			slices.Reverse(found)
-			return found, scanned, false, nil
-		}
-		end = "(" + msgs[len(msgs)-1].ID
-	}
-	slices.Reverse(found)
-	return found, scanned, true, nil
-}
-
-// deliveries fills the delivery state of entries: waiting beyond the
-// group's last delivered id, pending with Redis's count and the worker's
-// failure count, dead-lettered with the dead letter's count, acknowledged
+// deliveries fills the delivery state of entries: dead-lettered with the
+// dead letter's count, waiting when the group has not read it, pending
+// with Redis's count and the worker's failure count, acknowledged
 // otherwise. One round trip.
 func (a *Admin) deliveries(ctx context.Context, entries []JourneyStreamEntry, dead map[string]DeadLetter) error {
 	if len(entries) == 0 {
 		return nil
 	}
-	var groups *redis.XInfoGroupsCmd
-	pend := make([]*redis.XPendingExtCmd, len(entries))
 	ids := make([]string, len(entries))
 	for i, e := range entries {
 		ids[i] = e.ID
 	}
-	var failures *redis.SliceCmd
-	_, _ = a.cfg.Redis.Pipelined(ctx, func(p redis.Pipeliner) error {
-		groups = p.XInfoGroups(ctx, a.cfg.Stream)
-		for i, e := range entries {
-			pend[i] = p.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: a.cfg.Stream, Group: a.cfg.Group, Start: e.ID, End: e.ID, Count: 1})
-		}
-		failures = p.HMGet(ctx, worker.FailuresKey(a.cfg.Stream, a.cfg.Group), ids...)
-		return nil
-	})
-	lastDelivered, noGroup := "", false
-	switch err := groups.Err(); {
-	case err == nil:
-		for _, g := range groups.Val() {
-			if g.Name == a.cfg.Group {
-				lastDelivered = g.LastDeliveredID
-			}
-		}
-		noGroup = lastDelivered == ""
-	case redis.HasErrorPrefix(err, "NOGROUP"), redis.HasErrorPrefix(err, "ERR no such key"):
-		noGroup = true
-	default:
-		return redisErr("reading the consumer groups", err)
+	ds, err := a.cfg.Redis.Deliveries(ctx, a.keys, ids)
+	if err != nil {
+		return redisErr("reading the deliveries", err)
 	}
-	if err := failures.Err(); err != nil {
-		return redisErr("reading the failure counts", err)
-	}
-	counts := failures.Val()
 	for i := range entries {
-		e := &entries[i]
+		e, d := &entries[i], ds[i]
 		if dl, ok := dead[e.ID]; ok {
 			e.Status, e.Deliveries = EntryDeadLettered, dl.Deliveries
 			continue
 		}
-		if noGroup || compareEntryIDs(e.ID, lastDelivered) > 0 {
+		switch {
+		case !d.Delivered:
 			e.Status = EntryWaiting
-			continue
-		}
-		p, err := pend[i].Result()
-		if err != nil && !redis.HasErrorPrefix(err, "NOGROUP") {
-			return redisErr("reading the pending entries", err)
-		}
-		if len(p) == 0 {
+		case !d.Pending:
 			e.Status = EntryAcknowledged
-			continue
-		}
-		idle := p[0].Idle.Seconds()
-		e.Status, e.Deliveries, e.Consumer, e.IdleSeconds = EntryPending, p[0].RetryCount, p[0].Consumer, &idle
-		if s, ok := counts[i].(string); ok {
-			e.FailedDeliveries, _ = strconv.ParseInt(s, 10, 64)
+		default:
+			idle := d.Idle.Seconds()
+			e.Status, e.Deliveries, e.FailedDeliveries, e.Consumer, e.IdleSeconds = EntryPending, d.Deliveries, d.Failed, d.Consumer, &idle
 		}
 	}
 	return nil
-}
-
-// compareEntryIDs orders two stream entry ids ("<ms>-<seq>").
-func compareEntryIDs(a, b string) int {
-	split := func(id string) (int64, int64) {
-		ms, seq, _ := strings.Cut(id, "-")
-		m, _ := strconv.ParseInt(ms, 10, 64)
-		s, _ := strconv.ParseInt(seq, 10, 64)
-		return m, s
-	}
-	am, as := split(a)
-	bm, bs := split(b)
-	return cmp.Or(cmp.Compare(am, bm), cmp.Compare(as, bs))
 }
 
 // readModelJourney reads ev's row (by event id, else by idempotency key:

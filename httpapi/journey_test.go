@@ -14,7 +14,6 @@ import (
 	"github.com/outboxd/outboxd/httpapi"
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
-	"github.com/outboxd/outboxd/worker"
 )
 
 // journey asks for the journey of ref and requires a 200.
@@ -103,7 +102,7 @@ func TestAdminJourneyDeliveries(t *testing.T) {
 	require.NoError(t, err)
 	_, err = b.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: b.group, Consumer: "c1", Streams: []string{b.stream, ">"}, Count: 1}).Result()
 	require.NoError(t, err)
-	require.NoError(t, b.rdb.HSet(ctx, worker.FailuresKey(b.stream, b.group), first, 1).Err())
+	require.NoError(t, b.rdb.HSet(ctx, b.keys().Failures(), first, 1).Err())
 	second, err := b.rdb.XAdd(ctx, &redis.XAddArgs{Stream: b.stream, Values: ev.Message(outbox.OriginReplay).Values()}).Result()
 	require.NoError(t, err)
 

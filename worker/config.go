@@ -13,6 +13,7 @@ import (
 	"github.com/outboxd/outboxd/internal/failpolicy"
 	"github.com/outboxd/outboxd/internal/fault"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/stream"
 )
 
 // Defaults of Config.
@@ -59,7 +60,7 @@ const (
 type Config struct {
 	// Stream is the stream to consume. Defaults to outbox.StreamDefault.
 	Stream string
-	// Group is the consumer group. Defaults to outbox.GroupDefault.
+	// Group is the consumer group. Defaults to stream.GroupDefault.
 	Group string
 	// Consumer names this worker in the group; give a restarted worker the
 	// same name to let it drain its own pending entries first. Defaults to
@@ -90,7 +91,7 @@ type Config struct {
 	// is dead-lettered and acknowledged: a record whose projection keeps
 	// failing is parked as poison (syncFailure set), an entry whose
 	// original is missing goes as non_retryable. Only the record's own
-	// failures count (kept in the hash FailuresKey(Stream, Group)), never
+	// failures count (kept in the hash stream.Keys.Failures), never
 	// an outage and never a hand-over between consumers (Redis's PEL
 	// delivery count). Defaults to MaxDeliveriesDefault (3).
 	MaxDeliveries int
@@ -148,7 +149,7 @@ func (c *Config) withDefaults() *Config {
 		out = *c
 	}
 	out.Stream = cmp.Or(out.Stream, outbox.StreamDefault)
-	out.Group = cmp.Or(out.Group, outbox.GroupDefault)
+	out.Group = cmp.Or(out.Group, stream.GroupDefault)
 	if out.Consumer == "" {
 		out.Consumer = config.InstanceName("worker", instances.Add(1))
 	}

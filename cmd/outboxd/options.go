@@ -16,6 +16,7 @@ import (
 	"github.com/outboxd/outboxd/reconciler"
 	"github.com/outboxd/outboxd/store"
 	"github.com/outboxd/outboxd/store/mongostore"
+	"github.com/outboxd/outboxd/stream"
 	"github.com/outboxd/outboxd/worker"
 )
 
@@ -109,7 +110,7 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 		case gRedis:
 			fs.StringVar(&o.redisURL, "redis-url", RedisURLDefault, "Redis URL")
 			fs.StringVar(&o.stream, "stream", outbox.StreamDefault, "Redis stream")
-			fs.StringVar(&o.group, "group", outbox.GroupDefault, "Redis consumer group")
+			fs.StringVar(&o.group, "group", stream.GroupDefault, "Redis consumer group")
 		case gPostgres:
 			fs.StringVar(&o.postgresURL, "postgres-url", PostgresURLDefault, "PostgreSQL URL of the read model")
 		case gHTTP:
