@@ -14,17 +14,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	ometrics "github.com/outboxd/outboxd/internal/metrics"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/readmodel"
 	"github.com/outboxd/outboxd/store"
 	"github.com/outboxd/outboxd/stream"
-	"github.com/outboxd/outboxd/worker"
 )
 
 // Problem types of the admin API.
@@ -50,20 +47,18 @@ const (
 	AdminChunkMax = 5000
 	// adminBodyMax bounds an admin request body.
 	adminBodyMax = 1 << 20
-	// adminPGAttempts is how often a read-model transaction of an admin
-	// action runs when it meets a serialization failure or deadlock.
-	adminPGAttempts = 5
 )
 
 // ReadModel is what the operator actions need of the read model: the
-// maintenance functions of worker.EventsProjector (the default projector's
-// tables). Every method works in the transaction it is given.
+// lookups and repair statements of readmodel.DB (the default projector's
+// tables), each in a transaction of its own.
 type ReadModel interface {
-	Unproject(ctx context.Context, tx pgx.Tx, ids []string) (int64, error)
-	RecomputeStats(ctx context.Context, tx pgx.Tx, keys []worker.StatsKey) error
-	Projected(ctx context.Context, tx pgx.Tx, ids []string) (map[string]bool, error)
-	Rows(ctx context.Context, tx pgx.Tx, from, to *time.Time, after string, limit int) ([]worker.Row, error)
-	StatsDrift(ctx context.Context, tx pgx.Tx, from, to *time.Time, limit int) ([]worker.StatsDrift, error)
+	Unproject(ctx context.Context, ids []string) (int64, error)
+	RecomputeStats(ctx context.Context, keys []readmodel.StatsKey) error
+	Projected(ctx context.Context, ids []string) (map[string]bool, error)
+	Rows(ctx context.Context, from, to *time.Time, after string, limit int) ([]readmodel.Row, error)
+	StatsDrift(ctx context.Context, from, to *time.Time, limit int) ([]readmodel.StatsDrift, error)
+	Lookup(ctx context.Context, eventID, idempotencyKey string, key readmodel.StatsKey) (*readmodel.Row, *readmodel.Stats, error)
 }
 
 // AdminConfig configures the operator actions of /v1/admin/.
@@ -73,10 +68,8 @@ type AdminConfig struct {
 	// Redis holds the stream and the dead-letter stream. Without it the
 	// DLQ actions, replay and verify --repair answer 501.
 	Redis *stream.Client
-	// Postgres is the read model. Without it verify and replay --rebuild
-	// answer 501.
-	Postgres *pgxpool.Pool
-	// ReadModel works on Postgres. Defaults to worker.NewEventsProjector().
+	// ReadModel is the read model in PostgreSQL (readmodel.New). Without
+	// it verify, replay --rebuild and the journey answer 501.
 	ReadModel ReadModel
 	// Stream and Group name the stream (its keys are stream.NewKeys(Stream,
 	// Group)) and the worker's consumer group. Default to
@@ -118,9 +111,6 @@ func NewAdmin(cfg *AdminConfig, logger *zap.Logger) (*Admin, error) {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
-	if c.ReadModel == nil {
-		c.ReadModel = worker.NewEventsProjector()
-	}
 	if logger == nil {
 		logger = zap.NewNop()
 	}
@@ -155,7 +145,7 @@ func (a *Admin) needRedis() error {
 }
 
 func (a *Admin) needPostgres() error {
-	if a.cfg.Postgres == nil {
+	if a.cfg.ReadModel == nil {
 		return &notAvailableError{what: "PostgreSQL", role: a.cfg.Role}
 	}
 	return nil
@@ -197,24 +187,6 @@ func pgErr(what string, err error) error {
 		return nil
 	}
 	return &backendError{backend: "postgres", err: fmt.Errorf("error %s: %w", what, err)}
-}
-
-// inReadModelTx runs fn in one PostgreSQL transaction, again after a
-// serialization failure or deadlock.
-func (a *Admin) inReadModelTx(ctx context.Context, readOnly bool, fn func(tx pgx.Tx) error) error {
-	opts := pgx.TxOptions{}
-	if readOnly {
-		opts.AccessMode = pgx.ReadOnly
-	}
-	var err error
-	for range adminPGAttempts {
-		err = pgx.BeginTxFunc(ctx, a.cfg.Postgres, opts, fn)
-		var pe *pgconn.PgError
-		if !errors.As(err, &pe) || (pe.Code != "40001" && pe.Code != "40P01") {
-			break
-		}
-	}
-	return err
 }
 
 // publish adds the messages of events, with origin, to the stream in one

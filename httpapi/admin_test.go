@@ -22,6 +22,7 @@ import (
 	"github.com/outboxd/outboxd/httpapi"
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/readmodel"
 	"github.com/outboxd/outboxd/store"
 	"github.com/outboxd/outboxd/stream"
 	"github.com/outboxd/outboxd/worker"
@@ -52,7 +53,7 @@ func setupAdmin(t *testing.T, st store.Store, mods ...func(*httpapi.Config)) *ad
 	require.NoError(t, err)
 	b := &adminBundle{st: st, rdb: rdb, rc: rc, pg: testkit.NewPostgres(t), stream: prefix + ":stream", group: "read-model"}
 	b.writer = outbox.NewWriter(st, &outbox.WriterConfig{Stream: b.stream})
-	admin, err := httpapi.NewAdmin(&httpapi.AdminConfig{Store: st, Redis: rc, Postgres: b.pg.Pool, Stream: b.stream,
+	admin, err := httpapi.NewAdmin(&httpapi.AdminConfig{Store: st, Redis: rc, ReadModel: readmodel.New(b.pg.Pool), Stream: b.stream,
 		Group: b.group, Registerer: prometheus.NewRegistry()}, testkit.Logger(t))
 	require.NoError(t, err)
 	cfg := &httpapi.Config{AuthToken: testToken, Store: st, Admin: admin,
@@ -78,7 +79,7 @@ func (b *adminBundle) start(t *testing.T, project worker.Projector) {
 	require.NoError(t, d.Start(ctx))
 	t.Cleanup(func() { require.NoError(t, d.Stop(context.Background())) })
 	if project == nil {
-		project = worker.NewEventsProjector()
+		project = readmodel.NewProjector()
 	}
 	w, err := worker.New(b.st, b.rc, b.pg.Pool, &worker.Config{Stream: b.stream, Group: b.group, Consumer: "c",
 		Block: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond, ClaimIdle: 50 * time.Millisecond,
@@ -455,7 +456,7 @@ func TestAdminReplayRebuild(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setupAdmin(t, testkit.NewStore(t))
-	right := worker.NewEventsProjector()
+	right := readmodel.NewProjector()
 	var fixed atomic.Bool
 	b.start(t, worker.ProjectorFunc(func(ctx context.Context, tx pgx.Tx, events []*outbox.Event) error {
 		if fixed.Load() {

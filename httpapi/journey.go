@@ -8,9 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/readmodel"
 	"github.com/outboxd/outboxd/store"
 	"github.com/outboxd/outboxd/stream"
 )
@@ -121,22 +120,10 @@ type JourneyStreamEntry struct {
 // JourneyReadModel is the original's trace in PostgreSQL.
 type JourneyReadModel struct {
 	// Row is its row of events (null: not projected).
-	Row *ReadModelRow `json:"row"`
+	Row *readmodel.Row `json:"row"`
 	// Stats is the statistics row of its source, device and UTC day (null:
 	// none).
 	Stats *StatsRow `json:"stats"`
-}
-
-// ReadModelRow is a row of the read model's events table.
-type ReadModelRow struct {
-	EventID        string    `json:"eventId"`
-	IdempotencyKey string    `json:"idempotencyKey"`
-	SourceKey      string    `json:"sourceKey"`
-	DeviceKey      string    `json:"deviceKey"`
-	Type           string    `json:"type"`
-	OccurredAt     time.Time `json:"occurredAt"`
-	CreatedAt      time.Time `json:"createdAt"`
-	ProjectedAt    time.Time `json:"projectedAt"`
 }
 
 // StatsRow is a row of device_daily_stats.
@@ -309,37 +296,14 @@ func (a *Admin) deliveries(ctx context.Context, entries []JourneyStreamEntry, de
 // row of its day, in one read-only transaction.
 func (a *Admin) readModelJourney(ctx context.Context, ev *outbox.Event) (JourneyReadModel, error) {
 	var rm JourneyReadModel
-	err := a.inReadModelTx(ctx, true, func(tx pgx.Tx) error {
-		var row ReadModelRow
-		err := tx.QueryRow(ctx, `SELECT event_id, idempotency_key, source_key, device_key, type, occurred_at, created_at, projected_at
-			FROM events WHERE event_id = $1 OR idempotency_key = $2 ORDER BY event_id = $1 DESC LIMIT 1`, ev.ID, ev.IdempotencyKey).
-			Scan(&row.EventID, &row.IdempotencyKey, &row.SourceKey, &row.DeviceKey, &row.Type, &row.OccurredAt, &row.CreatedAt, &row.ProjectedAt)
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-			rm.Row = nil
-		case err != nil:
-			return err
-		default:
-			row.OccurredAt, row.CreatedAt, row.ProjectedAt = row.OccurredAt.UTC(), row.CreatedAt.UTC(), row.ProjectedAt.UTC()
-			rm.Row = &row
-		}
-		st := StatsRow{SourceKey: ev.SourceKey, DeviceKey: ev.DeviceKey, Day: ev.OccurredAt.UTC().Format(time.DateOnly)}
-		err = tx.QueryRow(ctx, `SELECT event_count, first_occurred_at, last_occurred_at FROM device_daily_stats
-			WHERE source_key = $1 AND device_key = $2 AND day = $3::date`, st.SourceKey, st.DeviceKey, st.Day).
-			Scan(&st.EventCount, &st.FirstOccurredAt, &st.LastOccurredAt)
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-			rm.Stats = nil
-		case err != nil:
-			return err
-		default:
-			st.FirstOccurredAt, st.LastOccurredAt = st.FirstOccurredAt.UTC(), st.LastOccurredAt.UTC()
-			rm.Stats = &st
-		}
-		return nil
-	})
+	row, stats, err := a.cfg.ReadModel.Lookup(ctx, ev.ID, ev.IdempotencyKey, readmodel.KeyOf(ev))
 	if err != nil {
 		return rm, pgErr("reading the read model", err)
+	}
+	rm.Row = row
+	if stats != nil {
+		rm.Stats = &StatsRow{SourceKey: stats.SourceKey, DeviceKey: stats.DeviceKey, Day: stats.Day.Format(time.DateOnly),
+			EventCount: stats.EventCount, FirstOccurredAt: stats.FirstOccurredAt, LastOccurredAt: stats.LastOccurredAt}
 	}
 	return rm, nil
 }

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
 
 	"github.com/outboxd/outboxd/outbox"
@@ -167,12 +166,8 @@ func (a *Admin) Replay(ctx context.Context, r ReplayRequest) (*ReplayResult, err
 		}
 	}
 	if r.Rebuild && len(ids) > 0 {
-		err := a.inReadModelTx(ctx, false, func(tx pgx.Tx) error {
-			var err error
-			res.RemovedRows, err = a.cfg.ReadModel.Unproject(ctx, tx, ids)
-			return err
-		})
-		if err != nil {
+		var err error
+		if res.RemovedRows, err = a.cfg.ReadModel.Unproject(ctx, ids); err != nil {
 			return nil, pgErr(fmt.Sprintf("removing the rows of %d originals", len(ids)), err)
 		}
 	}

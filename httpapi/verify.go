@@ -8,12 +8,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
 
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/readmodel"
 	"github.com/outboxd/outboxd/store"
-	"github.com/outboxd/outboxd/worker"
 )
 
 // VerifyRequest is the body of POST /v1/admin/verify: compare the
@@ -177,8 +176,6 @@ func (a *Admin) Verify(ctx context.Context, r VerifyRequest) (*VerifyResult, err
 	return res, nil
 }
 
-func dayOf(t time.Time) time.Time { return t.UTC().Truncate(24 * time.Hour) }
-
 func (a *Admin) verifyOriginals(ctx context.Context, w verifyWindow, repair bool, res *VerifyResult) error {
 	q, err := w.query()
 	if err != nil {
@@ -201,33 +198,27 @@ func (a *Admin) verifyOriginals(ctx context.Context, w verifyWindow, repair bool
 	for i, ev := range page {
 		ids[i] = ev.ID
 	}
-	var found map[string]bool
-	err = a.inReadModelTx(ctx, true, func(tx pgx.Tx) error {
-		var err error
-		found, err = a.cfg.ReadModel.Projected(ctx, tx, ids)
-		return err
-	})
+	found, err := a.cfg.ReadModel.Projected(ctx, ids)
 	if err != nil {
 		return pgErr("reading rows", err)
 	}
 	var missing []*outbox.Event
-	var keys []worker.StatsKey
+	var keys []readmodel.StatsKey
 	for _, ev := range page {
 		if found[ev.ID] {
 			continue
 		}
 		missing = append(missing, ev)
-		keys = append(keys, worker.StatsKey{SourceKey: ev.SourceKey, DeviceKey: ev.DeviceKey, Day: dayOf(ev.OccurredAt)})
+		keys = append(keys, readmodel.KeyOf(ev))
 	}
 	var ok []bool
 	if repair && len(missing) > 0 {
 		// Statistics first: a row deleted by hand left its count behind,
 		// and the row projected again must be counted once.
-		err := a.inReadModelTx(ctx, false, func(tx pgx.Tx) error { return a.cfg.ReadModel.RecomputeStats(ctx, tx, keys) })
-		if err != nil {
+		if err := a.cfg.ReadModel.RecomputeStats(ctx, keys); err != nil {
 			return pgErr("recomputing statistics", err)
 		}
-		slices.SortFunc(keys, worker.StatsKey.Compare)
+		slices.SortFunc(keys, readmodel.StatsKey.Compare)
 		res.StatsRecomputed = len(slices.Compact(keys))
 		if ok, err = a.publish(ctx, missing, outbox.OriginReplay); err != nil {
 			return err
@@ -246,12 +237,7 @@ func (a *Admin) verifyOriginals(ctx context.Context, w verifyWindow, repair bool
 }
 
 func (a *Admin) verifyRows(ctx context.Context, w verifyWindow, res *VerifyResult) error {
-	var rows []worker.Row
-	err := a.inReadModelTx(ctx, true, func(tx pgx.Tx) error {
-		var err error
-		rows, err = a.cfg.ReadModel.Rows(ctx, tx, w.from, w.to, w.after, w.limit)
-		return err
-	})
+	rows, err := a.cfg.ReadModel.Rows(ctx, w.from, w.to, w.after, w.limit)
 	if err != nil {
 		return pgErr("reading rows", err)
 	}
@@ -280,23 +266,17 @@ func (a *Admin) verifyRows(ctx context.Context, w verifyWindow, res *VerifyResul
 }
 
 func (a *Admin) verifyStats(ctx context.Context, w verifyWindow, repair bool, res *VerifyResult) error {
-	var drift []worker.StatsDrift
-	err := a.inReadModelTx(ctx, true, func(tx pgx.Tx) error {
-		var err error
-		drift, err = a.cfg.ReadModel.StatsDrift(ctx, tx, w.from, w.to, w.limit)
-		return err
-	})
+	drift, err := a.cfg.ReadModel.StatsDrift(ctx, w.from, w.to, w.limit)
 	if err != nil {
 		return pgErr("comparing statistics with rows", err)
 	}
 	res.Checked, res.Done = len(drift), true
-	keys := make([]worker.StatsKey, len(drift))
+	keys := make([]readmodel.StatsKey, len(drift))
 	for i, d := range drift {
 		keys[i] = d.StatsKey
 	}
 	if repair && len(keys) > 0 {
-		err := a.inReadModelTx(ctx, false, func(tx pgx.Tx) error { return a.cfg.ReadModel.RecomputeStats(ctx, tx, keys) })
-		if err != nil {
+		if err := a.cfg.ReadModel.RecomputeStats(ctx, keys); err != nil {
 			return pgErr("recomputing statistics", err)
 		}
 		res.StatsRecomputed = len(keys)

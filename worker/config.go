@@ -13,6 +13,7 @@ import (
 	"github.com/outboxd/outboxd/internal/failpolicy"
 	"github.com/outboxd/outboxd/internal/fault"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/readmodel"
 	"github.com/outboxd/outboxd/stream"
 )
 
@@ -127,7 +128,7 @@ type Config struct {
 	// workers do not pile up. Defaults to ConsumerExpiryDefault (24h).
 	ConsumerExpiry time.Duration
 	// Projector writes batches into PostgreSQL. Defaults to
-	// NewEventsProjector().
+	// readmodel.NewProjector() (the events table and the daily statistics).
 	Projector Projector
 	// Now stamps syncedAt and syncFailure.at. Defaults to time.Now; tests
 	// set a fake clock.
@@ -165,7 +166,7 @@ func (c *Config) withDefaults() *Config {
 	out.BreakerTimeout = cmp.Or(out.BreakerTimeout, BreakerTimeoutDefault)
 	out.StreakLimit = cmp.Or(out.StreakLimit, StreakLimitDefault)
 	out.ConsumerExpiry = cmp.Or(out.ConsumerExpiry, ConsumerExpiryDefault)
-	out.Projector = cmp.Or[Projector](out.Projector, NewEventsProjector())
+	out.Projector = cmp.Or[Projector](out.Projector, readmodel.NewProjector())
 	if out.Now == nil {
 		out.Now = time.Now
 	}

@@ -8,7 +8,7 @@
 //  1. decodes the messages and re-reads their originals from the store with
 //     one read (the message only names the original);
 //  2. projects the batch into PostgreSQL in one transaction through a
-//     Projector (by default NewEventsProjector: events rows and
+//     Projector (by default readmodel.NewProjector: events rows and
 //     device_daily_stats counts, idempotently);
 //  3. sets syncedAt on the originals with one store write;
 //  4. acknowledges the entries with one XACK.

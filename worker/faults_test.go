@@ -17,6 +17,7 @@ import (
 	"github.com/outboxd/outboxd/internal/fault"
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/readmodel"
 	"github.com/outboxd/outboxd/store"
 	"github.com/outboxd/outboxd/worker"
 )
@@ -124,7 +125,7 @@ func TestWorkerFaults(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		reg := prometheus.NewRegistry()
-		projector := worker.NewEventsProjector()
+		projector := readmodel.NewProjector()
 		var armed atomic.Bool
 		locked := make(chan struct{})
 		var deadlocks atomic.Int64

@@ -17,12 +17,12 @@ import (
 	"github.com/outboxd/outboxd/internal/fault"
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/readmodel"
 	"github.com/outboxd/outboxd/store"
 	"github.com/outboxd/outboxd/stream"
 	"github.com/outboxd/outboxd/worker"
 )
 
-var _ worker.Projector = (*worker.EventsProjector)(nil)
 var _ worker.Projector = worker.ProjectorFunc(nil)
 
 const waitFor = 20 * time.Second
@@ -633,7 +633,7 @@ func requireMetric(t *testing.T, want float64, value func() float64) {
 // event is the transaction's only one (a delivery of its own, or the
 // worker's split of a failed batch).
 func failOn(fail func(ev *outbox.Event, alone bool) error) worker.Projector {
-	projector := worker.NewEventsProjector()
+	projector := readmodel.NewProjector()
 	return worker.ProjectorFunc(func(ctx context.Context, tx pgx.Tx, events []*outbox.Event) error {
 		for _, ev := range events {
 			if err := fail(ev, len(events) == 1); err != nil {

@@ -24,6 +24,7 @@ import (
 	ometrics "github.com/outboxd/outboxd/internal/metrics"
 	"github.com/outboxd/outboxd/migrations"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/readmodel"
 	"github.com/outboxd/outboxd/reconciler"
 	"github.com/outboxd/outboxd/store"
 	"github.com/outboxd/outboxd/store/mongostore"
@@ -463,10 +464,13 @@ func (a *app) newCommitter(w *outbox.Writer) (*outbox.Committer, error) {
 // newAdmin returns the operator actions over the backends this role has
 // (the admin API answers 501 for an action that needs one it lacks).
 func (a *app) newAdmin() (*httpapi.Admin, error) {
-	cfg := &httpapi.AdminConfig{Store: a.st, Postgres: a.pg, Stream: a.o.stream, Group: a.o.group,
+	cfg := &httpapi.AdminConfig{Store: a.st, Stream: a.o.stream, Group: a.o.group,
 		Role: a.role.name, Registerer: a.reg}
 	if a.rc != nil {
 		cfg.Redis = a.rc
+	}
+	if a.pg != nil {
+		cfg.ReadModel = readmodel.New(a.pg)
 	}
 	return httpapi.NewAdmin(cfg, a.log)
 }
