@@ -21,6 +21,7 @@ import (
 	"github.com/outboxd/outboxd/dispatcher"
 	"github.com/outboxd/outboxd/httpapi"
 	"github.com/outboxd/outboxd/internal/testkit"
+	"github.com/outboxd/outboxd/operator"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/readmodel"
 	"github.com/outboxd/outboxd/store"
@@ -53,7 +54,7 @@ func setupAdmin(t *testing.T, st store.Store, mods ...func(*httpapi.Config)) *ad
 	require.NoError(t, err)
 	b := &adminBundle{st: st, rdb: rdb, rc: rc, pg: testkit.NewPostgres(t), stream: prefix + ":stream", group: "read-model"}
 	b.writer = outbox.NewWriter(st, &outbox.WriterConfig{Stream: b.stream})
-	admin, err := httpapi.NewAdmin(&httpapi.AdminConfig{Store: st, Redis: rc, ReadModel: readmodel.New(b.pg.Pool), Stream: b.stream,
+	admin, err := operator.New(&operator.Config{Store: st, Redis: rc, ReadModel: readmodel.New(b.pg.Pool), Stream: b.stream,
 		Group: b.group, Registerer: prometheus.NewRegistry()}, testkit.Logger(t))
 	require.NoError(t, err)
 	cfg := &httpapi.Config{AuthToken: testToken, Store: st, Admin: admin,
@@ -285,7 +286,7 @@ func TestAdminDLQReplay(t *testing.T) {
 			b.startPoisoning(t, bad)
 			require.Zero(t, b.rowCount(t, bad.ID))
 
-			var page httpapi.DLQPage
+			var page operator.DLQPage
 			code, body := b.call(t, http.MethodGet, "/v1/admin/dlq?category=poison", nil, &page)
 			require.Equal(t, http.StatusOK, code, string(body))
 			require.Len(t, page.Entries, 1)
@@ -299,7 +300,7 @@ func TestAdminDLQReplay(t *testing.T) {
 			require.Equal(t, http.StatusOK, code)
 			require.Empty(t, page.Entries, "the filter keeps other categories out")
 
-			var parked httpapi.EventsPage
+			var parked operator.EventsPage
 			code, body = b.call(t, http.MethodGet, "/v1/admin/events?state=failed", nil, &parked)
 			require.Equal(t, http.StatusOK, code, string(body))
 			require.Len(t, parked.Events, 1, "the parked originals")
@@ -307,7 +308,7 @@ func TestAdminDLQReplay(t *testing.T) {
 			require.Equal(t, outbox.CategoryPoison, parked.Events[0].SyncFailure.Category)
 			require.NotContains(t, string(body), "payload")
 
-			var one httpapi.DeadLetter
+			var one operator.DeadLetter
 			code, body = b.call(t, http.MethodGet, "/v1/admin/dlq/"+dl.ID, nil, &one)
 			require.Equal(t, http.StatusOK, code, string(body))
 			require.NotNil(t, one.Event)
@@ -315,11 +316,11 @@ func TestAdminDLQReplay(t *testing.T) {
 
 			b.breaker.Store(nil) // the cause is fixed
 			mark := b.lastID(t)
-			var res httpapi.DLQActionResult
-			code, body = b.call(t, http.MethodPost, "/v1/admin/dlq:replay", httpapi.DLQAction{IDs: []string{dl.ID}}, &res)
+			var res operator.DLQActionResult
+			code, body = b.call(t, http.MethodPost, "/v1/admin/dlq:replay", operator.DLQAction{IDs: []string{dl.ID}}, &res)
 			require.Equal(t, http.StatusOK, code, string(body))
 			require.Equal(t, 1, res.Replayed)
-			require.Equal(t, []httpapi.DLQResult{{ID: dl.ID, EventID: bad.ID, Outcome: httpapi.OutcomeReplayed}}, res.Results)
+			require.Equal(t, []operator.DLQResult{{ID: dl.ID, EventID: bad.ID, Outcome: operator.OutcomeReplayed}}, res.Results)
 			b.waitDrained(t, events...)
 			require.Zero(t, b.rdb.XLen(ctx, b.keys().DLQ()).Val(), "the entry is gone")
 			msgs := b.streamSince(t, mark)
@@ -337,7 +338,7 @@ func TestAdminDLQReplay(t *testing.T) {
 			require.Equal(t, 1, b.rowCount(t, bad.ID))
 			b.check(t, events)
 
-			code, body = b.call(t, http.MethodPost, "/v1/admin/dlq:replay", httpapi.DLQAction{IDs: []string{dl.ID}}, &res)
+			code, body = b.call(t, http.MethodPost, "/v1/admin/dlq:replay", operator.DLQAction{IDs: []string{dl.ID}}, &res)
 			require.Equal(t, http.StatusOK, code, string(body))
 			require.Equal(t, 1, res.NotFound, "replayed entries are gone")
 		})
@@ -356,34 +357,34 @@ func TestAdminDLQMissingOriginalAndDrop(t *testing.T) {
 	b.start(t, nil)
 	require.Eventually(t, func() bool { return b.rdb.XLen(ctx, b.keys().DLQ()).Val() == 2 }, waitFor, 10*time.Millisecond)
 
-	var page httpapi.DLQPage
+	var page operator.DLQPage
 	code, body := b.call(t, http.MethodGet, "/v1/admin/dlq?limit=1", nil, &page)
 	require.Equal(t, http.StatusOK, code, string(body))
 	require.Len(t, page.Entries, 1)
 	require.NotEmpty(t, page.Next, "one more follows")
 	require.Equal(t, int64(2), page.Length)
-	require.Equal(t, httpapi.OriginalMissing, page.Entries[0].Original)
+	require.Equal(t, operator.OriginalMissing, page.Entries[0].Original)
 	named := []string{page.Entries[0].EventID}
 	after := page.Next
-	page = httpapi.DLQPage{}
+	page = operator.DLQPage{}
 	code, _ = b.call(t, http.MethodGet, "/v1/admin/dlq?after="+after, nil, &page)
 	require.Equal(t, http.StatusOK, code)
 	require.Len(t, page.Entries, 1)
-	require.Equal(t, httpapi.OriginalMissing, page.Entries[0].Original)
+	require.Equal(t, operator.OriginalMissing, page.Entries[0].Original)
 	require.Empty(t, page.Next)
 	require.ElementsMatch(t, []string{ghost.ID, ""}, append(named, page.Entries[0].EventID), "the entry of a bad message names no event")
 
-	var res httpapi.DLQActionResult
-	code, body = b.call(t, http.MethodPost, "/v1/admin/dlq:replay", httpapi.DLQAction{All: true}, &res)
+	var res operator.DLQActionResult
+	code, body = b.call(t, http.MethodPost, "/v1/admin/dlq:replay", operator.DLQAction{All: true}, &res)
 	require.Equal(t, http.StatusOK, code, string(body))
 	require.Equal(t, 2, res.OriginalMissing)
 	require.True(t, res.Done)
 	require.Equal(t, int64(2), b.rdb.XLen(ctx, b.keys().DLQ()).Val(), "kept")
 
-	code, body = b.call(t, http.MethodPost, "/v1/admin/dlq:drop", httpapi.DLQAction{All: true, Code: "bad_message"}, &res)
+	code, body = b.call(t, http.MethodPost, "/v1/admin/dlq:drop", operator.DLQAction{All: true, Code: "bad_message"}, &res)
 	require.Equal(t, http.StatusOK, code, string(body))
 	require.Equal(t, 1, res.Dropped, "only the code asked for")
-	code, body = b.call(t, http.MethodPost, "/v1/admin/dlq:drop", httpapi.DLQAction{All: true}, &res)
+	code, body = b.call(t, http.MethodPost, "/v1/admin/dlq:drop", operator.DLQAction{All: true}, &res)
 	require.Equal(t, http.StatusOK, code, string(body))
 	require.Equal(t, 1, res.Dropped)
 	require.Zero(t, b.rdb.XLen(ctx, b.keys().DLQ()).Val())
@@ -412,7 +413,7 @@ func TestAdminReplayWindow(t *testing.T) {
 
 			req := httpapi.ReplayRequest{From: day0.Add(2 * time.Hour).Format(time.RFC3339), To: day0.Add(5 * time.Hour).Format(time.RFC3339),
 				SourceKey: "src", DeviceKey: "d1", DryRun: true}
-			var res httpapi.ReplayResult
+			var res operator.ReplayResult
 			code, body := b.call(t, http.MethodPost, "/v1/admin/replay", req, &res)
 			require.Equal(t, http.StatusOK, code, string(body))
 			require.Equal(t, int64(3), *res.Count)
@@ -484,7 +485,7 @@ func TestAdminReplayRebuild(t *testing.T) {
 	req := httpapi.ReplayRequest{From: day0.Format(time.RFC3339), To: day0.Add(4 * time.Hour).Format(time.RFC3339), Rebuild: true, Limit: 3}
 	var removed int64
 	for {
-		var res httpapi.ReplayResult
+		var res operator.ReplayResult
 		code, body := b.call(t, http.MethodPost, "/v1/admin/replay", req, &res)
 		require.Equal(t, http.StatusOK, code, string(body))
 		removed += res.RemovedRows
@@ -519,12 +520,12 @@ func TestAdminReplayRebuild(t *testing.T) {
 }
 
 // verifyAll runs every chunk of a verify and returns the drift.
-func (b *adminBundle) verifyAll(t *testing.T, req httpapi.VerifyRequest) ([]httpapi.Drift, map[string]int) {
+func (b *adminBundle) verifyAll(t *testing.T, req httpapi.VerifyRequest) ([]operator.Drift, map[string]int) {
 	t.Helper()
-	var drift []httpapi.Drift
+	var drift []operator.Drift
 	checked := map[string]int{}
 	for range 100 {
-		var res httpapi.VerifyResult
+		var res operator.VerifyResult
 		code, body := b.call(t, http.MethodPost, "/v1/admin/verify", req, &res)
 		require.Equal(t, http.StatusOK, code, string(body))
 		drift = append(drift, res.Drift...)
@@ -551,8 +552,8 @@ func TestAdminVerifyRepair(t *testing.T) {
 	b.waitDrained(t, events...)
 	drift, checked := b.verifyAll(t, httpapi.VerifyRequest{Limit: 2})
 	require.Empty(t, drift)
-	require.Equal(t, 5, checked[httpapi.PhaseOriginals])
-	require.Equal(t, 5, checked[httpapi.PhaseRows])
+	require.Equal(t, 5, checked[operator.PhaseOriginals])
+	require.Equal(t, 5, checked[operator.PhaseRows])
 
 	_, err := b.pg.Pool.Exec(ctx, `DELETE FROM events WHERE event_id = $1`, events[2].ID)
 	require.NoError(t, err)
@@ -568,9 +569,9 @@ func TestAdminVerifyRepair(t *testing.T) {
 		require.False(t, d.Repaired)
 	}
 	require.Equal(t, map[string][]string{
-		httpapi.DriftMissingRow: {events[2].ID + "d1"},
-		httpapi.DriftOrphanRow:  {orphan + "d9"},
-		httpapi.DriftStats:      {"d1", "d9"}, // d1 counts 5 for 4 rows; d9 has a row and no count
+		operator.DriftMissingRow: {events[2].ID + "d1"},
+		operator.DriftOrphanRow:  {orphan + "d9"},
+		operator.DriftStats:      {"d1", "d9"}, // d1 counts 5 for 4 rows; d9 has a row and no count
 	}, kinds)
 
 	// A window that leaves the deleted row's day out sees nothing of it.
@@ -579,7 +580,7 @@ func TestAdminVerifyRepair(t *testing.T) {
 
 	drift, _ = b.verifyAll(t, httpapi.VerifyRequest{From: day0.Format(time.RFC3339), To: day0.Add(24 * time.Hour).Format(time.RFC3339), Repair: true})
 	for _, d := range drift {
-		require.Equal(t, d.Kind != httpapi.DriftOrphanRow, d.Repaired, "%+v", d)
+		require.Equal(t, d.Kind != operator.DriftOrphanRow, d.Repaired, "%+v", d)
 	}
 	b.waitDrained(t, events...)
 	require.Equal(t, 1, b.rowCount(t, events[2].ID))
@@ -589,7 +590,7 @@ func TestAdminVerifyRepair(t *testing.T) {
 
 	drift, _ = b.verifyAll(t, httpapi.VerifyRequest{})
 	require.Len(t, drift, 1, "only the row nobody accepted is left, for a person: %+v", drift)
-	require.Equal(t, httpapi.DriftOrphanRow, drift[0].Kind)
+	require.Equal(t, operator.DriftOrphanRow, drift[0].Kind)
 }
 
 // TestAdminAPI: the errors of the admin API are problem documents, behind
@@ -642,7 +643,7 @@ func TestAdminAPI(t *testing.T) {
 
 	t.Run("ActionsAnInstanceCannotPerform", func(t *testing.T) {
 		st := testkit.NewStore(t)
-		admin, err := httpapi.NewAdmin(&httpapi.AdminConfig{Store: st, Role: "ingest"}, nil)
+		admin, err := operator.New(&operator.Config{Store: st, Role: "ingest"}, nil)
 		require.NoError(t, err)
 		h, err := httpapi.New(&httpapi.Config{Admin: admin}, nil)
 		require.NoError(t, err)

@@ -285,6 +285,15 @@ func (s *Status) leases(ctx context.Context, now time.Time) leaseParts {
 	return leaseParts{dispatcher: d, reconciler: r, failed: failed}
 }
 
+// utc returns t in UTC; nil stays nil.
+func utc(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
 // ageOf returns the seconds from t to now (at least 0), nil for nil.
 func ageOf(t *time.Time, now time.Time) *float64 {
 	if t == nil {

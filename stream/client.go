@@ -135,7 +135,7 @@ func (c *Client) ScanBack(ctx context.Context, key string, since time.Time, limi
 		n := min(scanPage, limit-scanned)
 		msgs, err := c.rdb.XRevRangeN(ctx, key, end, start, int64(n)).Result()
 		if err != nil {
-			return nil, scanned, false, fmt.Errorf("error scanning %s: %w", key, err)
+			return nil, scanned, false, err
 		}
 		scanned += len(msgs)
 		for _, e := range entries(msgs) {

@@ -3,7 +3,6 @@ package stream
 import (
 	"cmp"
 	"context"
-	"fmt"
 	"strconv"
 	"time"
 
@@ -115,7 +114,7 @@ func (c *Client) DeadLetters(ctx context.Context, keys Keys, after string, n int
 	}
 	msgs, err := c.rdb.XRangeN(ctx, keys.DLQ(), start, "+", int64(n)).Result()
 	if err != nil {
-		return nil, fmt.Errorf("error reading the dead-letter stream: %w", err)
+		return nil, err
 	}
 	out := make([]DeadLetter, len(msgs))
 	for i, e := range entries(msgs) {
@@ -135,7 +134,7 @@ func (c *Client) DeadLettersByID(ctx context.Context, keys Keys, ids []string) (
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("error reading dead letters: %w", err)
+		return nil, err
 	}
 	out := make([]*DeadLetter, len(ids))
 	for i, cmd := range cmds {

@@ -23,6 +23,7 @@ import (
 	"github.com/outboxd/outboxd/internal/config"
 	ometrics "github.com/outboxd/outboxd/internal/metrics"
 	"github.com/outboxd/outboxd/migrations"
+	"github.com/outboxd/outboxd/operator"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/readmodel"
 	"github.com/outboxd/outboxd/reconciler"
@@ -463,8 +464,8 @@ func (a *app) newCommitter(w *outbox.Writer) (*outbox.Committer, error) {
 
 // newAdmin returns the operator actions over the backends this role has
 // (the admin API answers 501 for an action that needs one it lacks).
-func (a *app) newAdmin() (*httpapi.Admin, error) {
-	cfg := &httpapi.AdminConfig{Store: a.st, Stream: a.o.stream, Group: a.o.group,
+func (a *app) newAdmin() (*operator.Operator, error) {
+	cfg := &operator.Config{Store: a.st, Stream: a.o.stream, Group: a.o.group,
 		Role: a.role.name, Registerer: a.reg}
 	if a.rc != nil {
 		cfg.Redis = a.rc
@@ -472,7 +473,7 @@ func (a *app) newAdmin() (*httpapi.Admin, error) {
 	if a.pg != nil {
 		cfg.ReadModel = readmodel.New(a.pg)
 	}
-	return httpapi.NewAdmin(cfg, a.log)
+	return operator.New(cfg, a.log)
 }
 
 // readyChecks are the dependencies of the role. Redis is not on the

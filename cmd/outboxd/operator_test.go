@@ -15,6 +15,7 @@ import (
 
 	"github.com/outboxd/outboxd/httpapi"
 	"github.com/outboxd/outboxd/internal/testkit"
+	"github.com/outboxd/outboxd/operator"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/stream"
 )
@@ -97,7 +98,7 @@ func TestOperatorCommands(t *testing.T) {
 		require.Contains(t, out, "2 shown of 2")
 		code, out, _ = op("dlq", "list", "--code", "bad_message", "--json")
 		require.Equal(t, ExitOK, code)
-		var page httpapi.DLQPage
+		var page operator.DLQPage
 		require.NoError(t, json.Unmarshal([]byte(out), &page))
 		require.Len(t, page.Entries, 1)
 

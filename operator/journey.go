@@ -1,4 +1,4 @@
-package httpapi
+package operator
 
 import (
 	"context"
@@ -43,11 +43,9 @@ const (
 	EntryDeadLettered = "dead_lettered"
 )
 
-// errNoSuchOriginal: no original has this id or idempotency key.
-var errNoSuchOriginal = errors.New("no such original")
-
-// Journey is the answer of GET /v1/admin/events/{ref}/journey: the path of
-// one original through the pipeline, each step with its time.
+// Journey is what Operator.Journey returns (GET
+// /v1/admin/events/{ref}/journey): the path of one original through the
+// pipeline, each step with its time.
 type Journey struct {
 	// MatchedBy says how ref found the original: "id" or "idempotencyKey".
 	MatchedBy string          `json:"matchedBy"`
@@ -141,34 +139,35 @@ type StatsRow struct {
 // idempotency key: the original, its outbox entries, the stream entries
 // and dead letters that name it (a bounded scan, see JourneyScanMax) with
 // their delivery state, and its read-model row with its day's statistics.
-// It needs Redis and PostgreSQL (501 otherwise) and changes nothing.
-func (a *Admin) Journey(ctx context.Context, ref string) (*Journey, error) {
-	if err := a.needRedis(); err != nil {
+// It needs Redis and PostgreSQL (ErrNotAvailable otherwise) and changes
+// nothing.
+func (o *Operator) Journey(ctx context.Context, ref string) (*Journey, error) {
+	if err := o.needRedis(); err != nil {
 		return nil, err
 	}
-	if err := a.needPostgres(); err != nil {
+	if err := o.needReadModel(); err != nil {
 		return nil, err
 	}
 	if ref == "" || len(ref) > journeyRefMax {
-		return nil, invalid("ref", "must be an event id or an idempotency key (1 to %d bytes)", journeyRefMax)
+		return nil, Invalid("ref", "must be an event id or an idempotency key (1 to %d bytes)", journeyRefMax)
 	}
-	ev, by, err := a.resolve(ctx, ref)
+	ev, by, err := o.resolve(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
-	j := &Journey{MatchedBy: by, ReadAt: a.cfg.Now().UTC(), Outbox: []JourneyOutboxEntry{},
+	j := &Journey{MatchedBy: by, ReadAt: o.cfg.Now().UTC(), Outbox: []JourneyOutboxEntry{},
 		Original: JourneyOriginal{EventSummary: summaryOf(ev), Payload: payloadOrEmpty(ev.Payload)}}
-	entries, err := a.cfg.Store.OutboxEntries(ctx, ev.ID)
+	entries, err := o.cfg.Store.OutboxEntries(ctx, ev.ID)
 	if err != nil {
-		return nil, fmt.Errorf("error reading the outbox entries of %s: %w", ev.ID, err)
+		return nil, storeErr(fmt.Sprintf("reading the outbox entries of %s", ev.ID), err)
 	}
 	for _, e := range entries {
 		j.Outbox = append(j.Outbox, JourneyOutboxEntry{ID: e.ID, Stream: e.Stream, CreatedAt: e.CreatedAt.UTC(), DispatchedAt: utc(e.DispatchedAt)})
 	}
-	if j.Stream, err = a.streamJourney(ctx, ev); err != nil {
+	if j.Stream, err = o.streamJourney(ctx, ev); err != nil {
 		return nil, err
 	}
-	if j.ReadModel, err = a.readModelJourney(ctx, ev); err != nil {
+	if j.ReadModel, err = o.readModelJourney(ctx, ev); err != nil {
 		return nil, err
 	}
 	return j, nil
@@ -176,11 +175,11 @@ func (a *Admin) Journey(ctx context.Context, ref string) (*Journey, error) {
 
 // resolve finds the original ref names: by id when ref has an id's form
 // and such an original exists, else by idempotency key.
-func (a *Admin) resolve(ctx context.Context, ref string) (*outbox.Event, string, error) {
+func (o *Operator) resolve(ctx context.Context, ref string) (*outbox.Event, string, error) {
 	if outbox.IsEventID(ref) {
-		got, err := a.cfg.Store.LoadEvents(ctx, []string{ref})
+		got, err := o.cfg.Store.LoadEvents(ctx, []string{ref})
 		if err != nil {
-			return nil, "", fmt.Errorf("error reading original %s: %w", ref, err)
+			return nil, "", storeErr(fmt.Sprintf("reading original %s", ref), err)
 		}
 		if l, ok := got[ref]; ok {
 			if l.Err != nil {
@@ -189,17 +188,17 @@ func (a *Admin) resolve(ctx context.Context, ref string) (*outbox.Event, string,
 			return l.Event, "id", nil
 		}
 	}
-	ev, err := a.cfg.Store.EventByKey(ctx, ref)
+	ev, err := o.cfg.Store.EventByKey(ctx, ref)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, "", errNoSuchOriginal
+		return nil, "", notFound("no original has this id or idempotency key")
 	}
 	if err != nil {
-		return nil, "", fmt.Errorf("error reading an original by key: %w", err)
+		return nil, "", storeErr("reading an original by key", err)
 	}
 	return ev, "idempotencyKey", nil
 }
 
-// summaryOf returns the summary of ev (GET /v1/admin/events' item).
+// summaryOf returns the summary of ev (an item of ListEvents).
 func summaryOf(ev *outbox.Event) EventSummary {
 	return EventSummary{ID: ev.ID, IdempotencyKey: ev.IdempotencyKey, SourceKey: ev.SourceKey,
 		DeviceKey: ev.DeviceKey, Type: ev.Type, OccurredAt: ev.OccurredAt.UTC(), CreatedAt: ev.CreatedAt.UTC(),
@@ -209,13 +208,13 @@ func summaryOf(ev *outbox.Event) EventSummary {
 
 // streamJourney scans the stream and the dead-letter stream for ev and
 // reads the delivery state of the entries it found.
-func (a *Admin) streamJourney(ctx context.Context, ev *outbox.Event) (JourneyStream, error) {
-	js := JourneyStream{Name: a.cfg.Stream, Group: a.cfg.Group, ScanLimit: JourneyScanMax,
+func (o *Operator) streamJourney(ctx context.Context, ev *outbox.Event) (JourneyStream, error) {
+	js := JourneyStream{Name: o.cfg.Stream, Group: o.cfg.Group, ScanLimit: JourneyScanMax,
 		Entries: []JourneyStreamEntry{}, DeadLetters: []DeadLetter{}}
 	since := ev.CreatedAt.Add(-journeySkew)
 	// A message names its original in its payload's JSON; the cheap
 	// substring test spares decoding the others.
-	msgs, scanned, partial, err := a.cfg.Redis.ScanBack(ctx, a.keys.Stream(), since, JourneyScanMax, func(e stream.Entry) bool {
+	msgs, scanned, partial, err := o.cfg.Redis.ScanBack(ctx, o.keys.Stream(), since, JourneyScanMax, func(e stream.Entry) bool {
 		if !strings.Contains(e.Payload(), ev.ID) {
 			return false
 		}
@@ -225,14 +224,14 @@ func (a *Admin) streamJourney(ctx context.Context, ev *outbox.Event) (JourneyStr
 	if err != nil {
 		return js, redisErr("scanning the stream", err)
 	}
-	dlqMsgs, dlqScanned, dlqPartial, err := a.cfg.Redis.ScanBack(ctx, a.keys.DLQ(), since, JourneyScanMax, func(e stream.Entry) bool {
+	dlqMsgs, dlqScanned, dlqPartial, err := o.cfg.Redis.ScanBack(ctx, o.keys.DLQ(), since, JourneyScanMax, func(e stream.Entry) bool {
 		return stream.DeadLetterEventID(e) == ev.ID
 	})
 	if err != nil {
 		return js, redisErr("scanning the dead-letter stream", err)
 	}
 	js.Scanned, js.DLQScanned, js.Partial = scanned, dlqScanned, partial || dlqPartial
-	now := a.cfg.Now()
+	now := o.cfg.Now()
 	deadByEntry := map[string]DeadLetter{}
 	for _, m := range dlqMsgs {
 		var d stream.DeadLetter
@@ -250,7 +249,7 @@ func (a *Admin) streamJourney(ctx context.Context, ev *outbox.Event) (JourneyStr
 		}
 		js.Entries = append(js.Entries, e)
 	}
-	if err := a.deliveries(ctx, js.Entries, deadByEntry); err != nil {
+	if err := o.deliveries(ctx, js.Entries, deadByEntry); err != nil {
 		return js, err
 	}
 	return js, nil
@@ -260,7 +259,7 @@ func (a *Admin) streamJourney(ctx context.Context, ev *outbox.Event) (JourneyStr
 // dead letter's count, waiting when the group has not read it, pending
 // with Redis's count and the worker's failure count, acknowledged
 // otherwise. One round trip.
-func (a *Admin) deliveries(ctx context.Context, entries []JourneyStreamEntry, dead map[string]DeadLetter) error {
+func (o *Operator) deliveries(ctx context.Context, entries []JourneyStreamEntry, dead map[string]DeadLetter) error {
 	if len(entries) == 0 {
 		return nil
 	}
@@ -268,7 +267,7 @@ func (a *Admin) deliveries(ctx context.Context, entries []JourneyStreamEntry, de
 	for i, e := range entries {
 		ids[i] = e.ID
 	}
-	ds, err := a.cfg.Redis.Deliveries(ctx, a.keys, ids)
+	ds, err := o.cfg.Redis.Deliveries(ctx, o.keys, ids)
 	if err != nil {
 		return redisErr("reading the deliveries", err)
 	}
@@ -294,9 +293,9 @@ func (a *Admin) deliveries(ctx context.Context, entries []JourneyStreamEntry, de
 // readModelJourney reads ev's row (by event id, else by idempotency key:
 // a row projected from an earlier original of the key) and the statistics
 // row of its day, in one read-only transaction.
-func (a *Admin) readModelJourney(ctx context.Context, ev *outbox.Event) (JourneyReadModel, error) {
+func (o *Operator) readModelJourney(ctx context.Context, ev *outbox.Event) (JourneyReadModel, error) {
 	var rm JourneyReadModel
-	row, stats, err := a.cfg.ReadModel.Lookup(ctx, ev.ID, ev.IdempotencyKey, readmodel.KeyOf(ev))
+	row, stats, err := o.cfg.ReadModel.Lookup(ctx, ev.ID, ev.IdempotencyKey, readmodel.KeyOf(ev))
 	if err != nil {
 		return rm, pgErr("reading the read model", err)
 	}
