@@ -17,6 +17,7 @@ import (
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store"
 	"github.com/outboxd/outboxd/store/mongostore"
+	"github.com/outboxd/outboxd/stream"
 	"github.com/outboxd/outboxd/worker"
 )
 
@@ -37,6 +38,7 @@ type testBundle struct {
 	st     store.Store
 	mongo  *mongostore.Store // set on kindMongo
 	rdb    redis.UniversalClient
+	rc     *stream.Client
 	stream string
 	writer *outbox.Writer
 	faults *fault.Set
@@ -74,6 +76,9 @@ func setup(t *testing.T, o *setupOpts) *testBundle {
 		rdb, prefix := testkit.NewRedis(t)
 		b.rdb, b.stream = rdb, prefix+":stream"
 	}
+	rc, err := stream.NewClient(b.rdb, nil)
+	require.NoError(t, err)
+	b.rc = rc
 	b.writer = outbox.NewWriter(b.st, &outbox.WriterConfig{Stream: b.stream})
 	return b
 }
@@ -96,7 +101,7 @@ func (b *testBundle) config() *dispatcher.Config {
 // newDispatcher builds a dispatcher stopped at cleanup.
 func (b *testBundle) newDispatcher(cfg *dispatcher.Config) *dispatcher.Dispatcher {
 	b.t.Helper()
-	d, err := dispatcher.New(b.st, b.rdb, cfg, testkit.Logger(b.t))
+	d, err := dispatcher.New(b.st, b.rc, cfg, testkit.Logger(b.t))
 	require.NoError(b.t, err)
 	b.t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -206,19 +211,19 @@ func unique(ids []string) []string {
 }
 
 // startWorker starts a worker on the bundle's stream (group
-// outbox.GroupDefault) with a fresh PostgreSQL database, stopped at
+// stream.GroupDefault) with a fresh PostgreSQL database, stopped at
 // cleanup, and returns the pipeline the checker reads.
 func (b *testBundle) startWorker() testkit.Pipeline {
 	b.t.Helper()
 	pg := testkit.NewPostgres(b.t)
-	w, err := worker.New(b.st, b.rdb, pg.Pool, &worker.Config{
-		Stream: b.stream, Group: outbox.GroupDefault, Consumer: testkit.Name("c"),
+	w, err := worker.New(b.st, b.rc, pg.Pool, &worker.Config{
+		Stream: b.stream, Group: stream.GroupDefault, Consumer: testkit.Name("c"),
 		Block: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond, BreakerTimeout: 200 * time.Millisecond,
 	}, testkit.Logger(b.t))
 	require.NoError(b.t, err)
 	require.NoError(b.t, w.Start(context.Background()))
 	b.t.Cleanup(func() { require.NoError(b.t, w.Stop(context.Background())) })
-	return testkit.Pipeline{Store: b.st, Pool: pg.Pool, Redis: b.rdb, Stream: b.stream, Group: outbox.GroupDefault}
+	return testkit.Pipeline{Store: b.st, Pool: pg.Pool, Redis: b.rdb, Stream: b.stream, Group: stream.GroupDefault}
 }
 
 // requireConverged is the last step of a fault test: with a worker

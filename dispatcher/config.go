@@ -89,10 +89,6 @@ type Config struct {
 	// Retention is how long a dispatched entry is kept; the leader deletes
 	// older ones every SweepInterval. Defaults to RetentionDefault (24h).
 	Retention time.Duration
-	// MaxStreamLen trims the stream approximately (XADD MAXLEN ~) when
-	// positive. Defaults to 0: no trimming, because trimming can delete
-	// entries no consumer has acknowledged yet (see the package doc).
-	MaxStreamLen int64
 	// BackoffMax caps the jittered exponential back-off after a failure
 	// (Redis or the store unreachable). Defaults to BackoffMaxDefault (5s).
 	BackoffMax time.Duration
@@ -176,9 +172,6 @@ func (c *Config) validate() error {
 	}
 	if c.StreakLimit < 1 {
 		errs = append(errs, fmt.Errorf("StreakLimit must be at least 1 (got %d)", c.StreakLimit))
-	}
-	if c.MaxStreamLen < 0 {
-		errs = append(errs, fmt.Errorf("MaxStreamLen must be 0 (no trimming) or positive (got %d)", c.MaxStreamLen))
 	}
 	return errors.Join(errs...)
 }

@@ -6,14 +6,13 @@ import (
 	"fmt"
 	"sync/atomic"
 
-	"github.com/redis/go-redis/v9"
-	"github.com/sony/gobreaker/v2"
 	"go.uber.org/zap"
 
 	"github.com/outboxd/outboxd/internal/failpolicy"
 	"github.com/outboxd/outboxd/internal/leader"
 	"github.com/outboxd/outboxd/internal/startstop"
 	"github.com/outboxd/outboxd/store"
+	"github.com/outboxd/outboxd/stream"
 )
 
 // Fault points (tests only). When one fires the dispatcher stops at once as
@@ -66,23 +65,24 @@ type Stats struct {
 type Dispatcher struct {
 	life startstop.Base
 
-	st      store.Store
-	rdb     redis.UniversalClient
-	cfg     *Config
-	logger  *zap.Logger
-	metrics *metrics
-	elector *leader.Elector
-	breaker *gobreaker.CircuitBreaker[struct{}]
-	streak  *failpolicy.Streak
+	st        store.Store
+	rc        *stream.Client
+	publisher *stream.Publisher
+	cfg       *Config
+	logger    *zap.Logger
+	metrics   *metrics
+	elector   *leader.Elector
+	streak    *failpolicy.Streak
 
 	relayed, caughtUp, dispatched, batches, historyLost, invalidated, redisRetries, fenced, term atomic.Int64
 	leader                                                                                       atomic.Bool
 }
 
-// New returns a Dispatcher that relays the outbox of st into rdb. A nil
-// cfg means all defaults; an invalid one is an error naming the field.
-func New(st store.Store, rdb redis.UniversalClient, cfg *Config, logger *zap.Logger) (*Dispatcher, error) {
-	if st == nil || rdb == nil {
+// New returns a Dispatcher that relays the outbox of st into the stream
+// through rc (whose Config.MaxLen is the stream's length policy). A nil cfg
+// means all defaults; an invalid one is an error naming the field.
+func New(st store.Store, rc *stream.Client, cfg *Config, logger *zap.Logger) (*Dispatcher, error) {
+	if st == nil || rc == nil {
 		return nil, errors.New("dispatcher: a store and a Redis client are required")
 	}
 	c := cfg.withDefaults()
@@ -97,13 +97,12 @@ func New(st store.Store, rdb redis.UniversalClient, cfg *Config, logger *zap.Log
 		logger = zap.NewNop()
 	}
 	d := &Dispatcher{
-		st: st, rdb: rdb, cfg: c, metrics: m,
+		st: st, rc: rc, cfg: c, metrics: m,
 		logger: logger.Named("dispatcher").With(zap.String("stream", c.Stream), zap.String("owner", c.Owner)),
 	}
-	d.breaker = failpolicy.NewBreaker(failpolicy.BreakerConfig{
-		Name: failpolicy.SourceRedis, Failures: c.BreakerFailures, Timeout: c.BreakerTimeout,
-		IsFailure: func(err error) bool { return err != nil }, State: m.breaker,
-	}, d.logger)
+	d.publisher = rc.Publisher(stream.NewKeys(c.Stream, ""), &stream.PublisherConfig{Breaker: &failpolicy.BreakerConfig{
+		Name: failpolicy.SourceRedis, Failures: c.BreakerFailures, Timeout: c.BreakerTimeout, State: m.breaker,
+	}}, d.logger)
 	d.streak = failpolicy.NewStreak("dispatcher", c.StreakLimit, m.streak, d.logger)
 	d.elector = leader.New(st, leader.Config{
 		Name: LeaseName(c.Stream), Owner: c.Owner, TTL: c.LeaseTTL, Now: c.Now, BackoffMax: c.BackoffMax,
@@ -149,7 +148,7 @@ func LeaseName(stream string) string { return stream }
 func (d *Dispatcher) Config() Config { return *d.cfg }
 
 func (d *Dispatcher) preflight(ctx context.Context) error {
-	if err := d.rdb.Ping(ctx).Err(); err != nil {
+	if err := d.rc.Ping(ctx); err != nil {
 		return fmt.Errorf("error reaching Redis: %w", err)
 	}
 	if err := d.st.Ping(ctx); err != nil {

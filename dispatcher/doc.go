@@ -3,8 +3,8 @@
 //
 // A Dispatcher follows the store's feed of the outbox (store.Store.OpenFeed:
 // the outbox sequence on SQLite, a change stream on MongoDB) and relays
-// entries in batches: one pipelined XADD per batch (field "payload" carries
-// the entry's message), then one MarkDispatched of the batch (fenced by the
+// entries in batches: one pipelined XADD per batch through a
+// stream.Publisher (field "payload" carries the entry's message), then one MarkDispatched of the batch (fenced by the
 // lease), then a checkpoint of the feed position in the lease's state. The
 // order of the three steps is the delivery guarantee: nothing is marked
 // dispatched and no checkpoint moves past an entry that is not in the
@@ -67,9 +67,10 @@
 //
 // # Stream length
 //
-// Config.MaxStreamLen is 0 (no trimming) by default: trimming can delete
-// entries that a consumer group has not acknowledged yet, so the stream
-// length is an operator's decision (XTRIM, or a MAXLEN chosen well above the
-// worst-case backlog); the worker counts trimmed pending entries and the
-// reconciler re-publishes them.
+// The stream's length policy is the stream.Client's (stream.Config.MaxLen),
+// 0 (no trimming) by default: trimming can delete entries that a consumer
+// group has not acknowledged yet, so the stream length is an operator's
+// decision (XTRIM, or a MAXLEN chosen well above the worst-case backlog);
+// the worker counts trimmed pending entries and the reconciler
+// re-publishes them.
 package dispatcher

@@ -13,6 +13,7 @@ import (
 	"github.com/outboxd/outboxd/dispatcher"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store/sqlitestore"
+	"github.com/outboxd/outboxd/stream"
 )
 
 // A dispatcher relays what the transactional writer put into the outbox of
@@ -34,15 +35,19 @@ func Example() {
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer rdb.Close()
-	stream := fmt.Sprintf("example-%d", time.Now().UnixNano())
-	defer rdb.Del(ctx, stream)
+	rc, err := stream.NewClient(rdb, nil)
+	if err != nil {
+		panic(err)
+	}
+	name := fmt.Sprintf("example-%d", time.Now().UnixNano())
+	defer rdb.Del(ctx, name)
 
-	w := outbox.NewWriter(st, &outbox.WriterConfig{Stream: stream})
+	w := outbox.NewWriter(st, &outbox.WriterConfig{Stream: name})
 	if _, err := w.Write(ctx, []outbox.Input{{SourceKey: "s1", DeviceKey: "d1", OccurredAt: "2026-11-01T10:00:00Z"}}); err != nil {
 		panic(err)
 	}
 
-	d, err := dispatcher.New(st, rdb, &dispatcher.Config{Stream: stream}, zap.NewNop())
+	d, err := dispatcher.New(st, rc, &dispatcher.Config{Stream: name}, zap.NewNop())
 	if err != nil {
 		panic(err)
 	}
@@ -58,7 +63,7 @@ func Example() {
 		panic(err)
 	}
 
-	msgs, err := rdb.XRange(ctx, stream, "-", "+").Result()
+	msgs, err := rdb.XRange(ctx, name, "-", "+").Result()
 	if err != nil {
 		panic(err)
 	}

@@ -6,12 +6,12 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/outboxd/outboxd/internal/failpolicy"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store"
+	"github.com/outboxd/outboxd/stream"
 )
 
 // relay moves one batch: XADD (retried until Redis answers or the
@@ -57,29 +57,21 @@ func (d *Dispatcher) checkpoint(ctx context.Context, lease store.Lease, pos stor
 }
 
 // xadd adds entries to the stream in one pipeline through the circuit
-// breaker around Redis, retrying with jittered back-off while Redis fails
+// breaker around Redis (the dispatcher's stream.Publisher), retrying with jittered back-off while Redis fails
 // (once per BreakerTimeout while the failure's class is halted by the
 // streak rule), until ctx ends. Each attempt runs on workCtx so that a stop
 // request does not cut a pipeline in half.
 func (d *Dispatcher) xadd(ctx, workCtx context.Context, entries []outbox.Entry) error {
 	attempts := 0
 	bo := &failpolicy.HaltBackOff{Inner: d.newBackoff(), Streak: d.streak, Probe: d.cfg.BreakerTimeout}
+	msgs := make([]string, len(entries))
+	for i, e := range entries {
+		msgs[i] = e.Message
+	}
 	err := backoff.RetryNotify(func() error {
-		_, err := d.breaker.Execute(func() (struct{}, error) {
-			_, err := d.rdb.Pipelined(workCtx, func(p redis.Pipeliner) error {
-				for _, e := range entries {
-					p.XAdd(workCtx, &redis.XAddArgs{
-						Stream: d.cfg.Stream, MaxLen: d.cfg.MaxStreamLen, Approx: d.cfg.MaxStreamLen > 0,
-						Values: []any{outbox.PayloadField, e.Message},
-					})
-				}
-				return nil
-			})
-			return struct{}{}, err
-		})
-		if err != nil {
+		if err := d.publisher.Publish(workCtx, msgs); err != nil {
 			if ctx.Err() == nil { // a stop is not Redis's failure
-				f := failpolicy.RedisFailure(err)
+				f := stream.Failure(err)
 				d.streak.Fail(f)
 				bo.Class = f.Class
 			}
@@ -92,7 +84,7 @@ func (d *Dispatcher) xadd(ctx, workCtx context.Context, entries []outbox.Entry) 
 		d.redisRetries.Add(1)
 		d.metrics.redisRetries.Inc()
 		if attempts == 1 || attempts%10 == 0 {
-			d.logger.Warn("redis unavailable; holding the checkpoint and retrying", zap.String("code", failpolicy.RedisFailure(err).Code),
+			d.logger.Warn("redis unavailable; holding the checkpoint and retrying", zap.String("code", stream.Failure(err).Code),
 				zap.Int("attempts", attempts), zap.Duration("wait", wait), zap.Error(err))
 		}
 	})

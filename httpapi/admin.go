@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,20 +10,12 @@ import (
 	"mime"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
-	ometrics "github.com/outboxd/outboxd/internal/metrics"
-	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/operator"
 	"github.com/outboxd/outboxd/store"
-	"github.com/outboxd/outboxd/worker"
 )
 
 // Problem types of the admin API.
@@ -40,235 +31,121 @@ const (
 	ProblemReadOnly = "urn:outboxd:problem:read-only"
 )
 
-// Limits of the admin API.
-const (
-	// AdminChunkDefault is how many originals one replay or verify request
-	// handles unless it says otherwise, and how many dead letters a DLQ
-	// listing returns.
-	AdminChunkDefault = 500
-	// AdminChunkMax is the most a request may ask for.
-	AdminChunkMax = 5000
-	// adminBodyMax bounds an admin request body.
-	adminBodyMax = 1 << 20
-	// adminPGAttempts is how often a read-model transaction of an admin
-	// action runs when it meets a serialization failure or deadlock.
-	adminPGAttempts = 5
-)
+// adminBodyMax bounds an admin request body.
+const adminBodyMax = 1 << 20
 
-// ReadModel is what the operator actions need of the read model: the
-// maintenance functions of worker.EventsProjector (the default projector's
-// tables). Every method works in the transaction it is given.
-type ReadModel interface {
-	Unproject(ctx context.Context, tx pgx.Tx, ids []string) (int64, error)
-	RecomputeStats(ctx context.Context, tx pgx.Tx, keys []worker.StatsKey) error
-	Projected(ctx context.Context, tx pgx.Tx, ids []string) (map[string]bool, error)
-	Rows(ctx context.Context, tx pgx.Tx, from, to *time.Time, after string, limit int) ([]worker.Row, error)
-	StatsDrift(ctx context.Context, tx pgx.Tx, from, to *time.Time, limit int) ([]worker.StatsDrift, error)
+// ReplayRequest is the body of POST /v1/admin/replay: an
+// operator.ReplayQuery with its times in RFC 3339. From and To are
+// required.
+type ReplayRequest struct {
+	From      string `json:"from"`
+	To        string `json:"to"`
+	By        string `json:"by,omitempty"`
+	SourceKey string `json:"sourceKey,omitempty"`
+	DeviceKey string `json:"deviceKey,omitempty"`
+	State     string `json:"state,omitempty"`
+	DryRun    bool   `json:"dryRun,omitempty"`
+	Rebuild   bool   `json:"rebuild,omitempty"`
+	After     string `json:"after,omitempty"`
+	Limit     int    `json:"limit,omitempty"`
 }
 
-// AdminConfig configures the operator actions of /v1/admin/.
-type AdminConfig struct {
-	// Store is the system of record. Required.
-	Store store.Store
-	// Redis holds the stream and the dead-letter stream. Without it the
-	// DLQ actions, replay and verify --repair answer 501.
-	Redis redis.UniversalClient
-	// Postgres is the read model. Without it verify and replay --rebuild
-	// answer 501.
-	Postgres *pgxpool.Pool
-	// ReadModel works on Postgres. Defaults to worker.NewEventsProjector().
-	ReadModel ReadModel
-	// Stream and Group name the stream (its dead-letter stream is
-	// outbox.DLQStream(Stream)) and the worker's consumer group. Default to
-	// outbox.StreamDefault and outbox.GroupDefault.
-	Stream, Group string
-	// Role names this instance's role in the detail of a 501, so the
-	// operator knows to ask another. Defaults to "this role".
-	Role string
-	// Now tells the time for ages. Defaults to time.Now.
-	Now func() time.Time
-	// Registerer receives outboxd_admin_published_total{origin}. Defaults
-	// to none.
-	Registerer prometheus.Registerer
+// query parses r into the operator's query.
+func (r ReplayRequest) query() (operator.ReplayQuery, error) {
+	q, err := eventsQuery(r.From, r.To, r.By, r.SourceKey, r.DeviceKey, r.State, r.After, r.Limit)
+	return operator.ReplayQuery{EventsQuery: q, DryRun: r.DryRun, Rebuild: r.Rebuild}, err
 }
 
-// Admin performs the operator actions: it lists, replays and drops dead
-// letters, replays originals by boundary and compares the originals with
-// the read model. Every action re-enters the normal path (a stream
-// message the worker projects idempotently); none writes a read-model row
-// itself. It is safe for concurrent use.
-type Admin struct {
-	cfg       AdminConfig
-	logger    *zap.Logger
-	published *prometheus.CounterVec
+// VerifyRequest is the body of POST /v1/admin/verify: an
+// operator.VerifyQuery with its times in RFC 3339 (an empty bound is open).
+type VerifyRequest struct {
+	From   string `json:"from,omitempty"`
+	To     string `json:"to,omitempty"`
+	Repair bool   `json:"repair,omitempty"`
+	After  string `json:"after,omitempty"`
+	Limit  int    `json:"limit,omitempty"`
 }
 
-// NewAdmin returns the operator actions over cfg's backends. A nil logger
-// logs nothing.
-func NewAdmin(cfg *AdminConfig, logger *zap.Logger) (*Admin, error) {
-	if cfg == nil || cfg.Store == nil {
-		return nil, errors.New("admin: a store is required")
-	}
-	c := *cfg
-	c.Stream = cmp.Or(c.Stream, outbox.StreamDefault)
-	c.Group = cmp.Or(c.Group, outbox.GroupDefault)
-	c.Role = cmp.Or(c.Role, "this role")
-	if c.Now == nil {
-		c.Now = time.Now
-	}
-	if c.ReadModel == nil {
-		c.ReadModel = worker.NewEventsProjector()
-	}
-	if logger == nil {
-		logger = zap.NewNop()
-	}
-	f := ometrics.NewFactory(c.Registerer, "admin", c.Stream)
-	published := f.CounterVec("published_total", "Originals re-published by operator actions, by origin (replay, dlq-replay).", "origin")
-	if err := f.Err(); err != nil {
-		return nil, fmt.Errorf("error registering admin metrics: %w", err)
-	}
-	return &Admin{cfg: c, logger: logger.Named("admin").With(zap.String("stream", c.Stream)), published: published}, nil
+// query parses r into the operator's query.
+func (r VerifyRequest) query() (operator.VerifyQuery, error) {
+	from, to, err := window(r.From, r.To)
+	return operator.VerifyQuery{From: from, To: to, Repair: r.Repair, After: r.After, Limit: r.Limit}, err
 }
 
-// Stream returns the stream the actions work on.
-func (a *Admin) Stream() string { return a.cfg.Stream }
-
-// notAvailableError says that this instance lacks a backend an action
-// needs.
-type notAvailableError struct{ what, role string }
-
-func (e *notAvailableError) Error() string {
-	return fmt.Sprintf("this instance (%s) has no %s; run the command against an instance of `outboxd work` or `outboxd dev`", e.role, e.what)
+// eventsQuery parses the fields of a listing or replay.
+func eventsQuery(from, to, by, source, device, state, after string, limit int) (operator.EventsQuery, error) {
+	f, t, err := window(from, to)
+	return operator.EventsQuery{By: store.TimeField(by), From: f, To: t, SourceKey: source, DeviceKey: device,
+		State: state, After: after, Limit: limit}, err
 }
 
-func (a *Admin) needRedis() error {
-	if a.cfg.Redis == nil {
-		return &notAvailableError{what: "Redis", role: a.cfg.Role}
+// window parses the RFC 3339 bounds from and to; an empty one is the zero
+// time (open, or missing: the operator says which it may be).
+func window(from, to string) (f, t time.Time, err error) {
+	if f, err = parseTime(from, "from"); err == nil {
+		t, err = parseTime(to, "to")
 	}
-	return nil
+	return f, t, err
 }
 
-func (a *Admin) needPostgres() error {
-	if a.cfg.Postgres == nil {
-		return &notAvailableError{what: "PostgreSQL", role: a.cfg.Role}
+// parseTime reads the RFC 3339 time v of field; "" is the zero time.
+func parseTime(v, field string) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, nil
 	}
-	return nil
-}
-
-// invalidError lists invalid fields of an admin request (422).
-type invalidError struct{ fields []ProblemField }
-
-func (e *invalidError) Error() string {
-	parts := make([]string, len(e.fields))
-	for i, f := range e.fields {
-		parts[i] = f.Field + " " + f.Reason
-	}
-	return "invalid request: " + strings.Join(parts, "; ")
-}
-
-func invalid(field, format string, args ...any) error {
-	return &invalidError{fields: []ProblemField{{Field: field, Reason: fmt.Sprintf(format, args...)}}}
-}
-
-// backendError marks a failure of Redis or PostgreSQL.
-type backendError struct {
-	backend string
-	err     error
-}
-
-func (e *backendError) Error() string { return fmt.Sprintf("%s: %v", e.backend, e.err) }
-func (e *backendError) Unwrap() error { return e.err }
-
-func redisErr(what string, err error) error {
-	if err == nil {
-		return nil
-	}
-	return &backendError{backend: "redis", err: fmt.Errorf("error %s: %w", what, err)}
-}
-
-func pgErr(what string, err error) error {
-	if err == nil {
-		return nil
-	}
-	return &backendError{backend: "postgres", err: fmt.Errorf("error %s: %w", what, err)}
-}
-
-// inReadModelTx runs fn in one PostgreSQL transaction, again after a
-// serialization failure or deadlock.
-func (a *Admin) inReadModelTx(ctx context.Context, readOnly bool, fn func(tx pgx.Tx) error) error {
-	opts := pgx.TxOptions{}
-	if readOnly {
-		opts.AccessMode = pgx.ReadOnly
-	}
-	var err error
-	for range adminPGAttempts {
-		err = pgx.BeginTxFunc(ctx, a.cfg.Postgres, opts, fn)
-		var pe *pgconn.PgError
-		if !errors.As(err, &pe) || (pe.Code != "40001" && pe.Code != "40P01") {
-			break
-		}
-	}
-	return err
-}
-
-// publish adds the messages of events, with origin, to the stream in one
-// round trip, and returns which were added (by index); err is set when any
-// was not.
-func (a *Admin) publish(ctx context.Context, events []*outbox.Event, origin outbox.Origin) ([]bool, error) {
-	ok := make([]bool, len(events))
-	if len(events) == 0 {
-		return ok, nil
-	}
-	cmds, err := a.cfg.Redis.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, ev := range events {
-			p.XAdd(ctx, &redis.XAddArgs{Stream: a.cfg.Stream, Values: ev.Message(origin).Values()})
-		}
-		return nil
-	})
-	n := 0
-	for i, c := range cmds {
-		if i < len(ok) && c.Err() == nil {
-			ok[i] = true
-			n++
-		}
-	}
-	a.published.WithLabelValues(string(origin)).Add(float64(n))
+	t, err := time.Parse(time.RFC3339Nano, v)
 	if err != nil {
-		return ok, redisErr(fmt.Sprintf("publishing %d originals", len(events)), err)
+		return time.Time{}, operator.Invalid(field, "must be an RFC 3339 time (2026-11-29T09:00:00Z), got %q", v)
 	}
-	return ok, nil
+	return t.UTC(), nil
 }
 
 // adminRoutes returns the admin API's routes.
 func (h *handler) adminRoutes() []route {
+	op := h.cfg.Admin
 	return []route{
-		{http.MethodGet, "/v1/admin/dlq", adminAnswer(h, func(_ http.ResponseWriter, r *http.Request) (*DLQPage, error) {
+		{http.MethodGet, "/v1/admin/dlq", adminAnswer(h, func(_ http.ResponseWriter, r *http.Request) (*operator.DLQPage, error) {
 			q := r.URL.Query()
-			limit, err := queryInt(q.Get("limit"), "limit", AdminChunkDefault)
+			limit, err := queryInt(q.Get("limit"), "limit", operator.ChunkDefault)
 			if err != nil {
 				return nil, err
 			}
-			return h.cfg.Admin.ListDLQ(r.Context(), DLQQuery{Category: q.Get("category"), Code: q.Get("code"), After: q.Get("after"), Limit: limit})
+			return op.ListDLQ(r.Context(), operator.DLQQuery{Category: q.Get("category"), Code: q.Get("code"), After: q.Get("after"), Limit: limit})
 		})},
-		{http.MethodGet, "/v1/admin/dlq/{id}", adminAnswer(h, func(_ http.ResponseWriter, r *http.Request) (*DeadLetter, error) {
-			return h.cfg.Admin.DeadLetter(r.Context(), r.PathValue("id"))
+		{http.MethodGet, "/v1/admin/dlq/{id}", adminAnswer(h, func(_ http.ResponseWriter, r *http.Request) (*operator.DeadLetter, error) {
+			return op.DeadLetter(r.Context(), r.PathValue("id"))
 		})},
-		{http.MethodPost, "/v1/admin/dlq:replay", adminPost(h, (*Admin).ReplayDLQ, always[DLQAction])},
-		{http.MethodPost, "/v1/admin/dlq:drop", adminPost(h, (*Admin).DropDLQ, always[DLQAction])},
-		{http.MethodGet, "/v1/admin/events", adminAnswer(h, func(_ http.ResponseWriter, r *http.Request) (*EventsPage, error) {
+		{http.MethodPost, "/v1/admin/dlq:replay", adminPost(h, op.ReplayDLQ, always[operator.DLQAction])},
+		{http.MethodPost, "/v1/admin/dlq:drop", adminPost(h, op.DropDLQ, always[operator.DLQAction])},
+		{http.MethodGet, "/v1/admin/events", adminAnswer(h, func(_ http.ResponseWriter, r *http.Request) (*operator.EventsPage, error) {
 			q := r.URL.Query()
-			limit, err := queryInt(q.Get("limit"), "limit", AdminChunkDefault)
+			limit, err := queryInt(q.Get("limit"), "limit", operator.ChunkDefault)
 			if err != nil {
 				return nil, err
 			}
-			return h.cfg.Admin.ListEvents(r.Context(), ReplayRequest{From: q.Get("from"), To: q.Get("to"), By: q.Get("by"),
-				SourceKey: q.Get("sourceKey"), DeviceKey: q.Get("deviceKey"), State: q.Get("state"), After: q.Get("after"), Limit: limit})
+			eq, err := eventsQuery(q.Get("from"), q.Get("to"), q.Get("by"), q.Get("sourceKey"), q.Get("deviceKey"), q.Get("state"), q.Get("after"), limit)
+			if err != nil {
+				return nil, err
+			}
+			return op.ListEvents(r.Context(), eq)
 		})},
-		{http.MethodGet, "/v1/admin/events/{ref}/journey", adminAnswer(h, func(_ http.ResponseWriter, r *http.Request) (*Journey, error) {
-			return h.cfg.Admin.Journey(r.Context(), r.PathValue("ref"))
+		{http.MethodGet, "/v1/admin/events/{ref}/journey", adminAnswer(h, func(_ http.ResponseWriter, r *http.Request) (*operator.Journey, error) {
+			return op.Journey(r.Context(), r.PathValue("ref"))
 		})},
-		{http.MethodPost, "/v1/admin/replay", adminPost(h, (*Admin).Replay, func(r ReplayRequest) bool { return !r.DryRun })},
-		{http.MethodPost, "/v1/admin/verify", adminPost(h, (*Admin).Verify, func(r VerifyRequest) bool { return r.Repair })},
+		{http.MethodPost, "/v1/admin/replay", adminPost(h, func(ctx context.Context, r ReplayRequest) (*operator.ReplayResult, error) {
+			q, err := r.query()
+			if err != nil {
+				return nil, err
+			}
+			return op.Replay(ctx, q)
+		}, func(r ReplayRequest) bool { return !r.DryRun })},
+		{http.MethodPost, "/v1/admin/verify", adminPost(h, func(ctx context.Context, r VerifyRequest) (*operator.VerifyResult, error) {
+			q, err := r.query()
+			if err != nil {
+				return nil, err
+			}
+			return op.Verify(ctx, q)
+		}, func(r VerifyRequest) bool { return r.Repair })},
 	}
 }
 
@@ -295,7 +172,7 @@ func adminAnswer[Res any](h *handler, action func(w http.ResponseWriter, r *http
 // adminPost serves an action whose request is a JSON body of type Req;
 // mutates tells the requests that change something, which a read-only
 // instance refuses (403) before acting.
-func adminPost[Req, Res any](h *handler, action func(a *Admin, ctx context.Context, req Req) (Res, error), mutates func(Req) bool) http.HandlerFunc {
+func adminPost[Req, Res any](h *handler, action func(ctx context.Context, req Req) (Res, error), mutates func(Req) bool) http.HandlerFunc {
 	return adminAnswer(h, func(w http.ResponseWriter, r *http.Request) (Res, error) {
 		var req Req
 		var none Res
@@ -305,7 +182,7 @@ func adminPost[Req, Res any](h *handler, action func(a *Admin, ctx context.Conte
 		if h.cfg.ReadOnly && mutates(req) {
 			return none, errReadOnly
 		}
-		return action(h.cfg.Admin, r.Context(), req)
+		return action(r.Context(), req)
 	})
 }
 
@@ -315,8 +192,8 @@ func queryInt(v, field string, def int) (int, error) {
 		return def, nil
 	}
 	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 || n > AdminChunkMax {
-		return 0, invalid(field, "must be an integer from 1 to %d", AdminChunkMax)
+	if err != nil || n < 1 || n > operator.ChunkMax {
+		return 0, operator.Invalid(field, "must be an integer from 1 to %d", operator.ChunkMax)
 	}
 	return n, nil
 }
@@ -360,36 +237,33 @@ func adminDecode(w http.ResponseWriter, r *http.Request, v any) error {
 // perform, 503 with Retry-After when a backend is unreachable, 500
 // otherwise.
 func (h *handler) adminFail(w http.ResponseWriter, r *http.Request, err error) {
-	var (
-		pe *problemError
-		ie *invalidError
-		na *notAvailableError
-		be *backendError
-	)
+	var pe *problemError
+	oe := &operator.Error{} // the fields, detail and backend of an operator error
+	errors.As(err, &oe)
 	switch {
 	case errors.As(err, &pe):
 		writeProblem(w, r, pe.p)
-	case errors.As(err, &ie):
-		p := newProblem(http.StatusUnprocessableEntity, ProblemValidation, "Invalid fields", ie.Error())
-		p.Errors = ie.fields
+	case errors.Is(err, operator.ErrInvalid):
+		p := newProblem(http.StatusUnprocessableEntity, ProblemValidation, "Invalid fields", oe.Error())
+		for _, f := range oe.Fields {
+			p.Errors = append(p.Errors, ProblemField{Field: f.Field, Reason: f.Reason})
+		}
 		writeProblem(w, r, p)
-	case errors.Is(err, errNoSuchDeadLetter):
-		writeProblem(w, r, newProblem(http.StatusNotFound, "", "", "no dead letter has this id"))
-	case errors.Is(err, errNoSuchOriginal):
-		writeProblem(w, r, newProblem(http.StatusNotFound, "", "", "no original has this id or idempotency key"))
+	case errors.Is(err, operator.ErrNotFound):
+		writeProblem(w, r, newProblem(http.StatusNotFound, "", "", oe.Detail))
 	case errors.Is(err, errReadOnly):
 		writeProblem(w, r, newProblem(http.StatusForbidden, ProblemReadOnly, "Read-only instance", err.Error()))
-	case errors.As(err, &na):
-		writeProblem(w, r, newProblem(http.StatusNotImplemented, ProblemNotAvailable, "Action not available here", na.Error()))
+	case errors.Is(err, operator.ErrNotAvailable):
+		writeProblem(w, r, newProblem(http.StatusNotImplemented, ProblemNotAvailable, "Action not available here", oe.Detail))
 	case store.IsUnavailable(err), errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil:
 		h.logger.Warn("admin action failed: store unavailable", zap.String("path", r.URL.Path), zap.Error(err))
 		w.Header().Set("Retry-After", h.retryAfter)
 		writeProblem(w, r, newProblem(http.StatusServiceUnavailable, ProblemUnavailable, "Store unavailable", "the store cannot serve now; retry later"))
-	case errors.As(err, &be):
-		h.logger.Warn("admin action failed", zap.String("path", r.URL.Path), zap.String("backend", be.backend), zap.Error(err))
+	case errors.Is(err, operator.ErrUnavailable):
+		h.logger.Warn("admin action failed", zap.String("path", r.URL.Path), zap.String("backend", oe.Backend), zap.Error(err))
 		w.Header().Set("Retry-After", h.retryAfter)
 		writeProblem(w, r, newProblem(http.StatusServiceUnavailable, ProblemBackendUnavailable, "Backend unavailable",
-			fmt.Sprintf("%s failed; what was done so far is in the log, and the action can be run again", be.backend)))
+			fmt.Sprintf("%s failed; what was done so far is in the log, and the action can be run again", oe.Backend)))
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
 		h.logger.Debug("admin request cancelled", zap.String("path", r.URL.Path))
 		writeProblem(w, r, newProblem(http.StatusServiceUnavailable, "", "", "the request was cancelled"))

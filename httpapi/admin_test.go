@@ -21,8 +21,11 @@ import (
 	"github.com/outboxd/outboxd/dispatcher"
 	"github.com/outboxd/outboxd/httpapi"
 	"github.com/outboxd/outboxd/internal/testkit"
+	"github.com/outboxd/outboxd/operator"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/readmodel"
 	"github.com/outboxd/outboxd/store"
+	"github.com/outboxd/outboxd/stream"
 	"github.com/outboxd/outboxd/worker"
 )
 
@@ -34,6 +37,7 @@ const waitFor = 30 * time.Second
 type adminBundle struct {
 	st      store.Store
 	rdb     *redis.Client
+	rc      *stream.Client
 	pg      *testkit.Postgres
 	stream  string
 	group   string
@@ -46,13 +50,15 @@ type adminBundle struct {
 func setupAdmin(t *testing.T, st store.Store, mods ...func(*httpapi.Config)) *adminBundle {
 	t.Helper()
 	rdb, prefix := testkit.NewRedis(t)
-	b := &adminBundle{st: st, rdb: rdb, pg: testkit.NewPostgres(t), stream: prefix + ":stream", group: "read-model"}
+	rc, err := stream.NewClient(rdb, nil)
+	require.NoError(t, err)
+	b := &adminBundle{st: st, rdb: rdb, rc: rc, pg: testkit.NewPostgres(t), stream: prefix + ":stream", group: "read-model"}
 	b.writer = outbox.NewWriter(st, &outbox.WriterConfig{Stream: b.stream})
-	admin, err := httpapi.NewAdmin(&httpapi.AdminConfig{Store: st, Redis: rdb, Postgres: b.pg.Pool, Stream: b.stream,
+	admin, err := operator.New(&operator.Config{Store: st, Redis: rc, ReadModel: readmodel.New(b.pg.Pool), Stream: b.stream,
 		Group: b.group, Registerer: prometheus.NewRegistry()}, testkit.Logger(t))
 	require.NoError(t, err)
 	cfg := &httpapi.Config{AuthToken: testToken, Store: st, Admin: admin,
-		Status: &httpapi.Status{Store: st, Redis: rdb, Stream: b.stream, Group: b.group}}
+		Status: &httpapi.Status{Store: st, Redis: rc, Stream: b.stream, Group: b.group}}
 	for _, m := range mods {
 		m(cfg)
 	}
@@ -69,14 +75,14 @@ func setupAdmin(t *testing.T, st store.Store, mods ...func(*httpapi.Config)) *ad
 func (b *adminBundle) start(t *testing.T, project worker.Projector) {
 	t.Helper()
 	ctx := context.Background()
-	d, err := dispatcher.New(b.st, b.rdb, &dispatcher.Config{Stream: b.stream, LeaseTTL: time.Second}, testkit.Logger(t))
+	d, err := dispatcher.New(b.st, b.rc, &dispatcher.Config{Stream: b.stream, LeaseTTL: time.Second}, testkit.Logger(t))
 	require.NoError(t, err)
 	require.NoError(t, d.Start(ctx))
 	t.Cleanup(func() { require.NoError(t, d.Stop(context.Background())) })
 	if project == nil {
-		project = worker.NewEventsProjector()
+		project = readmodel.NewProjector()
 	}
-	w, err := worker.New(b.st, b.rdb, b.pg.Pool, &worker.Config{Stream: b.stream, Group: b.group, Consumer: "c",
+	w, err := worker.New(b.st, b.rc, b.pg.Pool, &worker.Config{Stream: b.stream, Group: b.group, Consumer: "c",
 		Block: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond, ClaimIdle: 50 * time.Millisecond,
 		ClaimInterval: 20 * time.Millisecond, MaxDeliveries: 2,
 		Projector: worker.ProjectorFunc(func(ctx context.Context, tx pgx.Tx, events []*outbox.Event) error {
@@ -109,7 +115,7 @@ func (b *adminBundle) startPoisoning(t *testing.T, bad *outbox.Event) {
 	b.start(t, nil)
 	require.Eventually(t, func() bool {
 		return b.drained(t) && testkit.Event(t, b.st, bad.ID).State() == outbox.StateFailed &&
-			b.rdb.XLen(context.Background(), outbox.DLQStream(b.stream)).Val() == 1
+			b.rdb.XLen(context.Background(), b.keys().DLQ()).Val() == 1
 	}, waitFor, 10*time.Millisecond)
 }
 
@@ -128,6 +134,9 @@ func (b *adminBundle) write(t *testing.T, device string, occurred ...time.Time) 
 	}
 	return out
 }
+
+// keys names the bundle's stream, dead-letter stream and budgets.
+func (b *adminBundle) keys() stream.Keys { return stream.NewKeys(b.stream, b.group) }
 
 // drained reports that the group read the whole stream and acknowledged
 // everything, and the outbox is relayed.
@@ -277,7 +286,7 @@ func TestAdminDLQReplay(t *testing.T) {
 			b.startPoisoning(t, bad)
 			require.Zero(t, b.rowCount(t, bad.ID))
 
-			var page httpapi.DLQPage
+			var page operator.DLQPage
 			code, body := b.call(t, http.MethodGet, "/v1/admin/dlq?category=poison", nil, &page)
 			require.Equal(t, http.StatusOK, code, string(body))
 			require.Len(t, page.Entries, 1)
@@ -291,7 +300,7 @@ func TestAdminDLQReplay(t *testing.T) {
 			require.Equal(t, http.StatusOK, code)
 			require.Empty(t, page.Entries, "the filter keeps other categories out")
 
-			var parked httpapi.EventsPage
+			var parked operator.EventsPage
 			code, body = b.call(t, http.MethodGet, "/v1/admin/events?state=failed", nil, &parked)
 			require.Equal(t, http.StatusOK, code, string(body))
 			require.Len(t, parked.Events, 1, "the parked originals")
@@ -299,7 +308,7 @@ func TestAdminDLQReplay(t *testing.T) {
 			require.Equal(t, outbox.CategoryPoison, parked.Events[0].SyncFailure.Category)
 			require.NotContains(t, string(body), "payload")
 
-			var one httpapi.DeadLetter
+			var one operator.DeadLetter
 			code, body = b.call(t, http.MethodGet, "/v1/admin/dlq/"+dl.ID, nil, &one)
 			require.Equal(t, http.StatusOK, code, string(body))
 			require.NotNil(t, one.Event)
@@ -307,13 +316,13 @@ func TestAdminDLQReplay(t *testing.T) {
 
 			b.breaker.Store(nil) // the cause is fixed
 			mark := b.lastID(t)
-			var res httpapi.DLQActionResult
-			code, body = b.call(t, http.MethodPost, "/v1/admin/dlq:replay", httpapi.DLQAction{IDs: []string{dl.ID}}, &res)
+			var res operator.DLQActionResult
+			code, body = b.call(t, http.MethodPost, "/v1/admin/dlq:replay", operator.DLQAction{IDs: []string{dl.ID}}, &res)
 			require.Equal(t, http.StatusOK, code, string(body))
 			require.Equal(t, 1, res.Replayed)
-			require.Equal(t, []httpapi.DLQResult{{ID: dl.ID, EventID: bad.ID, Outcome: httpapi.OutcomeReplayed}}, res.Results)
+			require.Equal(t, []operator.DLQResult{{ID: dl.ID, EventID: bad.ID, Outcome: operator.OutcomeReplayed}}, res.Results)
 			b.waitDrained(t, events...)
-			require.Zero(t, b.rdb.XLen(ctx, outbox.DLQStream(b.stream)).Val(), "the entry is gone")
+			require.Zero(t, b.rdb.XLen(ctx, b.keys().DLQ()).Val(), "the entry is gone")
 			msgs := b.streamSince(t, mark)
 			require.Len(t, msgs, 1)
 			require.Equal(t, outbox.OriginDLQReplay, msgs[0].Origin)
@@ -329,7 +338,7 @@ func TestAdminDLQReplay(t *testing.T) {
 			require.Equal(t, 1, b.rowCount(t, bad.ID))
 			b.check(t, events)
 
-			code, body = b.call(t, http.MethodPost, "/v1/admin/dlq:replay", httpapi.DLQAction{IDs: []string{dl.ID}}, &res)
+			code, body = b.call(t, http.MethodPost, "/v1/admin/dlq:replay", operator.DLQAction{IDs: []string{dl.ID}}, &res)
 			require.Equal(t, http.StatusOK, code, string(body))
 			require.Equal(t, 1, res.NotFound, "replayed entries are gone")
 		})
@@ -346,39 +355,39 @@ func TestAdminDLQMissingOriginalAndDrop(t *testing.T) {
 	require.NoError(t, b.rdb.XAdd(ctx, &redis.XAddArgs{Stream: b.stream, Values: ghost.Message(outbox.OriginOutbox).Values()}).Err())
 	require.NoError(t, b.rdb.XAdd(ctx, &redis.XAddArgs{Stream: b.stream, Values: map[string]any{"payload": "not json"}}).Err())
 	b.start(t, nil)
-	require.Eventually(t, func() bool { return b.rdb.XLen(ctx, outbox.DLQStream(b.stream)).Val() == 2 }, waitFor, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return b.rdb.XLen(ctx, b.keys().DLQ()).Val() == 2 }, waitFor, 10*time.Millisecond)
 
-	var page httpapi.DLQPage
+	var page operator.DLQPage
 	code, body := b.call(t, http.MethodGet, "/v1/admin/dlq?limit=1", nil, &page)
 	require.Equal(t, http.StatusOK, code, string(body))
 	require.Len(t, page.Entries, 1)
 	require.NotEmpty(t, page.Next, "one more follows")
 	require.Equal(t, int64(2), page.Length)
-	require.Equal(t, httpapi.OriginalMissing, page.Entries[0].Original)
+	require.Equal(t, operator.OriginalMissing, page.Entries[0].Original)
 	named := []string{page.Entries[0].EventID}
 	after := page.Next
-	page = httpapi.DLQPage{}
+	page = operator.DLQPage{}
 	code, _ = b.call(t, http.MethodGet, "/v1/admin/dlq?after="+after, nil, &page)
 	require.Equal(t, http.StatusOK, code)
 	require.Len(t, page.Entries, 1)
-	require.Equal(t, httpapi.OriginalMissing, page.Entries[0].Original)
+	require.Equal(t, operator.OriginalMissing, page.Entries[0].Original)
 	require.Empty(t, page.Next)
 	require.ElementsMatch(t, []string{ghost.ID, ""}, append(named, page.Entries[0].EventID), "the entry of a bad message names no event")
 
-	var res httpapi.DLQActionResult
-	code, body = b.call(t, http.MethodPost, "/v1/admin/dlq:replay", httpapi.DLQAction{All: true}, &res)
+	var res operator.DLQActionResult
+	code, body = b.call(t, http.MethodPost, "/v1/admin/dlq:replay", operator.DLQAction{All: true}, &res)
 	require.Equal(t, http.StatusOK, code, string(body))
 	require.Equal(t, 2, res.OriginalMissing)
 	require.True(t, res.Done)
-	require.Equal(t, int64(2), b.rdb.XLen(ctx, outbox.DLQStream(b.stream)).Val(), "kept")
+	require.Equal(t, int64(2), b.rdb.XLen(ctx, b.keys().DLQ()).Val(), "kept")
 
-	code, body = b.call(t, http.MethodPost, "/v1/admin/dlq:drop", httpapi.DLQAction{All: true, Code: "bad_message"}, &res)
+	code, body = b.call(t, http.MethodPost, "/v1/admin/dlq:drop", operator.DLQAction{All: true, Code: "bad_message"}, &res)
 	require.Equal(t, http.StatusOK, code, string(body))
 	require.Equal(t, 1, res.Dropped, "only the code asked for")
-	code, body = b.call(t, http.MethodPost, "/v1/admin/dlq:drop", httpapi.DLQAction{All: true}, &res)
+	code, body = b.call(t, http.MethodPost, "/v1/admin/dlq:drop", operator.DLQAction{All: true}, &res)
 	require.Equal(t, http.StatusOK, code, string(body))
 	require.Equal(t, 1, res.Dropped)
-	require.Zero(t, b.rdb.XLen(ctx, outbox.DLQStream(b.stream)).Val())
+	require.Zero(t, b.rdb.XLen(ctx, b.keys().DLQ()).Val())
 
 	code, _ = b.call(t, http.MethodGet, "/v1/admin/dlq/1-0", nil, nil)
 	require.Equal(t, http.StatusNotFound, code)
@@ -404,7 +413,7 @@ func TestAdminReplayWindow(t *testing.T) {
 
 			req := httpapi.ReplayRequest{From: day0.Add(2 * time.Hour).Format(time.RFC3339), To: day0.Add(5 * time.Hour).Format(time.RFC3339),
 				SourceKey: "src", DeviceKey: "d1", DryRun: true}
-			var res httpapi.ReplayResult
+			var res operator.ReplayResult
 			code, body := b.call(t, http.MethodPost, "/v1/admin/replay", req, &res)
 			require.Equal(t, http.StatusOK, code, string(body))
 			require.Equal(t, int64(3), *res.Count)
@@ -448,7 +457,7 @@ func TestAdminReplayRebuild(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setupAdmin(t, testkit.NewStore(t))
-	right := worker.NewEventsProjector()
+	right := readmodel.NewProjector()
 	var fixed atomic.Bool
 	b.start(t, worker.ProjectorFunc(func(ctx context.Context, tx pgx.Tx, events []*outbox.Event) error {
 		if fixed.Load() {
@@ -476,7 +485,7 @@ func TestAdminReplayRebuild(t *testing.T) {
 	req := httpapi.ReplayRequest{From: day0.Format(time.RFC3339), To: day0.Add(4 * time.Hour).Format(time.RFC3339), Rebuild: true, Limit: 3}
 	var removed int64
 	for {
-		var res httpapi.ReplayResult
+		var res operator.ReplayResult
 		code, body := b.call(t, http.MethodPost, "/v1/admin/replay", req, &res)
 		require.Equal(t, http.StatusOK, code, string(body))
 		removed += res.RemovedRows
@@ -511,12 +520,12 @@ func TestAdminReplayRebuild(t *testing.T) {
 }
 
 // verifyAll runs every chunk of a verify and returns the drift.
-func (b *adminBundle) verifyAll(t *testing.T, req httpapi.VerifyRequest) ([]httpapi.Drift, map[string]int) {
+func (b *adminBundle) verifyAll(t *testing.T, req httpapi.VerifyRequest) ([]operator.Drift, map[string]int) {
 	t.Helper()
-	var drift []httpapi.Drift
+	var drift []operator.Drift
 	checked := map[string]int{}
 	for range 100 {
-		var res httpapi.VerifyResult
+		var res operator.VerifyResult
 		code, body := b.call(t, http.MethodPost, "/v1/admin/verify", req, &res)
 		require.Equal(t, http.StatusOK, code, string(body))
 		drift = append(drift, res.Drift...)
@@ -543,8 +552,8 @@ func TestAdminVerifyRepair(t *testing.T) {
 	b.waitDrained(t, events...)
 	drift, checked := b.verifyAll(t, httpapi.VerifyRequest{Limit: 2})
 	require.Empty(t, drift)
-	require.Equal(t, 5, checked[httpapi.PhaseOriginals])
-	require.Equal(t, 5, checked[httpapi.PhaseRows])
+	require.Equal(t, 5, checked[operator.PhaseOriginals])
+	require.Equal(t, 5, checked[operator.PhaseRows])
 
 	_, err := b.pg.Pool.Exec(ctx, `DELETE FROM events WHERE event_id = $1`, events[2].ID)
 	require.NoError(t, err)
@@ -560,9 +569,9 @@ func TestAdminVerifyRepair(t *testing.T) {
 		require.False(t, d.Repaired)
 	}
 	require.Equal(t, map[string][]string{
-		httpapi.DriftMissingRow: {events[2].ID + "d1"},
-		httpapi.DriftOrphanRow:  {orphan + "d9"},
-		httpapi.DriftStats:      {"d1", "d9"}, // d1 counts 5 for 4 rows; d9 has a row and no count
+		operator.DriftMissingRow: {events[2].ID + "d1"},
+		operator.DriftOrphanRow:  {orphan + "d9"},
+		operator.DriftStats:      {"d1", "d9"}, // d1 counts 5 for 4 rows; d9 has a row and no count
 	}, kinds)
 
 	// A window that leaves the deleted row's day out sees nothing of it.
@@ -571,7 +580,7 @@ func TestAdminVerifyRepair(t *testing.T) {
 
 	drift, _ = b.verifyAll(t, httpapi.VerifyRequest{From: day0.Format(time.RFC3339), To: day0.Add(24 * time.Hour).Format(time.RFC3339), Repair: true})
 	for _, d := range drift {
-		require.Equal(t, d.Kind != httpapi.DriftOrphanRow, d.Repaired, "%+v", d)
+		require.Equal(t, d.Kind != operator.DriftOrphanRow, d.Repaired, "%+v", d)
 	}
 	b.waitDrained(t, events...)
 	require.Equal(t, 1, b.rowCount(t, events[2].ID))
@@ -581,7 +590,7 @@ func TestAdminVerifyRepair(t *testing.T) {
 
 	drift, _ = b.verifyAll(t, httpapi.VerifyRequest{})
 	require.Len(t, drift, 1, "only the row nobody accepted is left, for a person: %+v", drift)
-	require.Equal(t, httpapi.DriftOrphanRow, drift[0].Kind)
+	require.Equal(t, operator.DriftOrphanRow, drift[0].Kind)
 }
 
 // TestAdminAPI: the errors of the admin API are problem documents, behind
@@ -634,7 +643,7 @@ func TestAdminAPI(t *testing.T) {
 
 	t.Run("ActionsAnInstanceCannotPerform", func(t *testing.T) {
 		st := testkit.NewStore(t)
-		admin, err := httpapi.NewAdmin(&httpapi.AdminConfig{Store: st, Role: "ingest"}, nil)
+		admin, err := operator.New(&operator.Config{Store: st, Role: "ingest"}, nil)
 		require.NoError(t, err)
 		h, err := httpapi.New(&httpapi.Config{Admin: admin}, nil)
 		require.NoError(t, err)

@@ -3,14 +3,13 @@ package httpapi
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/outboxd/outboxd/operator"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store"
 )
@@ -92,22 +91,6 @@ func (h *handler) postBatch(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, r, http.StatusOK, batchResponse{Results: res})
 }
 
-// eventView is the JSON of GET /v1/events/{id}.
-type eventView struct {
-	ID             string              `json:"id"`
-	IdempotencyKey string              `json:"idempotencyKey"`
-	SourceKey      string              `json:"sourceKey"`
-	DeviceKey      string              `json:"deviceKey"`
-	Type           string              `json:"type"`
-	OccurredAt     time.Time           `json:"occurredAt"`
-	Payload        json.RawMessage     `json:"payload"`
-	CreatedAt      time.Time           `json:"createdAt"`
-	State          string              `json:"state"`
-	SyncedAt       *time.Time          `json:"syncedAt"`
-	RequeueCount   int64               `json:"requeueCount"`
-	SyncFailure    *outbox.SyncFailure `json:"syncFailure"`
-}
-
 func (h *handler) getEvent(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	var ev *outbox.Event
@@ -131,24 +114,7 @@ func (h *handler) getEvent(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, newProblem(http.StatusNotFound, "", "", "no event has this id"))
 		return
 	}
-	writeJSON(w, r, http.StatusOK, viewOf(ev))
-}
-
-// viewOf returns the JSON view of an original.
-func viewOf(ev *outbox.Event) eventView {
-	return eventView{
-		ID: ev.ID, IdempotencyKey: ev.IdempotencyKey, SourceKey: ev.SourceKey, DeviceKey: ev.DeviceKey,
-		Type: ev.Type, OccurredAt: ev.OccurredAt.UTC(), Payload: payloadOrEmpty(ev.Payload), CreatedAt: ev.CreatedAt.UTC(),
-		State: ev.State(), SyncedAt: utc(ev.SyncedAt), RequeueCount: ev.RequeueCount, SyncFailure: ev.SyncFailure,
-	}
-}
-
-func utc(t *time.Time) *time.Time {
-	if t == nil {
-		return nil
-	}
-	u := t.UTC()
-	return &u
+	writeJSON(w, r, http.StatusOK, operator.EventOf(ev))
 }
 
 // fail answers err: 400 for a malformed body, 422 for invalid fields or a
@@ -203,12 +169,4 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error, keyFie
 		h.logger.Error("request failed", append(ids, zap.String("path", r.URL.Path), zap.Error(err))...)
 		writeProblem(w, r, newProblem(http.StatusInternalServerError, "", "", "the request could not be completed"))
 	}
-}
-
-// payloadOrEmpty returns p, or {} when the original holds none.
-func payloadOrEmpty(p json.RawMessage) json.RawMessage {
-	if len(p) == 0 {
-		return json.RawMessage("{}")
-	}
-	return p
 }

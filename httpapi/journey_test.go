@@ -13,14 +13,14 @@ import (
 
 	"github.com/outboxd/outboxd/httpapi"
 	"github.com/outboxd/outboxd/internal/testkit"
+	"github.com/outboxd/outboxd/operator"
 	"github.com/outboxd/outboxd/outbox"
-	"github.com/outboxd/outboxd/worker"
 )
 
 // journey asks for the journey of ref and requires a 200.
-func (b *adminBundle) journey(t *testing.T, ref string) httpapi.Journey {
+func (b *adminBundle) journey(t *testing.T, ref string) operator.Journey {
 	t.Helper()
-	var j httpapi.Journey
+	var j operator.Journey
 	code, body := b.call(t, http.MethodGet, "/v1/admin/events/"+url.PathEscape(ref)+"/journey", nil, &j)
 	require.Equal(t, http.StatusOK, code, string(body))
 	return j
@@ -50,7 +50,7 @@ func TestAdminJourney(t *testing.T) {
 			require.NotNil(t, j.Outbox[0].DispatchedAt, "dispatched when")
 			require.Len(t, j.Stream.Entries, 1)
 			require.Equal(t, string(outbox.OriginOutbox), j.Stream.Entries[0].Origin)
-			require.Equal(t, httpapi.EntryAcknowledged, j.Stream.Entries[0].Status)
+			require.Equal(t, operator.EntryAcknowledged, j.Stream.Entries[0].Status)
 			require.False(t, j.Stream.Partial)
 			require.Empty(t, j.Stream.DeadLetters)
 			require.NotNil(t, j.ReadModel.Row)
@@ -68,21 +68,21 @@ func TestAdminJourney(t *testing.T) {
 			dl := j.Stream.DeadLetters[0]
 			require.Len(t, j.Stream.Entries, 1)
 			require.Equal(t, dl.EntryID, j.Stream.Entries[0].ID)
-			require.Equal(t, httpapi.EntryDeadLettered, j.Stream.Entries[0].Status)
+			require.Equal(t, operator.EntryDeadLettered, j.Stream.Entries[0].Status)
 			require.Equal(t, int64(2), j.Stream.Entries[0].Deliveries)
 			require.Nil(t, j.ReadModel.Row, "not projected")
 			require.Equal(t, int64(2), j.ReadModel.Stats.EventCount)
 
 			b.breaker.Store(nil)
-			var res httpapi.DLQActionResult
-			code, body := b.call(t, http.MethodPost, "/v1/admin/dlq:replay", httpapi.DLQAction{IDs: []string{dl.ID}}, &res)
+			var res operator.DLQActionResult
+			code, body := b.call(t, http.MethodPost, "/v1/admin/dlq:replay", operator.DLQAction{IDs: []string{dl.ID}}, &res)
 			require.Equal(t, http.StatusOK, code, string(body))
 			b.waitDrained(t, events...)
 			j = b.journey(t, bad.ID)
 			require.Equal(t, outbox.StateSynced, j.Original.State)
 			require.Len(t, j.Stream.Entries, 2, "the first delivery and the replay")
 			require.Equal(t, string(outbox.OriginDLQReplay), j.Stream.Entries[1].Origin)
-			require.Equal(t, httpapi.EntryAcknowledged, j.Stream.Entries[1].Status)
+			require.Equal(t, operator.EntryAcknowledged, j.Stream.Entries[1].Status)
 			require.Empty(t, j.Stream.DeadLetters, "replayed dead letters are removed")
 			require.NotNil(t, j.ReadModel.Row)
 			require.Equal(t, int64(3), j.ReadModel.Stats.EventCount)
@@ -103,7 +103,7 @@ func TestAdminJourneyDeliveries(t *testing.T) {
 	require.NoError(t, err)
 	_, err = b.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: b.group, Consumer: "c1", Streams: []string{b.stream, ">"}, Count: 1}).Result()
 	require.NoError(t, err)
-	require.NoError(t, b.rdb.HSet(ctx, worker.FailuresKey(b.stream, b.group), first, 1).Err())
+	require.NoError(t, b.rdb.HSet(ctx, b.keys().Failures(), first, 1).Err())
 	second, err := b.rdb.XAdd(ctx, &redis.XAddArgs{Stream: b.stream, Values: ev.Message(outbox.OriginReplay).Values()}).Result()
 	require.NoError(t, err)
 
@@ -111,13 +111,13 @@ func TestAdminJourneyDeliveries(t *testing.T) {
 	require.Len(t, j.Stream.Entries, 2)
 	held, waiting := j.Stream.Entries[0], j.Stream.Entries[1]
 	require.Equal(t, first, held.ID)
-	require.Equal(t, httpapi.EntryPending, held.Status)
+	require.Equal(t, operator.EntryPending, held.Status)
 	require.Equal(t, int64(1), held.Deliveries)
 	require.Equal(t, int64(1), held.FailedDeliveries)
 	require.Equal(t, "c1", held.Consumer)
 	require.NotNil(t, held.IdleSeconds)
 	require.Equal(t, second, waiting.ID)
-	require.Equal(t, httpapi.EntryWaiting, waiting.Status)
+	require.Equal(t, operator.EntryWaiting, waiting.Status)
 	require.Equal(t, string(outbox.OriginReplay), waiting.Origin)
 	require.Equal(t, 2, j.Stream.Scanned)
 	require.Len(t, j.Outbox, 1)
@@ -127,11 +127,11 @@ func TestAdminJourneyDeliveries(t *testing.T) {
 
 	require.NoError(t, b.rdb.XAck(ctx, b.stream, b.group, first).Err())
 	j = b.journey(t, ev.ID)
-	require.Equal(t, httpapi.EntryAcknowledged, j.Stream.Entries[0].Status)
+	require.Equal(t, operator.EntryAcknowledged, j.Stream.Entries[0].Status)
 	require.False(t, j.Stream.Partial)
 
 	_, err = b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for range httpapi.JourneyScanMax {
+		for range operator.JourneyScanMax {
 			p.XAdd(ctx, &redis.XAddArgs{Stream: b.stream, Values: map[string]any{outbox.PayloadField: "other"}})
 		}
 		return nil
@@ -139,7 +139,7 @@ func TestAdminJourneyDeliveries(t *testing.T) {
 	require.NoError(t, err)
 	j = b.journey(t, ev.ID)
 	require.True(t, j.Stream.Partial, "the scan stopped before the original's creation")
-	require.Equal(t, httpapi.JourneyScanMax, j.Stream.Scanned)
+	require.Equal(t, operator.JourneyScanMax, j.Stream.Scanned)
 	require.Empty(t, j.Stream.Entries, "its entries are older than the part read")
 }
 
@@ -157,7 +157,7 @@ func TestAdminJourneyErrors(t *testing.T) {
 	hb.do(t, http.MethodGet, "/v1/admin/events/nobody/journey", "").problem(t, http.StatusUnauthorized)
 
 	st := testkit.NewStore(t)
-	admin, err := httpapi.NewAdmin(&httpapi.AdminConfig{Store: st, Role: "ingest"}, nil)
+	admin, err := operator.New(&operator.Config{Store: st, Role: "ingest"}, nil)
 	require.NoError(t, err)
 	h, err := httpapi.New(&httpapi.Config{Admin: admin}, nil)
 	require.NoError(t, err)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/outboxd/outboxd/httpapi/console"
 	ometrics "github.com/outboxd/outboxd/internal/metrics"
+	"github.com/outboxd/outboxd/operator"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store"
 )
@@ -70,9 +71,10 @@ type Config struct {
 	Store store.Store
 	// Status, when set, serves GET /v1/status.
 	Status *Status
-	// Admin, when set, serves the operator actions under /v1/admin/ (see
-	// Admin and docs/operations.md).
-	Admin *Admin
+	// Admin, when set, serves the operator actions under /v1/admin/
+	// (package operator, docs/operations.md): the routes parse requests
+	// into its queries and answer its errors as problems.
+	Admin *operator.Operator
 	// ReadOnly makes the admin API refuse, with 403 (ProblemReadOnly), the
 	// actions that change something: DLQ replay and drop, a replay other
 	// than a dry run, verify with repair; and the console shows no action.
@@ -192,7 +194,7 @@ func New(cfg *Config, logger *zap.Logger) (http.Handler, error) {
 	if c.Console {
 		instance := "outboxd"
 		if c.Admin != nil {
-			instance = c.Admin.cfg.Role
+			instance = c.Admin.Role()
 		}
 		var err error
 		h.console, err = console.New(&console.Config{ReadOnly: c.ReadOnly, Instance: instance, AuthRequired: c.AuthToken != ""})

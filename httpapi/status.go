@@ -6,32 +6,16 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/reconciler"
 	"github.com/outboxd/outboxd/store"
+	"github.com/outboxd/outboxd/stream"
 )
-
-// entryTime returns the time in a Redis stream entry id
-// ("<milliseconds>-<sequence>").
-func entryTime(id string) (time.Time, bool) {
-	ms, _, ok := strings.Cut(id, "-")
-	if !ok {
-		return time.Time{}, false
-	}
-	n, err := strconv.ParseInt(ms, 10, 64)
-	if err != nil {
-		return time.Time{}, false
-	}
-	return time.UnixMilli(n).UTC(), true
-}
 
 // StatusReadTimeout is the default Status.ReadTimeout.
 const StatusReadTimeout = 2 * time.Second
@@ -41,7 +25,7 @@ const StatusReadTimeout = 2 * time.Second
 type Status struct {
 	Store store.Store
 	// Redis may be nil (the stream and DLQ parts are then left out).
-	Redis  redis.UniversalClient
+	Redis  *stream.Client
 	Stream string
 	Group  string
 	// DispatcherLease and ReconcilerLease name the leases whose state the
@@ -301,6 +285,15 @@ func (s *Status) leases(ctx context.Context, now time.Time) leaseParts {
 	return leaseParts{dispatcher: d, reconciler: r, failed: failed}
 }
 
+// utc returns t in UTC; nil stays nil.
+func utc(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
 // ageOf returns the seconds from t to now (at least 0), nil for nil.
 func ageOf(t *time.Time, now time.Time) *float64 {
 	if t == nil {
@@ -364,39 +357,16 @@ type streamParts struct {
 // streamCounts reads the stream's length and pending count and the DLQ's
 // length and oldest entry in one round trip; a part that failed is nil.
 func (s *Status) streamCounts(ctx context.Context, now time.Time) streamParts {
-	dlqName := outbox.DLQStream(s.Stream)
-	var xlen, dlen *redis.IntCmd
-	var pend *redis.XPendingCmd
-	var first *redis.XMessageSliceCmd
-	_, _ = s.Redis.Pipelined(ctx, func(p redis.Pipeliner) error {
-		xlen = p.XLen(ctx, s.Stream)
-		pend = p.XPending(ctx, s.Stream, s.Group)
-		dlen = p.XLen(ctx, dlqName)
-		first = p.XRangeN(ctx, dlqName, "-", "+", 1)
-		return nil
-	})
-	var st *StreamCounts
-	if xlen.Err() == nil {
-		st = &StreamCounts{Name: s.Stream, Length: xlen.Val()}
-		switch err := pend.Err(); {
-		case err == nil:
-			st.Pending = pend.Val().Count
-		case redis.HasErrorPrefix(err, "NOGROUP"):
-			// No group yet: nothing is pending.
-		default:
-			st = nil
-		}
+	keys := stream.NewKeys(s.Stream, s.Group)
+	f := s.Redis.Figures(ctx, keys)
+	var parts streamParts
+	if f.StreamErr == nil {
+		parts.stream = &StreamCounts{Name: keys.Stream(), Length: f.Length, Pending: f.Pending}
 	}
-	var dlq *DLQCounts
-	if dlen.Err() == nil {
-		dlq = &DLQCounts{Name: dlqName, Length: dlen.Val()}
-		if msgs := first.Val(); first.Err() == nil && len(msgs) == 1 {
-			if at, ok := entryTime(msgs[0].ID); ok {
-				dlq.OldestAgeSeconds = ageOf(&at, now)
-			}
-		}
+	if f.DLQErr == nil {
+		parts.dlq = &DLQCounts{Name: keys.DLQ(), Length: f.DLQLength, OldestAgeSeconds: ageOf(f.DLQOldest, now)}
 	}
-	return streamParts{stream: st, dlq: dlq}
+	return parts
 }
 
 // within runs read with a context bounded by timeout and waits for it no

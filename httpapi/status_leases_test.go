@@ -14,6 +14,7 @@ import (
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/reconciler"
 	"github.com/outboxd/outboxd/store"
+	"github.com/outboxd/outboxd/stream"
 )
 
 // TestStatusLeasesBreakersAndDLQ: the status shows the dispatcher's lease
@@ -25,10 +26,12 @@ func TestStatusLeasesBreakersAndDLQ(t *testing.T) {
 	ctx := context.Background()
 	st := testkit.NewStore(t)
 	rdb, prefix := testkit.NewRedis(t)
-	stream := prefix + ":stream"
+	name := prefix + ":stream"
 	now := time.Now().UTC().Truncate(time.Millisecond)
-	status := &httpapi.Status{Store: st, Redis: rdb, Stream: stream, Group: "g",
-		DispatcherLease: "dispatch:" + stream, ReconcilerLease: "reconcile:" + stream, Now: func() time.Time { return now }}
+	rc, err := stream.NewClient(rdb, nil)
+	require.NoError(t, err)
+	status := &httpapi.Status{Store: st, Redis: rc, Stream: name, Group: "g",
+		DispatcherLease: "dispatch:" + name, ReconcilerLease: "reconcile:" + name, Now: func() time.Time { return now }}
 
 	snap := status.Snapshot(ctx)
 	require.Nil(t, snap.Dispatcher, "no dispatcher ever ran")
@@ -44,19 +47,19 @@ func TestStatusLeasesBreakersAndDLQ(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, st.SaveCheckpoint(ctx, r, store.Checkpoint{At: now.Add(-50 * time.Second)}))
 	dlqID := now.Add(-90 * time.Second).UnixMilli()
-	require.NoError(t, rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream + ":dlq", ID: fmt.Sprintf("%d-0", dlqID), Values: map[string]any{"reason": "r"}}).Err())
+	require.NoError(t, rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream.NewKeys(name, "").DLQ(), ID: fmt.Sprintf("%d-0", dlqID), Values: map[string]any{"reason": "r"}}).Err())
 
 	reg := prometheus.NewRegistry()
-	breakers := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "outboxd_worker_breaker_state", ConstLabels: prometheus.Labels{"stream": stream}}, []string{"breaker"})
+	breakers := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "outboxd_worker_breaker_state", ConstLabels: prometheus.Labels{"stream": name}}, []string{"breaker"})
 	breakers.WithLabelValues("postgres").Set(2)
 	other := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "outboxd_dispatcher_breaker_state"}, []string{"stream"})
 	other.WithLabelValues("another-stream").Set(2)
-	halted := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "outboxd_retries_halted", ConstLabels: prometheus.Labels{"stream": stream}}, []string{"component", "class"})
+	halted := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "outboxd_retries_halted", ConstLabels: prometheus.Labels{"stream": name}}, []string{"component", "class"})
 	halted.WithLabelValues("worker", "record").Set(1)
 	halted.WithLabelValues("dispatcher", "redis").Set(0)
 	reg.MustRegister(breakers, other, halted)
 	status.Gatherer = reg
-	status.LastSweep = func() *reconciler.Report { return &reconciler.Report{Stream: stream, Scanned: 3} }
+	status.LastSweep = func() *reconciler.Report { return &reconciler.Report{Stream: name, Scanned: 3} }
 
 	snap = status.Snapshot(ctx)
 	d := snap.Dispatcher

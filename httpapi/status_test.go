@@ -16,8 +16,8 @@ import (
 
 	"github.com/outboxd/outboxd/httpapi"
 	"github.com/outboxd/outboxd/internal/testkit"
-	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store"
+	"github.com/outboxd/outboxd/stream"
 )
 
 // stallProxy forwards TCP connections to a backend until it is frozen:
@@ -135,11 +135,11 @@ func TestStatusFrozenRedis(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	direct, prefix := testkit.NewRedis(t)
-	stream := prefix + "-stream"
+	name := prefix + "-stream"
 	for range 2 {
-		require.NoError(t, direct.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: map[string]any{"payload": "{}"}}).Err())
+		require.NoError(t, direct.XAdd(ctx, &redis.XAddArgs{Stream: name, Values: map[string]any{"payload": "{}"}}).Err())
 	}
-	require.NoError(t, direct.XAdd(ctx, &redis.XAddArgs{Stream: outbox.DLQStream(stream), Values: map[string]any{"payload": "{}"}}).Err())
+	require.NoError(t, direct.XAdd(ctx, &redis.XAddArgs{Stream: stream.NewKeys(name, "").DLQ(), Values: map[string]any{"payload": "{}"}}).Err())
 
 	opt, err := redis.ParseURL(testkit.RedisURL())
 	require.NoError(t, err)
@@ -150,7 +150,9 @@ func TestStatusFrozenRedis(t *testing.T) {
 
 	st := testkit.NewStore(t)
 	const bound = 300 * time.Millisecond
-	status := &httpapi.Status{Store: st, Redis: rdb, Stream: stream, Group: prefix + "-group", ReadTimeout: bound}
+	rc, err := stream.NewClient(rdb, nil)
+	require.NoError(t, err)
+	status := &httpapi.Status{Store: st, Redis: rc, Stream: name, Group: prefix + "-group", ReadTimeout: bound}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(httpapi.NewCollector(status))
 	b := setupHandlerOn(t, st, &httpapi.Config{Status: status, Ready: []httpapi.Check{

@@ -1,14 +1,9 @@
 package outbox
 
-// Redis names.
-const (
-	// StreamDefault is the default stream (--stream).
-	StreamDefault = "event-stream"
-	// GroupDefault is the default consumer group (--group).
-	GroupDefault = "read-model"
-	// PayloadField is the stream entry field that carries the Message JSON.
-	PayloadField = "payload"
-)
+// StreamDefault is the stream an outbox entry names when its writer is not
+// told another (WriterConfig.Stream, --stream). The Redis keys of a stream
+// (its dead-letter stream, its budgets, …) are package stream's.
+const StreamDefault = "event-stream"
 
-// DLQStream returns the dead-letter stream of stream.
-func DLQStream(stream string) string { return stream + ":dlq" }
+// PayloadField is the stream entry field that carries the Message JSON.
+const PayloadField = "payload"

@@ -16,6 +16,7 @@ import (
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/reconciler"
 	"github.com/outboxd/outboxd/store"
+	"github.com/outboxd/outboxd/stream"
 )
 
 // t0 is when every test's fake clock starts.
@@ -46,10 +47,10 @@ func setup(t *testing.T) *testBundle {
 	st := testkit.NewStore(t)
 	rdb, prefix := testkit.NewRedis(t)
 	clk := clock.NewFake(t0)
-	stream := prefix + ":" + outbox.StreamDefault
+	name := prefix + ":" + outbox.StreamDefault
 	return &testBundle{
-		st: st, rdb: rdb, stream: stream, clock: clk, faults: &fault.Set{},
-		writer: outbox.NewWriter(st, &outbox.WriterConfig{Now: clk.Now, Stream: stream}),
+		st: st, rdb: rdb, stream: name, clock: clk, faults: &fault.Set{},
+		writer: outbox.NewWriter(st, &outbox.WriterConfig{Now: clk.Now, Stream: name}),
 		reg:    prometheus.NewRegistry(),
 	}
 }
@@ -69,9 +70,17 @@ func (b *testBundle) reconciler(t *testing.T, cfg *reconciler.Config) *reconcile
 	if cfg == nil {
 		cfg = b.config()
 	}
-	r, err := reconciler.New(b.st, b.rdb, cfg, testkit.Logger(t))
+	r, err := reconciler.New(b.st, newClient(t, b.rdb), cfg, testkit.Logger(t))
 	require.NoError(t, err)
 	return r
+}
+
+// newClient returns the pipeline's client over rdb.
+func newClient(t testing.TB, rdb redis.UniversalClient) *stream.Client {
+	t.Helper()
+	c, err := stream.NewClient(rdb, nil)
+	require.NoError(t, err)
+	return c
 }
 
 // write stores one original stamped createdAt at the clock's time and

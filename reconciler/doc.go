@@ -17,7 +17,9 @@
 //     longer matches (another run claimed it, or it got synced or parked
 //     meanwhile) is skipped. This is a short per-document lease, not a lock
 //     on the whole job: two sweeps at once publish each document once.
-//  3. XADD the original's message (origin "reconciler") to the stream.
+//  3. XADD the original's message (origin "reconciler") to the stream
+//     (through a stream.Publisher, one message at a time and without a
+//     circuit breaker: a failed publish is rolled back at once).
 //  4. When XADD fails, roll the claim back, but only while lastRequeuedAt
 //     still equals this attempt's stamp: a newer claim by another run is
 //     left alone. The rollback restores the previous lastRequeuedAt (null

@@ -14,6 +14,7 @@ import (
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/reconciler"
+	"github.com/outboxd/outboxd/stream"
 	"github.com/outboxd/outboxd/worker"
 )
 
@@ -31,9 +32,9 @@ func TestEndToEndRedisRestartedEmpty(t *testing.T) {
 	st := testkit.NewStore(t)
 	pg := testkit.NewPostgres(t)
 	srv := testkit.NewRedisServer(t)
-	stream, group := testkit.Name("e2e")+":"+outbox.StreamDefault, outbox.GroupDefault
+	name, group := testkit.Name("e2e")+":"+outbox.StreamDefault, stream.GroupDefault
 	clk := clock.NewFake(t0)
-	writer := outbox.NewWriter(st, &outbox.WriterConfig{Now: clk.Now, Stream: stream})
+	writer := outbox.NewWriter(st, &outbox.WriterConfig{Now: clk.Now, Stream: name})
 
 	var keys []string
 	write := func(from int) []string {
@@ -53,10 +54,10 @@ func TestEndToEndRedisRestartedEmpty(t *testing.T) {
 	}
 	// dispatch does the dispatcher's job for the undispatched entries: XADD
 	// their message, mark them dispatched.
-	lease, err := st.AcquireLease(ctx, stream, "test", time.Now(), time.Hour)
+	lease, err := st.AcquireLease(ctx, name, "test", time.Now(), time.Hour)
 	require.NoError(t, err)
 	dispatch := func(rdb redis.UniversalClient) {
-		entries, err := st.Undispatched(ctx, stream, "", 1000)
+		entries, err := st.Undispatched(ctx, name, "", 1000)
 		require.NoError(t, err)
 		var ids []string
 		for _, e := range entries {
@@ -66,8 +67,8 @@ func TestEndToEndRedisRestartedEmpty(t *testing.T) {
 		require.NoError(t, st.MarkDispatched(ctx, lease, ids, clk.Now()))
 	}
 	startWorker := func(rdb redis.UniversalClient) *worker.Worker {
-		w, err := worker.New(st, rdb, pg.Pool, &worker.Config{
-			Stream: stream, Group: group, Consumer: testkit.Name("c"), Now: clk.Now,
+		w, err := worker.New(st, newClient(t, rdb), pg.Pool, &worker.Config{
+			Stream: name, Group: group, Consumer: testkit.Name("c"), Now: clk.Now,
 			Block: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
 		}, testkit.Logger(t))
 		require.NoError(t, err)
@@ -103,8 +104,8 @@ func TestEndToEndRedisRestartedEmpty(t *testing.T) {
 	startWorker(rdb)
 	require.Equal(t, int64(half), unsynced())
 
-	cfg := &reconciler.Config{Stream: stream, Now: clk.Now, MinAge: time.Minute, RequeueAfter: 10 * time.Minute}
-	r, err := reconciler.New(st, rdb, cfg, testkit.Logger(t))
+	cfg := &reconciler.Config{Stream: name, Now: clk.Now, MinAge: time.Minute, RequeueAfter: 10 * time.Minute}
+	r, err := reconciler.New(st, newClient(t, rdb), cfg, testkit.Logger(t))
 	require.NoError(t, err)
 	rep, err := r.Sweep(ctx)
 	require.NoError(t, err)
@@ -118,7 +119,7 @@ func TestEndToEndRedisRestartedEmpty(t *testing.T) {
 	require.Eventually(t, func() bool { return unsynced() == 0 }, 20*time.Second, 20*time.Millisecond)
 
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		v, err := testkit.Check(ctx, st, pg.Pool, rdb, stream, group, keys)
+		v, err := testkit.Check(ctx, st, pg.Pool, rdb, name, group, keys)
 		if assert.NoError(c, err) {
 			assert.True(c, v.OK(), "checker: %s", v)
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/reconciler"
+	"github.com/outboxd/outboxd/stream"
 	"github.com/outboxd/outboxd/worker"
 )
 
@@ -75,7 +76,7 @@ func TestReconcilerFaults(t *testing.T) {
 				b.claimAt(t, id, b.clock.Now().Add(time.Millisecond))
 			}
 		})
-		r, err := reconciler.New(b.st, rdb, cfg, testkit.Logger(t))
+		r, err := reconciler.New(b.st, newClient(t, rdb), cfg, testkit.Logger(t))
 		require.NoError(t, err)
 		srv.Stop()
 		rep, err := r.Sweep(ctx)
@@ -138,8 +139,8 @@ func TestReconcilerFaults(t *testing.T) {
 		b.relay(t)
 		// A consumer that died took three entries; then the stream was
 		// trimmed below them.
-		require.NoError(t, b.rdb.XGroupCreateMkStream(ctx, b.stream, outbox.GroupDefault, "0").Err())
-		_, err := b.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: outbox.GroupDefault, Consumer: "dead",
+		require.NoError(t, b.rdb.XGroupCreateMkStream(ctx, b.stream, stream.GroupDefault, "0").Err())
+		_, err := b.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: stream.GroupDefault, Consumer: "dead",
 			Streams: []string{b.stream, ">"}, Count: 3, Block: -1}).Result()
 		require.NoError(t, err)
 		require.NoError(t, b.rdb.XTrimMaxLen(ctx, b.stream, 2).Err())
@@ -151,7 +152,7 @@ func TestReconcilerFaults(t *testing.T) {
 			require.NoError(t, err)
 			return testkit.Metric(t, reg, "outboxd_worker_trimmed_total") == 3 && c.Pending == 3
 		}, 20*time.Second, 10*time.Millisecond, "the trimmed entries are counted, the others synced")
-		require.Equal(t, int64(3), b.rdb.XLen(ctx, outbox.DLQStream(b.stream)).Val())
+		require.Equal(t, int64(3), b.rdb.XLen(ctx, stream.NewKeys(b.stream, "").DLQ()).Val())
 		for _, id := range ids[:3] {
 			require.Nil(t, b.event(t, id).SyncFailure, "not parked: the reconciler's")
 		}
@@ -209,17 +210,17 @@ func (b *testBundle) startWorkerWith(t *testing.T, rdb redis.UniversalClient, ad
 	t.Helper()
 	pg := testkit.NewPostgres(t)
 	cfg := &worker.Config{
-		Stream: b.stream, Group: outbox.GroupDefault, Consumer: testkit.Name("c"),
+		Stream: b.stream, Group: stream.GroupDefault, Consumer: testkit.Name("c"),
 		Block: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond, BreakerTimeout: 200 * time.Millisecond,
 	}
 	if adjust != nil {
 		adjust(cfg)
 	}
-	w, err := worker.New(b.st, rdb, pg.Pool, cfg, testkit.Logger(t))
+	w, err := worker.New(b.st, newClient(t, rdb), pg.Pool, cfg, testkit.Logger(t))
 	require.NoError(t, err)
 	require.NoError(t, w.Start(context.Background()))
 	t.Cleanup(func() { require.NoError(t, w.Stop(context.Background())) })
-	return testkit.Pipeline{Store: b.st, Pool: pg.Pool, Redis: rdb, Stream: b.stream, Group: outbox.GroupDefault}
+	return testkit.Pipeline{Store: b.st, Pool: pg.Pool, Redis: rdb, Stream: b.stream, Group: stream.GroupDefault}
 }
 
 // requireConverged ends a fault test with the checker over every original

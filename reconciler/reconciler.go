@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/outboxd/outboxd/internal/fault"
@@ -19,6 +18,7 @@ import (
 	"github.com/outboxd/outboxd/internal/startstop"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store"
+	"github.com/outboxd/outboxd/stream"
 )
 
 // Defaults of Config.
@@ -159,20 +159,22 @@ func (c *Config) validate() error {
 type Reconciler struct {
 	life startstop.Base
 
-	st      store.Store
-	rdb     redis.UniversalClient
-	cfg     *Config
-	logger  *zap.Logger
-	metrics *metrics
-	elector *leader.Elector
+	st        store.Store
+	rc        *stream.Client
+	publisher *stream.Publisher
+	cfg       *Config
+	logger    *zap.Logger
+	metrics   *metrics
+	elector   *leader.Elector
 
 	last atomic.Pointer[Report]
 }
 
-// New returns a Reconciler for the originals in st that publishes to rdb.
-// A nil cfg means all defaults; an invalid one is an error naming the field.
-func New(st store.Store, rdb redis.UniversalClient, cfg *Config, logger *zap.Logger) (*Reconciler, error) {
-	if st == nil || rdb == nil {
+// New returns a Reconciler for the originals in st that publishes through
+// rc. A nil cfg means all defaults; an invalid one is an error naming the
+// field.
+func New(st store.Store, rc *stream.Client, cfg *Config, logger *zap.Logger) (*Reconciler, error) {
+	if st == nil || rc == nil {
 		return nil, errors.New("reconciler: a store and a Redis client are required")
 	}
 	c := cfg.withDefaults()
@@ -186,7 +188,7 @@ func New(st store.Store, rdb redis.UniversalClient, cfg *Config, logger *zap.Log
 	if err != nil {
 		return nil, fmt.Errorf("error registering reconciler metrics: %w", err)
 	}
-	r := &Reconciler{st: st, rdb: rdb, cfg: c, metrics: m,
+	r := &Reconciler{st: st, rc: rc, publisher: rc.Publisher(stream.NewKeys(c.Stream, ""), nil, nil), cfg: c, metrics: m,
 		logger: logger.Named("reconciler").With(zap.String("stream", c.Stream))}
 	r.elector = leader.New(st, leader.Config{Name: LeaseName(c.Stream), Owner: c.Owner, TTL: c.LeaseTTL, Now: c.Now,
 		Hooks: leader.Hooks{
@@ -215,7 +217,7 @@ func (r *Reconciler) Err() error { return r.life.Err() }
 func LeaseName(stream string) string { return "reconciler:" + stream }
 
 func (r *Reconciler) preflight(ctx context.Context) error {
-	if err := r.rdb.Ping(ctx).Err(); err != nil {
+	if err := r.rc.Ping(ctx); err != nil {
 		return fmt.Errorf("error reaching Redis: %w", err)
 	}
 	if err := r.st.Ping(ctx); err != nil {
@@ -363,7 +365,9 @@ func (r *Reconciler) reconcile(ctx context.Context, id string, rep *Report) erro
 		return r.exhaust(ctx, ev, attemptedAt, rep)
 	}
 
-	err = r.rdb.XAdd(ctx, &redis.XAddArgs{Stream: r.cfg.Stream, Values: ev.Message(outbox.OriginReconciler).Values()}).Err()
+	// One message at a time, without a circuit breaker: each document's
+	// claim, publish and rollback stay one step, whose outcome is exact.
+	err = r.publisher.PublishEvents(ctx, []*outbox.Event{ev}, outbox.OriginReconciler)
 	if err == nil {
 		rep.Published++
 		r.metrics.requeues.Observe(float64(ev.RequeueCount + 1))

@@ -6,22 +6,21 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/jackc/pgx/v5"
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/outboxd/outboxd/internal/failpolicy"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store"
+	"github.com/outboxd/outboxd/stream"
 )
 
 // deadLetter is an entry to move to the dead-letter stream.
 type deadLetter struct {
-	msg        redis.XMessage
+	msg        stream.Entry
 	eventID    string
 	err        error
 	category   string
@@ -46,7 +45,7 @@ type batch struct {
 	dead []deadLetter
 	// entries are the decoded entries by event id, ids those event ids in
 	// order, origins the origin of each event's first entry.
-	entries map[string][]redis.XMessage
+	entries map[string][]stream.Entry
 	ids     []string
 	origins map[string]outbox.Origin
 	// originals are the loaded originals by id; invalid those that cannot
@@ -56,14 +55,14 @@ type batch struct {
 }
 
 // prepare decodes msgs and reads their originals with one store read.
-func (w *Worker) prepare(ctx context.Context, msgs []redis.XMessage) (*batch, error) {
-	b := &batch{entries: map[string][]redis.XMessage{}, origins: map[string]outbox.Origin{}}
+func (w *Worker) prepare(ctx context.Context, msgs []stream.Entry) (*batch, error) {
+	b := &batch{entries: map[string][]stream.Entry{}, origins: map[string]outbox.Origin{}}
 	for _, m := range msgs {
 		if m.Values == nil { // trimmed or deleted while pending
 			b.dead = append(b.dead, deadLetter{msg: m, err: fmt.Errorf("%w: entry %s", errTrimmed, m.ID), category: outbox.CategoryNonRetryable})
 			continue
 		}
-		msg, err := outbox.DecodeMessage(m.Values)
+		msg, err := m.Message()
 		if err != nil {
 			b.dead = append(b.dead, deadLetter{msg: m, err: err, category: outbox.CategoryNonRetryable})
 			continue
@@ -90,7 +89,7 @@ func (w *Worker) prepare(ctx context.Context, msgs []redis.XMessage) (*batch, er
 // charges nothing; running it again converges to the same state. pre is
 // the batch already prepared by a read-ahead, or nil; a retry prepares the
 // batch again.
-func (w *Worker) handle(ctx context.Context, msgs []redis.XMessage, pre *batch) (outcome, error) {
+func (w *Worker) handle(ctx context.Context, msgs []stream.Entry, pre *batch) (outcome, error) {
 	var out outcome
 	b := pre
 	if b == nil {
@@ -348,7 +347,7 @@ type judgement struct {
 // MaxDeliveries-th failure: poison, or non_retryable for a missing
 // original). While the failure's class is halted by the streak rule it
 // only holds the entries, charging nothing, for one BreakerTimeout.
-func (w *Worker) judge(ctx context.Context, failures map[string]error, entries map[string][]redis.XMessage, originals map[string]*outbox.Event) (judgement, error) {
+func (w *Worker) judge(ctx context.Context, failures map[string]error, entries map[string][]stream.Entry, originals map[string]*outbox.Event) (judgement, error) {
 	j := judgement{charge: map[string]int64{}}
 	ids := slices.Sorted(maps.Keys(failures))
 	var entryIDs []string
@@ -357,7 +356,7 @@ func (w *Worker) judge(ctx context.Context, failures map[string]error, entries m
 			entryIDs = append(entryIDs, m.ID)
 		}
 	}
-	counts, err := w.rdb.HMGet(ctx, FailuresKey(w.cfg.Stream, w.cfg.Group), entryIDs...).Result()
+	counts, err := w.group.Budgets(ctx, entryIDs)
 	if err := w.redisDone(err); err != nil {
 		return j, fmt.Errorf("error reading delivery budgets: %w", err)
 	}
@@ -370,10 +369,7 @@ func (w *Worker) judge(ctx context.Context, failures map[string]error, entries m
 		halted := w.streak.Halted(f.Class)
 		parked := false
 		for _, m := range entries[id] {
-			var before int64
-			if s, ok := counts[k].(string); ok {
-				before, _ = strconv.ParseInt(s, 10, 64)
-			}
+			before := counts[k]
 			k++
 			if halted {
 				j.hold = append(j.hold, heldEntry{msg: m, due: now.Add(w.cfg.BreakerTimeout)})
@@ -463,58 +459,28 @@ func (w *Worker) storeCall(op func() error) error {
 	return from(failpolicy.SourceStore, err)
 }
 
-// finish writes, in one MULTI/EXEC, the dead letters, the XACK of ack (the
-// dead letters included), the removal of ack from the delivery budgets and
-// the new budgets of charge: a crash leaves either all of it or none, so
-// never a dead letter whose entry is still pending (a duplicate dead letter
-// on the next delivery), nor a failure charged to an entry that was not.
+// finish writes, in one MULTI/EXEC (stream.Group.Finish), the dead
+// letters, the XACK of ack (the dead letters included), the removal of ack
+// from the delivery budgets and the new budgets of charge: a crash leaves
+// either all of it or none, so never a dead letter whose entry is still
+// pending (a duplicate dead letter on the next delivery), nor a failure
+// charged to an entry that was not.
 func (w *Worker) finish(ctx context.Context, dead []deadLetter, ack []string, charge map[string]int64) error {
-	if len(dead) == 0 && len(ack) == 0 && len(charge) == 0 {
-		return nil
+	at := w.cfg.Now().UTC()
+	letters := make([]stream.DeadLetter, len(dead))
+	for i, dl := range dead {
+		letters[i] = stream.DeadLetter{Category: dl.category, Code: reason(dl.err), Error: dl.err.Error(),
+			EntryID: dl.msg.ID, EventID: dl.eventID, Deliveries: dl.deliveries, At: at, Payload: dl.msg.Payload()}
 	}
-	dlq := outbox.DLQStream(w.cfg.Stream)
-	budgets := FailuresKey(w.cfg.Stream, w.cfg.Group)
-	now := w.cfg.Now().UTC().Format(time.RFC3339Nano)
-	var ackCmd *redis.IntCmd
-	cmds, err := w.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		for _, dl := range dead {
-			payload, _ := dl.msg.Values[outbox.PayloadField].(string)
-			p.XAdd(ctx, &redis.XAddArgs{Stream: dlq, Values: map[string]any{
-				"reason": reason(dl.err), "category": dl.category, "error": dl.err.Error(),
-				"entryId": dl.msg.ID, "eventId": dl.eventID, "stream": w.cfg.Stream, "group": w.cfg.Group,
-				"consumer": w.cfg.Consumer, "deliveries": strconv.FormatInt(dl.deliveries, 10), "at": now,
-				outbox.PayloadField: payload,
-			}})
-		}
-		if len(ack) > 0 {
-			ackCmd = p.XAck(ctx, w.cfg.Stream, w.cfg.Group, ack...)
-			p.HDel(ctx, budgets, ack...)
-		}
-		if len(charge) > 0 {
-			pairs := make([]any, 0, 2*len(charge))
-			for id, n := range charge {
-				pairs = append(pairs, id, n)
-			}
-			p.HSet(ctx, budgets, pairs...)
-		}
-		return nil
-	})
-	if err == nil {
-		for _, c := range cmds {
-			if c.Err() != nil {
-				err = c.Err()
-				break
-			}
-		}
-	}
+	acked, err := w.group.Finish(ctx, stream.Finish{DeadLetters: letters, Ack: ack, Charge: charge})
 	if err := w.redisDone(err); err != nil {
 		return fmt.Errorf("error dead-lettering or acknowledging %d entries: %w", len(ack), err)
 	}
-	if ackCmd != nil && ackCmd.Val() < int64(len(ack)) {
+	if acked < int64(len(ack)) {
 		// Another consumer took some over (XAUTOCLAIM) and acknowledged
 		// them, Redis lost them, or they were trimmed; the effects are
 		// idempotent either way.
-		w.logger.Debug("some entries were already acknowledged", zap.Int64("acked", ackCmd.Val()), zap.Int("entries", len(ack)))
+		w.logger.Debug("some entries were already acknowledged", zap.Int64("acked", acked), zap.Int("entries", len(ack)))
 	}
 	return nil
 }

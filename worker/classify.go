@@ -6,11 +6,11 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/outboxd/outboxd/internal/failpolicy"
 	"github.com/outboxd/outboxd/internal/fault"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/stream"
 )
 
 // class is what the worker does about an error.
@@ -98,7 +98,7 @@ func classify(err error) class {
 		return classCrash
 	case errors.Is(err, context.Canceled):
 		return classStopped
-	case redis.HasErrorPrefix(err, "NOGROUP"):
+	case stream.IsNoGroup(err):
 		return classNoGroup
 	case errors.Is(err, ErrRecord), errors.Is(err, outbox.ErrBadMessage), errors.Is(err, errTrimmed),
 		errors.Is(err, errMissingOriginal), errors.Is(err, errInvalidOriginal):
@@ -113,7 +113,7 @@ func classify(err error) class {
 		return classInfra
 	}
 	if sourceOf(err) == failpolicy.SourceRedis {
-		return classOfFailure(failpolicy.RedisFailure(err))
+		return classOfFailure(stream.Failure(err))
 	}
 	return classUnknown
 }
@@ -178,7 +178,7 @@ func failureOf(err error) failpolicy.Failure {
 		return record("invalid_original")
 	case failpolicy.BreakerOpen(err):
 		return failpolicy.Failure{Code: failpolicy.CodeBreakerOpen, Class: failpolicy.ClassInfrastructure, Source: source}
-	case redis.HasErrorPrefix(err, "NOGROUP"):
+	case stream.IsNoGroup(err):
 		return failpolicy.Failure{Code: "redis_nogroup", Class: failpolicy.ClassInfrastructure, Source: failpolicy.SourceRedis}
 	}
 	var pgErr *pgconn.PgError

@@ -12,6 +12,8 @@ import (
 	"github.com/outboxd/outboxd/internal/fault"
 	"github.com/outboxd/outboxd/internal/instance"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/readmodel"
+	"github.com/outboxd/outboxd/stream"
 )
 
 // Defaults of Config.
@@ -58,7 +60,7 @@ const (
 type Config struct {
 	// Stream is the stream to consume. Defaults to outbox.StreamDefault.
 	Stream string
-	// Group is the consumer group. Defaults to outbox.GroupDefault.
+	// Group is the consumer group. Defaults to stream.GroupDefault.
 	Group string
 	// Consumer names this worker in the group; give a restarted worker the
 	// same name to let it drain its own pending entries first. Defaults to
@@ -89,7 +91,7 @@ type Config struct {
 	// is dead-lettered and acknowledged: a record whose projection keeps
 	// failing is parked as poison (syncFailure set), an entry whose
 	// original is missing goes as non_retryable. Only the record's own
-	// failures count (kept in the hash FailuresKey(Stream, Group)), never
+	// failures count (kept in the hash stream.Keys.Failures), never
 	// an outage and never a hand-over between consumers (Redis's PEL
 	// delivery count). Defaults to MaxDeliveriesDefault (3).
 	MaxDeliveries int
@@ -125,7 +127,7 @@ type Config struct {
 	// workers do not pile up. Defaults to ConsumerExpiryDefault (24h).
 	ConsumerExpiry time.Duration
 	// Projector writes batches into PostgreSQL. Defaults to
-	// NewEventsProjector().
+	// readmodel.NewProjector() (the events table and the daily statistics).
 	Projector Projector
 	// Now stamps syncedAt and syncFailure.at. Defaults to time.Now; tests
 	// set a fake clock.
@@ -148,7 +150,7 @@ func (c *Config) withDefaults() *Config {
 		out = *c
 	}
 	out.Stream = cmp.Or(out.Stream, outbox.StreamDefault)
-	out.Group = cmp.Or(out.Group, outbox.GroupDefault)
+	out.Group = cmp.Or(out.Group, stream.GroupDefault)
 	if out.Consumer == "" {
 		out.Consumer = names.Next()
 	}
@@ -164,7 +166,7 @@ func (c *Config) withDefaults() *Config {
 	out.BreakerTimeout = cmp.Or(out.BreakerTimeout, BreakerTimeoutDefault)
 	out.StreakLimit = cmp.Or(out.StreakLimit, StreakLimitDefault)
 	out.ConsumerExpiry = cmp.Or(out.ConsumerExpiry, ConsumerExpiryDefault)
-	out.Projector = cmp.Or[Projector](out.Projector, NewEventsProjector())
+	out.Projector = cmp.Or[Projector](out.Projector, readmodel.NewProjector())
 	if out.Now == nil {
 		out.Now = time.Now
 	}

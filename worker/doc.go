@@ -1,13 +1,14 @@
 // Package worker turns stream entries into read-model rows.
 //
 // A Worker reads the outbox stream (outbox.StreamDefault) as a member of a
-// consumer group (outbox.GroupDefault) and, for each batch of up to
+// consumer group (stream.GroupDefault), through package stream, and, for
+// each batch of up to
 // Config.BatchSize entries:
 //
 //  1. decodes the messages and re-reads their originals from the store with
 //     one read (the message only names the original);
 //  2. projects the batch into PostgreSQL in one transaction through a
-//     Projector (by default NewEventsProjector: events rows and
+//     Projector (by default readmodel.NewProjector: events rows and
 //     device_daily_stats counts, idempotently);
 //  3. sets syncedAt on the originals with one store write;
 //  4. acknowledges the entries with one XACK.
@@ -44,13 +45,13 @@
 //
 // Record failures have a delivery budget kept apart from Redis's delivery
 // count (which rises with every XAUTOCLAIM and history read): the hash
-// FailuresKey(stream, group) counts, per entry, the deliveries that failed
+// stream.Keys.Failures counts, per entry, the deliveries that failed
 // because of the record, and only those. A failing record stays pending,
 // held by the worker, for another delivery after Config.RecordBackoff
 // doubled per failure (about 1s, 2s, 4s, with jitter); its
 // Config.MaxDeliveries-th failure sends it to the dead-letter stream
-// outbox.DLQStream(stream) and acknowledges it: as poison with syncFailure
-// set when its projection keeps failing (a PostgreSQL data error, an error
+// stream.Keys.DLQ, as a stream.DeadLetter, and acknowledges it: as poison
+// with syncFailure set when its projection keeps failing (a PostgreSQL data error, an error
 // wrapping ErrRecord, or an error nobody recognises), as non_retryable when
 // its original stays missing (a secondary behind, a commit not visible
 // yet). Records that can never succeed go at once as non_retryable: an

@@ -17,6 +17,7 @@ import (
 	"github.com/outboxd/outboxd/internal/fault"
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/readmodel"
 	"github.com/outboxd/outboxd/store"
 	"github.com/outboxd/outboxd/worker"
 )
@@ -57,14 +58,14 @@ func TestWorkerFaults(t *testing.T) {
 		// marked or charged.
 		require.Positive(t, b.pending(t))
 		require.Equal(t, int64(10), b.unsynced(t))
-		require.Zero(t, b.rdb.XLen(ctx, outbox.DLQStream(b.stream)).Val())
-		require.Zero(t, b.rdb.HLen(ctx, worker.FailuresKey(b.stream, b.group)).Val())
+		require.Zero(t, b.rdb.XLen(ctx, b.keys().DLQ()).Val())
+		require.Zero(t, b.rdb.HLen(ctx, b.keys().Failures()).Val())
 		require.Equal(t, breakerClosed, testkit.Metric(t, reg, "outboxd_worker_breaker_state", "breaker", "store"))
 
 		proxy.Up(t)
 		b.waitConverged(t)
 		require.Equal(t, breakerClosed, testkit.Metric(t, reg, "outboxd_worker_breaker_state", "breaker", "postgres"), "the probe closed it")
-		require.Zero(t, b.rdb.XLen(ctx, outbox.DLQStream(b.stream)).Val())
+		require.Zero(t, b.rdb.XLen(ctx, b.keys().DLQ()).Val())
 		require.Positive(t, testkit.Metric(t, reg, "outboxd_worker_retries_total", "reason", "infrastructure"))
 	})
 
@@ -102,8 +103,8 @@ func TestWorkerFaults(t *testing.T) {
 					return true
 				}
 			}
-			return b.rdb.XLen(ctx, outbox.DLQStream(b.stream)).Val() > 0 ||
-				b.rdb.HLen(ctx, worker.FailuresKey(b.stream, b.group)).Val() > 0
+			return b.rdb.XLen(ctx, b.keys().DLQ()).Val() > 0 ||
+				b.rdb.HLen(ctx, b.keys().Failures()).Val() > 0
 		}
 		require.Never(t, burnt, 10*claimIdle, 20*time.Millisecond, "the outage burnt delivery budget")
 		require.Zero(t, testkit.Metric(t, reg, "outboxd_worker_claimed_total"), "no hand-over between live workers")
@@ -111,8 +112,8 @@ func TestWorkerFaults(t *testing.T) {
 		b.publish(t, b.write(t, "d2", 20)...) // more work during the outage
 		proxy.Up(t)
 		b.waitConverged(t)
-		require.Zero(t, b.rdb.XLen(ctx, outbox.DLQStream(b.stream)).Val())
-		require.Zero(t, b.rdb.HLen(ctx, worker.FailuresKey(b.stream, b.group)).Val())
+		require.Zero(t, b.rdb.XLen(ctx, b.keys().DLQ()).Val())
+		require.Zero(t, b.rdb.HLen(ctx, b.keys().Failures()).Val())
 	})
 
 	// Row "deadlock or serialization failure on hot stats rows": a real
@@ -124,7 +125,7 @@ func TestWorkerFaults(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		reg := prometheus.NewRegistry()
-		projector := worker.NewEventsProjector()
+		projector := readmodel.NewProjector()
 		var armed atomic.Bool
 		locked := make(chan struct{})
 		var deadlocks atomic.Int64
@@ -177,7 +178,7 @@ func TestWorkerFaults(t *testing.T) {
 		b.waitConverged(t)
 		require.Equal(t, int64(1), deadlocks.Load())
 		require.GreaterOrEqual(t, testkit.Metric(t, reg, "outboxd_worker_retries_total", "reason", "transaction"), 1.0)
-		require.Zero(t, b.rdb.XLen(ctx, outbox.DLQStream(b.stream)).Val())
+		require.Zero(t, b.rdb.XLen(ctx, b.keys().DLQ()).Val())
 	})
 
 	// Row "original missing or structurally invalid", the missing half: an
@@ -202,7 +203,7 @@ func TestWorkerFaults(t *testing.T) {
 				cfg.Registerer, cfg.MaxDeliveries, cfg.RecordBackoff = reg, 3, 150*time.Millisecond
 				b.start(t, cfg)
 				require.Eventually(t, func() bool {
-					return b.rdb.HLen(ctx, worker.FailuresKey(b.stream, b.group)).Val() == 2
+					return b.rdb.HLen(ctx, b.keys().Failures()).Val() == 2
 				}, waitFor, 2*time.Millisecond, "both failed their first delivery")
 				require.NoError(t, b.st.WriteTx(ctx, func(ctx context.Context, tx outbox.Tx) error {
 					return tx.InsertEvents(ctx, []outbox.Event{late})
@@ -256,7 +257,7 @@ func TestWorkerFaults(t *testing.T) {
 		faults.Arm(worker.FaultAfterSyncedAt, 1)
 		cfg := b.config("crashing")
 		worker.SetFaults(cfg, faults)
-		w, err := worker.New(b.st, b.rdb, b.pg.Pool, cfg, testkit.Logger(t))
+		w, err := worker.New(b.st, b.rc, b.pg.Pool, cfg, testkit.Logger(t))
 		require.NoError(t, err)
 		require.NoError(t, w.Start(ctx))
 		select {
@@ -266,11 +267,11 @@ func TestWorkerFaults(t *testing.T) {
 		}
 		require.ErrorIs(t, w.Err(), fault.ErrInjected)
 		require.NotNil(t, b.event(t, broken.ID).SyncFailure, "parked before the crash")
-		require.Zero(t, b.rdb.XLen(ctx, outbox.DLQStream(b.stream)).Val())
+		require.Zero(t, b.rdb.XLen(ctx, b.keys().DLQ()).Val())
 
 		b.start(t, b.config("crashing"))
 		require.Eventually(t, func() bool { return b.drained(t) }, waitFor, 10*time.Millisecond)
-		require.Equal(t, int64(1), b.rdb.XLen(ctx, outbox.DLQStream(b.stream)).Val())
+		require.Equal(t, int64(1), b.rdb.XLen(ctx, b.keys().DLQ()).Val())
 		b.events, b.parked = good, 1
 		b.check(t)
 	})
@@ -305,7 +306,7 @@ func TestWorkerErrorStreak(t *testing.T) {
 		return b, reg, broken, w
 	}
 	budgets := func(t *testing.T, b *testBundle) map[string]string {
-		got, err := b.rdb.HGetAll(ctx, worker.FailuresKey(b.stream, b.group)).Result()
+		got, err := b.rdb.HGetAll(ctx, b.keys().Failures()).Result()
 		require.NoError(t, err)
 		return got
 	}
@@ -315,7 +316,7 @@ func TestWorkerErrorStreak(t *testing.T) {
 		b, reg, broken, _ := setupBroken(t, 100*time.Millisecond, 0)
 		// Held and probed for ten probe intervals: nothing dead-lettered,
 		// nothing charged beyond the deliveries before the halt.
-		require.Never(t, func() bool { return b.rdb.XLen(ctx, outbox.DLQStream(b.stream)).Val() > 0 },
+		require.Never(t, func() bool { return b.rdb.XLen(ctx, b.keys().DLQ()).Val() > 0 },
 			time.Second, 20*time.Millisecond)
 		for id, n := range budgets(t, b) {
 			require.Equal(t, "1", n, "entry %s charged after the halt", id)
@@ -327,7 +328,7 @@ func TestWorkerErrorStreak(t *testing.T) {
 		requireMetric(t, 0, func() float64 {
 			return testkit.Metric(t, reg, "outboxd_retries_halted", "component", "worker", "class", "record")
 		})
-		require.Zero(t, b.rdb.XLen(ctx, outbox.DLQStream(b.stream)).Val())
+		require.Zero(t, b.rdb.XLen(ctx, b.keys().DLQ()).Val())
 		require.Empty(t, budgets(t, b))
 	})
 
@@ -351,7 +352,7 @@ func TestWorkerErrorStreak(t *testing.T) {
 		w.ResumeRetries()
 		require.Zero(t, testkit.Metric(t, reg, "outboxd_retries_halted", "component", "worker", "class", "record"))
 		b.waitConverged(t) // at once, not after the hour
-		require.Zero(t, b.rdb.XLen(ctx, outbox.DLQStream(b.stream)).Val())
+		require.Zero(t, b.rdb.XLen(ctx, b.keys().DLQ()).Val())
 	})
 }
 

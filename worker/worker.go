@@ -12,13 +12,13 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
 	"go.uber.org/zap"
 
 	"github.com/outboxd/outboxd/internal/failpolicy"
 	"github.com/outboxd/outboxd/internal/startstop"
 	"github.com/outboxd/outboxd/store"
+	"github.com/outboxd/outboxd/stream"
 )
 
 // Fault points (tests only). When one fires the worker stops at once, as if
@@ -36,12 +36,6 @@ const (
 // after Config.MaxDeliveries deliveries.
 var ErrRecord = errors.New("record cannot be projected")
 
-// FailuresKey names the Redis hash that holds the delivery budget of the
-// group's entries: per stream entry id, how many of its deliveries failed
-// because of the record itself. An entry leaves it when it is
-// acknowledged. Outages and hand-overs between consumers never count.
-func FailuresKey(stream, group string) string { return stream + ":" + group + ":failures" }
-
 // Worker consumes a stream through a consumer group and projects each
 // entry's original into PostgreSQL, then sets its syncedAt and acknowledges
 // the entry. Any number of Workers (in one process or many) may share a
@@ -58,7 +52,8 @@ type Worker struct {
 	life startstop.Base
 
 	st           store.Store
-	rdb          redis.UniversalClient
+	rc           *stream.Client
+	group        *stream.Group
 	pool         *pgxpool.Pool
 	cfg          *Config
 	logger       *zap.Logger
@@ -82,14 +77,14 @@ type Worker struct {
 
 // heldEntry is an entry kept pending until due.
 type heldEntry struct {
-	msg redis.XMessage
+	msg stream.Entry
 	due time.Time
 }
 
-// New returns a Worker reading cfg.Stream as cfg.Group. A nil cfg means all
-// defaults. It does not touch the stores; Start does.
-func New(st store.Store, rdb redis.UniversalClient, pool *pgxpool.Pool, cfg *Config, logger *zap.Logger) (*Worker, error) {
-	if st == nil || rdb == nil || pool == nil {
+// New returns a Worker reading cfg.Stream as cfg.Group through rc. A nil
+// cfg means all defaults. It does not touch the stores; Start does.
+func New(st store.Store, rc *stream.Client, pool *pgxpool.Pool, cfg *Config, logger *zap.Logger) (*Worker, error) {
+	if st == nil || rc == nil || pool == nil {
 		return nil, errors.New("worker: a store, a Redis client and a PostgreSQL pool are required")
 	}
 	c := cfg.withDefaults()
@@ -104,7 +99,7 @@ func New(st store.Store, rdb redis.UniversalClient, pool *pgxpool.Pool, cfg *Con
 		return nil, fmt.Errorf("error registering worker metrics: %w", err)
 	}
 	w := &Worker{
-		st: st, rdb: rdb, pool: pool, cfg: c, metrics: m, wake: make(chan struct{}, 1),
+		st: st, rc: rc, group: rc.Group(stream.NewKeys(c.Stream, c.Group), c.Consumer), pool: pool, cfg: c, metrics: m, wake: make(chan struct{}, 1),
 		logger: logger.Named("worker").With(zap.String("stream", c.Stream), zap.String("group", c.Group), zap.String("consumer", c.Consumer)),
 	}
 	// Only infrastructure failures open a circuit; a bad record, or an
@@ -171,7 +166,7 @@ func (w *Worker) ResumeRetries() {
 }
 
 func (w *Worker) preflight(ctx context.Context) error {
-	if err := w.rdb.Ping(ctx).Err(); err != nil {
+	if err := w.rc.Ping(ctx); err != nil {
 		return fmt.Errorf("error pinging Redis: %w", err)
 	}
 	if err := w.pool.Ping(ctx); err != nil {
@@ -268,7 +263,7 @@ func (w *Worker) loop(fetchCtx, workCtx context.Context) error {
 
 // aheadBatch is what a read-ahead read and prepared.
 type aheadBatch struct {
-	msgs []redis.XMessage
+	msgs []stream.Entry
 	pre  *batch // nil when preparing failed: process prepares again
 	err  error
 }
@@ -317,7 +312,7 @@ func (w *Worker) takeAhead() (aheadBatch, bool) {
 
 // next returns the batch a read-ahead prepared, or else reads new entries,
 // waiting at most block for some.
-func (w *Worker) next(fetchCtx context.Context, block time.Duration) ([]redis.XMessage, *batch, error) {
+func (w *Worker) next(fetchCtx context.Context, block time.Duration) ([]stream.Entry, *batch, error) {
 	if a, ok := w.takeAhead(); ok && (a.err != nil || len(a.msgs) > 0) {
 		return a.msgs, a.pre, a.err
 	}
@@ -337,8 +332,8 @@ func (w *Worker) paused() bool {
 
 // takeDue removes from held, and returns in id order, at most BatchSize
 // entries due at now.
-func (w *Worker) takeDue(now time.Time) []redis.XMessage {
-	var due []redis.XMessage
+func (w *Worker) takeDue(now time.Time) []stream.Entry {
+	var due []stream.Entry
 	for _, id := range slices.Sorted(maps.Keys(w.held)) {
 		if len(due) == w.cfg.BatchSize {
 			break
@@ -412,25 +407,18 @@ func (w *Worker) drainOwn(fetchCtx, workCtx context.Context) error {
 func (w *Worker) reclaim(fetchCtx, workCtx context.Context) error {
 	start := "0-0"
 	for fetchCtx.Err() == nil {
-		var msgs []redis.XMessage
+		var msgs []stream.Entry
 		var next string
 		err := w.retry(fetchCtx, "claiming idle entries", func() error {
-			var deleted []string
 			var err error
-			msgs, next, deleted, err = w.rdb.XAutoClaimWithDeleted(fetchCtx, &redis.XAutoClaimArgs{
-				Stream: w.cfg.Stream, Group: w.cfg.Group, Consumer: w.cfg.Consumer,
-				MinIdle: w.cfg.ClaimIdle, Start: start, Count: int64(w.cfg.BatchSize),
-			}).Result()
-			for _, id := range deleted {
-				msgs = append(msgs, redis.XMessage{ID: id})
-			}
+			msgs, next, err = w.group.Reclaim(fetchCtx, start, w.cfg.ClaimIdle, w.cfg.BatchSize)
 			return w.redisDone(err)
 		})
 		if err != nil {
 			return err
 		}
 		// This worker's own held entries are due later, not now.
-		msgs = slices.DeleteFunc(msgs, func(m redis.XMessage) bool { _, held := w.held[m.ID]; return held })
+		msgs = slices.DeleteFunc(msgs, func(m stream.Entry) bool { _, held := w.held[m.ID]; return held })
 		if len(msgs) > 0 {
 			w.metrics.claimed.Add(float64(len(msgs)))
 			w.logger.Info("reclaimed idle entries", zap.Int("entries", len(msgs)))
@@ -448,24 +436,12 @@ func (w *Worker) reclaim(fetchCtx, workCtx context.Context) error {
 
 // read runs XREADGROUP from id (">" for new entries, or a PEL position);
 // block < 0 sends no BLOCK. An empty read returns no messages and no error.
-func (w *Worker) read(fetchCtx context.Context, id string, block time.Duration) ([]redis.XMessage, error) {
-	var msgs []redis.XMessage
+func (w *Worker) read(fetchCtx context.Context, id string, block time.Duration) ([]stream.Entry, error) {
+	var msgs []stream.Entry
 	err := w.retry(fetchCtx, "reading the stream", func() error {
-		res, err := w.rdb.XReadGroup(fetchCtx, &redis.XReadGroupArgs{
-			Group: w.cfg.Group, Consumer: w.cfg.Consumer, Streams: []string{w.cfg.Stream, id},
-			Count: int64(w.cfg.BatchSize), Block: block,
-		}).Result()
-		msgs = nil
-		if errors.Is(err, redis.Nil) {
-			return w.redisDone(nil)
-		}
-		if err != nil {
-			return w.redisDone(err)
-		}
-		for _, s := range res {
-			msgs = append(msgs, s.Messages...)
-		}
-		return w.redisDone(nil)
+		var err error
+		msgs, err = w.group.Read(fetchCtx, id, w.cfg.BatchSize, block)
+		return w.redisDone(err)
 	})
 	return msgs, err
 }
@@ -485,7 +461,7 @@ func (w *Worker) redisDone(err error) error {
 // returns nil when the batch is done or when a stop was requested while
 // waiting (the entries then stay pending), and an error when the worker
 // must stop abruptly.
-func (w *Worker) process(fetchCtx, workCtx context.Context, msgs []redis.XMessage, pre *batch) error {
+func (w *Worker) process(fetchCtx, workCtx context.Context, msgs []stream.Entry, pre *batch) error {
 	if len(msgs) == 0 {
 		return nil
 	}
@@ -563,14 +539,10 @@ func (w *Worker) retry(fetchCtx context.Context, what string, op func() error) e
 // ensureGroup creates the consumer group, and the stream when missing, at
 // the start of the stream so that entries added before the group are read.
 func (w *Worker) ensureGroup(ctx context.Context) error {
-	err := w.rdb.XGroupCreateMkStream(ctx, w.cfg.Stream, w.cfg.Group, "0").Err()
-	if err == nil {
+	created, err := w.group.Ensure(ctx)
+	if created {
 		w.metrics.groupsCreated.Inc()
 		w.logger.Info("created consumer group")
-		return nil
 	}
-	if redis.HasErrorPrefix(err, "BUSYGROUP") {
-		return nil
-	}
-	return fmt.Errorf("error creating consumer group %q on stream %q: %w", w.cfg.Group, w.cfg.Stream, err)
+	return err
 }

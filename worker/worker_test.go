@@ -17,11 +17,12 @@ import (
 	"github.com/outboxd/outboxd/internal/fault"
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/readmodel"
 	"github.com/outboxd/outboxd/store"
+	"github.com/outboxd/outboxd/stream"
 	"github.com/outboxd/outboxd/worker"
 )
 
-var _ worker.Projector = (*worker.EventsProjector)(nil)
 var _ worker.Projector = worker.ProjectorFunc(nil)
 
 const waitFor = 20 * time.Second
@@ -29,6 +30,7 @@ const waitFor = 20 * time.Second
 type testBundle struct {
 	st     store.Store
 	rdb    redis.UniversalClient
+	rc     *stream.Client
 	pg     *testkit.Postgres
 	stream string
 	group  string
@@ -53,12 +55,17 @@ func setupWith(t *testing.T, rdb redis.UniversalClient, prefix string) *testBund
 // setupOn is setup on the store st.
 func setupOn(t *testing.T, st store.Store, rdb redis.UniversalClient, prefix string) *testBundle {
 	t.Helper()
+	rc, err := stream.NewClient(rdb, nil)
+	require.NoError(t, err)
 	return &testBundle{
-		st: st, rdb: rdb, pg: testkit.NewPostgres(t),
+		st: st, rdb: rdb, rc: rc, pg: testkit.NewPostgres(t),
 		stream: prefix + ":stream", group: "read-model",
 		writer: outbox.NewWriter(st, nil),
 	}
 }
+
+// keys names the bundle's stream, dead-letter stream and budgets.
+func (b *testBundle) keys() stream.Keys { return stream.NewKeys(b.stream, b.group) }
 
 // config returns a fast test configuration: short blocks, backoffs and
 // breaker timeouts; callers adjust it.
@@ -80,7 +87,7 @@ func (b *testBundle) start(t *testing.T, cfg *worker.Config) *worker.Worker {
 // cleanup.
 func (b *testBundle) startOn(t *testing.T, pool *pgxpool.Pool, cfg *worker.Config) *worker.Worker {
 	t.Helper()
-	w, err := worker.New(b.st, b.rdb, pool, cfg, testkit.Logger(t))
+	w, err := worker.New(b.st, b.rc, pool, cfg, testkit.Logger(t))
 	require.NoError(t, err)
 	require.NoError(t, w.Start(context.Background()))
 	t.Cleanup(func() { require.NoError(t, w.Stop(context.Background())) })
@@ -194,7 +201,7 @@ func TestWorker(t *testing.T) {
 	t.Run("Defaults", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		w, err := worker.New(b.st, b.rdb, b.pg.Pool, nil, nil)
+		w, err := worker.New(b.st, b.rc, b.pg.Pool, nil, nil)
 		require.NoError(t, err)
 		require.NotEmpty(t, w.Consumer())
 		require.NoError(t, w.Stop(ctx)) // before Start: a no-op that closes Stopped
@@ -215,7 +222,7 @@ func TestWorker(t *testing.T) {
 			"StreakLimit":     {StreakLimit: -1},
 			"ConsumerExpiry":  {ConsumerExpiry: -time.Second},
 		} {
-			_, err := worker.New(b.st, b.rdb, b.pg.Pool, cfg, nil)
+			_, err := worker.New(b.st, b.rc, b.pg.Pool, cfg, nil)
 			require.ErrorContains(t, err, field)
 		}
 	})
@@ -225,7 +232,9 @@ func TestWorker(t *testing.T) {
 		b := setup(t)
 		bad := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
 		defer bad.Close()
-		w, err := worker.New(b.st, bad, b.pg.Pool, b.config("c"), nil)
+		rc, err := stream.NewClient(bad, nil)
+		require.NoError(t, err)
+		w, err := worker.New(b.st, rc, b.pg.Pool, b.config("c"), nil)
 		require.NoError(t, err)
 		require.ErrorContains(t, w.Start(ctx), "Redis")
 	})
@@ -234,7 +243,7 @@ func TestWorker(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		for i := range 5 {
-			w, err := worker.New(b.st, b.rdb, b.pg.Pool, b.config(fmt.Sprint("c", i)), nil)
+			w, err := worker.New(b.st, b.rc, b.pg.Pool, b.config(fmt.Sprint("c", i)), nil)
 			require.NoError(t, err)
 			require.NoError(t, w.Start(ctx))
 			var wg sync.WaitGroup
@@ -246,7 +255,7 @@ func TestWorker(t *testing.T) {
 			require.NoError(t, w.Err())
 		}
 		// A stopped worker starts again.
-		w, err := worker.New(b.st, b.rdb, b.pg.Pool, b.config("again"), nil)
+		w, err := worker.New(b.st, b.rc, b.pg.Pool, b.config("again"), nil)
 		require.NoError(t, err)
 		for range 3 {
 			require.NoError(t, w.Start(ctx))
@@ -257,7 +266,7 @@ func TestWorker(t *testing.T) {
 	t.Run("RespectsContextCancellation", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		w, err := worker.New(b.st, b.rdb, b.pg.Pool, b.config("c"), nil)
+		w, err := worker.New(b.st, b.rc, b.pg.Pool, b.config("c"), nil)
 		require.NoError(t, err)
 		cctx, cancel := context.WithCancel(ctx)
 		require.NoError(t, w.Start(cctx))
@@ -379,7 +388,7 @@ func TestWorker(t *testing.T) {
 		b.publish(t, b.write(t, "d1", 40)...)
 		cfg := b.config("c")
 		cfg.BatchSize = 7 // a backlog: the next batch is read ahead
-		w, err := worker.New(b.st, b.rdb, b.pg.Pool, cfg, nil)
+		w, err := worker.New(b.st, b.rc, b.pg.Pool, cfg, nil)
 		require.NoError(t, err)
 		require.NoError(t, w.Start(ctx))
 		require.Eventually(t, func() bool { rows, _ := b.rows(t); return rows > 0 }, waitFor, time.Millisecond)
@@ -406,7 +415,7 @@ func TestWorkerCrashPoints(t *testing.T) {
 				faults.Arm(point, 1)
 				cfg := b.config("crashing")
 				worker.SetFaults(cfg, faults)
-				w, err := worker.New(b.st, b.rdb, b.pg.Pool, cfg, nil)
+				w, err := worker.New(b.st, b.rc, b.pg.Pool, cfg, nil)
 				require.NoError(t, err)
 				require.NoError(t, w.Start(ctx))
 				select {
@@ -508,11 +517,11 @@ func TestWorkerDeadLetters(t *testing.T) {
 		b.start(t, b.config("c"))
 		require.Eventually(t, func() bool { return b.drained(t) }, waitFor, 10*time.Millisecond)
 
-		dlq, err := b.rdb.XRange(ctx, outbox.DLQStream(b.stream), "-", "+").Result()
+		dlq, err := b.rdb.XRange(ctx, b.keys().DLQ(), "-", "+").Result()
 		require.NoError(t, err)
 		var reasons []string
 		for _, m := range dlq {
-			reasons = append(reasons, m.Values["reason"].(string))
+			reasons = append(reasons, m.Values["code"].(string))
 		}
 		require.ElementsMatch(t, []string{"bad_message", "original_missing", "invalid_original"}, reasons)
 
@@ -550,7 +559,7 @@ func TestWorkerDeadLetters(t *testing.T) {
 		cfg.Registerer, cfg.ClaimIdle = reg, 100*time.Millisecond
 		b.start(t, cfg)
 		for _, m := range b.waitDeadLetters(t, 3) {
-			require.Equal(t, "trimmed", m.Values["reason"])
+			require.Equal(t, "trimmed", m.Values["code"])
 			require.Equal(t, outbox.CategoryNonRetryable, m.Values["category"])
 		}
 		requireMetric(t, 3.0, func() float64 { return testkit.Metric(t, reg, "outboxd_worker_trimmed_total") })
@@ -594,7 +603,7 @@ func TestWorkerDeadLetters(t *testing.T) {
 		parked := b.event(t, bad)
 		require.Equal(t, outbox.CategoryPoison, parked.SyncFailure.Category)
 		require.Equal(t, int64(3), parked.SyncFailure.Deliveries)
-		require.Zero(t, b.rdb.HLen(ctx, worker.FailuresKey(b.stream, b.group)).Val(), "the budget leaves with the entry")
+		require.Zero(t, b.rdb.HLen(ctx, b.keys().Failures()).Val(), "the budget leaves with the entry")
 
 		// Three deliveries spaced by the backoff: about 100ms, then 200ms
 		// (±25% jitter).
@@ -624,7 +633,7 @@ func requireMetric(t *testing.T, want float64, value func() float64) {
 // event is the transaction's only one (a delivery of its own, or the
 // worker's split of a failed batch).
 func failOn(fail func(ev *outbox.Event, alone bool) error) worker.Projector {
-	projector := worker.NewEventsProjector()
+	projector := readmodel.NewProjector()
 	return worker.ProjectorFunc(func(ctx context.Context, tx pgx.Tx, events []*outbox.Event) error {
 		for _, ev := range events {
 			if err := fail(ev, len(events) == 1); err != nil {
@@ -641,9 +650,9 @@ func (b *testBundle) waitDeadLetters(t *testing.T, n int64) []redis.XMessage {
 	t.Helper()
 	ctx := context.Background()
 	require.Eventually(t, func() bool {
-		return b.drained(t) && b.rdb.XLen(ctx, outbox.DLQStream(b.stream)).Val() == n
+		return b.drained(t) && b.rdb.XLen(ctx, b.keys().DLQ()).Val() == n
 	}, waitFor, 10*time.Millisecond)
-	dl, err := b.rdb.XRange(ctx, outbox.DLQStream(b.stream), "-", "+").Result()
+	dl, err := b.rdb.XRange(ctx, b.keys().DLQ(), "-", "+").Result()
 	require.NoError(t, err)
 	return dl
 }
@@ -655,7 +664,7 @@ func requireDeadLetter(t *testing.T, reg *prometheus.Registry, dl redis.XMessage
 	t.Helper()
 	require.Equal(t, eventID, dl.Values["eventId"])
 	require.Equal(t, category, dl.Values["category"])
-	require.Equal(t, reason, dl.Values["reason"])
+	require.Equal(t, reason, dl.Values["code"])
 	require.Equal(t, strconv.Itoa(deliveries), dl.Values["deliveries"])
 	requireMetric(t, 1, func() float64 {
 		return testkit.Metric(t, reg, "outboxd_worker_dead_letters_total", "category", category, "code", reason)

@@ -29,7 +29,7 @@
 //     (outbox.Event.Message(...).Values()), pipelines of 1,000;
 //   - redis-read-ack: XREADGROUP (COUNT = the worker's batch size) and XACK
 //     of what it read, in a loop, from a new group at 0;
-//   - pg-project: the worker's default projector (worker.EventsProjector,
+//   - pg-project: the worker's default projector (readmodel.Projector,
 //     its one-statement unnest insert) through pgx in a tight loop on one
 //     connection, one transaction per batch of the worker's size;
 //   - redis-to-pg: the serial combination of redis-read-ack and pg-project,

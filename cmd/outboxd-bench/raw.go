@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/readmodel"
 	"github.com/outboxd/outboxd/store/sqlitestore"
 	"github.com/outboxd/outboxd/worker"
 )
@@ -206,7 +207,7 @@ func (b *bench) rawProject(ctx context.Context, batch int) (time.Duration, error
 	if err := b.be.truncateReadModel(ctx); err != nil {
 		return 0, err
 	}
-	p := worker.NewEventsProjector()
+	p := readmodel.NewProjector()
 	conn, err := b.be.pg.Acquire(ctx)
 	if err != nil {
 		return 0, err

@@ -24,11 +24,14 @@ import (
 	ometrics "github.com/outboxd/outboxd/internal/metrics"
 	"github.com/outboxd/outboxd/internal/redact"
 	"github.com/outboxd/outboxd/migrations"
+	"github.com/outboxd/outboxd/operator"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/readmodel"
 	"github.com/outboxd/outboxd/reconciler"
 	"github.com/outboxd/outboxd/store"
 	"github.com/outboxd/outboxd/store/mongostore"
 	"github.com/outboxd/outboxd/store/sqlitestore"
+	"github.com/outboxd/outboxd/stream"
 	"github.com/outboxd/outboxd/worker"
 )
 
@@ -47,7 +50,9 @@ type app struct {
 	stderr io.Writer
 
 	st  store.Store
-	rdb *redis.Client
+	rdb redis.UniversalClient
+	// rc is the pipeline's Redis over rdb (package stream).
+	rc  *stream.Client
 	pg  *pgxpool.Pool
 	reg *prometheus.Registry
 	// rec is the periodic reconciler of this process, if any: the status
@@ -114,6 +119,11 @@ func (a *app) open(ctx context.Context) error {
 		// not only the client's fixed read and write timeouts.
 		opt.ContextTimeoutEnabled = true
 		a.rdb = redis.NewClient(opt)
+		rc, err := stream.NewClient(a.rdb, nil)
+		if err != nil {
+			return err
+		}
+		a.rc = rc
 	}
 	if r.postgres {
 		pool, err := pgxpool.New(ctx, a.o.postgresURL)
@@ -183,7 +193,7 @@ func (a *app) build(ctors ...func() (service, error)) ([]service, error) {
 }
 
 func (a *app) newWorker() (service, error) {
-	return worker.New(a.st, a.rdb, a.pg, &worker.Config{
+	return worker.New(a.st, a.rc, a.pg, &worker.Config{
 		Stream: a.o.stream, Group: a.o.group, Consumer: a.o.consumer,
 		BatchSize: a.o.batchSize, ClaimIdle: a.o.claimIdle, MaxDeliveries: a.o.maxDeliveries,
 		RecordBackoff: a.o.retryBackoff, ConsumerExpiry: a.o.consumerExpiry,
@@ -193,7 +203,7 @@ func (a *app) newWorker() (service, error) {
 }
 
 func (a *app) newDispatcher() (service, error) {
-	return dispatcher.New(a.st, a.rdb, &dispatcher.Config{
+	return dispatcher.New(a.st, a.rc, &dispatcher.Config{
 		Stream: a.o.stream, BatchSize: a.o.relayBatch, LeaseTTL: a.o.leaseTTL, Retention: a.o.outboxRetention,
 		BreakerFailures: a.o.breakerFailures, BreakerTimeout: a.o.breakerTimeout, StreakLimit: a.o.streakLimit,
 		Registerer: a.reg,
@@ -208,7 +218,7 @@ func (a *app) reconcilerConfig() *reconciler.Config {
 }
 
 func (a *app) newReconciler() (service, error) {
-	r, err := reconciler.New(a.st, a.rdb, a.reconcilerConfig(), a.log)
+	r, err := reconciler.New(a.st, a.rc, a.reconcilerConfig(), a.log)
 	a.rec = r
 	return r, err
 }
@@ -220,7 +230,7 @@ func (a *app) newReconciler() (service, error) {
 // Prometheus' text format (for node_exporter's textfile collector): a
 // process that lives for one sweep cannot be scraped.
 func (a *app) reconcileOnce(ctx context.Context) error {
-	r, err := reconciler.New(a.st, a.rdb, a.reconcilerConfig(), a.log)
+	r, err := reconciler.New(a.st, a.rc, a.reconcilerConfig(), a.log)
 	if err != nil {
 		return err
 	}
@@ -402,8 +412,8 @@ func (a *app) httpHandler() (http.Handler, error) {
 	if a.st != nil {
 		status := &httpapi.Status{Store: a.st, Stream: a.o.stream, Group: a.o.group, Gatherer: a.reg,
 			DispatcherLease: dispatcher.LeaseName(a.o.stream), ReconcilerLease: reconciler.LeaseName(a.o.stream)}
-		if a.rdb != nil {
-			status.Redis = a.rdb
+		if a.rc != nil {
+			status.Redis = a.rc
 		}
 		if a.rec != nil {
 			status.LastSweep = a.rec.LastReport
@@ -455,13 +465,16 @@ func (a *app) newCommitter(w *outbox.Writer) (*outbox.Committer, error) {
 
 // newAdmin returns the operator actions over the backends this role has
 // (the admin API answers 501 for an action that needs one it lacks).
-func (a *app) newAdmin() (*httpapi.Admin, error) {
-	cfg := &httpapi.AdminConfig{Store: a.st, Postgres: a.pg, Stream: a.o.stream, Group: a.o.group,
+func (a *app) newAdmin() (*operator.Operator, error) {
+	cfg := &operator.Config{Store: a.st, Stream: a.o.stream, Group: a.o.group,
 		Role: a.role.name, Registerer: a.reg}
-	if a.rdb != nil {
-		cfg.Redis = a.rdb
+	if a.rc != nil {
+		cfg.Redis = a.rc
 	}
-	return httpapi.NewAdmin(cfg, a.log)
+	if a.pg != nil {
+		cfg.ReadModel = readmodel.New(a.pg)
+	}
+	return operator.New(cfg, a.log)
 }
 
 // readyChecks are the dependencies of the role. Redis is not on the
@@ -471,8 +484,8 @@ func (a *app) readyChecks() []httpapi.Check {
 	if a.st != nil {
 		checks = append(checks, httpapi.Check{Name: "store", Func: a.st.Ping})
 	}
-	if a.rdb != nil {
-		checks = append(checks, httpapi.Check{Name: "redis", Func: func(ctx context.Context) error { return a.rdb.Ping(ctx).Err() }})
+	if a.rc != nil {
+		checks = append(checks, httpapi.Check{Name: "redis", Func: a.rc.Ping})
 	}
 	if a.pg != nil {
 		checks = append(checks, httpapi.Check{Name: "postgres", Func: a.pg.Ping})

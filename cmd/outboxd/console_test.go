@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/httpapi"
+	"github.com/outboxd/outboxd/operator"
 )
 
 // EnvScreenshots names a folder where the browser tests write a screenshot
@@ -368,7 +369,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		step(b, chromedp.Focus(chromedp.ID("ref")))
 		b.follow(chromedp.SendKeys(chromedp.ID("ref"), "k-missing"+kb.Enter))
 		b.untilText("#load-error", "No original has")
-		var first httpapi.EventsPage
+		var first operator.EventsPage
 		require.Equal(t, http.StatusOK, d.apiCall(t, token, http.MethodGet, "/v1/admin/events?limit=1", "", &first))
 		key := first.Events[0].IdempotencyKey
 		step(b, chromedp.SetValue(chromedp.ID("ref"), key))

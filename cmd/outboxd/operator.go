@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/httpapi"
+	"github.com/outboxd/outboxd/operator"
 )
 
 // dlqListDefault is how many dead letters dlq list shows unless told.
@@ -158,7 +159,7 @@ func (a *app) dlqList(ctx context.Context) error {
 		q.Set("code", a.o.code)
 	}
 	var raw []byte
-	var page httpapi.DLQPage
+	var page operator.DLQPage
 	if err := a.client().do(ctx, http.MethodGet, "/v1/admin/dlq?"+q.Encode(), nil, &page, &raw); err != nil {
 		return err
 	}
@@ -198,10 +199,10 @@ const (
 // (chunk by chunk), and prints what happened to each.
 func (a *app) dlqAct(ctx context.Context, action dlqAction) error {
 	c := a.client()
-	total := httpapi.DLQActionResult{Results: []httpapi.DLQResult{}}
-	req := httpapi.DLQAction{IDs: a.o.ids, All: a.o.all, Category: a.o.category, Code: a.o.code}
+	total := operator.DLQActionResult{Results: []operator.DLQResult{}}
+	req := operator.DLQAction{IDs: a.o.ids, All: a.o.all, Category: a.o.category, Code: a.o.code}
 	for {
-		var res httpapi.DLQActionResult
+		var res operator.DLQActionResult
 		if err := c.do(ctx, http.MethodPost, "/v1/admin/dlq:"+string(action), req, &res, nil); err != nil {
 			return err
 		}
@@ -268,7 +269,7 @@ func (a *app) replay(ctx context.Context) error {
 	c := a.client()
 	req := a.replayRequest()
 	req.DryRun = true
-	var counted httpapi.ReplayResult
+	var counted operator.ReplayResult
 	if err := c.do(ctx, http.MethodPost, "/v1/admin/replay", req, &counted, nil); err != nil {
 		return err
 	}
@@ -286,7 +287,7 @@ func (a *app) replay(ctx context.Context) error {
 	progress := isTerminal(a.stderr)
 	req.DryRun = false
 	for {
-		var res httpapi.ReplayResult
+		var res operator.ReplayResult
 		if err := c.do(ctx, http.MethodPost, "/v1/admin/replay", req, &res, nil); err != nil {
 			if progress {
 				fmt.Fprintln(a.stderr)
@@ -321,12 +322,12 @@ func (a *app) replay(ctx context.Context) error {
 
 // verifyTotals is the verify command's JSON output.
 type verifyTotals struct {
-	Checked         map[string]int  `json:"checked"`
-	DriftByKind     map[string]int  `json:"driftByKind"`
-	Drift           []httpapi.Drift `json:"drift"`
-	Republished     int             `json:"republished"`
-	StatsRecomputed int             `json:"statsRecomputed"`
-	Repair          bool            `json:"repair"`
+	Checked         map[string]int   `json:"checked"`
+	DriftByKind     map[string]int   `json:"driftByKind"`
+	Drift           []operator.Drift `json:"drift"`
+	Republished     int              `json:"republished"`
+	StatsRecomputed int              `json:"statsRecomputed"`
+	Repair          bool             `json:"repair"`
 }
 
 // verifyShown bounds the drift lines verify prints (JSON has them all).
@@ -338,9 +339,9 @@ const verifyShown = 50
 func (a *app) verify(ctx context.Context) error {
 	c := a.client()
 	req := httpapi.VerifyRequest{From: a.o.from, To: a.o.to, Repair: a.o.repair, Limit: a.o.chunk}
-	tot := verifyTotals{Checked: map[string]int{}, DriftByKind: map[string]int{}, Drift: []httpapi.Drift{}, Repair: a.o.repair}
+	tot := verifyTotals{Checked: map[string]int{}, DriftByKind: map[string]int{}, Drift: []operator.Drift{}, Repair: a.o.repair}
 	for {
-		var res httpapi.VerifyResult
+		var res operator.VerifyResult
 		if err := c.do(ctx, http.MethodPost, "/v1/admin/verify", req, &res, nil); err != nil {
 			return err
 		}
@@ -380,7 +381,7 @@ func (a *app) printVerify(w io.Writer, tot verifyTotals) error {
 			}
 			what, detail := d.EventID, ""
 			switch {
-			case d.Kind == httpapi.DriftStats && d.Counted != nil && d.Rows != nil:
+			case d.Kind == operator.DriftStats && d.Counted != nil && d.Rows != nil:
 				what, detail = d.Day, fmt.Sprintf("counted %d, rows %d", *d.Counted, *d.Rows)
 			case d.OccurredAt != nil:
 				detail = "occurred " + d.OccurredAt.Format(time.RFC3339)
@@ -396,13 +397,13 @@ func (a *app) printVerify(w io.Writer, tot verifyTotals) error {
 		}
 	}
 	fmt.Fprintf(w, "verify: checked %d synced originals, %d rows, found %d statistics rows differing from their rows",
-		tot.Checked[httpapi.PhaseOriginals], tot.Checked[httpapi.PhaseRows], tot.DriftByKind[httpapi.DriftStats])
+		tot.Checked[operator.PhaseOriginals], tot.Checked[operator.PhaseRows], tot.DriftByKind[operator.DriftStats])
 	if len(tot.Drift) == 0 {
 		_, err := fmt.Fprintln(w, "; no drift")
 		return err
 	}
 	fmt.Fprintf(w, "; drift: %d synced without a row, %d rows without an original, %d statistics rows",
-		tot.DriftByKind[httpapi.DriftMissingRow], tot.DriftByKind[httpapi.DriftOrphanRow], tot.DriftByKind[httpapi.DriftStats])
+		tot.DriftByKind[operator.DriftMissingRow], tot.DriftByKind[operator.DriftOrphanRow], tot.DriftByKind[operator.DriftStats])
 	if tot.Repair {
 		fmt.Fprintf(w, "; repaired: %d re-published, %d statistics rows recomputed (rows without an original are left to you); run verify again once the worker caught up",
 			tot.Republished, tot.StatsRecomputed)

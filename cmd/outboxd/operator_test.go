@@ -15,7 +15,9 @@ import (
 
 	"github.com/outboxd/outboxd/httpapi"
 	"github.com/outboxd/outboxd/internal/testkit"
+	"github.com/outboxd/outboxd/operator"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/stream"
 )
 
 // cli runs the command line args and returns the exit code, stdout and
@@ -36,7 +38,7 @@ func (b *devBundle) deadLetters(t *testing.T) {
 	ghost := &outbox.Event{ID: outbox.NewEventID(), IdempotencyKey: "ghost", SourceKey: "s", DeviceKey: "d", OccurredAt: at, CreatedAt: at}
 	require.NoError(t, rdb.XAdd(ctx, &redis.XAddArgs{Stream: b.stream, Values: ghost.Message(outbox.OriginOutbox).Values()}).Err())
 	require.NoError(t, rdb.XAdd(ctx, &redis.XAddArgs{Stream: b.stream, Values: map[string]any{outbox.PayloadField: "not json"}}).Err())
-	require.Eventually(t, func() bool { return rdb.XLen(ctx, outbox.DLQStream(b.stream)).Val() == 2 }, 30*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return rdb.XLen(ctx, stream.NewKeys(b.stream, "").DLQ()).Val() == 2 }, 30*time.Second, 20*time.Millisecond)
 }
 
 // TestOperatorCommands runs status, dlq, replay and verify against `outboxd
@@ -96,7 +98,7 @@ func TestOperatorCommands(t *testing.T) {
 		require.Contains(t, out, "2 shown of 2")
 		code, out, _ = op("dlq", "list", "--code", "bad_message", "--json")
 		require.Equal(t, ExitOK, code)
-		var page httpapi.DLQPage
+		var page operator.DLQPage
 		require.NoError(t, json.Unmarshal([]byte(out), &page))
 		require.Len(t, page.Entries, 1)
 

@@ -13,10 +13,12 @@ import (
 	"github.com/outboxd/outboxd/httpapi"
 	"github.com/outboxd/outboxd/internal/config"
 	"github.com/outboxd/outboxd/internal/redact"
+	"github.com/outboxd/outboxd/operator"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/reconciler"
 	"github.com/outboxd/outboxd/store"
 	"github.com/outboxd/outboxd/store/mongostore"
+	"github.com/outboxd/outboxd/stream"
 	"github.com/outboxd/outboxd/worker"
 )
 
@@ -110,7 +112,7 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 		case gRedis:
 			fs.StringVar(&o.redisURL, "redis-url", RedisURLDefault, "Redis URL")
 			fs.StringVar(&o.stream, "stream", outbox.StreamDefault, "Redis stream")
-			fs.StringVar(&o.group, "group", outbox.GroupDefault, "Redis consumer group")
+			fs.StringVar(&o.group, "group", stream.GroupDefault, "Redis consumer group")
 		case gPostgres:
 			fs.StringVar(&o.postgresURL, "postgres-url", PostgresURLDefault, "PostgreSQL URL of the read model")
 		case gHTTP:
@@ -172,7 +174,7 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 		case gWindow:
 			fs.StringVar(&o.from, "from", "", "start of the window, RFC 3339 (inclusive)")
 			fs.StringVar(&o.to, "to", "", "end of the window, RFC 3339 (exclusive)")
-			fs.IntVar(&o.chunk, "chunk", httpapi.AdminChunkDefault, "originals per request")
+			fs.IntVar(&o.chunk, "chunk", operator.ChunkDefault, "originals per request")
 		case gReplay:
 			fs.StringVar(&o.by, "by", string(store.ByOccurred), "the time the window bounds: occurred or created")
 			fs.StringVar(&o.source, "source", "", "only originals of this sourceKey")
@@ -299,7 +301,7 @@ func (o *options) validate() error {
 		{"requeue-after", o.requeueAfter <= 0, "must be positive"},
 		{"limit", o.limit <= 0, "must be positive"},
 		{"max-requeues", o.maxRequeues <= 0, "must be positive"},
-		{"chunk", o.chunk <= 0 || o.chunk > httpapi.AdminChunkMax, fmt.Sprintf("must be between 1 and %d", httpapi.AdminChunkMax)},
+		{"chunk", o.chunk <= 0 || o.chunk > operator.ChunkMax, fmt.Sprintf("must be between 1 and %d", operator.ChunkMax)},
 		{"every", o.every < 0, "must not be negative"},
 	}
 	for _, c := range checks {

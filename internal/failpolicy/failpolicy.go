@@ -24,7 +24,6 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
 	"go.uber.org/zap"
 
@@ -117,23 +116,6 @@ func Unavailable(err error) bool {
 		return true
 	}
 	return false
-}
-
-// RedisFailure classifies an error of a Redis command: an outage (the
-// network, a closed client, an exhausted pool, a server loading, read-only,
-// without its master, out of clients or busy) or an unknown reply
-// (WRONGTYPE, a syntax error, …).
-func RedisFailure(err error) Failure {
-	switch {
-	case BreakerOpen(err):
-		return Failure{Code: CodeBreakerOpen, Class: ClassInfrastructure, Source: SourceRedis}
-	case Unavailable(err), errors.Is(err, redis.ErrClosed), errors.Is(err, redis.ErrPoolTimeout),
-		errors.Is(err, redis.ErrPoolExhausted), redis.IsLoadingError(err), redis.IsReadOnlyError(err),
-		redis.IsMasterDownError(err), redis.IsMaxClientsError(err), redis.IsTryAgainError(err),
-		redis.IsClusterDownError(err), redis.HasErrorPrefix(err, "BUSY"):
-		return Infrastructure(SourceRedis)
-	}
-	return Unknown(SourceRedis)
 }
 
 // StoreFailure classifies an error of the store: an outage

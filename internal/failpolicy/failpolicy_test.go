@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"syscall"
 	"testing"
 	"time"
 
@@ -22,28 +19,13 @@ import (
 
 func TestMain(m *testing.M) { testkit.Main(m) }
 
-type redisErr string
-
-func (e redisErr) Error() string { return string(e) }
-func (redisErr) RedisError()     {}
-
 func TestClassification(t *testing.T) {
 	t.Parallel()
-	refused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
 	for _, tt := range []struct {
 		name string
 		got  failpolicy.Failure
 		want failpolicy.Failure
 	}{
-		{"RedisRefused", failpolicy.RedisFailure(refused), failpolicy.Infrastructure(failpolicy.SourceRedis)},
-		{"RedisEOF", failpolicy.RedisFailure(io.EOF), failpolicy.Infrastructure(failpolicy.SourceRedis)},
-		{"RedisTimeout", failpolicy.RedisFailure(fmt.Errorf("x: %w", context.DeadlineExceeded)), failpolicy.Infrastructure(failpolicy.SourceRedis)},
-		{"RedisLoading", failpolicy.RedisFailure(redisErr("LOADING Redis is loading")), failpolicy.Infrastructure(failpolicy.SourceRedis)},
-		{"RedisReadOnly", failpolicy.RedisFailure(redisErr("READONLY You can't write against a read only replica.")), failpolicy.Infrastructure(failpolicy.SourceRedis)},
-		{"RedisBusyScript", failpolicy.RedisFailure(redisErr("BUSY Redis is busy running a script")), failpolicy.Infrastructure(failpolicy.SourceRedis)},
-		{"RedisWrongType", failpolicy.RedisFailure(redisErr("WRONGTYPE Operation against a key")), failpolicy.Unknown(failpolicy.SourceRedis)},
-		{"RedisBreaker", failpolicy.RedisFailure(gobreaker.ErrOpenState),
-			failpolicy.Failure{Code: failpolicy.CodeBreakerOpen, Class: failpolicy.ClassInfrastructure, Source: failpolicy.SourceRedis}},
 		{"StoreUnavailable", failpolicy.StoreFailure(fmt.Errorf("x: %w", store.ErrUnavailable)), failpolicy.Infrastructure(failpolicy.SourceStore)},
 		{"StoreOther", failpolicy.StoreFailure(errors.New("no such table: events")), failpolicy.Unknown(failpolicy.SourceStore)},
 	} {

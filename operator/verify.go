@@ -1,4 +1,4 @@
-package httpapi
+package operator
 
 import (
 	"cmp"
@@ -8,29 +8,28 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
 
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/readmodel"
 	"github.com/outboxd/outboxd/store"
-	"github.com/outboxd/outboxd/worker"
 )
 
-// VerifyRequest is the body of POST /v1/admin/verify: compare the
-// originals whose occurredAt lies in [From, To) (an empty bound is open)
-// with the read model, one chunk per request.
-type VerifyRequest struct {
-	From string `json:"from,omitempty"`
-	To   string `json:"to,omitempty"`
+// VerifyQuery selects one chunk of a verify: compare the originals whose
+// occurredAt lies in [From, To) with the read model.
+type VerifyQuery struct {
+	// From and To bound the window; a zero time leaves that side open.
+	From, To time.Time
 	// Repair re-publishes the synced originals that have no row (after
 	// recomputing their days' statistics from the rows, so the row
 	// projected again is counted once) and recomputes drifted statistics
 	// rows from their rows. Rows without an original are only reported.
-	Repair bool `json:"repair,omitempty"`
-	// After continues with the chunk after this cursor (a Next of an
-	// earlier answer); Limit is the chunk's size (AdminChunkDefault).
-	After string `json:"after,omitempty"`
-	Limit int    `json:"limit,omitempty"`
+	Repair bool
+	// After continues with the chunk after this cursor (the Next of an
+	// earlier result; "" from the start); Limit is the chunk's size, from 1
+	// to ChunkMax. Defaults to ChunkDefault.
+	After string
+	Limit int
 }
 
 // The phases of a verify, in order.
@@ -66,7 +65,7 @@ type Drift struct {
 	Repaired bool `json:"repaired"`
 }
 
-// VerifyResult is the answer of POST /v1/admin/verify for one chunk.
+// VerifyResult is what Verify found in one chunk (POST /v1/admin/verify).
 type VerifyResult struct {
 	Phase string `json:"phase"`
 	// Checked counts the originals or rows compared (in the stats phase,
@@ -81,7 +80,7 @@ type VerifyResult struct {
 	Done bool   `json:"done"`
 }
 
-// verifyWindow is a checked VerifyRequest.
+// verifyWindow is a checked VerifyQuery.
 type verifyWindow struct {
 	from, to *time.Time
 	limit    int
@@ -89,32 +88,26 @@ type verifyWindow struct {
 	after    string // the phase's cursor
 }
 
-func (r VerifyRequest) window() (verifyWindow, error) {
-	w := verifyWindow{limit: cmp.Or(r.Limit, AdminChunkDefault), phase: PhaseOriginals}
-	if r.From != "" {
-		t, err := parseTime(r.From, "from")
-		if err != nil {
-			return w, err
-		}
+func (r VerifyQuery) window() (verifyWindow, error) {
+	w := verifyWindow{limit: cmp.Or(r.Limit, ChunkDefault), phase: PhaseOriginals}
+	if !r.From.IsZero() {
+		t := r.From.UTC()
 		w.from = &t
 	}
-	if r.To != "" {
-		t, err := parseTime(r.To, "to")
-		if err != nil {
-			return w, err
-		}
+	if !r.To.IsZero() {
+		t := r.To.UTC()
 		w.to = &t
 	}
 	if w.from != nil && w.to != nil && !w.from.Before(*w.to) {
-		return w, invalid("to", "must be after from")
+		return w, Invalid("to", "must be after from")
 	}
-	if w.limit < 1 || w.limit > AdminChunkMax {
-		return w, invalid("limit", "must be from 1 to %d", AdminChunkMax)
+	if w.limit < 1 || w.limit > ChunkMax {
+		return w, Invalid("limit", "must be from 1 to %d", ChunkMax)
 	}
 	if r.After != "" {
 		phase, after, ok := strings.Cut(r.After, ":")
 		if !ok || (phase != PhaseOriginals && phase != PhaseRows && phase != PhaseStats) {
-			return w, invalid("after", "is not a cursor of verify (pass the next of the previous answer)")
+			return w, Invalid("after", "is not a cursor of verify (pass the next of the previous answer)")
 		}
 		w.phase, w.after = phase, after
 	}
@@ -145,48 +138,46 @@ func (w verifyWindow) query() (store.EventQuery, error) {
 // of the window's days that differ from their rows (stats, one chunk of at
 // most Limit drifted rows). With Repair the first and the last are
 // repaired.
-func (a *Admin) Verify(ctx context.Context, r VerifyRequest) (*VerifyResult, error) {
+func (o *Operator) Verify(ctx context.Context, r VerifyQuery) (*VerifyResult, error) {
 	w, err := r.window()
 	if err != nil {
 		return nil, err
 	}
-	if err := a.needPostgres(); err != nil {
+	if err := o.needReadModel(); err != nil {
 		return nil, err
 	}
 	if r.Repair {
-		if err := a.needRedis(); err != nil {
+		if err := o.needRedis(); err != nil {
 			return nil, err
 		}
 	}
 	res := &VerifyResult{Phase: w.phase, Drift: []Drift{}}
 	switch w.phase {
 	case PhaseOriginals:
-		err = a.verifyOriginals(ctx, w, r.Repair, res)
+		err = o.verifyOriginals(ctx, w, r.Repair, res)
 	case PhaseRows:
-		err = a.verifyRows(ctx, w, res)
+		err = o.verifyRows(ctx, w, res)
 	default:
-		err = a.verifyStats(ctx, w, r.Repair, res)
+		err = o.verifyStats(ctx, w, r.Repair, res)
 	}
 	if err != nil {
 		return nil, err
 	}
 	if len(res.Drift) > 0 {
-		a.logger.Info("verify found drift", zap.String("phase", res.Phase), zap.Int("drift", len(res.Drift)),
+		o.logger.Info("verify found drift", zap.String("phase", res.Phase), zap.Int("drift", len(res.Drift)),
 			zap.Int("republished", res.Republished), zap.Int("stats_recomputed", res.StatsRecomputed))
 	}
 	return res, nil
 }
 
-func dayOf(t time.Time) time.Time { return t.UTC().Truncate(24 * time.Hour) }
-
-func (a *Admin) verifyOriginals(ctx context.Context, w verifyWindow, repair bool, res *VerifyResult) error {
+func (o *Operator) verifyOriginals(ctx context.Context, w verifyWindow, repair bool, res *VerifyResult) error {
 	q, err := w.query()
 	if err != nil {
 		return err
 	}
-	page, err := a.cfg.Store.ListEvents(ctx, q)
+	page, err := o.cfg.Store.ListEvents(ctx, q)
 	if err != nil {
-		return fmt.Errorf("error listing synced originals: %w", err)
+		return storeErr("listing synced originals", err)
 	}
 	res.Checked = len(page)
 	if len(page) == q.Limit {
@@ -201,35 +192,29 @@ func (a *Admin) verifyOriginals(ctx context.Context, w verifyWindow, repair bool
 	for i, ev := range page {
 		ids[i] = ev.ID
 	}
-	var found map[string]bool
-	err = a.inReadModelTx(ctx, true, func(tx pgx.Tx) error {
-		var err error
-		found, err = a.cfg.ReadModel.Projected(ctx, tx, ids)
-		return err
-	})
+	found, err := o.cfg.ReadModel.Projected(ctx, ids)
 	if err != nil {
 		return pgErr("reading rows", err)
 	}
 	var missing []*outbox.Event
-	var keys []worker.StatsKey
+	var keys []readmodel.StatsKey
 	for _, ev := range page {
 		if found[ev.ID] {
 			continue
 		}
 		missing = append(missing, ev)
-		keys = append(keys, worker.StatsKey{SourceKey: ev.SourceKey, DeviceKey: ev.DeviceKey, Day: dayOf(ev.OccurredAt)})
+		keys = append(keys, readmodel.KeyOf(ev))
 	}
 	var ok []bool
 	if repair && len(missing) > 0 {
 		// Statistics first: a row deleted by hand left its count behind,
 		// and the row projected again must be counted once.
-		err := a.inReadModelTx(ctx, false, func(tx pgx.Tx) error { return a.cfg.ReadModel.RecomputeStats(ctx, tx, keys) })
-		if err != nil {
+		if err := o.cfg.ReadModel.RecomputeStats(ctx, keys); err != nil {
 			return pgErr("recomputing statistics", err)
 		}
-		slices.SortFunc(keys, worker.StatsKey.Compare)
+		slices.SortFunc(keys, readmodel.StatsKey.Compare)
 		res.StatsRecomputed = len(slices.Compact(keys))
-		if ok, err = a.publish(ctx, missing, outbox.OriginReplay); err != nil {
+		if ok, err = o.publish(ctx, missing, outbox.OriginReplay); err != nil {
 			return err
 		}
 	}
@@ -245,13 +230,8 @@ func (a *Admin) verifyOriginals(ctx context.Context, w verifyWindow, repair bool
 	return nil
 }
 
-func (a *Admin) verifyRows(ctx context.Context, w verifyWindow, res *VerifyResult) error {
-	var rows []worker.Row
-	err := a.inReadModelTx(ctx, true, func(tx pgx.Tx) error {
-		var err error
-		rows, err = a.cfg.ReadModel.Rows(ctx, tx, w.from, w.to, w.after, w.limit)
-		return err
-	})
+func (o *Operator) verifyRows(ctx context.Context, w verifyWindow, res *VerifyResult) error {
+	rows, err := o.cfg.ReadModel.Rows(ctx, w.from, w.to, w.after, w.limit)
 	if err != nil {
 		return pgErr("reading rows", err)
 	}
@@ -265,9 +245,9 @@ func (a *Admin) verifyRows(ctx context.Context, w verifyWindow, res *VerifyResul
 	for i, row := range rows {
 		ids[i] = row.EventID
 	}
-	loaded, err := a.cfg.Store.LoadEvents(ctx, ids)
+	loaded, err := o.cfg.Store.LoadEvents(ctx, ids)
 	if err != nil {
-		return fmt.Errorf("error reading the originals of %d rows: %w", len(ids), err)
+		return storeErr(fmt.Sprintf("reading the originals of %d rows", len(ids)), err)
 	}
 	for _, row := range rows {
 		if _, ok := loaded[row.EventID]; !ok {
@@ -279,24 +259,18 @@ func (a *Admin) verifyRows(ctx context.Context, w verifyWindow, res *VerifyResul
 	return nil
 }
 
-func (a *Admin) verifyStats(ctx context.Context, w verifyWindow, repair bool, res *VerifyResult) error {
-	var drift []worker.StatsDrift
-	err := a.inReadModelTx(ctx, true, func(tx pgx.Tx) error {
-		var err error
-		drift, err = a.cfg.ReadModel.StatsDrift(ctx, tx, w.from, w.to, w.limit)
-		return err
-	})
+func (o *Operator) verifyStats(ctx context.Context, w verifyWindow, repair bool, res *VerifyResult) error {
+	drift, err := o.cfg.ReadModel.StatsDrift(ctx, w.from, w.to, w.limit)
 	if err != nil {
 		return pgErr("comparing statistics with rows", err)
 	}
 	res.Checked, res.Done = len(drift), true
-	keys := make([]worker.StatsKey, len(drift))
+	keys := make([]readmodel.StatsKey, len(drift))
 	for i, d := range drift {
 		keys[i] = d.StatsKey
 	}
 	if repair && len(keys) > 0 {
-		err := a.inReadModelTx(ctx, false, func(tx pgx.Tx) error { return a.cfg.ReadModel.RecomputeStats(ctx, tx, keys) })
-		if err != nil {
+		if err := o.cfg.ReadModel.RecomputeStats(ctx, keys); err != nil {
 			return pgErr("recomputing statistics", err)
 		}
 		res.StatsRecomputed = len(keys)

@@ -1,22 +1,17 @@
-package httpapi
+package operator
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/redis/go-redis/v9"
-
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/readmodel"
 	"github.com/outboxd/outboxd/store"
-	"github.com/outboxd/outboxd/worker"
+	"github.com/outboxd/outboxd/stream"
 )
 
 // Bounds of a journey's look into the streams.
@@ -26,8 +21,6 @@ const (
 	// creation. When it stops there first, older entries of the event may
 	// exist and the answer says Partial.
 	JourneyScanMax = 10000
-	// journeyPage is the entries read per round trip.
-	journeyPage = 1000
 	// journeySkew widens the scan to entries this much older than the
 	// original's createdAt: the writer's clock and Redis's may differ.
 	journeySkew = time.Minute
@@ -50,11 +43,9 @@ const (
 	EntryDeadLettered = "dead_lettered"
 )
 
-// errNoSuchOriginal: no original has this id or idempotency key.
-var errNoSuchOriginal = errors.New("no such original")
-
-// Journey is the answer of GET /v1/admin/events/{ref}/journey: the path of
-// one original through the pipeline, each step with its time.
+// Journey is what Operator.Journey returns (GET
+// /v1/admin/events/{ref}/journey): the path of one original through the
+// pipeline, each step with its time.
 type Journey struct {
 	// MatchedBy says how ref found the original: "id" or "idempotencyKey".
 	MatchedBy string          `json:"matchedBy"`
@@ -127,22 +118,10 @@ type JourneyStreamEntry struct {
 // JourneyReadModel is the original's trace in PostgreSQL.
 type JourneyReadModel struct {
 	// Row is its row of events (null: not projected).
-	Row *ReadModelRow `json:"row"`
+	Row *readmodel.Row `json:"row"`
 	// Stats is the statistics row of its source, device and UTC day (null:
 	// none).
 	Stats *StatsRow `json:"stats"`
-}
-
-// ReadModelRow is a row of the read model's events table.
-type ReadModelRow struct {
-	EventID        string    `json:"eventId"`
-	IdempotencyKey string    `json:"idempotencyKey"`
-	SourceKey      string    `json:"sourceKey"`
-	DeviceKey      string    `json:"deviceKey"`
-	Type           string    `json:"type"`
-	OccurredAt     time.Time `json:"occurredAt"`
-	CreatedAt      time.Time `json:"createdAt"`
-	ProjectedAt    time.Time `json:"projectedAt"`
 }
 
 // StatsRow is a row of device_daily_stats.
@@ -160,34 +139,35 @@ type StatsRow struct {
 // idempotency key: the original, its outbox entries, the stream entries
 // and dead letters that name it (a bounded scan, see JourneyScanMax) with
 // their delivery state, and its read-model row with its day's statistics.
-// It needs Redis and PostgreSQL (501 otherwise) and changes nothing.
-func (a *Admin) Journey(ctx context.Context, ref string) (*Journey, error) {
-	if err := a.needRedis(); err != nil {
+// It needs Redis and PostgreSQL (ErrNotAvailable otherwise) and changes
+// nothing.
+func (o *Operator) Journey(ctx context.Context, ref string) (*Journey, error) {
+	if err := o.needRedis(); err != nil {
 		return nil, err
 	}
-	if err := a.needPostgres(); err != nil {
+	if err := o.needReadModel(); err != nil {
 		return nil, err
 	}
 	if ref == "" || len(ref) > journeyRefMax {
-		return nil, invalid("ref", "must be an event id or an idempotency key (1 to %d bytes)", journeyRefMax)
+		return nil, Invalid("ref", "must be an event id or an idempotency key (1 to %d bytes)", journeyRefMax)
 	}
-	ev, by, err := a.resolve(ctx, ref)
+	ev, by, err := o.resolve(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
-	j := &Journey{MatchedBy: by, ReadAt: a.cfg.Now().UTC(), Outbox: []JourneyOutboxEntry{},
+	j := &Journey{MatchedBy: by, ReadAt: o.cfg.Now().UTC(), Outbox: []JourneyOutboxEntry{},
 		Original: JourneyOriginal{EventSummary: summaryOf(ev), Payload: payloadOrEmpty(ev.Payload)}}
-	entries, err := a.cfg.Store.OutboxEntries(ctx, ev.ID)
+	entries, err := o.cfg.Store.OutboxEntries(ctx, ev.ID)
 	if err != nil {
-		return nil, fmt.Errorf("error reading the outbox entries of %s: %w", ev.ID, err)
+		return nil, storeErr(fmt.Sprintf("reading the outbox entries of %s", ev.ID), err)
 	}
 	for _, e := range entries {
 		j.Outbox = append(j.Outbox, JourneyOutboxEntry{ID: e.ID, Stream: e.Stream, CreatedAt: e.CreatedAt.UTC(), DispatchedAt: utc(e.DispatchedAt)})
 	}
-	if j.Stream, err = a.streamJourney(ctx, ev); err != nil {
+	if j.Stream, err = o.streamJourney(ctx, ev); err != nil {
 		return nil, err
 	}
-	if j.ReadModel, err = a.readModelJourney(ctx, ev); err != nil {
+	if j.ReadModel, err = o.readModelJourney(ctx, ev); err != nil {
 		return nil, err
 	}
 	return j, nil
@@ -195,11 +175,11 @@ func (a *Admin) Journey(ctx context.Context, ref string) (*Journey, error) {
 
 // resolve finds the original ref names: by id when ref has an id's form
 // and such an original exists, else by idempotency key.
-func (a *Admin) resolve(ctx context.Context, ref string) (*outbox.Event, string, error) {
+func (o *Operator) resolve(ctx context.Context, ref string) (*outbox.Event, string, error) {
 	if outbox.IsEventID(ref) {
-		got, err := a.cfg.Store.LoadEvents(ctx, []string{ref})
+		got, err := o.cfg.Store.LoadEvents(ctx, []string{ref})
 		if err != nil {
-			return nil, "", fmt.Errorf("error reading original %s: %w", ref, err)
+			return nil, "", storeErr(fmt.Sprintf("reading original %s", ref), err)
 		}
 		if l, ok := got[ref]; ok {
 			if l.Err != nil {
@@ -208,17 +188,17 @@ func (a *Admin) resolve(ctx context.Context, ref string) (*outbox.Event, string,
 			return l.Event, "id", nil
 		}
 	}
-	ev, err := a.cfg.Store.EventByKey(ctx, ref)
+	ev, err := o.cfg.Store.EventByKey(ctx, ref)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, "", errNoSuchOriginal
+		return nil, "", notFound("no original has this id or idempotency key")
 	}
 	if err != nil {
-		return nil, "", fmt.Errorf("error reading an original by key: %w", err)
+		return nil, "", storeErr("reading an original by key", err)
 	}
 	return ev, "idempotencyKey", nil
 }
 
-// summaryOf returns the summary of ev (GET /v1/admin/events' item).
+// summaryOf returns the summary of ev (an item of ListEvents).
 func summaryOf(ev *outbox.Event) EventSummary {
 	return EventSummary{ID: ev.ID, IdempotencyKey: ev.IdempotencyKey, SourceKey: ev.SourceKey,
 		DeviceKey: ev.DeviceKey, Type: ev.Type, OccurredAt: ev.OccurredAt.UTC(), CreatedAt: ev.CreatedAt.UTC(),
@@ -228,197 +208,101 @@ func summaryOf(ev *outbox.Event) EventSummary {
 
 // streamJourney scans the stream and the dead-letter stream for ev and
 // reads the delivery state of the entries it found.
-func (a *Admin) streamJourney(ctx context.Context, ev *outbox.Event) (JourneyStream, error) {
-	js := JourneyStream{Name: a.cfg.Stream, Group: a.cfg.Group, ScanLimit: JourneyScanMax,
+func (o *Operator) streamJourney(ctx context.Context, ev *outbox.Event) (JourneyStream, error) {
+	js := JourneyStream{Name: o.cfg.Stream, Group: o.cfg.Group, ScanLimit: JourneyScanMax,
 		Entries: []JourneyStreamEntry{}, DeadLetters: []DeadLetter{}}
 	since := ev.CreatedAt.Add(-journeySkew)
 	// A message names its original in its payload's JSON; the cheap
 	// substring test spares decoding the others.
-	msgs, scanned, partial, err := a.scanFor(ctx, a.cfg.Stream, since, func(m redis.XMessage) bool {
-		p, _ := m.Values[outbox.PayloadField].(string)
-		if !strings.Contains(p, ev.ID) {
+	msgs, scanned, partial, err := o.cfg.Redis.ScanBack(ctx, o.keys.Stream(), since, JourneyScanMax, func(e stream.Entry) bool {
+		if !strings.Contains(e.Payload(), ev.ID) {
 			return false
 		}
-		msg, err := outbox.DecodeMessage(m.Values)
+		msg, err := e.Message()
 		return err == nil && msg.EventID == ev.ID
 	})
 	if err != nil {
-		return js, err
+		return js, redisErr("scanning the stream", err)
 	}
-	dlqMsgs, dlqScanned, dlqPartial, err := a.scanFor(ctx, outbox.DLQStream(a.cfg.Stream), since, func(m redis.XMessage) bool {
-		id, _ := m.Values[dlqEventID].(string)
-		return id == ev.ID
+	dlqMsgs, dlqScanned, dlqPartial, err := o.cfg.Redis.ScanBack(ctx, o.keys.DLQ(), since, JourneyScanMax, func(e stream.Entry) bool {
+		return stream.DeadLetterEventID(e) == ev.ID
 	})
 	if err != nil {
-		return js, err
+		return js, redisErr("scanning the dead-letter stream", err)
 	}
 	js.Scanned, js.DLQScanned, js.Partial = scanned, dlqScanned, partial || dlqPartial
-	now := a.cfg.Now()
+	now := o.cfg.Now()
 	deadByEntry := map[string]DeadLetter{}
 	for _, m := range dlqMsgs {
-		dl := a.deadLetterOf(m, now)
+		var d stream.DeadLetter
+		d.Decode(m)
+		dl := deadLetterOf(d, now)
 		dl.Original = ev.State()
 		js.DeadLetters = append(js.DeadLetters, dl)
 		deadByEntry[dl.EntryID] = dl
 	}
 	for _, m := range msgs {
 		e := JourneyStreamEntry{ID: m.ID}
-		e.At, _ = entryTime(m.ID)
-		if msg, err := outbox.DecodeMessage(m.Values); err == nil {
+		e.At, _ = stream.IDTime(m.ID)
+		if msg, err := m.Message(); err == nil {
 			e.Origin = string(msg.Origin)
 		}
 		js.Entries = append(js.Entries, e)
 	}
-	if err := a.deliveries(ctx, js.Entries, deadByEntry); err != nil {
+	if err := o.deliveries(ctx, js.Entries, deadByEntry); err != nil {
 		return js, err
 	}
 	return js, nil
 }
 
-// scanFor reads stream from the newest entry down to since, at most
-// JourneyScanMax entries, and returns those match keeps, oldest first;
-// partial is set when it stopped at the bound first.
-func (a *Admin) scanFor(ctx context.Context, stream string, since time.Time, match func(redis.XMessage) bool) (found []redis.XMessage, scanned int, partial bool, err error) {
-	end, start := "+", strconv.FormatInt(max(since.UnixMilli(), 0), 10)
-	for scanned < JourneyScanMax {
-		n := min(journeyPage, JourneyScanMax-scanned)
-		msgs, err := a.cfg.Redis.XRevRangeN(ctx, stream, end, start, int64(n)).Result()
-		if err != nil {
-			return nil, scanned, false, redisErr("scanning "+stream, err)
-		}
-		scanned += len(msgs)
-		for _, m := range msgs {
-			if match(m) {
-				found = append(found, m)
-			}
-		}
-		if len(msgs) < n {
-			slices.Reverse(found)
-			return found, scanned, false, nil
-		}
-		end = "(" + msgs[len(msgs)-1].ID
-	}
-	slices.Reverse(found)
-	return found, scanned, true, nil
-}
-
-// deliveries fills the delivery state of entries: waiting beyond the
-// group's last delivered id, pending with Redis's count and the worker's
-// failure count, dead-lettered with the dead letter's count, acknowledged
+// deliveries fills the delivery state of entries: dead-lettered with the
+// dead letter's count, waiting when the group has not read it, pending
+// with Redis's count and the worker's failure count, acknowledged
 // otherwise. One round trip.
-func (a *Admin) deliveries(ctx context.Context, entries []JourneyStreamEntry, dead map[string]DeadLetter) error {
+func (o *Operator) deliveries(ctx context.Context, entries []JourneyStreamEntry, dead map[string]DeadLetter) error {
 	if len(entries) == 0 {
 		return nil
 	}
-	var groups *redis.XInfoGroupsCmd
-	pend := make([]*redis.XPendingExtCmd, len(entries))
 	ids := make([]string, len(entries))
 	for i, e := range entries {
 		ids[i] = e.ID
 	}
-	var failures *redis.SliceCmd
-	_, _ = a.cfg.Redis.Pipelined(ctx, func(p redis.Pipeliner) error {
-		groups = p.XInfoGroups(ctx, a.cfg.Stream)
-		for i, e := range entries {
-			pend[i] = p.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: a.cfg.Stream, Group: a.cfg.Group, Start: e.ID, End: e.ID, Count: 1})
-		}
-		failures = p.HMGet(ctx, worker.FailuresKey(a.cfg.Stream, a.cfg.Group), ids...)
-		return nil
-	})
-	lastDelivered, noGroup := "", false
-	switch err := groups.Err(); {
-	case err == nil:
-		for _, g := range groups.Val() {
-			if g.Name == a.cfg.Group {
-				lastDelivered = g.LastDeliveredID
-			}
-		}
-		noGroup = lastDelivered == ""
-	case redis.HasErrorPrefix(err, "NOGROUP"), redis.HasErrorPrefix(err, "ERR no such key"):
-		noGroup = true
-	default:
-		return redisErr("reading the consumer groups", err)
+	ds, err := o.cfg.Redis.Deliveries(ctx, o.keys, ids)
+	if err != nil {
+		return redisErr("reading the deliveries", err)
 	}
-	if err := failures.Err(); err != nil {
-		return redisErr("reading the failure counts", err)
-	}
-	counts := failures.Val()
 	for i := range entries {
-		e := &entries[i]
+		e, d := &entries[i], ds[i]
 		if dl, ok := dead[e.ID]; ok {
 			e.Status, e.Deliveries = EntryDeadLettered, dl.Deliveries
 			continue
 		}
-		if noGroup || compareEntryIDs(e.ID, lastDelivered) > 0 {
+		switch {
+		case !d.Delivered:
 			e.Status = EntryWaiting
-			continue
-		}
-		p, err := pend[i].Result()
-		if err != nil && !redis.HasErrorPrefix(err, "NOGROUP") {
-			return redisErr("reading the pending entries", err)
-		}
-		if len(p) == 0 {
+		case !d.Pending:
 			e.Status = EntryAcknowledged
-			continue
-		}
-		idle := p[0].Idle.Seconds()
-		e.Status, e.Deliveries, e.Consumer, e.IdleSeconds = EntryPending, p[0].RetryCount, p[0].Consumer, &idle
-		if s, ok := counts[i].(string); ok {
-			e.FailedDeliveries, _ = strconv.ParseInt(s, 10, 64)
+		default:
+			idle := d.Idle.Seconds()
+			e.Status, e.Deliveries, e.FailedDeliveries, e.Consumer, e.IdleSeconds = EntryPending, d.Deliveries, d.Failed, d.Consumer, &idle
 		}
 	}
 	return nil
 }
 
-// compareEntryIDs orders two stream entry ids ("<ms>-<seq>").
-func compareEntryIDs(a, b string) int {
-	split := func(id string) (int64, int64) {
-		ms, seq, _ := strings.Cut(id, "-")
-		m, _ := strconv.ParseInt(ms, 10, 64)
-		s, _ := strconv.ParseInt(seq, 10, 64)
-		return m, s
-	}
-	am, as := split(a)
-	bm, bs := split(b)
-	return cmp.Or(cmp.Compare(am, bm), cmp.Compare(as, bs))
-}
-
 // readModelJourney reads ev's row (by event id, else by idempotency key:
 // a row projected from an earlier original of the key) and the statistics
 // row of its day, in one read-only transaction.
-func (a *Admin) readModelJourney(ctx context.Context, ev *outbox.Event) (JourneyReadModel, error) {
+func (o *Operator) readModelJourney(ctx context.Context, ev *outbox.Event) (JourneyReadModel, error) {
 	var rm JourneyReadModel
-	err := a.inReadModelTx(ctx, true, func(tx pgx.Tx) error {
-		var row ReadModelRow
-		err := tx.QueryRow(ctx, `SELECT event_id, idempotency_key, source_key, device_key, type, occurred_at, created_at, projected_at
-			FROM events WHERE event_id = $1 OR idempotency_key = $2 ORDER BY event_id = $1 DESC LIMIT 1`, ev.ID, ev.IdempotencyKey).
-			Scan(&row.EventID, &row.IdempotencyKey, &row.SourceKey, &row.DeviceKey, &row.Type, &row.OccurredAt, &row.CreatedAt, &row.ProjectedAt)
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-			rm.Row = nil
-		case err != nil:
-			return err
-		default:
-			row.OccurredAt, row.CreatedAt, row.ProjectedAt = row.OccurredAt.UTC(), row.CreatedAt.UTC(), row.ProjectedAt.UTC()
-			rm.Row = &row
-		}
-		st := StatsRow{SourceKey: ev.SourceKey, DeviceKey: ev.DeviceKey, Day: ev.OccurredAt.UTC().Format(time.DateOnly)}
-		err = tx.QueryRow(ctx, `SELECT event_count, first_occurred_at, last_occurred_at FROM device_daily_stats
-			WHERE source_key = $1 AND device_key = $2 AND day = $3::date`, st.SourceKey, st.DeviceKey, st.Day).
-			Scan(&st.EventCount, &st.FirstOccurredAt, &st.LastOccurredAt)
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-			rm.Stats = nil
-		case err != nil:
-			return err
-		default:
-			st.FirstOccurredAt, st.LastOccurredAt = st.FirstOccurredAt.UTC(), st.LastOccurredAt.UTC()
-			rm.Stats = &st
-		}
-		return nil
-	})
+	row, stats, err := o.cfg.ReadModel.Lookup(ctx, ev.ID, ev.IdempotencyKey, readmodel.KeyOf(ev))
 	if err != nil {
 		return rm, pgErr("reading the read model", err)
+	}
+	rm.Row = row
+	if stats != nil {
+		rm.Stats = &StatsRow{SourceKey: stats.SourceKey, DeviceKey: stats.DeviceKey, Day: stats.Day.Format(time.DateOnly),
+			EventCount: stats.EventCount, FirstOccurredAt: stats.FirstOccurredAt, LastOccurredAt: stats.LastOccurredAt}
 	}
 	return rm, nil
 }

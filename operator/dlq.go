@@ -1,37 +1,19 @@
-package httpapi
+package operator
 
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/outboxd/outboxd/outbox"
-)
-
-// The fields of a dead letter, as the worker writes them (worker.finish).
-// "code" is read when present, else "reason" is the code.
-const (
-	dlqReason     = "reason"
-	dlqCode       = "code"
-	dlqCategory   = "category"
-	dlqError      = "error"
-	dlqEntryID    = "entryId"
-	dlqEventID    = "eventId"
-	dlqStream     = "stream"
-	dlqGroup      = "group"
-	dlqConsumer   = "consumer"
-	dlqDeliveries = "deliveries"
-	dlqAt         = "at"
+	"github.com/outboxd/outboxd/stream"
 )
 
 // dlqScanMax bounds the dead letters one filtered listing or --all action
-// reads; the answer's next cursor continues from there.
+// reads; the result's Next continues from there.
 const dlqScanMax = 10000
 
 // idsMax bounds the ids of one DLQ action.
@@ -48,9 +30,6 @@ const (
 	OriginalUnreadable = "unreadable"
 )
 
-// errNoSuchDeadLetter: the DLQ has no entry with this id.
-var errNoSuchDeadLetter = errors.New("no such dead letter")
-
 // DeadLetter is one entry of the dead-letter stream.
 type DeadLetter struct {
 	// ID is the entry's id in the dead-letter stream.
@@ -58,8 +37,9 @@ type DeadLetter struct {
 	// EventID names the original ("" when the stream message named none).
 	EventID  string `json:"eventId"`
 	Category string `json:"category"`
-	// Code is the failure's code; Reason the worker's reason (the same
-	// unless the worker wrote a code of its own).
+	// Code is the failure's code (stream.DeadLetter.Code); Reason repeats
+	// it, for the clients of earlier versions, where it was the worker's
+	// reason.
 	Code   string `json:"code"`
 	Reason string `json:"reason"`
 	Error  string `json:"error"`
@@ -78,8 +58,8 @@ type DeadLetter struct {
 	Original string `json:"original"`
 	// Payload is the stream message that failed, as it was.
 	Payload string `json:"payload"`
-	// Event is the original itself (GET /v1/admin/dlq/{id} only).
-	Event *eventView `json:"event,omitempty"`
+	// Event is the original itself (Operator.DeadLetter only).
+	Event *Event `json:"event,omitempty"`
 }
 
 // DLQQuery selects dead letters.
@@ -89,11 +69,11 @@ type DLQQuery struct {
 	Category, Code string
 	// After continues a listing after this entry id ("" from the oldest).
 	After string
-	// Limit is the most entries returned. Defaults to AdminChunkDefault.
+	// Limit is the most entries returned. Defaults to ChunkDefault.
 	Limit int
 }
 
-// DLQPage is the answer of GET /v1/admin/dlq.
+// DLQPage is what ListDLQ returns (GET /v1/admin/dlq).
 type DLQPage struct {
 	// Stream is the dead-letter stream, Length its entries (unfiltered).
 	Stream  string       `json:"stream"`
@@ -105,14 +85,15 @@ type DLQPage struct {
 }
 
 // DLQAction names the dead letters a replay or drop acts on: IDs, or All
-// the entries (of Category and Code when set), one chunk per request.
+// the entries (of Category and Code when set), one chunk per call. It is
+// also the body of POST /v1/admin/dlq:replay and dlq:drop.
 type DLQAction struct {
 	IDs      []string `json:"ids,omitempty"`
 	All      bool     `json:"all,omitempty"`
 	Category string   `json:"category,omitempty"`
 	Code     string   `json:"code,omitempty"`
-	// After and Limit page an All action: pass the answer's Next as After
-	// until Done. Limit defaults to AdminChunkDefault.
+	// After and Limit page an All action: pass the result's Next as After
+	// until Done. Limit defaults to ChunkDefault.
 	After string `json:"after,omitempty"`
 	Limit int    `json:"limit,omitempty"`
 }
@@ -135,8 +116,8 @@ const (
 	OutcomeFailed          = "failed"
 )
 
-// DLQActionResult is the answer of POST /v1/admin/dlq:replay and
-// /v1/admin/dlq:drop.
+// DLQActionResult is what ReplayDLQ or DropDLQ did (POST
+// /v1/admin/dlq:replay, /v1/admin/dlq:drop).
 type DLQActionResult struct {
 	Replayed        int         `json:"replayed"`
 	Dropped         int         `json:"dropped"`
@@ -165,21 +146,12 @@ func (r *DLQActionResult) add(res DLQResult) {
 	r.Results = append(r.Results, res)
 }
 
-// deadLetterOf reads a DLQ entry.
-func (a *Admin) deadLetterOf(m redis.XMessage, now time.Time) DeadLetter {
-	str := func(k string) string { v, _ := m.Values[k].(string); return v }
-	dl := DeadLetter{ID: m.ID, EventID: str(dlqEventID), Category: str(dlqCategory), Reason: str(dlqReason),
-		Error: str(dlqError), EntryID: str(dlqEntryID), Stream: str(dlqStream), Group: str(dlqGroup),
-		Consumer: str(dlqConsumer), Payload: str(outbox.PayloadField), Original: OriginalMissing}
-	dl.Code = cmp.Or(str(dlqCode), dl.Reason)
-	dl.Deliveries, _ = strconv.ParseInt(str(dlqDeliveries), 10, 64)
-	if at, err := time.Parse(time.RFC3339Nano, str(dlqAt)); err == nil {
-		dl.At = at.UTC()
-	} else if at, ok := entryTime(m.ID); ok {
-		dl.At = at
-	}
-	dl.AgeSeconds = max(0, now.Sub(dl.At).Seconds())
-	return dl
+// deadLetterOf is the view of a dead letter read now.
+func deadLetterOf(d stream.DeadLetter, now time.Time) DeadLetter {
+	return DeadLetter{ID: d.ID, EventID: d.EventID, Category: d.Category, Code: d.Code, Reason: d.Code,
+		Error: d.Error, EntryID: d.EntryID, Stream: d.Stream, Group: d.Group, Consumer: d.Consumer,
+		Deliveries: d.Deliveries, At: d.At, AgeSeconds: max(0, now.Sub(d.At).Seconds()),
+		Original: OriginalMissing, Payload: d.Payload}
 }
 
 func (q DLQQuery) matches(dl DeadLetter) bool {
@@ -189,54 +161,50 @@ func (q DLQQuery) matches(dl DeadLetter) bool {
 // scan reads the dead letters after after, oldest first, and returns at
 // most limit of those q matches, having read at most dlqScanMax; next is
 // the last id read when more may follow.
-func (a *Admin) scan(ctx context.Context, q DLQQuery, limit int) (out []DeadLetter, next string, err error) {
+func (o *Operator) scan(ctx context.Context, q DLQQuery, limit int) (out []DeadLetter, next string, err error) {
 	out = []DeadLetter{}
-	dlq := outbox.DLQStream(a.cfg.Stream)
-	now := a.cfg.Now()
-	start := "-"
-	if q.After != "" {
-		start = "(" + q.After
-	}
+	now := o.cfg.Now()
+	after := q.After
 	scanned := 0
 	for len(out) < limit && scanned < dlqScanMax {
-		n := int64(min(max(limit-len(out), 100), dlqScanMax-scanned))
-		msgs, err := a.cfg.Redis.XRangeN(ctx, dlq, start, "+", n).Result()
+		n := min(max(limit-len(out), 100), dlqScanMax-scanned)
+		msgs, err := o.cfg.Redis.DeadLetters(ctx, o.keys, after, n)
 		if err != nil {
 			return nil, "", redisErr("reading the dead-letter stream", err)
 		}
 		for i, m := range msgs {
 			scanned++
-			dl := a.deadLetterOf(m, now)
+			dl := deadLetterOf(m, now)
 			if q.matches(dl) {
 				out = append(out, dl)
 			}
 			if len(out) == limit {
-				if i < len(msgs)-1 || int64(len(msgs)) == n {
+				if i < len(msgs)-1 || len(msgs) == n {
 					next = m.ID
 				}
 				return out, next, nil
 			}
 		}
-		if int64(len(msgs)) < n {
+		if len(msgs) < n {
 			return out, "", nil
 		}
-		start = "(" + msgs[len(msgs)-1].ID
-		next = msgs[len(msgs)-1].ID
+		after = msgs[len(msgs)-1].ID
+		next = after
 	}
 	return out, next, nil
 }
 
 // originals fills the Original state of dls with one read of the store.
-func (a *Admin) originals(ctx context.Context, dls []DeadLetter) (map[string]*outbox.Event, error) {
+func (o *Operator) originals(ctx context.Context, dls []DeadLetter) (map[string]*outbox.Event, error) {
 	var ids []string
 	for _, dl := range dls {
 		if outbox.IsEventID(dl.EventID) {
 			ids = append(ids, dl.EventID)
 		}
 	}
-	loaded, err := a.cfg.Store.LoadEvents(ctx, ids)
+	loaded, err := o.cfg.Store.LoadEvents(ctx, ids)
 	if err != nil {
-		return nil, fmt.Errorf("error reading the originals of %d dead letters: %w", len(dls), err)
+		return nil, storeErr(fmt.Sprintf("reading the originals of %d dead letters", len(dls)), err)
 	}
 	events := make(map[string]*outbox.Event, len(loaded))
 	for i := range dls {
@@ -256,49 +224,49 @@ func (a *Admin) originals(ctx context.Context, dls []DeadLetter) (map[string]*ou
 
 // ListDLQ returns the dead letters q selects, oldest first, with the state
 // of their originals.
-func (a *Admin) ListDLQ(ctx context.Context, q DLQQuery) (*DLQPage, error) {
-	if err := a.needRedis(); err != nil {
+func (o *Operator) ListDLQ(ctx context.Context, q DLQQuery) (*DLQPage, error) {
+	if err := o.needRedis(); err != nil {
 		return nil, err
 	}
-	limit := cmp.Or(q.Limit, AdminChunkDefault)
-	if limit < 1 || limit > AdminChunkMax {
-		return nil, invalid("limit", "must be from 1 to %d", AdminChunkMax)
+	limit := cmp.Or(q.Limit, ChunkDefault)
+	if limit < 1 || limit > ChunkMax {
+		return nil, Invalid("limit", "must be from 1 to %d", ChunkMax)
 	}
-	dlq := outbox.DLQStream(a.cfg.Stream)
-	length, err := a.cfg.Redis.XLen(ctx, dlq).Result()
+	dlq := o.keys.DLQ()
+	length, err := o.cfg.Redis.Len(ctx, dlq)
 	if err != nil {
 		return nil, redisErr("reading the dead-letter stream", err)
 	}
-	entries, next, err := a.scan(ctx, q, limit)
+	entries, next, err := o.scan(ctx, q, limit)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := a.originals(ctx, entries); err != nil {
+	if _, err := o.originals(ctx, entries); err != nil {
 		return nil, err
 	}
 	return &DLQPage{Stream: dlq, Length: length, Entries: entries, Next: next}, nil
 }
 
 // DeadLetter returns the dead letter id with its original (nil when
-// missing), or an error wrapping errNoSuchDeadLetter.
-func (a *Admin) DeadLetter(ctx context.Context, id string) (*DeadLetter, error) {
-	if err := a.needRedis(); err != nil {
+// missing), or an error that is ErrNotFound.
+func (o *Operator) DeadLetter(ctx context.Context, id string) (*DeadLetter, error) {
+	if err := o.needRedis(); err != nil {
 		return nil, err
 	}
-	dls, err := a.byIDs(ctx, []string{id})
+	dls, err := o.byIDs(ctx, []string{id})
 	if err != nil {
 		return nil, err
 	}
 	if dls[0] == nil {
-		return nil, fmt.Errorf("dead letter %s: %w", id, errNoSuchDeadLetter)
+		return nil, notFound("no dead letter has this id")
 	}
 	dl := *dls[0]
-	got, err := a.cfg.Store.LoadEvents(ctx, []string{dl.EventID})
+	got, err := o.cfg.Store.LoadEvents(ctx, []string{dl.EventID})
 	if err != nil {
-		return nil, fmt.Errorf("error reading the original of dead letter %s: %w", id, err)
+		return nil, storeErr(fmt.Sprintf("reading the original of dead letter %s", id), err)
 	}
 	if l, ok := got[dl.EventID]; ok && l.Err == nil {
-		v := viewOf(l.Event)
+		v := EventOf(l.Event)
 		dl.Event, dl.Original = &v, l.Event.State()
 	} else if ok {
 		dl.Original = OriginalUnreadable
@@ -308,28 +276,21 @@ func (a *Admin) DeadLetter(ctx context.Context, id string) (*DeadLetter, error) 
 
 // byIDs reads the dead letters of ids in one round trip; an id with no
 // entry is nil.
-func (a *Admin) byIDs(ctx context.Context, ids []string) ([]*DeadLetter, error) {
-	dlq := outbox.DLQStream(a.cfg.Stream)
+func (o *Operator) byIDs(ctx context.Context, ids []string) ([]*DeadLetter, error) {
 	out := make([]*DeadLetter, len(ids))
 	for _, id := range ids {
-		if _, ok := entryTime(id); !ok {
-			return nil, invalid("ids", "%q is not a stream entry id (<milliseconds>-<sequence>)", id)
+		if _, ok := stream.IDTime(id); !ok {
+			return nil, Invalid("ids", "%q is not a stream entry id (<milliseconds>-<sequence>)", id)
 		}
 	}
-	cmds := make([]*redis.XMessageSliceCmd, len(ids))
-	_, err := a.cfg.Redis.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, id := range ids {
-			cmds[i] = p.XRangeN(ctx, dlq, id, id, 1)
-		}
-		return nil
-	})
+	found, err := o.cfg.Redis.DeadLettersByID(ctx, o.keys, ids)
 	if err != nil {
 		return nil, redisErr("reading dead letters", err)
 	}
-	now := a.cfg.Now()
-	for i, c := range cmds {
-		if msgs := c.Val(); len(msgs) == 1 {
-			dl := a.deadLetterOf(msgs[0], now)
+	now := o.cfg.Now()
+	for i, d := range found {
+		if d != nil {
+			dl := deadLetterOf(*d, now)
 			out[i] = &dl
 		}
 	}
@@ -339,37 +300,37 @@ func (a *Admin) byIDs(ctx context.Context, ids []string) ([]*DeadLetter, error) 
 // selection returns the dead letters an action names, act.IDs or a chunk
 // of All, and its result so far: the ids without an entry are not_found,
 // and Next and Done are set.
-func (a *Admin) selection(ctx context.Context, act DLQAction) (*DLQActionResult, []DeadLetter, error) {
-	if err := a.needRedis(); err != nil {
+func (o *Operator) selection(ctx context.Context, act DLQAction) (*DLQActionResult, []DeadLetter, error) {
+	if err := o.needRedis(); err != nil {
 		return nil, nil, err
 	}
 	res := &DLQActionResult{Results: []DLQResult{}}
-	dls, err := a.named(ctx, act, res)
+	dls, err := o.named(ctx, act, res)
 	return res, dls, err
 }
 
 // named checks act and reads the dead letters it names.
-func (a *Admin) named(ctx context.Context, act DLQAction, res *DLQActionResult) ([]DeadLetter, error) {
+func (o *Operator) named(ctx context.Context, act DLQAction, res *DLQActionResult) ([]DeadLetter, error) {
 	switch {
 	case len(act.IDs) > 0 && act.All:
-		return nil, invalid("all", "cannot be combined with ids")
+		return nil, Invalid("all", "cannot be combined with ids")
 	case len(act.IDs) == 0 && !act.All:
-		return nil, invalid("ids", "name the dead letters, or set all")
+		return nil, Invalid("ids", "name the dead letters, or set all")
 	case len(act.IDs) > idsMax:
-		return nil, invalid("ids", "at most %d per request", idsMax)
+		return nil, Invalid("ids", "at most %d per request", idsMax)
 	case len(act.IDs) > 0 && (act.Category != "" || act.Code != "" || act.After != ""):
-		return nil, invalid("ids", "cannot be combined with category, code or after")
+		return nil, Invalid("ids", "cannot be combined with category, code or after")
 	}
 	if act.All {
-		limit := cmp.Or(act.Limit, AdminChunkDefault)
-		if limit < 1 || limit > AdminChunkMax {
-			return nil, invalid("limit", "must be from 1 to %d", AdminChunkMax)
+		limit := cmp.Or(act.Limit, ChunkDefault)
+		if limit < 1 || limit > ChunkMax {
+			return nil, Invalid("limit", "must be from 1 to %d", ChunkMax)
 		}
-		dls, next, err := a.scan(ctx, DLQQuery{Category: act.Category, Code: act.Code, After: act.After}, limit)
+		dls, next, err := o.scan(ctx, DLQQuery{Category: act.Category, Code: act.Code, After: act.After}, limit)
 		res.Next, res.Done = next, next == ""
 		return dls, err
 	}
-	found, err := a.byIDs(ctx, act.IDs)
+	found, err := o.byIDs(ctx, act.IDs)
 	if err != nil {
 		return nil, err
 	}
@@ -394,12 +355,12 @@ func (a *Admin) named(ctx context.Context, act DLQAction, res *DLQActionResult) 
 // twice: the worker's idempotent projection absorbs the duplicate. An entry
 // whose original does not exist is kept, reported original_missing: drop
 // it.
-func (a *Admin) ReplayDLQ(ctx context.Context, act DLQAction) (*DLQActionResult, error) {
-	res, dls, err := a.selection(ctx, act)
+func (o *Operator) ReplayDLQ(ctx context.Context, act DLQAction) (*DLQActionResult, error) {
+	res, dls, err := o.selection(ctx, act)
 	if err != nil {
 		return nil, err
 	}
-	events, err := a.originals(ctx, dls)
+	events, err := o.originals(ctx, dls)
 	if err != nil {
 		return nil, err
 	}
@@ -419,11 +380,11 @@ func (a *Admin) ReplayDLQ(ctx context.Context, act DLQAction) (*DLQActionResult,
 		}
 	}
 	if len(parked) > 0 {
-		if _, err := a.cfg.Store.Redrive(ctx, parked); err != nil {
-			return nil, fmt.Errorf("error clearing the syncFailure of %d originals: %w", len(parked), err)
+		if _, err := o.cfg.Store.Redrive(ctx, parked); err != nil {
+			return nil, storeErr(fmt.Sprintf("clearing the syncFailure of %d originals", len(parked)), err)
 		}
 	}
-	ok, perr := a.publish(ctx, originals, outbox.OriginDLQReplay)
+	ok, perr := o.publish(ctx, originals, outbox.OriginDLQReplay)
 	var done []string
 	for i, dl := range replay {
 		if !ok[i] {
@@ -434,13 +395,13 @@ func (a *Admin) ReplayDLQ(ctx context.Context, act DLQAction) (*DLQActionResult,
 		res.add(DLQResult{ID: dl.ID, EventID: dl.EventID, Outcome: OutcomeReplayed})
 	}
 	if len(done) > 0 {
-		if err := a.cfg.Redis.XDel(ctx, outbox.DLQStream(a.cfg.Stream), done...).Err(); err != nil {
+		if err := o.cfg.Redis.DeleteDeadLetters(ctx, o.keys, done); err != nil {
 			// Published but still listed: a replay again only delivers
 			// them twice, which the worker absorbs.
 			return nil, redisErr(fmt.Sprintf("removing %d replayed dead letters (they were re-published)", len(done)), err)
 		}
 	}
-	a.logger.Info("dead letters replayed", zap.Int("replayed", res.Replayed), zap.Int("original_missing", res.OriginalMissing),
+	o.logger.Info("dead letters replayed", zap.Int("replayed", res.Replayed), zap.Int("original_missing", res.OriginalMissing),
 		zap.Int("not_found", res.NotFound), zap.Int("failed", res.Failed))
 	if perr != nil {
 		return nil, perr
@@ -450,8 +411,8 @@ func (a *Admin) ReplayDLQ(ctx context.Context, act DLQAction) (*DLQActionResult,
 
 // DropDLQ removes dead letters without replaying them (their originals stay
 // as they are: parked ones stay parked).
-func (a *Admin) DropDLQ(ctx context.Context, act DLQAction) (*DLQActionResult, error) {
-	res, dls, err := a.selection(ctx, act)
+func (o *Operator) DropDLQ(ctx context.Context, act DLQAction) (*DLQActionResult, error) {
+	res, dls, err := o.selection(ctx, act)
 	if err != nil {
 		return nil, err
 	}
@@ -462,12 +423,12 @@ func (a *Admin) DropDLQ(ctx context.Context, act DLQAction) (*DLQActionResult, e
 	for i, dl := range dls {
 		ids[i] = dl.ID
 	}
-	if err := a.cfg.Redis.XDel(ctx, outbox.DLQStream(a.cfg.Stream), ids...).Err(); err != nil {
+	if err := o.cfg.Redis.DeleteDeadLetters(ctx, o.keys, ids); err != nil {
 		return nil, redisErr(fmt.Sprintf("removing %d dead letters", len(ids)), err)
 	}
 	for _, dl := range dls {
 		res.add(DLQResult{ID: dl.ID, EventID: dl.EventID, Outcome: OutcomeDropped})
 	}
-	a.logger.Info("dead letters dropped", zap.Int("dropped", res.Dropped), zap.Int("not_found", res.NotFound))
+	o.logger.Info("dead letters dropped", zap.Int("dropped", res.Dropped), zap.Int("not_found", res.NotFound))
 	return res, nil
 }

@@ -1,0 +1,237 @@
+package operator
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/store"
+)
+
+// EventsQuery selects originals by boundary, as a replay does and in the
+// store.EventQuery style: a window [From, To) of occurredAt (By
+// store.ByOccurred, the default) or createdAt (store.ByCreated), of one
+// source or one device of a source, in one state (outbox.StatePending,
+// StateFailed, StateSynced, or store.StateAny, the default), one chunk at
+// a time.
+type EventsQuery struct {
+	By store.TimeField
+	// From and To bound the window; a zero time leaves that side open
+	// (ListEvents; a replay needs both).
+	From, To             time.Time
+	SourceKey, DeviceKey string
+	State                string
+	// After continues with the chunk after this cursor (the Next of an
+	// earlier result; "" from the window's start); Limit is the chunk's
+	// size, from 1 to ChunkMax. Defaults to ChunkDefault.
+	After string
+	Limit int
+}
+
+// ReplayQuery selects one chunk of a replay: its window is required.
+type ReplayQuery struct {
+	EventsQuery
+	// DryRun counts the window's originals and changes nothing.
+	DryRun bool
+	// Rebuild removes the chunk's rows from the read model, with their
+	// counts, before re-publishing it (after a projection bug is fixed).
+	Rebuild bool
+}
+
+// ReplayResult is what Replay did to one chunk (POST /v1/admin/replay).
+type ReplayResult struct {
+	DryRun bool `json:"dryRun"`
+	// Count is the number of originals in the window (dry run only).
+	Count *int64 `json:"count,omitempty"`
+	// Matched originals of this chunk, Published to the stream with origin
+	// replay, Redriven of them were parked (failed), RemovedRows from the
+	// read model (rebuild).
+	Matched     int   `json:"matched"`
+	Published   int   `json:"published"`
+	Redriven    int64 `json:"redriven"`
+	RemovedRows int64 `json:"removedRows"`
+	// Next is the After of the next chunk; Done is set after the last.
+	Next string `json:"next,omitempty"`
+	Done bool   `json:"done"`
+}
+
+// store checks q and returns its store query.
+func (q EventsQuery) store() (store.EventQuery, error) {
+	sq := store.EventQuery{By: cmp.Or(q.By, store.ByOccurred), From: q.From.UTC(), To: q.To.UTC(),
+		SourceKey: q.SourceKey, DeviceKey: q.DeviceKey, State: cmp.Or(q.State, store.StateAny), Limit: cmp.Or(q.Limit, ChunkDefault)}
+	if q.From.IsZero() {
+		sq.From = time.Time{}
+	}
+	if q.To.IsZero() {
+		sq.To = time.Time{}
+	}
+	switch {
+	case !sq.From.IsZero() && !sq.To.IsZero() && !sq.From.Before(sq.To):
+		return sq, Invalid("to", "must be after from")
+	case sq.By != store.ByOccurred && sq.By != store.ByCreated:
+		return sq, Invalid("by", "must be occurred or created")
+	case sq.State != store.StateAny && sq.State != outbox.StatePending && sq.State != outbox.StateFailed && sq.State != outbox.StateSynced:
+		return sq, Invalid("state", "must be pending, failed, synced or any")
+	case sq.DeviceKey != "" && sq.SourceKey == "":
+		return sq, Invalid("sourceKey", "is required with deviceKey: a device is named within its source")
+	case sq.Limit < 1 || sq.Limit > ChunkMax:
+		return sq, Invalid("limit", "must be from 1 to %d", ChunkMax)
+	}
+	if q.After != "" {
+		c, err := parseCursor(q.After)
+		if err != nil {
+			return sq, err
+		}
+		sq.After = c
+	}
+	return sq, nil
+}
+
+// store checks q, whose window is required, and returns its store query.
+func (q ReplayQuery) store() (store.EventQuery, error) {
+	switch {
+	case q.From.IsZero():
+		return store.EventQuery{}, Invalid("from", "is required: the window is [from, to)")
+	case q.To.IsZero():
+		return store.EventQuery{}, Invalid("to", "is required: the window is [from, to)")
+	}
+	return q.EventsQuery.store()
+}
+
+// formatCursor encodes a listing cursor: "<unix ms>_<id>".
+func formatCursor(c *store.EventCursor) string {
+	return strconv.FormatInt(c.At.UnixMilli(), 10) + "_" + c.ID
+}
+
+func parseCursor(s string) (*store.EventCursor, error) {
+	ms, id, ok := strings.Cut(s, "_")
+	n, err := strconv.ParseInt(ms, 10, 64)
+	if !ok || err != nil || !outbox.IsEventID(id) {
+		return nil, Invalid("after", "is not a cursor of this listing (pass the next of the previous answer)")
+	}
+	return &store.EventCursor{At: time.UnixMilli(n).UTC(), ID: id}, nil
+}
+
+// Replay re-publishes one chunk of the originals of a window with origin
+// replay and their own idempotency keys, so the worker's idempotent
+// projection recomputes nothing twice. Parked originals of the chunk are
+// re-driven first (store.Store.Redrive). With Rebuild, the chunk's rows
+// are removed from the read model and their counts taken out of the
+// statistics in one PostgreSQL transaction before the publish, so the
+// normal path computes them again; should the publish then fail, the rows
+// stay missing (verify reports them) until the same replay runs again.
+// A dry run counts the window and changes nothing.
+func (o *Operator) Replay(ctx context.Context, r ReplayQuery) (*ReplayResult, error) {
+	q, err := r.store()
+	if err != nil {
+		return nil, err
+	}
+	if r.DryRun {
+		n, err := o.cfg.Store.CountEvents(ctx, q)
+		if err != nil {
+			return nil, storeErr("counting the window's originals", err)
+		}
+		return &ReplayResult{DryRun: true, Count: &n, Done: true}, nil
+	}
+	if err := o.needRedis(); err != nil {
+		return nil, err
+	}
+	if r.Rebuild {
+		if err := o.needReadModel(); err != nil {
+			return nil, err
+		}
+	}
+	page, err := o.cfg.Store.ListEvents(ctx, q)
+	if err != nil {
+		return nil, storeErr("listing the window's originals", err)
+	}
+	res := &ReplayResult{Matched: len(page), Done: len(page) < q.Limit}
+	if len(page) > 0 && !res.Done {
+		res.Next = formatCursor(q.CursorOf(page[len(page)-1]))
+	}
+	ids := make([]string, len(page))
+	var parked []string
+	for i, ev := range page {
+		ids[i] = ev.ID
+		if ev.State() == outbox.StateFailed {
+			parked = append(parked, ev.ID)
+		}
+	}
+	if r.Rebuild && len(ids) > 0 {
+		var err error
+		if res.RemovedRows, err = o.cfg.ReadModel.Unproject(ctx, ids); err != nil {
+			return nil, pgErr(fmt.Sprintf("removing the rows of %d originals", len(ids)), err)
+		}
+	}
+	if len(parked) > 0 {
+		if res.Redriven, err = o.cfg.Store.Redrive(ctx, parked); err != nil {
+			return nil, storeErr(fmt.Sprintf("clearing the syncFailure of %d originals", len(parked)), err)
+		}
+	}
+	ok, err := o.publish(ctx, page, outbox.OriginReplay)
+	for _, added := range ok {
+		if added {
+			res.Published++
+		}
+	}
+	o.logger.Info("replayed a chunk", zap.Int("matched", res.Matched), zap.Int("published", res.Published),
+		zap.Int64("redriven", res.Redriven), zap.Int64("removed_rows", res.RemovedRows), zap.Bool("rebuild", r.Rebuild))
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// EventSummary is an original without its payload (Event has it), with
+// the reconciler's stamp: an item of ListEvents.
+type EventSummary struct {
+	ID             string              `json:"id"`
+	IdempotencyKey string              `json:"idempotencyKey"`
+	SourceKey      string              `json:"sourceKey"`
+	DeviceKey      string              `json:"deviceKey"`
+	Type           string              `json:"type"`
+	OccurredAt     time.Time           `json:"occurredAt"`
+	CreatedAt      time.Time           `json:"createdAt"`
+	State          string              `json:"state"`
+	SyncedAt       *time.Time          `json:"syncedAt"`
+	LastRequeuedAt *time.Time          `json:"lastRequeuedAt"`
+	RequeueCount   int64               `json:"requeueCount"`
+	SyncFailure    *outbox.SyncFailure `json:"syncFailure"`
+}
+
+// EventsPage is what ListEvents returns (GET /v1/admin/events): originals
+// in (time, id) order.
+type EventsPage struct {
+	Events []EventSummary `json:"events"`
+	// Next, when set, is the after of the next page.
+	Next string `json:"next,omitempty"`
+}
+
+// ListEvents lists one page of the originals of a window, of one source or
+// device, in one state, as a replay would select them: to see what a replay
+// would touch, or which originals are parked. The window may be open on
+// either side here.
+func (o *Operator) ListEvents(ctx context.Context, r EventsQuery) (*EventsPage, error) {
+	q, err := r.store()
+	if err != nil {
+		return nil, err
+	}
+	page, err := o.cfg.Store.ListEvents(ctx, q)
+	if err != nil {
+		return nil, storeErr("listing originals", err)
+	}
+	out := &EventsPage{Events: make([]EventSummary, len(page))}
+	for i, ev := range page {
+		out.Events[i] = summaryOf(ev)
+	}
+	if len(page) == q.Limit {
+		out.Next = formatCursor(q.CursorOf(page[len(page)-1]))
+	}
+	return out, nil
+}

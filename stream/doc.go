@@ -1,0 +1,48 @@
+// Package stream is the one package of outboxd that talks to Redis for the
+// pipeline: the dispatcher, the worker, the reconciler, the status and the
+// operator actions all go through it, and no other production package
+// imports go-redis (golangci-lint's depguard holds that).
+//
+// # A map
+//
+//   - Keys: the name of every Redis key, each from one method: the stream,
+//     its dead-letter stream (<stream>:dlq), the consumer group's delivery
+//     budgets (<stream>:<group>:failures), the replay lane
+//     (<stream>:replay, reserved) and, for a stream split into partitions,
+//     each partition's keys under one hash tag.
+//   - Client: the pipeline's Redis, over a go-redis universal client (a
+//     single node, Sentinel or a Cluster), with the stream's length policy
+//     (Config.MaxLen). Its reads: Len, ScanBack (a bounded look back in a
+//     stream), Figures (the status's lengths and pending count),
+//     Deliveries (where entries stand in the group), and the dead-letter
+//     stream's DeadLetters, DeadLettersByID and DeleteDeadLetters.
+//   - Publisher: the one way a message gets into a stream: a batch of
+//     outbox messages in one pipeline, behind an optional circuit breaker
+//     (failpolicy.NewBreaker). Publish takes the stored message JSON (the
+//     dispatcher's outbox entries), PublishEvents originals with their
+//     origin (the reconciler, replays); PublishError and Added tell which
+//     messages of a batch went in.
+//   - Group: a consumer of the consumer group, with what a worker does:
+//     Ensure (create the group and the stream), Read (XREADGROUP, never
+//     BLOCK 0), Reclaim (XAUTOCLAIM, trimmed entries included), Budgets,
+//     Finish (dead letters, XACK and budgets in one MULTI/EXEC), Touch
+//     (keep held entries from being taken over), Consumers and
+//     RemoveConsumer (housekeeping).
+//   - Entry: a stream entry as read (Values nil once its data is gone);
+//     DeadLetter: the dead-letter record, one type that the worker encodes
+//     and the operator decodes.
+//   - Failure and IsNoGroup: how Redis errors are classified for the
+//     failure policy (outage or unknown reply; the consumer group gone).
+//
+// # Names and layout
+//
+// A stream entry has one field, outbox.PayloadField ("payload"), holding
+// an outbox.Message as JSON. A dead letter has the fields category, code,
+// error, entryId, eventId, stream, group, consumer, deliveries, at and
+// payload; dead letters written before the code field existed carry the
+// code in reason, and Decode reads it there.
+//
+// With one partition (all that outboxd runs today) every key keeps the
+// name it had before this package: event-stream, event-stream:dlq,
+// event-stream:read-model:failures.
+package stream
