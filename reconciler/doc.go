@@ -47,10 +47,17 @@
 //
 // Sweep runs one sweep on demand (outboxd reconcile). Start runs the
 // schedule (outboxd reconcile --every, and dev): every Config.Every, on
-// whichever replica holds the lease "reconciler:<stream>", so any number of
-// replicas can run it and one sweeps at a time. The end of each sweep is
-// written into that lease's checkpoint time (RecordSweep does it after a
-// single sweep), where GET /v1/status of every process reads it.
+// every replica. There is no lock over the whole job by default: the
+// per-document claims keep each document published once however many
+// replicas sweep at once, and a slow or wedged replica holds back only the
+// documents it claimed, never the others' sweeps (seed 000).
+// TestEveryReplicaSweepsWithoutTheLease proves it with two replicas and a
+// worker: each original published once, the read model exact. With
+// Config.Lease (--lease) only the replica that holds the lease
+// "reconciler:<stream>" sweeps, one at a time. The end of each sweep is
+// written into that lease's checkpoint time (by the holder, or briefly
+// taking the free lease: RecordSweep), where GET /v1/status of every
+// process reads it.
 //
 // Times come from Config.Now and are truncated to the millisecond, the
 // stores' precision, so a claim stamp compares equal when read back.

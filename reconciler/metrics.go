@@ -42,7 +42,7 @@ func newMetrics(reg prometheus.Registerer, cfg *Config) (*metrics, error) {
 		failed:       f.CounterVec("failed_total", "Documents the reconciler failed on, by step: claim, publish or rollback.", "step"),
 		rolledBack:   f.Counter("rolled_back_total", "Claims undone after a failed publish."),
 		lastSweepEnd: f.Gauge("last_sweep_timestamp_seconds", "When the last complete sweep ended (Unix time)."),
-		leader:       f.Gauge("leader", "1 while this process holds the reconciler's lease and sweeps on schedule."),
+		leader:       f.Gauge("leader", "1 while this process holds the reconciler's lease and sweeps on schedule (--lease only; without it every replica sweeps and this stays 0)."),
 		requeues: f.Histogram("requeue_count", "Requeues of an original so far, observed each time the reconciler re-publishes it (1 the first time): originals requeued again and again sit in the high buckets.",
 			[]float64{1, 2, 3, 4, 5, 7, 10, 15, 20, 50}),
 		exhausted: f.Counter("requeue_exhausted_total", "Originals the reconciler parked (syncFailure category requeue_exhausted) because they were requeued --max-requeues times without reaching syncedAt."),

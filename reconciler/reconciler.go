@@ -77,11 +77,19 @@ type Config struct {
 	// to look at (re-publishing it again and again is not a fix: something
 	// downstream keeps failing it). Defaults to MaxRequeuesDefault (10).
 	MaxRequeues int
-	// Every is how often the service (Start) sweeps while it holds the
-	// reconciler's lease. Defaults to EveryDefault (1 minute).
+	// Every is how often the service (Start) sweeps. Defaults to
+	// EveryDefault (1 minute).
 	Every time.Duration
-	// LeaseTTL is the reconciler lease's TTL: one replica sweeps at a time.
-	// Defaults to LeaseTTLDefault (15s).
+	// Lease makes the service sweep only while it holds the reconciler's
+	// lease, so one replica sweeps at a time (outboxd reconcile --lease).
+	// Defaults to false: every replica sweeps on its own schedule, and the
+	// per-document claims keep each document published once. A lease over
+	// the whole job lets one slow or wedged holder stop recovery for every
+	// replica until its lease expires (seed 000 rejects it); keep it for
+	// when the sweeps' load on the store must come from one replica only.
+	Lease bool
+	// LeaseTTL is the reconciler lease's TTL (with Lease, and for the
+	// sweep records of RecordSweep). Defaults to LeaseTTLDefault (15s).
 	LeaseTTL time.Duration
 	// Owner names this reconciler in the lease. Defaults to
 	// "<hostname>-<pid>".
@@ -153,8 +161,8 @@ func (c *Config) validate() error {
 // Reconciler re-publishes originals that never reached syncedAt. Sweep runs
 // one sweep on demand. As a service (package startstop's lifecycle), Start
 // checks that Redis and the store answer, then sweeps every Config.Every
-// while this replica holds the reconciler's lease (one replica sweeps at a
-// time); Stop ends the schedule, a sweep in progress stopping between two
+// (with Config.Lease only while this replica holds the reconciler's lease);
+// Stop ends the schedule, a sweep in progress stopping between two
 // documents.
 type Reconciler struct {
 	life startstop.Base
@@ -231,21 +239,38 @@ func (r *Reconciler) preflight(ctx context.Context) error {
 func (r *Reconciler) LastReport() *Report { return r.last.Load() }
 
 func (r *Reconciler) run(fetchCtx, workCtx context.Context) error {
-	r.logger.Debug("reconciler started", zap.Duration("every", r.cfg.Every))
+	r.logger.Debug("reconciler started", zap.Duration("every", r.cfg.Every), zap.Bool("lease", r.cfg.Lease))
 	defer r.logger.Debug("reconciler stopped")
-	return r.elector.Run(fetchCtx, workCtx, func(ctx context.Context, lease store.Lease) error {
-		ticker := time.NewTicker(r.cfg.Every)
-		defer ticker.Stop()
-		for {
-			r.sweepAndLog(ctx)
-			r.record(ctx, lease)
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-ticker.C:
+	if !r.cfg.Lease {
+		r.schedule(fetchCtx, func(ctx context.Context) {
+			if _, err := r.RecordSweep(ctx); err != nil && ctx.Err() == nil {
+				r.logger.Warn("error recording the sweep in the reconciler lease", zap.Error(err))
 			}
-		}
+		})
+		return nil
+	}
+	return r.elector.Run(fetchCtx, workCtx, func(ctx context.Context, lease store.Lease) error {
+		r.schedule(ctx, func(ctx context.Context) { r.record(ctx, lease) })
+		return ctx.Err()
 	})
+}
+
+// schedule sweeps at once and then every Config.Every until ctx ends,
+// recording each sweep with record.
+func (r *Reconciler) schedule(ctx context.Context, record func(ctx context.Context)) {
+	ticker := time.NewTicker(r.cfg.Every)
+	defer ticker.Stop()
+	for {
+		r.sweepAndLog(ctx)
+		if ctx.Err() == nil {
+			record(ctx)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+	}
 }
 
 func (r *Reconciler) sweepAndLog(ctx context.Context) {
@@ -277,10 +302,11 @@ func (r *Reconciler) record(ctx context.Context, lease store.Lease) {
 }
 
 // RecordSweep records, for the status of every process, that a sweep run
-// with Sweep (one sweep, not the service) just ended: it takes the
-// reconciler's lease when no replica holds it, writes the time as its
-// checkpoint and gives it back. It reports whether it recorded anything; a
-// replica sweeping on schedule records its own sweeps.
+// with Sweep just ended (one sweep, or the service without Config.Lease):
+// it takes the reconciler's lease when no replica holds it, writes the
+// time as its checkpoint and gives it back. It reports whether it recorded
+// anything; when another replica holds the lease at that moment, that
+// replica records its own sweeps.
 func (r *Reconciler) RecordSweep(ctx context.Context) (bool, error) {
 	lease, err := r.st.AcquireLease(ctx, LeaseName(r.cfg.Stream), r.cfg.Owner, r.cfg.Now(), r.cfg.LeaseTTL)
 	if err != nil || !lease.Held() {

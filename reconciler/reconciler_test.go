@@ -350,6 +350,7 @@ func TestReconciler(t *testing.T) {
 		// below. The originals, stamped by the fake clock at t0, are old
 		// by the real one.
 		cfg.Every, cfg.LeaseTTL, cfg.Now = 10*time.Millisecond, 300*time.Millisecond, time.Now
+		cfg.Lease = true
 		r := b.reconciler(t, cfg)
 		require.NoError(t, r.Start(ctx))
 		ids := b.writeAged(t, 2)
@@ -363,16 +364,17 @@ func TestReconciler(t *testing.T) {
 		require.NoError(t, r.Stop(ctx), "Stop is idempotent")
 	})
 
-	t.Run("OnlyTheLeaderSweepsOnSchedule", func(t *testing.T) {
+	t.Run("WithTheLeaseOnlyTheLeaderSweepsOnSchedule", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		var rs []*reconciler.Reconciler
-		for range 3 { // three replicas running reconcile --every
+		for range 3 { // three replicas running reconcile --every --lease
 			cfg := b.config()
 			// The lease runs on the real clock (writeAged moves the fake one
 			// by minutes, which would expire it); the originals, stamped at
 			// t0 by the fake clock, are old by the real one.
 			cfg.Every, cfg.LeaseTTL, cfg.Registerer, cfg.Now = 10*time.Millisecond, 300*time.Millisecond, nil, time.Now
+			cfg.Lease = true
 			r := b.reconciler(t, cfg)
 			require.NoError(t, r.Start(ctx))
 			t.Cleanup(func() { _ = r.Stop(context.Background()) })

@@ -213,7 +213,7 @@ func (a *app) newDispatcher() (service, error) {
 func (a *app) reconcilerConfig() *reconciler.Config {
 	return &reconciler.Config{
 		Stream: a.o.stream, MinAge: a.o.minAge, RequeueAfter: a.o.requeueAfter, Limit: a.o.limit,
-		MaxRequeues: a.o.maxRequeues, Every: a.o.every, Registerer: a.reg,
+		MaxRequeues: a.o.maxRequeues, Every: a.o.every, Lease: a.o.reconcileLease, Registerer: a.reg,
 	}
 }
 

@@ -113,7 +113,7 @@ func (a *app) printStatus(ctx context.Context) error {
 		row("DISPATCHER", "never ran on this stream")
 	}
 	if r := s.Reconciler; r != nil {
-		leader := "none (one sweep at a time, or not running)"
+		leader := "none (every replica sweeps, or none runs)"
 		if r.LeaderAlive {
 			leader = r.Leader
 		}

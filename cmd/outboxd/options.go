@@ -83,6 +83,9 @@ type options struct {
 	limit, maxRequeues          int
 	jsonOut                     bool
 	metricsFile                 string
+	// reconcileLease: only the replica holding the reconciler's lease
+	// sweeps (--lease).
+	reconcileLease bool
 
 	// operator commands
 	server                  string
@@ -151,7 +154,8 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 			fs.DurationVar(&o.minAge, "min-age", reconciler.MinAgeDefault, "only originals older than this are candidates")
 			fs.DurationVar(&o.requeueAfter, "requeue-after", reconciler.RequeueAfterDefault, "a requeued original is a candidate again after this")
 			fs.IntVar(&o.limit, "limit", reconciler.LimitDefault, "most originals per sweep")
-			fs.DurationVar(&o.every, "every", 0, "sweep every D on the replica that holds the reconciler lease (0: one sweep, then exit)")
+			fs.DurationVar(&o.every, "every", 0, "sweep every D as a service, on every replica (0: one sweep, then exit)")
+			fs.BoolVar(&o.reconcileLease, "lease", false, "with --every: sweep only on the replica that holds the reconciler's lease, one at a time (default: every replica sweeps; per-document claims keep each document published once)")
 			fs.IntVar(&o.maxRequeues, "max-requeues", reconciler.MaxRequeuesDefault, "requeues of an original before the reconciler parks it as requeue_exhausted")
 			fs.BoolVar(&o.jsonOut, "json", false, "print the sweep report as JSON")
 			if r.once != nil {
@@ -268,6 +272,9 @@ func (o *options) validate() error {
 		if u, err := url.Parse(o.server); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return config.Invalid("server", "must be http://host:port or https://… (got %q)", o.server)
 		}
+	}
+	if has["lease"] && o.reconcileLease && o.every == 0 {
+		return config.Invalid("lease", "needs --every: one sweep takes no lease")
 	}
 	if err := o.validateOperator(); err != nil {
 		return err
