@@ -167,7 +167,13 @@ func (b *testBundle) metric(t *testing.T, name string, labels ...string) float64
 // histogram returns the sample count and sum of the histogram name.
 func (b *testBundle) histogram(t *testing.T, name string) (uint64, float64) {
 	t.Helper()
-	families, err := b.reg.Gather()
+	return histogram(t, b.reg, name)
+}
+
+// histogram returns the sample count and sum of the histogram name of g.
+func histogram(t *testing.T, g prometheus.Gatherer, name string) (uint64, float64) {
+	t.Helper()
+	families, err := g.Gather()
 	require.NoError(t, err)
 	for _, f := range families {
 		if f.GetName() == name && len(f.GetMetric()) > 0 {

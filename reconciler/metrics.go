@@ -53,6 +53,9 @@ func newMetrics(reg prometheus.Registerer, cfg *Config) (*metrics, error) {
 	f.Gauge("min_age_seconds", "The reconciler's --min-age.").Set(cfg.MinAge.Seconds())
 	f.Gauge("requeue_after_seconds", "The reconciler's --requeue-after.").Set(cfg.RequeueAfter.Seconds())
 	f.Gauge("max_requeues", "The reconciler's --max-requeues.").Set(float64(cfg.MaxRequeues))
+	// The expected time between sweeps, so that an alert can tell a sweep
+	// overdue (a stopped service, a forgotten cron job).
+	f.Gauge("interval_seconds", "The time expected between two sweeps: --every, or --expected-every for one sweep run by a schedule.").Set(cfg.Interval.Seconds())
 	return m, f.Err()
 }
 

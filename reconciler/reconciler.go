@@ -80,6 +80,13 @@ type Config struct {
 	// Every is how often the service (Start) sweeps. Defaults to
 	// EveryDefault (1 minute).
 	Every time.Duration
+	// Interval is how long is expected between two sweeps: Every for the
+	// service, the schedule's period for one sweep run by cron (outboxd
+	// reconcile --expected-every). It is exported as
+	// outboxd_reconciler_interval_seconds, and the alert
+	// OutboxdReconcilerSweepOverdue fires when no sweep ended for 3 × it.
+	// Defaults to Every.
+	Interval time.Duration
 	// Lease makes the service sweep only while it holds the reconciler's
 	// lease, so one replica sweeps at a time (outboxd reconcile --lease).
 	// Defaults to false: every replica sweeps on its own schedule, and the
@@ -122,6 +129,7 @@ func (c *Config) withDefaults() *Config {
 	out.Limit = cmp.Or(out.Limit, LimitDefault)
 	out.MaxRequeues = cmp.Or(out.MaxRequeues, MaxRequeuesDefault)
 	out.Every = cmp.Or(out.Every, EveryDefault)
+	out.Interval = cmp.Or(out.Interval, out.Every)
 	out.LeaseTTL = cmp.Or(out.LeaseTTL, LeaseTTLDefault)
 	if out.Owner == "" {
 		out.Owner = names.Next()
@@ -151,6 +159,9 @@ func (c *Config) validate() error {
 	}
 	if c.Every < time.Millisecond {
 		errs = append(errs, fmt.Errorf("Every must be at least 1ms (got %s)", c.Every))
+	}
+	if c.Interval < time.Millisecond {
+		errs = append(errs, fmt.Errorf("Interval must be at least 1ms (got %s)", c.Interval))
 	}
 	if c.LeaseTTL < 30*time.Millisecond {
 		errs = append(errs, fmt.Errorf("LeaseTTL must be at least 30ms (got %s)", c.LeaseTTL))

@@ -45,6 +45,7 @@ func TestReconciler(t *testing.T) {
 			"Limit":        {Limit: -1},
 			"Every":        {Every: -time.Second},
 			"LeaseTTL":     {LeaseTTL: time.Millisecond},
+			"Interval":     {Interval: -time.Second},
 		} {
 			_, err := reconciler.New(b.st, newClient(t, b.rdb), cfg, nil)
 			require.ErrorContains(t, err, field)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/testkit"
@@ -41,8 +42,9 @@ func TestEveryReplicaSweepsWithoutTheLease(t *testing.T) {
 	require.NoError(t, b.st.MarkDispatched(ctx, lease, relayed, time.Now()))
 
 	group := stream.GroupDefault
+	workerMetrics := prometheus.NewRegistry()
 	w, err := worker.New(b.st, newClient(t, b.rdb), pg.Pool, &worker.Config{
-		Stream: b.stream, Group: group, Consumer: testkit.Name("c"), Block: 50 * time.Millisecond,
+		Stream: b.stream, Group: group, Consumer: testkit.Name("c"), Block: 50 * time.Millisecond, Registerer: workerMetrics,
 	}, testkit.Logger(t))
 	require.NoError(t, err)
 	require.NoError(t, w.Start(ctx))
@@ -76,6 +78,12 @@ func TestEveryReplicaSweepsWithoutTheLease(t *testing.T) {
 		require.Equal(t, int64(1), b.event(t, id).RequeueCount)
 	}
 	require.Len(t, counts, n)
+
+	// The worker timed each from its requeue (lastRequeuedAt) to syncedAt.
+	count, sum := histogram(t, workerMetrics, "outboxd_reconciler_requeue_to_synced_seconds")
+	require.Equal(t, uint64(n), count)
+	require.Positive(t, sum)
+	require.Less(t, sum/float64(n), 60.0, "mean requeue → syncedAt within the test's minute")
 	st, err := b.st.ReadLease(ctx, reconciler.LeaseName(b.stream))
 	require.NoError(t, err)
 	require.NotNil(t, st, "the sweeps are recorded for the status")

@@ -155,7 +155,11 @@ func (w *Worker) handle(ctx context.Context, msgs []stream.Entry, pre *batch) (o
 	}
 	now := w.cfg.Now()
 	for _, ev := range firstSync {
-		w.metrics.latency.WithLabelValues(string(origins[ev.ID])).Observe(now.Sub(ev.CreatedAt).Seconds())
+		origin := origins[ev.ID]
+		w.metrics.latency.WithLabelValues(string(origin)).Observe(now.Sub(ev.CreatedAt).Seconds())
+		if origin == outbox.OriginReconciler && ev.LastRequeuedAt != nil {
+			w.metrics.requeueToSynced.Observe(max(0, now.Sub(*ev.LastRequeuedAt).Seconds()))
+		}
 	}
 	if err := w.park(ctx, parked); err != nil {
 		return out, err

@@ -21,6 +21,7 @@ type metrics struct {
 	trimmed          prometheus.Counter
 	projection       prometheus.Histogram
 	latency          *prometheus.HistogramVec
+	requeueToSynced  prometheus.Histogram
 	batchSize        prometheus.Histogram
 	retries          *prometheus.CounterVec
 	held             prometheus.Gauge
@@ -34,6 +35,7 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer, stream string) (*metrics, error) {
 	f := ometrics.NewFactory(reg, "worker", stream)
 	pipeline := ometrics.NewFactory(reg, "", stream)
+	backstop := ometrics.NewFactory(reg, "reconciler", stream)
 	m := &metrics{
 		processed: f.CounterVec("processed_total",
 			"Stream entries acknowledged by the worker, by result (synced, dead_lettered, poisoned).", "result"),
@@ -48,6 +50,11 @@ func newMetrics(reg prometheus.Registerer, stream string) (*metrics, error) {
 		latency: pipeline.HistogramVec("pipeline_latency_seconds",
 			"Time from ingest (createdAt) to syncedAt, per original synced for the first time, by the origin of the message that synced it (outbox, reconciler, replay, dlq-replay): the end-to-end latency whose p95/p99 matter.",
 			LatencyBuckets, "origin"),
+		// The worker observes it (it sets syncedAt); it is named for the
+		// reconciler, whose backstop it measures.
+		requeueToSynced: backstop.Histogram("requeue_to_synced_seconds",
+			"Time from the reconciler's requeue (lastRequeuedAt) to syncedAt, per original the worker synced for the first time from a message of origin reconciler: how long the backstop takes to finish what it re-published.",
+			LatencyBuckets),
 		batchSize: f.Histogram("batch_entries", "Stream entries per processed batch.", prometheus.ExponentialBuckets(1, 2, 14)),
 		retries: f.CounterVec("retries_total",
 			"Retries, by reason: infrastructure (an operation retried after a dependency failed), unknown (after an unclassified error), transaction (a serialization failure or deadlock), nogroup (the consumer group recreated), record (a failing record kept pending for another delivery).",
@@ -65,6 +72,9 @@ func newMetrics(reg prometheus.Registerer, stream string) (*metrics, error) {
 		return nil, err
 	}
 	if err := pipeline.Err(); err != nil {
+		return nil, err
+	}
+	if err := backstop.Err(); err != nil {
 		return nil, err
 	}
 	streak, err := failpolicy.NewStreakMetrics(reg, stream)

@@ -211,10 +211,14 @@ func (a *app) newDispatcher() (service, error) {
 }
 
 func (a *app) reconcilerConfig() *reconciler.Config {
-	return &reconciler.Config{
+	cfg := &reconciler.Config{
 		Stream: a.o.stream, MinAge: a.o.minAge, RequeueAfter: a.o.requeueAfter, Limit: a.o.limit,
 		MaxRequeues: a.o.maxRequeues, Every: a.o.every, Lease: a.o.reconcileLease, Registerer: a.reg,
 	}
+	if a.o.every == 0 { // one sweep, run by a schedule
+		cfg.Interval = a.o.expectedEvery
+	}
+	return cfg
 }
 
 func (a *app) newReconciler() (service, error) {

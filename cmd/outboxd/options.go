@@ -32,6 +32,9 @@ const (
 	ShutdownDefault    = 30 * time.Second
 	// devEvery is how often dev sweeps unless told otherwise.
 	devEvery = time.Minute
+	// ExpectedEveryDefault is the default --expected-every: a cron job of
+	// one sweep every 5 minutes (the default --min-age).
+	ExpectedEveryDefault = 5 * time.Minute
 )
 
 // options holds every flag; each role registers the groups it reads.
@@ -86,6 +89,9 @@ type options struct {
 	// reconcileLease: only the replica holding the reconciler's lease
 	// sweeps (--lease).
 	reconcileLease bool
+	// expectedEvery is the period of the schedule that runs one sweep
+	// (--expected-every), exported for the overdue alert.
+	expectedEvery time.Duration
 
 	// operator commands
 	server                  string
@@ -160,6 +166,7 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 			fs.BoolVar(&o.jsonOut, "json", false, "print the sweep report as JSON")
 			if r.once != nil {
 				fs.StringVar(&o.metricsFile, "metrics-file", "", "one sweep: write the metrics to this file at the end (Prometheus text format, for node_exporter's textfile collector)")
+				fs.DurationVar(&o.expectedEvery, "expected-every", ExpectedEveryDefault, "one sweep: how often the schedule (cron) runs it, exported as outboxd_reconciler_interval_seconds: the alert OutboxdReconcilerSweepOverdue fires when no sweep ended for 3 × it (with --every the interval is --every)")
 			}
 		case gClient:
 			fs.StringVar(&o.server, "server", ServerDefault, "URL of a running outboxd")
@@ -276,6 +283,9 @@ func (o *options) validate() error {
 	if has["lease"] && o.reconcileLease && o.every == 0 {
 		return config.Invalid("lease", "needs --every: one sweep takes no lease")
 	}
+	if has["expected-every"] && o.every > 0 && o.expectedEvery != ExpectedEveryDefault {
+		return config.Invalid("expected-every", "is for one sweep run by a schedule; with --every the expected interval is --every")
+	}
 	if err := o.validateOperator(); err != nil {
 		return err
 	}
@@ -310,6 +320,7 @@ func (o *options) validate() error {
 		{"max-requeues", o.maxRequeues <= 0, "must be positive"},
 		{"chunk", o.chunk <= 0 || o.chunk > operator.ChunkMax, fmt.Sprintf("must be between 1 and %d", operator.ChunkMax)},
 		{"every", o.every < 0, "must not be negative"},
+		{"expected-every", o.expectedEvery < time.Second, "must be at least 1s"},
 	}
 	for _, c := range checks {
 		if has[c.name] && c.bad {
