@@ -7,12 +7,52 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	ometrics "github.com/outboxd/outboxd/internal/metrics"
 	"github.com/outboxd/outboxd/operator"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store"
 )
+
+// ingestMetrics count what ingest answered per event: originals created,
+// duplicates (the key came again with the same content: 200 with the first
+// id) and key mismatches (the key came again with other content: 422).
+// The duplicate ratio, duplicates ÷ (created + duplicates), shows how
+// often clients retry (seed 002, exercise 2).
+type ingestMetrics struct {
+	created, duplicates, mismatches prometheus.Counter
+}
+
+func newIngestMetrics(reg prometheus.Registerer, stream string) (*ingestMetrics, error) {
+	f := ometrics.NewFactory(reg, "ingest", stream)
+	m := &ingestMetrics{
+		created: f.Counter("created_total", "Events ingest stored as new originals (201, or a new item of a batch)."),
+		duplicates: f.Counter("duplicates_total",
+			"Events whose idempotency key was already stored with the same content: answered with the first original's id (duplicate: true), nothing written."),
+		mismatches: f.Counter("key_mismatches_total",
+			"Requests refused (422) because an idempotency key came again with other content, from the store or within one batch."),
+	}
+	return m, f.Err()
+}
+
+// count adds the outcome of one write: its results, or its error.
+func (m *ingestMetrics) count(res []outbox.Result, err error) {
+	if err != nil {
+		if errors.Is(err, outbox.ErrIdempotencyMismatch) {
+			m.mismatches.Inc()
+		}
+		return
+	}
+	for _, r := range res {
+		if r.Duplicate {
+			m.duplicates.Inc()
+		} else {
+			m.created.Inc()
+		}
+	}
+}
 
 func (h *handler) postEvent(w http.ResponseWriter, r *http.Request) {
 	keys := r.Header.Values(IdempotencyKeyHeader)
@@ -41,6 +81,7 @@ func (h *handler) postEvent(w http.ResponseWriter, r *http.Request) {
 	} else {
 		res, err = h.writer.WriteBatch(ctx, batch)
 	}
+	h.ingest.count(res, err)
 	if err != nil {
 		field := "idempotencyKey"
 		if len(keys) == 1 {
@@ -84,6 +125,7 @@ func (h *handler) postBatch(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.RequestTimeout)
 	defer cancel()
 	res, err := h.writer.WriteBatch(ctx, batch)
+	h.ingest.count(res, err)
 	if err != nil {
 		h.fail(w, r, err, "", zap.Int("events", len(inputs)))
 		return

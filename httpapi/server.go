@@ -150,6 +150,7 @@ type handler struct {
 	requests   *prometheus.CounterVec
 	duration   *prometheus.HistogramVec
 	inFlight   *prometheus.GaugeVec
+	ingest     *ingestMetrics
 	console    http.Handler
 }
 
@@ -188,6 +189,12 @@ func New(cfg *Config, logger *zap.Logger) (http.Handler, error) {
 			Help: "HTTP requests being served, by route.",
 		}, []string{"route"}))
 		if err != nil {
+			return nil, err
+		}
+	}
+	if h.writer != nil {
+		var err error
+		if h.ingest, err = newIngestMetrics(c.Registerer, h.writer.Stream()); err != nil {
 			return nil, err
 		}
 	}
