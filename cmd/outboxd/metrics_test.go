@@ -129,17 +129,20 @@ func TestMetricsOfEveryRole(t *testing.T) {
 		"outboxd_outbox_undispatched", "outboxd_http_requests_total", "outboxd_http_request_duration_seconds"}
 	stream3 := []string{"outboxd_stream_length", "outboxd_stream_pending", "outboxd_dlq_length"}
 	want := map[string][]string{
-		"ingest": slices.Concat(status, []string{"outboxd_ingest_group_events"}),
+		"ingest": slices.Concat(status, []string{"outboxd_ingest_group_events", "outboxd_ingest_created_total",
+			"outboxd_ingest_duplicates_total", "outboxd_ingest_key_mismatches_total"}),
 		"dispatch": slices.Concat(status, stream3, []string{"outboxd_dispatcher_relayed_total", "outboxd_dispatcher_leader",
 			"outboxd_dispatcher_term", "outboxd_dispatcher_checkpoint_timestamp_seconds", "outboxd_dispatcher_history_lost_total",
 			"outboxd_dispatcher_feed_invalidated_total", "outboxd_dispatcher_fenced_total", "outboxd_dispatcher_breaker_state"}),
 		"work": slices.Concat(status, stream3, []string{"outboxd_worker_processed_total", "outboxd_pipeline_latency_seconds",
 			"outboxd_worker_projection_seconds", "outboxd_worker_claimed_total", "outboxd_worker_dead_letters_total",
-			"outboxd_error_streak", "outboxd_retries_halted", "outboxd_worker_breaker_state"}),
+			"outboxd_error_streak", "outboxd_retries_halted", "outboxd_worker_breaker_state",
+			"outboxd_reconciler_requeue_to_synced_seconds"}),
 		"reconcile": slices.Concat(status, stream3, []string{"outboxd_reconciler_sweeps_total", "outboxd_reconciler_leader",
 			"outboxd_reconciler_requeue_count", "outboxd_reconciler_requeue_exhausted_total",
 			"outboxd_reconciler_last_sweep_timestamp_seconds", "outboxd_reconciler_min_age_seconds",
-			"outboxd_reconciler_requeue_after_seconds", "outboxd_reconciler_max_requeues", "outboxd_reconciler_published_total"}),
+			"outboxd_reconciler_requeue_after_seconds", "outboxd_reconciler_max_requeues", "outboxd_reconciler_published_total",
+			"outboxd_reconciler_interval_seconds"}),
 	}
 	exported := map[string]bool{}
 	var latencyBuckets []string
@@ -165,6 +168,10 @@ func TestMetricsOfEveryRole(t *testing.T) {
 	// some role, and the latency bucket the completion SLO reads exists.
 	rules, err := os.ReadFile("../../deploy/prometheus/outboxd.rules.yml")
 	require.NoError(t, err)
+	// What the rules record is a metric of Prometheus' own.
+	for _, m := range regexp.MustCompile(`(?m)^\s*- record: (outboxd_[a-z_]+)`).FindAllStringSubmatch(string(rules), -1) {
+		exported[m[1]] = true
+	}
 	dashboard, err := os.ReadFile("../../deploy/grafana/outboxd.json")
 	require.NoError(t, err)
 	metric := regexp.MustCompile(`outboxd_[a-z_]+`)
@@ -198,5 +205,8 @@ func TestMetricsOfEveryRole(t *testing.T) {
 			"outboxd_reconciler_requeue_exhausted_total", "outboxd_reconciler_last_sweep_timestamp_seconds"} {
 			require.Contains(t, string(text), name)
 		}
+		// The interval the overdue alert compares with: --expected-every
+		// (5m by default) for the schedule that runs this sweep.
+		require.Regexp(t, `outboxd_reconciler_interval_seconds\{stream="[^"]+"\} 300\n`, string(text))
 	})
 }
