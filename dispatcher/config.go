@@ -31,6 +31,12 @@ const (
 	SweepIntervalDefault = 30 * time.Second
 	// SweepMinAgeDefault is the default Config.SweepMinAge.
 	SweepMinAgeDefault = 5 * time.Second
+	// EventPurgeChunk is how many originals one DeleteSynced call (one
+	// store transaction) removes at most, and EventPurgeMax how many one
+	// sweep removes at most (the rest waits for the next sweep, so the
+	// relay is never held up for long).
+	EventPurgeChunk = 1000
+	EventPurgeMax   = 10 * EventPurgeChunk
 	// RetentionDefault is the default Config.Retention.
 	RetentionDefault = 24 * time.Hour
 	// BreakerFailuresDefault is the default Config.BreakerFailures.
@@ -89,6 +95,12 @@ type Config struct {
 	// Retention is how long a dispatched entry is kept; the leader deletes
 	// older ones every SweepInterval. Defaults to RetentionDefault (24h).
 	Retention time.Duration
+	// EventRetention is how long a synced original is kept after its
+	// createdAt (--event-retention); every SweepInterval the leader deletes
+	// older ones (store.Store.DeleteSynced), at most EventPurgeMax per
+	// sweep in transactions of EventPurgeChunk. Pending and parked
+	// originals are never deleted. Defaults to 0: originals are kept.
+	EventRetention time.Duration
 	// BackoffMax caps the jittered exponential back-off after a failure
 	// (Redis or the store unreachable). Defaults to BackoffMaxDefault (5s).
 	BackoffMax time.Duration
@@ -163,6 +175,9 @@ func (c *Config) validate() error {
 		if d < time.Millisecond {
 			errs = append(errs, fmt.Errorf("%s must be at least 1ms (got %s)", name, d))
 		}
+	}
+	if c.EventRetention < 0 {
+		errs = append(errs, fmt.Errorf("EventRetention must not be negative (got %s)", c.EventRetention))
 	}
 	if c.SweepMinAge < 0 {
 		errs = append(errs, fmt.Errorf("SweepMinAge must not be negative (got %s)", c.SweepMinAge))

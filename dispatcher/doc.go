@@ -38,7 +38,9 @@
 // same place. The sweep relays both within Config.SweepInterval (counted in
 // outboxd_dispatcher_swept_total); without it they would wait for the next
 // leadership or the reconciler. The same tick deletes the dispatched entries
-// older than Config.Retention.
+// older than Config.Retention and, with Config.EventRetention
+// (--event-retention), the synced originals created before it (at most
+// EventPurgeMax a tick; store.Store.DeleteSynced).
 //
 // # Leadership
 //

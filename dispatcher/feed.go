@@ -233,7 +233,34 @@ func (d *Dispatcher) sweep(ctx, workCtx context.Context, lease store.Lease) (map
 	if deleted > 0 {
 		d.logger.Debug("deleted dispatched entries past the retention", zap.Int64("entries", deleted))
 	}
+	if d.cfg.EventRetention > 0 {
+		if err := d.purgeOriginals(ctx, now.Add(-d.cfg.EventRetention)); err != nil {
+			return nil, err
+		}
+	}
 	return seen, nil
+}
+
+// purgeOriginals deletes the synced originals created before before, in
+// chunks of EventPurgeChunk and at most EventPurgeMax per sweep.
+func (d *Dispatcher) purgeOriginals(ctx context.Context, before time.Time) error {
+	var total int64
+	for total < EventPurgeMax {
+		n, err := d.st.DeleteSynced(ctx, before, EventPurgeChunk)
+		total += n
+		d.metrics.purged.Add(float64(n))
+		if err != nil {
+			return fmt.Errorf("error deleting synced originals past the event retention: %w", err)
+		}
+		if n < EventPurgeChunk {
+			break
+		}
+	}
+	if total > 0 {
+		d.logger.Info("deleted synced originals past the event retention", zap.Int64("originals", total),
+			zap.Duration("event_retention", d.cfg.EventRetention))
+	}
+	return nil
 }
 
 func (d *Dispatcher) newBackoff() *backoff.ExponentialBackOff {

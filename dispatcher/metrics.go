@@ -13,6 +13,7 @@ type metrics struct {
 	relayed      prometheus.Counter
 	batches      prometheus.Counter
 	swept        prometheus.Counter
+	purged       prometheus.Counter
 	historyLost  prometheus.Counter
 	invalidated  prometheus.Counter
 	redisRetries prometheus.Counter
@@ -30,6 +31,7 @@ func newMetrics(reg prometheus.Registerer, stream string) (*metrics, error) {
 		relayed:      f.Counter("relayed_total", "Outbox entries added to the stream (XADD), duplicates after a crash included."),
 		batches:      f.Counter("batches_total", "Batches relayed: one pipelined XADD, one MarkDispatched, one checkpoint."),
 		swept:        f.Counter("swept_total", "Undispatched entries the feed did not deliver, relayed by the periodic sweep."),
+		purged:       f.Counter("events_deleted_total", "Synced originals the leader deleted because they were older than --event-retention."),
 		historyLost:  f.Counter("history_lost_total", "Times the feed position was lost (out of the store's history, or unreadable) and the dispatcher caught up from the outbox."),
 		invalidated:  f.Counter("feed_invalidated_total", "Times the feed ended because the outbox was dropped or renamed, and the dispatcher reopened it and caught up."),
 		redisRetries: f.Counter("redis_retries_total", "Failed pipelined XADDs that were retried after a back-off."),

@@ -2,6 +2,8 @@ package dispatcher_test
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -69,6 +71,49 @@ func TestSweepDoesNotRelayTwice(t *testing.T) {
 			ids := b.write(400, 50)
 			b.waitRelayed(ids, 30*time.Second)
 			require.ElementsMatch(t, ids, b.streamIDs(), "each entry relayed once")
+		})
+	}
+}
+
+// TestSweepDeletesSyncedOriginalsPastTheEventRetention: with
+// EventRetention, the leader's sweep deletes the synced originals created
+// before it, and only those: a pending original as old stays, and so do
+// the younger ones.
+func TestSweepDeletesSyncedOriginalsPastTheEventRetention(t *testing.T) {
+	t.Parallel()
+	for _, kind := range kinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			b := setup(t, &setupOpts{kind: kind})
+			old := outbox.NewWriter(b.st, &outbox.WriterConfig{Stream: b.stream, Now: func() time.Time { return time.Now().Add(-2 * time.Hour) }})
+			var oldIDs []string
+			for i := range 3 {
+				res, err := old.Write(ctx, []outbox.Input{{SourceKey: "s", DeviceKey: fmt.Sprintf("old%d", i), OccurredAt: "2026-11-01T10:00:00Z"}})
+				require.NoError(t, err)
+				oldIDs = append(oldIDs, res[0].ID)
+			}
+			young := b.write(2, 2)
+			all := append(slices.Clone(oldIDs), young...)
+			reg := prometheus.NewRegistry()
+			cfg := b.config()
+			cfg.Registerer, cfg.EventRetention = reg, time.Hour
+			cfg.SweepInterval, cfg.SweepMinAge = 50*time.Millisecond, time.Millisecond
+			b.start(cfg)
+			b.waitRelayed(all, 10*time.Second)
+			// The worker's part: all synced but one old original.
+			_, err := b.st.MarkSynced(ctx, append([]string{oldIDs[0], oldIDs[1]}, young...), time.Now())
+			require.NoError(t, err)
+
+			require.Eventually(t, func() bool { return counterValue(t, reg, "outboxd_dispatcher_events_deleted_total") == 2 },
+				10*time.Second, 5*time.Millisecond)
+			got, err := b.st.LoadEvents(ctx, all)
+			require.NoError(t, err)
+			require.NotContains(t, got, oldIDs[0])
+			require.NotContains(t, got, oldIDs[1])
+			for _, id := range append([]string{oldIDs[2]}, young...) {
+				require.Contains(t, got, id, "pending, or younger than the retention")
+			}
 		})
 	}
 }

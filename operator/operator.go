@@ -60,6 +60,12 @@ type Config struct {
 	// Role names this instance's role in the detail of ErrNotAvailable, so
 	// the operator knows to ask another. Defaults to "this role".
 	Role string
+	// EventRetention is the store's retention of synced originals
+	// (--event-retention): a read-model row created before now minus it
+	// whose original is gone was expired, not lost, and verify does not
+	// report it as drift (VerifyResult.Expired counts it). Defaults to 0:
+	// originals are kept, and every row without one is drift.
+	EventRetention time.Duration
 	// Now tells the time for ages. Defaults to time.Now.
 	Now func() time.Time
 	// Registerer receives outboxd_admin_published_total{origin}. Defaults

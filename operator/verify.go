@@ -75,6 +75,10 @@ type VerifyResult struct {
 	// Republished originals and StatsRecomputed rows (repair).
 	Republished     int `json:"republished"`
 	StatsRecomputed int `json:"statsRecomputed"`
+	// Expired counts the rows without an original that were created
+	// before the event retention's horizon (Config.EventRetention): their
+	// originals were deleted on purpose, so they are not drift.
+	Expired int `json:"expired,omitempty"`
 	// Next is the After of the next chunk; Done is set after the last.
 	Next string `json:"next,omitempty"`
 	Done bool   `json:"done"`
@@ -249,8 +253,16 @@ func (o *Operator) verifyRows(ctx context.Context, w verifyWindow, res *VerifyRe
 	if err != nil {
 		return storeErr(fmt.Sprintf("reading the originals of %d rows", len(ids)), err)
 	}
+	var horizon time.Time
+	if o.cfg.EventRetention > 0 {
+		horizon = o.cfg.Now().Add(-o.cfg.EventRetention)
+	}
 	for _, row := range rows {
 		if _, ok := loaded[row.EventID]; !ok {
+			if row.CreatedAt.Before(horizon) {
+				res.Expired++
+				continue
+			}
 			at := row.OccurredAt
 			res.Drift = append(res.Drift, Drift{Kind: DriftOrphanRow, EventID: row.EventID, SourceKey: row.SourceKey,
 				DeviceKey: row.DeviceKey, OccurredAt: &at})

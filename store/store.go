@@ -93,6 +93,16 @@ type Store interface {
 	// again should that publish be lost.
 	Redrive(ctx context.Context, ids []string) (int64, error)
 
+	// DeleteSynced removes at most limit synced originals created before
+	// before, oldest first, and returns how many: the retention of the
+	// originals (--event-retention), run in bounded calls. It never removes
+	// a pending or parked original, nor one with an outbox entry still
+	// undispatched (the entry would be relayed for an original that is
+	// gone). An original's idempotency key goes with it: a request with
+	// that key afterwards creates a new original. A store may keep the
+	// newest original (SQLite does, so that its counts stay exact).
+	DeleteSynced(ctx context.Context, before time.Time, limit int) (int64, error)
+
 	// Counts returns the figures of the status page. A store may serve
 	// them from estimates and a short cache (see each store's doc); it
 	// never scans every original.
@@ -322,6 +332,11 @@ type MigrateConfig struct {
 	// store expires entries itself (MongoDB's TTL index). Defaults to
 	// OutboxRetentionDefault.
 	OutboxRetention time.Duration
+	// EventRetention is how long a synced original is kept after its
+	// createdAt, where the store expires originals itself (MongoDB's
+	// partial TTL index on synced originals); 0, the default, keeps them
+	// and removes the index a longer retention set before.
+	EventRetention time.Duration
 }
 
 // CategoryRequeueExhausted is the syncFailure category of an original the

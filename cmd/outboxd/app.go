@@ -172,7 +172,7 @@ func (a *app) applyMigrations(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := a.st.Migrate(ctx, &store.MigrateConfig{OutboxRetention: a.o.outboxRetention}); err != nil {
+	if err := a.st.Migrate(ctx, &store.MigrateConfig{OutboxRetention: a.o.outboxRetention, EventRetention: a.o.eventRetention}); err != nil {
 		return err
 	}
 	a.log.Info("migrations applied", zap.Int("postgres_applied", n), zap.String("store", a.st.Kind()))
@@ -204,7 +204,7 @@ func (a *app) newWorker() (service, error) {
 
 func (a *app) newDispatcher() (service, error) {
 	return dispatcher.New(a.st, a.rc, &dispatcher.Config{
-		Stream: a.o.stream, BatchSize: a.o.relayBatch, LeaseTTL: a.o.leaseTTL, Retention: a.o.outboxRetention,
+		Stream: a.o.stream, BatchSize: a.o.relayBatch, LeaseTTL: a.o.leaseTTL, Retention: a.o.outboxRetention, EventRetention: a.o.eventRetention,
 		BreakerFailures: a.o.breakerFailures, BreakerTimeout: a.o.breakerTimeout, StreakLimit: a.o.streakLimit,
 		Registerer: a.reg,
 	}, a.log)
@@ -471,7 +471,7 @@ func (a *app) newCommitter(w *outbox.Writer) (*outbox.Committer, error) {
 // (the admin API answers 501 for an action that needs one it lacks).
 func (a *app) newAdmin() (*operator.Operator, error) {
 	cfg := &operator.Config{Store: a.st, Stream: a.o.stream, Group: a.o.group,
-		Role: a.role.name, Registerer: a.reg}
+		Role: a.role.name, EventRetention: a.o.eventRetention, Registerer: a.reg}
 	if a.rc != nil {
 		cfg.Redis = a.rc
 	}

@@ -65,8 +65,12 @@ type options struct {
 
 	// dispatch
 	outboxRetention time.Duration
-	leaseTTL        time.Duration
-	relayBatch      int
+	// eventRetention keeps synced originals this long (0: forever):
+	// dispatch deletes older ones, migrate sets MongoDB's TTL index, and
+	// verify (work, dev) does not count rows older than it as drift.
+	eventRetention time.Duration
+	leaseTTL       time.Duration
+	relayBatch     int
 
 	// work
 	consumer       string
@@ -145,11 +149,13 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 			fs.IntVar(&o.ingestGroupMax, "ingest-group-max", outbox.GroupMaxDefault, "most events in one shared ingest transaction")
 		case gDispatch:
 			fs.DurationVar(&o.outboxRetention, "outbox-retention", store.OutboxRetentionDefault, "how long dispatched outbox entries are kept")
+			o.eventRetentionFlag(fs)
 			if r.serve {
 				fs.DurationVar(&o.leaseTTL, "lease-ttl", dispatcher.LeaseTTLDefault, "dispatcher lease: a standby takes over this long after the leader stops renewing")
 				fs.IntVar(&o.relayBatch, "relay-batch", dispatcher.BatchSizeDefault, "outbox entries relayed by one pipelined XADD, one dispatchedAt write and one checkpoint")
 			}
 		case gWork:
+			o.eventRetentionFlag(fs)
 			fs.StringVar(&o.consumer, "consumer", "", "consumer name (default: host-pid)")
 			fs.IntVar(&o.batchSize, "batch-size", worker.BatchSizeDefault, "stream entries per batch")
 			fs.DurationVar(&o.claimIdle, "claim-idle", worker.ClaimIdleDefault, "take over pending entries untouched this long (a dead or wedged consumer's; live workers touch theirs)")
@@ -210,6 +216,19 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 	fs.VisitAll(func(f *flag.Flag) { o.registered[f.Name] = true })
 	return fs, o
 }
+
+// eventRetentionFlag registers --event-retention, once (dev has the groups
+// of dispatch and work).
+func (o *options) eventRetentionFlag(fs *flag.FlagSet) {
+	if fs.Lookup("event-retention") == nil {
+		fs.DurationVar(&o.eventRetention, "event-retention", 0, "keep synced originals (and so their idempotency keys) this long after ingest, then delete them: the dispatcher's leader on SQLite, "+
+			"MongoDB's TTL index set by migrate; also the window in which a client's retry is recognised (0: keep them forever)")
+	}
+}
+
+// EventRetentionMin is the shortest --event-retention: below it a client
+// still retrying could find its key forgotten.
+const EventRetentionMin = time.Hour
 
 // storeKind tells the store a --store value selects: "sqlite" or "mongodb".
 func storeKind(uri string) (string, string, error) {
@@ -304,6 +323,8 @@ func (o *options) validate() error {
 		{"ingest-group-wait", o.ingestGroupWait < 0 || o.ingestGroupWait > outbox.GroupWaitMax, fmt.Sprintf("must be between 0 (no grouping) and %s", outbox.GroupWaitMax)},
 		{"ingest-group-max", o.ingestGroupMax <= 0, "must be positive"},
 		{"outbox-retention", o.outboxRetention < time.Second, "must be at least 1s"},
+		{"event-retention", o.eventRetention < 0 || (o.eventRetention > 0 && o.eventRetention < EventRetentionMin),
+			fmt.Sprintf("must be 0 (keep originals forever) or at least %s", EventRetentionMin)},
 		{"lease-ttl", o.leaseTTL < dispatcher.MinLeaseTTL, fmt.Sprintf("must be at least %s", dispatcher.MinLeaseTTL)},
 		{"relay-batch", o.relayBatch <= 0 || o.relayBatch > dispatcher.BatchSizeMax, fmt.Sprintf("must be between 1 and %d", dispatcher.BatchSizeMax)},
 		{"batch-size", o.batchSize <= 0 || o.batchSize > worker.BatchSizeMax, fmt.Sprintf("must be between 1 and %d", worker.BatchSizeMax)},

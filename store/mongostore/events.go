@@ -3,6 +3,7 @@ package mongostore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.mongodb.org/mongo-driver/bson"
@@ -259,4 +260,71 @@ func (s *Store) Counts(ctx context.Context) (store.Counts, error) {
 	}
 	s.counts = &c
 	return c, nil
+}
+
+// SyncedBeforeFilter selects the synced originals created before before:
+// the filter of DeleteSynced and, with syncedAt of type date, the partial
+// filter of the TTL index IndexEventsTTL, whose keys serve the query when
+// the index exists. It is exported for the explain test.
+func SyncedBeforeFilter(before time.Time) bson.D {
+	return bson.D{{Key: "createdAt", Value: bson.D{{Key: "$lt", Value: before.UTC()}}}, syncedPartial[0]}
+}
+
+// syncedPartial is the partial filter of IndexEventsTTL: synced originals
+// only (a pending original's syncedAt is null, which is not a date).
+var syncedPartial = bson.D{{Key: "syncedAt", Value: bson.D{{Key: "$type", Value: "date"}}}}
+
+// DeleteSynced reads the ids of at most limit synced originals created
+// before before, oldest first, leaves out those with an undispatched
+// outbox entry, and deletes the rest while they are still synced. The TTL
+// index of --event-retention (IndexEventsTTL) removes the same originals on
+// its own schedule, without that outbox check.
+func (s *Store) DeleteSynced(ctx context.Context, before time.Time, limit int) (int64, error) {
+	if limit < 1 {
+		return 0, fmt.Errorf("error deleting synced originals: limit must be positive (got %d)", limit)
+	}
+	ctx, cancel := s.opctx(ctx)
+	defer cancel()
+	cur, err := s.events.Find(ctx, SyncedBeforeFilter(before), options.Find().
+		SetSort(bson.D{{Key: "createdAt", Value: 1}}).SetLimit(int64(limit)).SetProjection(bson.D{{Key: "_id", Value: 1}}))
+	if err != nil {
+		return 0, wrap(err, "querying synced originals past the retention")
+	}
+	var docs []struct {
+		ID primitive.ObjectID `bson:"_id"`
+	}
+	if err := cur.All(ctx, &docs); err != nil {
+		return 0, wrap(err, "reading synced originals past the retention")
+	}
+	if len(docs) == 0 {
+		return 0, nil
+	}
+	oids := make([]primitive.ObjectID, len(docs))
+	for i, d := range docs {
+		oids[i] = d.ID
+	}
+	cur, err = s.outbox.Find(ctx, bson.D{{Key: "eventId", Value: idsIn(oids)}, {Key: "dispatchedAt", Value: nil}},
+		options.Find().SetProjection(bson.D{{Key: "eventId", Value: 1}}))
+	if err != nil {
+		return 0, wrap(err, "reading the undispatched entries of synced originals")
+	}
+	var entries []struct {
+		EventID primitive.ObjectID `bson:"eventId"`
+	}
+	if err := cur.All(ctx, &entries); err != nil {
+		return 0, wrap(err, "reading the undispatched entries of synced originals")
+	}
+	undispatched := map[primitive.ObjectID]bool{}
+	for _, e := range entries {
+		undispatched[e.EventID] = true
+	}
+	oids = slices.DeleteFunc(oids, func(id primitive.ObjectID) bool { return undispatched[id] })
+	if len(oids) == 0 {
+		return 0, nil
+	}
+	res, err := s.events.DeleteMany(ctx, append(bson.D{{Key: "_id", Value: idsIn(oids)}}, syncedPartial...))
+	if err != nil {
+		return 0, wrap(err, "deleting synced originals past the retention")
+	}
+	return res.DeletedCount, nil
 }

@@ -21,6 +21,10 @@ const (
 	IndexReconciler     = "reconciler"
 	IndexUndispatched   = "undispatched"
 	IndexOutboxTTL      = "dispatched_ttl"
+	// IndexEventsTTL expires synced originals --event-retention after
+	// their createdAt (a partial TTL index: pending and parked originals
+	// never match). It exists only while a retention is set.
+	IndexEventsTTL = "synced_ttl"
 	// IndexOutboxEvent serves an original's outbox entries
 	// (store.Store.OutboxEntries, the event journey).
 	IndexOutboxEvent = "outbox_event"
@@ -74,23 +78,56 @@ func (s *Store) indexSpecs(retention time.Duration) []indexSpec {
 	}
 }
 
+// eventsTTLSpec is the partial TTL index of --event-retention.
+func eventsTTLSpec(retention time.Duration) indexSpec {
+	return indexSpec{EventsCollection, mongo.IndexModel{Keys: bson.D{{Key: "createdAt", Value: 1}},
+		Options: options.Index().SetName(IndexEventsTTL).SetExpireAfterSeconds(int32(retention / time.Second)).
+			SetPartialFilterExpression(syncedPartial)}}
+}
+
 // Migrate creates the indexes. An index of outboxd's name whose keys
 // changed is rebuilt; a changed retention is applied with collMod (no
 // rebuild) and read back. An index of someone else that takes the keys of
-// one of outboxd's with other options is an error naming it.
+// one of outboxd's with other options is an error naming it. With
+// cfg.EventRetention the partial TTL index of synced originals is created
+// (or its retention changed with collMod); without, it is dropped.
 func (s *Store) Migrate(ctx context.Context, cfg *store.MigrateConfig) error {
 	retention := store.OutboxRetentionDefault
+	var events time.Duration
 	if cfg != nil && cfg.OutboxRetention > 0 {
 		retention = cfg.OutboxRetention
 	}
+	if cfg != nil {
+		events = cfg.EventRetention
+	}
 	ctx, cancel := context.WithTimeout(ctx, 10*s.opts.OpTimeout)
 	defer cancel()
-	for _, spec := range s.indexSpecs(retention) {
+	specs := s.indexSpecs(retention)
+	if events > 0 {
+		specs = append(specs, eventsTTLSpec(events))
+	}
+	for _, spec := range specs {
 		if err := s.ensureIndex(ctx, spec); err != nil {
 			return fmt.Errorf("error creating index %s.%s: %w", spec.coll, *spec.model.Options.Name, err)
 		}
 	}
+	if events == 0 {
+		return s.dropIndex(ctx, EventsCollection, IndexEventsTTL)
+	}
 	return nil
+}
+
+// dropIndex drops the index name of coll when it exists.
+func (s *Store) dropIndex(ctx context.Context, coll, name string) error {
+	existing, err := s.listIndexes(ctx, coll)
+	if err != nil {
+		return err
+	}
+	if !slices.ContainsFunc(existing, func(ix existingIndex) bool { return ix.Name == name }) {
+		return nil
+	}
+	_, err = s.db.Collection(coll).Indexes().DropOne(ctx, name)
+	return wrap(err, "dropping the index %s.%s (no retention set)", coll, name)
 }
 
 // existingIndex is what listIndexes reports of one index.
@@ -158,7 +195,7 @@ func (s *Store) ensureIndex(ctx context.Context, spec indexSpec) error {
 				return wrap(err, "dropping the outdated index %s", name)
 			}
 		case ix.Name == name && ttl != nil && (ix.ExpireAfterSeconds == nil || *ix.ExpireAfterSeconds != *ttl):
-			return s.setTTL(ctx, spec.coll, name, *ttl)
+			return s.setTTL(ctx, spec, *ttl)
 		case ix.Name == name:
 			return nil
 		case sameKeys(ix.Key, keys):
@@ -189,14 +226,14 @@ func (s *Store) ensureIndex(ctx context.Context, spec indexSpec) error {
 // setTTL changes a TTL index's expireAfterSeconds in place (collMod: no
 // index build, unlike drop and create, which waits for every voting member
 // to rebuild it) and reads it back. lungo has no collMod: it rebuilds.
-func (s *Store) setTTL(ctx context.Context, coll, name string, seconds int64) error {
+func (s *Store) setTTL(ctx context.Context, spec indexSpec, seconds int64) error {
+	coll, name := spec.coll, *spec.model.Options.Name
 	if s.lungo {
 		view := s.db.Collection(coll).Indexes()
 		if _, err := view.DropOne(ctx, name); err != nil {
 			return wrap(err, "dropping the TTL index")
 		}
-		_, err := view.CreateOne(ctx, mongo.IndexModel{Keys: bson.D{{Key: "dispatchedAt", Value: 1}},
-			Options: options.Index().SetName(name).SetExpireAfterSeconds(int32(seconds))})
+		_, err := view.CreateOne(ctx, spec.model)
 		return wrap(err, "creating the TTL index")
 	}
 	err := s.db.RunCommand(ctx, CollModTTL(coll, name, seconds)).Err()

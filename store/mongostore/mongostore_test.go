@@ -60,6 +60,34 @@ func TestMigrate(t *testing.T) {
 	require.NoError(t, s.Migrate(ctx, &store.MigrateConfig{OutboxRetention: time.Hour}))
 	ttl := names(mongostore.OutboxCollection)[mongostore.IndexOutboxTTL]
 	require.EqualValues(t, 3600, ttl["expireAfterSeconds"], "a changed retention is applied")
+	require.NotContains(t, names(mongostore.EventsCollection), mongostore.IndexEventsTTL, "no event retention: no TTL on originals")
+
+	// --event-retention: a partial TTL index on synced originals, by
+	// createdAt; a changed retention is applied; none removes it.
+	for _, days := range []int{30, 90} {
+		require.NoError(t, s.Migrate(ctx, &store.MigrateConfig{EventRetention: time.Duration(days) * 24 * time.Hour}))
+		ix := names(mongostore.EventsCollection)[mongostore.IndexEventsTTL]
+		require.NotNil(t, ix, "the TTL index of synced originals")
+		require.EqualValues(t, days*86400, ix["expireAfterSeconds"])
+		require.Equal(t, bson.M{"createdAt": int32(1)}, toM(ix["key"]))
+		require.Equal(t, bson.M{"syncedAt": bson.M{"$type": "date"}}, toMDeep(ix["partialFilterExpression"]), "synced originals only")
+	}
+	require.NoError(t, s.CheckSchema(ctx))
+	require.NoError(t, s.Migrate(ctx, nil))
+	require.NotContains(t, names(mongostore.EventsCollection), mongostore.IndexEventsTTL, "retention off again: the index is dropped")
+	require.NoError(t, s.CheckSchema(ctx))
+}
+
+// toMDeep is toM, applied to nested documents too.
+func toMDeep(v any) bson.M {
+	out := toM(v)
+	for k, e := range out {
+		switch e.(type) {
+		case bson.M, bson.D:
+			out[k] = toMDeep(e)
+		}
+	}
+	return out
 }
 
 // TestQueriesUseIndexes proves on a real replica set that the reconciler's

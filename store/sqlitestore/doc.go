@@ -47,8 +47,10 @@
 // PRAGMA user_version rather than goose's table (see migrate.go for why).
 //
 //   - events: the originals, a rowid in insert order, unique indexes on id
-//     and idempotency_key. Originals are never deleted, so max(rowid) is
-//     their exact number (Counts.Total, not estimated).
+//     and idempotency_key. Only DeleteSynced (the event retention) deletes
+//     originals, never the newest, and counts them in events_removed, so
+//     max(rowid) minus that count is their exact number (Counts.Total, not
+//     estimated).
 //   - outbox: the entries; seq (INTEGER PRIMARY KEY AUTOINCREMENT) is the
 //     feed position (decimal ASCII) and the entry id (20 digits, zero
 //     padded, so ids sort as strings in seq order). One writer at a time

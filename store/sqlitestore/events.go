@@ -358,7 +358,7 @@ func (s *Store) RollbackClaim(ctx context.Context, id string, at time.Time, prev
 
 // The queries of Counts; see Counts for the index each one uses.
 const (
-	qCountTotal   = `SELECT coalesce(max(rowid), 0) FROM events`
+	qCountTotal   = `SELECT coalesce(max(rowid), 0) - (SELECT n FROM events_removed WHERE id = 1) FROM events`
 	qCountPending = `SELECT count(*), min(created_at) FROM events
 		WHERE synced_at IS NULL AND sync_failure IS NULL`
 	qCountFailed = `SELECT coalesce(failure_category, ''), count(*) FROM events
@@ -368,9 +368,10 @@ const (
 
 // Counts returns the status figures, exact, read in one snapshot. No query
 // reads every original:
-//   - Total is max(rowid) of events: originals are only ever appended (no
-//     operation of the port deletes one), so rowids run from 1 without gaps.
-//     If originals are ever deleted, this must become count(*) or a counter.
+//   - Total is max(rowid) of events minus the originals DeleteSynced
+//     removed (table events_removed): originals are appended, so rowids run
+//     from 1 without gaps, and DeleteSynced keeps the newest, so max(rowid)
+//     never goes down.
 //   - Pending and OldestPending come from index events_pending (the backlog
 //     only), Failed and FailedByCategory from events_failed (parked only).
 //   - Undispatched comes from index outbox_undispatched.
@@ -414,4 +415,46 @@ func (s *Store) Counts(ctx context.Context) (store.Counts, error) {
 	c.OldestPending = fromNullMillis(oldest)
 	c.ReadAt = time.Now().UTC()
 	return c, nil
+}
+
+// DeleteSynced's statements: the oldest synced originals created before a
+// time, from index events_created, except the newest original (so that
+// max(rowid) stays, see Counts) and those with an undispatched outbox
+// entry (index outbox_event); then the count of removed originals.
+const (
+	qDeleteSynced = `DELETE FROM events WHERE rowid IN (
+		SELECT e.rowid FROM events e
+		WHERE e.created_at < ? AND e.synced_at IS NOT NULL
+			AND e.rowid < (SELECT max(rowid) FROM events)
+			AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = e.id AND o.dispatched_at IS NULL)
+		ORDER BY e.created_at LIMIT ?)`
+	qCountRemoved = `UPDATE events_removed SET n = n + ? WHERE id = 1`
+)
+
+// DeleteSynced removes at most limit synced originals created before
+// before, in one write transaction, with their count in events_removed.
+func (s *Store) DeleteSynced(ctx context.Context, before time.Time, limit int) (int64, error) {
+	if limit < 1 {
+		return 0, fmt.Errorf("error deleting synced originals: limit must be positive (got %d)", limit)
+	}
+	var n int64
+	err := s.inWriteTx(ctx, "deleting synced originals", func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, qDeleteSynced, millis(before), limit)
+		if err != nil {
+			return s.fail("deleting synced originals", err)
+		}
+		if n, err = res.RowsAffected(); err != nil {
+			return s.fail("deleting synced originals", err)
+		}
+		if n > 0 {
+			if _, err := tx.ExecContext(ctx, qCountRemoved, n); err != nil {
+				return s.fail("counting deleted originals", err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
 }

@@ -91,6 +91,7 @@ func Checks() []Check {
 		{"RollbackOnlyWithItsOwnStamp", checkRollback},
 		{"CountsByState", checkCounts},
 		{"DeleteDispatchedKeepsUndispatched", checkDeleteDispatched},
+		{"DeleteSyncedOldestFirstKeepsTheUnfinished", checkDeleteSynced},
 		{"OutboxEntriesOfOneOriginal", checkOutboxEntries},
 		{"ListEventsByOccurredWindowInOrderWithPaging", checkListByOccurred},
 		{"ListEventsByCreatedWindow", checkListByCreated},
@@ -858,6 +859,72 @@ func checkDeleteDispatched(t testing.TB, h Harness) {
 	left := b.undispatched()
 	require.Len(t, left, 1)
 	require.Equal(t, entries[3].ID, left[0].ID)
+}
+
+// checkDeleteSynced: the retention of originals removes synced originals
+// created before the cut, oldest first and at most the limit per call;
+// never a pending one, nor one whose outbox entry is undispatched. The
+// counts follow, the key goes with the original (the same key writes a new
+// one), and a limit below 1 is an error that removes nothing.
+func checkDeleteSynced(t testing.TB, h Harness) {
+	b := setup(t, h, Options{})
+	ctx := context.Background()
+	var ids []string
+	for range 6 { // an hour apart: ids[i] created at t0 + i hours
+		ids = append(ids, b.write(1)...)
+		b.clock.Advance(time.Hour)
+	}
+	entries := b.undispatched()
+	var relayed []string
+	for _, e := range entries {
+		if e.EventID != ids[3] {
+			relayed = append(relayed, e.ID)
+		}
+	}
+	require.NoError(t, b.s.MarkDispatched(ctx, b.lease("a", time.Now()), relayed, time.Now()))
+	// ids[3] synced (by the reconciler, say) while its entry waits; ids[4]
+	// pending; ids[5] synced but newer than the cut.
+	n, err := b.s.MarkSynced(ctx, []string{ids[0], ids[1], ids[2], ids[3], ids[5]}, time.Now())
+	require.NoError(t, err)
+	require.Equal(t, int64(5), n)
+	key0 := b.event(ids[0]).IdempotencyKey
+	cut := t0.Add(5 * time.Hour) // after ids[4], before ids[5]
+
+	_, err = b.s.DeleteSynced(ctx, cut, 0)
+	require.Error(t, err, "a limit below 1")
+	n, err = b.s.DeleteSynced(ctx, cut, 1)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n, "at most the limit")
+	got, err := b.s.LoadEvents(ctx, ids)
+	require.NoError(t, err)
+	require.NotContains(t, got, ids[0], "the oldest first")
+	require.Contains(t, got, ids[1])
+
+	n, err = b.s.DeleteSynced(ctx, cut, 100)
+	require.NoError(t, err)
+	require.Equal(t, int64(2), n)
+	got, err = b.s.LoadEvents(ctx, ids)
+	require.NoError(t, err)
+	for i, id := range ids {
+		_, kept := got[id]
+		require.Equal(t, i >= 3, kept, "ids[%d]: synced before the cut goes; undispatched, pending and newer stay", i)
+	}
+	n, err = b.s.DeleteSynced(ctx, cut, 100)
+	require.NoError(t, err)
+	require.Zero(t, n, "nothing more")
+
+	c, err := b.s.Counts(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []int64{3, 2, 1}, []int64{c.Total, c.Synced, c.Pending}, "counts after the retention")
+	_, err = b.s.EventByKey(ctx, key0)
+	require.ErrorIs(t, err, store.ErrNotFound, "the key went with its original")
+	res, err := b.w.Write(ctx, []outbox.Input{b.input("d00001")}) // ids[0]'s fields: its derived key
+	require.NoError(t, err)
+	require.Equal(t, key0, res[0].IdempotencyKey)
+	require.False(t, res[0].Duplicate, "the same key again is a new original")
+	c, err = b.s.Counts(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(4), c.Total)
 }
 
 func checkOutboxEntries(t testing.TB, h Harness) {
