@@ -37,6 +37,7 @@ type ReadModel interface {
 	RecomputeStats(ctx context.Context, keys []readmodel.StatsKey) error
 	Projected(ctx context.Context, ids []string) (map[string]bool, error)
 	Rows(ctx context.Context, from, to *time.Time, after string, limit int) ([]readmodel.Row, error)
+	CountRows(ctx context.Context, from, to *time.Time) (int64, error)
 	StatsDrift(ctx context.Context, from, to *time.Time, limit int) ([]readmodel.StatsDrift, error)
 	Lookup(ctx context.Context, eventID, idempotencyKey string, key readmodel.StatsKey) (*readmodel.Row, *readmodel.Stats, error)
 }

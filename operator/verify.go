@@ -70,8 +70,11 @@ type VerifyResult struct {
 	Phase string `json:"phase"`
 	// Checked counts the originals or rows compared (in the stats phase,
 	// the drifted statistics rows found).
-	Checked int     `json:"checked"`
-	Drift   []Drift `json:"drift"`
+	Checked int `json:"checked"`
+	// Total is, in the first chunk of the originals and the rows phase,
+	// how many the whole phase will compare (for progress and its ETA).
+	Total *int64  `json:"total,omitempty"`
+	Drift []Drift `json:"drift"`
 	// Republished originals and StatsRecomputed rows (repair).
 	Republished     int `json:"republished"`
 	StatsRecomputed int `json:"statsRecomputed"`
@@ -184,6 +187,13 @@ func (o *Operator) verifyOriginals(ctx context.Context, w verifyWindow, repair b
 		return storeErr("listing synced originals", err)
 	}
 	res.Checked = len(page)
+	if w.after == "" {
+		n, err := o.cfg.Store.CountEvents(ctx, q)
+		if err != nil {
+			return storeErr("counting synced originals", err)
+		}
+		res.Total = &n
+	}
 	if len(page) == q.Limit {
 		res.Next = PhaseOriginals + ":" + formatCursor(q.CursorOf(page[len(page)-1]))
 	} else {
@@ -240,6 +250,13 @@ func (o *Operator) verifyRows(ctx context.Context, w verifyWindow, res *VerifyRe
 		return pgErr("reading rows", err)
 	}
 	res.Checked = len(rows)
+	if w.after == "" {
+		n, err := o.cfg.ReadModel.CountRows(ctx, w.from, w.to)
+		if err != nil {
+			return pgErr("counting rows", err)
+		}
+		res.Total = &n
+	}
 	if len(rows) == w.limit {
 		res.Next = PhaseRows + ":" + rows[len(rows)-1].EventID
 	} else {

@@ -272,6 +272,21 @@ func (d *DB) Rows(ctx context.Context, from, to *time.Time, after string, limit 
 	return out, nil
 }
 
+// CountRows returns how many rows have their occurred_at in [from, to) (a
+// nil bound is open): what the rows phase of a verify will check.
+func (d *DB) CountRows(ctx context.Context, from, to *time.Time) (int64, error) {
+	var n int64
+	err := d.inTx(ctx, pgx.ReadOnly, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, `SELECT count(*) FROM events
+			WHERE occurred_at >= coalesce($1::timestamptz, '-infinity') AND occurred_at < coalesce($2::timestamptz, 'infinity')`,
+			from, to).Scan(&n)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("error counting rows: %w", err)
+	}
+	return n, nil
+}
+
 // statsDriftSQL compares the statistics rows of the days in [$1, $2) with
 // the rows of those days, both ways.
 const statsDriftSQL = `

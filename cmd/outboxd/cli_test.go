@@ -58,6 +58,13 @@ func TestUsageErrors(t *testing.T) {
 		{"LongGroupWait", nil, []string{"ingest", "--store", "mongodb://h", "--ingest-group-wait", "2s"}, []string{"--ingest-group-wait", "1s"}},
 		{"ZeroGroupMax", nil, []string{"ingest", "--store", "mongodb://h", "--ingest-group-max", "0"}, []string{"--ingest-group-max must be positive"}},
 		{"UISampleTooOften", nil, []string{"work", "--store", "mongodb://h", "--ui-sample-every", "1ms"}, []string{"--ui-sample-every", "at least 100ms"}},
+		{"NegativeEventRetention", nil, []string{"dispatch", "--store", "mongodb://h", "--event-retention", "-24h"}, []string{"--event-retention", "0 (keep originals forever) or at least 1h"}},
+		{"ShortEventRetention", nil, []string{"migrate", "--store", "mongodb://h", "--event-retention", "10m"}, []string{"--event-retention", "at least 1h"}},
+		{"EventRetentionFromEnv", map[string]string{"OUTBOXD_EVENT_RETENTION": "-1s"}, []string{"work", "--store", "mongodb://h"}, []string{"--event-retention"}},
+		{"LeaseWithoutEvery", nil, []string{"reconcile", "--store", "mongodb://h", "--lease"}, []string{"--lease", "needs --every"}},
+		{"ExpectedEveryTooShort", nil, []string{"reconcile", "--store", "mongodb://h", "--expected-every", "0s"}, []string{"--expected-every", "at least 1s"}},
+		{"ExpectedEveryWithEvery", nil, []string{"reconcile", "--store", "mongodb://h", "--every", "1m", "--expected-every", "10m"}, []string{"--expected-every", "with --every"}},
+		{"ResumeWithDryRun", nil, []string{"replay", "--from", "2026-11-01T00:00:00Z", "--to", "2026-11-02T00:00:00Z", "--dry-run", "--resume", "x"}, []string{"--resume", "--dry-run"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, out := runCLI(t, tc.env, tc.args...)

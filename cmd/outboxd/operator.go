@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/httpapi"
+	"github.com/outboxd/outboxd/internal/config"
 	"github.com/outboxd/outboxd/operator"
 )
 
@@ -253,18 +254,39 @@ func (a *app) replayRequest() httpapi.ReplayRequest {
 		State: a.o.state, Rebuild: a.o.rebuild, Limit: a.o.chunk}
 }
 
-// replayTotals is the replay command's JSON output.
+// replayTotals is the last JSON line of the replay command (kind total).
 type replayTotals struct {
-	DryRun      bool  `json:"dryRun"`
-	Count       int64 `json:"count"`
-	Published   int   `json:"published"`
-	Redriven    int64 `json:"redriven"`
-	RemovedRows int64 `json:"removedRows"`
-	Rebuild     bool  `json:"rebuild"`
+	Kind        string `json:"kind"`
+	DryRun      bool   `json:"dryRun"`
+	Count       int64  `json:"count"`
+	Matched     int    `json:"matched"`
+	Published   int    `json:"published"`
+	Redriven    int64  `json:"redriven"`
+	RemovedRows int64  `json:"removedRows"`
+	Rebuild     bool   `json:"rebuild"`
+	Chunks      int    `json:"chunks"`
 }
 
-// replay counts the window, then (unless --dry-run) replays it chunk by
-// chunk, with a progress line on a terminal, and prints the totals.
+// replayChunk is the JSON line of one chunk (kind chunk): the chunk's
+// result, the progress, and the token that resumes after it.
+type replayChunk struct {
+	Kind  string `json:"kind"`
+	Chunk int    `json:"chunk"`
+	operator.ReplayResult
+	Progress Progress `json:"progress"`
+	Resume   string   `json:"resume,omitempty"`
+}
+
+// Kinds of the JSON lines of replay and verify.
+const (
+	lineChunk = "chunk"
+	lineTotal = "total"
+)
+
+// replay counts the window (a dry run), then, unless --dry-run, replays
+// it chunk by chunk, with a progress line on a terminal and a JSON line
+// per chunk with --json, and prints the totals. --rebuild needs --yes:
+// without it the command prints what it would remove and exits 2.
 func (a *app) replay(ctx context.Context) error {
 	c := a.client()
 	req := a.replayRequest()
@@ -273,42 +295,62 @@ func (a *app) replay(ctx context.Context) error {
 	if err := c.do(ctx, http.MethodPost, "/v1/admin/replay", req, &counted, nil); err != nil {
 		return err
 	}
-	tot := replayTotals{DryRun: a.o.dryRun, Rebuild: a.o.rebuild}
+	tot := replayTotals{Kind: lineTotal, DryRun: a.o.dryRun, Rebuild: a.o.rebuild}
+	if r := a.o.resumed; r != nil {
+		if err := json.Unmarshal(r.Totals, &tot); err != nil {
+			return config.Invalid("resume", "is not a token that replay printed")
+		}
+		req.After = r.After
+	}
 	if counted.Count != nil {
 		tot.Count = *counted.Count
 	}
-	if a.o.dryRun {
+	if a.o.dryRun || (a.o.rebuild && !a.o.yes) {
+		tot.DryRun = true
 		if a.o.jsonOut {
-			return a.printJSON(tot)
+			if err := a.printJSON(tot); err != nil {
+				return err
+			}
+		} else if a.o.rebuild {
+			fmt.Fprintf(a.stdout, "replay --rebuild: %s originals in the window; their rows and counts would be removed from the read model, then they would be re-published; nothing changed\n", count(tot.Count))
+		} else {
+			fmt.Fprintf(a.stdout, "replay --dry-run: %s originals in the window; nothing changed\n", count(tot.Count))
 		}
-		_, err := fmt.Fprintf(a.stdout, "replay --dry-run: %d originals in the window; nothing changed\n", tot.Count)
-		return err
+		if a.o.dryRun || tot.Count == 0 {
+			return nil
+		}
+		return config.Invalid("yes", "is required with --rebuild: it removes the read-model rows and counts of %s originals before re-publishing them; run the same command with --yes", count(tot.Count))
 	}
-	progress := isTerminal(a.stderr)
+	p := newProgress(a, "replay", int64(tot.Matched))
+	p.total = tot.Count
+	token := ""
 	req.DryRun = false
 	for {
 		var res operator.ReplayResult
 		if err := c.do(ctx, http.MethodPost, "/v1/admin/replay", req, &res, nil); err != nil {
-			if progress {
-				fmt.Fprintln(a.stderr)
-			}
-			fmt.Fprintf(a.stderr, "replay stopped after %d re-published; run the same command again to finish (a replay is idempotent)\n", tot.Published)
+			p.end()
+			a.interrupted("replay", fmt.Sprintf("%s of the window's %s re-published", count(int64(tot.Published)), count(tot.Count)), token)
 			return err
 		}
+		tot.Chunks++
+		tot.Matched += res.Matched
 		tot.Published += res.Published
 		tot.Redriven += res.Redriven
 		tot.RemovedRows += res.RemovedRows
-		if progress {
-			fmt.Fprintf(a.stderr, "\rreplay: %d/%d re-published", tot.Published, tot.Count)
+		done := res.Done || res.Next == ""
+		var err error
+		token, err = a.finishChunk(p, int64(res.Matched), "replay", res.Next, done, tot.Chunks, tot, func(pr Progress, resume string) any {
+			return replayChunk{Kind: lineChunk, Chunk: tot.Chunks, ReplayResult: res, Progress: pr, Resume: resume}
+		})
+		if err != nil {
+			return err
 		}
-		if res.Done || res.Next == "" {
+		if done {
 			break
 		}
 		req.After = res.Next
 	}
-	if progress {
-		fmt.Fprintln(a.stderr)
-	}
+	p.end()
 	if a.o.jsonOut {
 		return a.printJSON(tot)
 	}
@@ -320,14 +362,64 @@ func (a *app) replay(ctx context.Context) error {
 	return err
 }
 
-// verifyTotals is the verify command's JSON output.
+// finishChunk records a finished chunk of n originals or rows: its
+// progress, the token that resumes after it (none after the last: done),
+// and with --json its line, which line builds. It returns the token.
+func (a *app) finishChunk(p *progress, n int64, command, next string, done bool, chunks int, totals any,
+	line func(pr Progress, resume string) any) (string, error) {
+	token := ""
+	if !done {
+		token = a.resumeToken(command, next, chunks, totals)
+	}
+	pr := p.add(n)
+	if a.o.jsonOut {
+		return token, a.printJSON(line(pr, token))
+	}
+	return token, nil
+}
+
+// resumeToken returns the token that resumes the running command after
+// the chunk whose next cursor is after.
+func (a *app) resumeToken(command, after string, chunks int, totals any) string {
+	b, _ := json.Marshal(totals) // plain fields: cannot fail
+	return resumeToken{Command: command, Args: a.o.summary(), Fingerprint: a.o.fingerprint(), After: after, Chunks: chunks, Totals: b}.encode()
+}
+
+// interrupted says on stderr how far an interrupted run got and how to
+// continue it (with the token of its last finished chunk, when there is
+// one).
+func (a *app) interrupted(command, sofar, token string) {
+	if token == "" {
+		fmt.Fprintf(a.stderr, "%s stopped after %s, before a chunk was finished: run the same command again\n", command, sofar)
+		return
+	}
+	fmt.Fprintf(a.stderr, "%s stopped after %s; continue after the last finished chunk with the same --server and --auth-token:\n  outboxd %s --resume %s\n",
+		command, sofar, a.o.summary(), token)
+}
+
+// verifyTotals is the last JSON line of the verify command (kind total).
 type verifyTotals struct {
+	Kind            string           `json:"kind"`
 	Checked         map[string]int   `json:"checked"`
 	DriftByKind     map[string]int   `json:"driftByKind"`
 	Drift           []operator.Drift `json:"drift"`
 	Republished     int              `json:"republished"`
 	StatsRecomputed int              `json:"statsRecomputed"`
+	Expired         int              `json:"expired"`
 	Repair          bool             `json:"repair"`
+	// DryRun is set for --repair without --yes: it checked and repaired
+	// nothing.
+	DryRun bool `json:"dryRun,omitempty"`
+	Chunks int  `json:"chunks"`
+}
+
+// verifyChunk is the JSON line of one chunk of verify (kind chunk).
+type verifyChunk struct {
+	Kind  string `json:"kind"`
+	Chunk int    `json:"chunk"`
+	operator.VerifyResult
+	Progress Progress `json:"progress"`
+	Resume   string   `json:"resume,omitempty"`
 }
 
 // verifyShown bounds the drift lines verify prints (JSON has them all).
@@ -335,16 +427,48 @@ const verifyShown = 50
 
 // verify runs every chunk of every phase and prints the drift found;
 // exit 1 when there is any (also with --repair: run verify again once the
-// worker caught up to see it gone).
+// worker caught up to see it gone). --repair needs --yes: without it,
+// verify checks, prints what it would repair and exits 2.
 func (a *app) verify(ctx context.Context) error {
 	c := a.client()
-	req := httpapi.VerifyRequest{From: a.o.from, To: a.o.to, Repair: a.o.repair, Limit: a.o.chunk}
-	tot := verifyTotals{Checked: map[string]int{}, DriftByKind: map[string]int{}, Drift: []operator.Drift{}, Repair: a.o.repair}
+	repair := a.o.repair && a.o.yes
+	req := httpapi.VerifyRequest{From: a.o.from, To: a.o.to, Repair: repair, Limit: a.o.chunk}
+	tot := verifyTotals{Kind: lineTotal, Repair: repair, DryRun: a.o.repair && !repair}
+	if r := a.o.resumed; r != nil {
+		if err := json.Unmarshal(r.Totals, &tot); err != nil {
+			return config.Invalid("resume", "is not a token that verify printed")
+		}
+		req.After = r.After
+	}
+	tot.Drift = []operator.Drift{}
+	if tot.Checked == nil {
+		tot.Checked = map[string]int{}
+	}
+	if tot.DriftByKind == nil {
+		tot.DriftByKind = map[string]int{}
+	}
+	var p *progress
+	phase, token := "", ""
 	for {
 		var res operator.VerifyResult
 		if err := c.do(ctx, http.MethodPost, "/v1/admin/verify", req, &res, nil); err != nil {
+			if p != nil {
+				p.end()
+			}
+			a.interrupted("verify", fmt.Sprintf("%s synced originals and %s rows checked", count(int64(tot.Checked[operator.PhaseOriginals])),
+				count(int64(tot.Checked[operator.PhaseRows]))), token)
 			return err
 		}
+		if res.Phase != phase {
+			if p != nil {
+				p.end()
+			}
+			phase, p = res.Phase, newProgress(a, "verify "+res.Phase, int64(tot.Checked[res.Phase]))
+		}
+		if res.Total != nil {
+			p.total = *res.Total
+		}
+		tot.Chunks++
 		tot.Checked[res.Phase] += res.Checked
 		for _, d := range res.Drift {
 			tot.DriftByKind[d.Kind]++
@@ -352,11 +476,23 @@ func (a *app) verify(ctx context.Context) error {
 		tot.Drift = append(tot.Drift, res.Drift...)
 		tot.Republished += res.Republished
 		tot.StatsRecomputed += res.StatsRecomputed
-		if res.Done || res.Next == "" {
+		tot.Expired += res.Expired
+		done := res.Done || res.Next == ""
+		saved := tot
+		saved.Drift = nil // the drift found so far was printed; the counts carry on
+		var err error
+		token, err = a.finishChunk(p, int64(res.Checked), "verify", res.Next, done, tot.Chunks, saved, func(pr Progress, resume string) any {
+			return verifyChunk{Kind: lineChunk, Chunk: tot.Chunks, VerifyResult: res, Progress: pr, Resume: resume}
+		})
+		if err != nil {
+			return err
+		}
+		if done {
 			break
 		}
 		req.After = res.Next
 	}
+	p.end()
 	if a.o.jsonOut {
 		if err := a.printJSON(tot); err != nil {
 			return err
@@ -364,7 +500,11 @@ func (a *app) verify(ctx context.Context) error {
 	} else if err := a.printVerify(a.stdout, tot); err != nil {
 		return err
 	}
-	if len(tot.Drift) > 0 {
+	if repairable := tot.DriftByKind[operator.DriftMissingRow] + tot.DriftByKind[operator.DriftStats]; tot.DryRun && repairable > 0 {
+		return config.Invalid("yes", "is required with --repair: it would re-publish %d synced originals without a row and recompute %d statistics rows (their days' counts); nothing changed; run the same command with --yes",
+			tot.DriftByKind[operator.DriftMissingRow], tot.DriftByKind[operator.DriftStats])
+	}
+	if anyDrift(tot) {
 		return errDrift
 	}
 	return nil
@@ -398,7 +538,10 @@ func (a *app) printVerify(w io.Writer, tot verifyTotals) error {
 	}
 	fmt.Fprintf(w, "verify: checked %d synced originals, %d rows, found %d statistics rows differing from their rows",
 		tot.Checked[operator.PhaseOriginals], tot.Checked[operator.PhaseRows], tot.DriftByKind[operator.DriftStats])
-	if len(tot.Drift) == 0 {
+	if tot.Expired > 0 {
+		fmt.Fprintf(w, "; %d rows older than --event-retention have no original (expired, not drift)", tot.Expired)
+	}
+	if len(tot.Drift) == 0 && !anyDrift(tot) {
 		_, err := fmt.Fprintln(w, "; no drift")
 		return err
 	}
@@ -408,6 +551,21 @@ func (a *app) printVerify(w io.Writer, tot verifyTotals) error {
 		fmt.Fprintf(w, "; repaired: %d re-published, %d statistics rows recomputed (rows without an original are left to you); run verify again once the worker caught up",
 			tot.Republished, tot.StatsRecomputed)
 	}
+	if tot.DryRun {
+		fmt.Fprintf(w, "; --repair would re-publish %d and recompute %d statistics rows: nothing changed without --yes",
+			tot.DriftByKind[operator.DriftMissingRow], tot.DriftByKind[operator.DriftStats])
+	}
 	_, err := fmt.Fprintln(w)
 	return err
+}
+
+// anyDrift reports whether the totals count drift (a resumed run counts
+// the drift of its earlier part without listing it).
+func anyDrift(tot verifyTotals) bool {
+	for _, n := range tot.DriftByKind {
+		if n > 0 {
+			return true
+		}
+	}
+	return false
 }

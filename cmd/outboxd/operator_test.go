@@ -131,7 +131,11 @@ func TestOperatorCommands(t *testing.T) {
 		require.Contains(t, out, "missing_row")
 		require.Contains(t, out, "stats_mismatch")
 		require.Contains(t, out, "counted 6, rows 5")
-		code, out, _ = op("verify", "--repair")
+		code, out, errOut = op("verify", "--repair")
+		require.Equal(t, ExitUsage, code, "--repair needs --yes")
+		require.Contains(t, out, "--repair would re-publish 1")
+		require.Contains(t, errOut, "--yes is required with --repair")
+		code, out, _ = op("verify", "--repair", "--yes")
 		require.Equal(t, ExitFailure, code, "drift was found, even though it was repaired")
 		require.Contains(t, out, "1 re-published")
 		require.Eventually(t, func() bool {
@@ -150,10 +154,13 @@ func TestOperatorCommands(t *testing.T) {
 		require.Contains(t, out, "3 originals in the window")
 		code, out, errOut = op(append([]string{"replay", "--json", "--chunk", "2", "--source", "plant-a", "--device", "sensor-1"}, window...)...)
 		require.Equal(t, ExitOK, code, errOut)
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		require.Len(t, lines, 3, "a JSON line per chunk (2 + 1), then the totals: %s", out)
 		var tot replayTotals
-		require.NoError(t, json.Unmarshal([]byte(out), &tot))
+		require.NoError(t, json.Unmarshal([]byte(lines[2]), &tot))
+		require.Equal(t, lineTotal, tot.Kind)
 		require.Equal(t, 3, tot.Published)
-		code, out, _ = op(append([]string{"replay", "--rebuild"}, window...)...)
+		code, out, _ = op(append([]string{"replay", "--rebuild", "--yes"}, window...)...)
 		require.Equal(t, ExitOK, code)
 		require.Contains(t, out, "3 rows removed")
 		require.Eventually(t, func() bool {

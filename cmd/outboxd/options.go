@@ -106,6 +106,10 @@ type options struct {
 	source, device, state   string
 	dryRun, rebuild, repair bool
 	chunk                   int
+	// resume is the --resume token of replay and verify, resumed its
+	// decoded state (checked to be this command's).
+	resume  string
+	resumed *resumeToken
 
 	registered map[string]bool
 }
@@ -192,15 +196,18 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 			fs.StringVar(&o.from, "from", "", "start of the window, RFC 3339 (inclusive)")
 			fs.StringVar(&o.to, "to", "", "end of the window, RFC 3339 (exclusive)")
 			fs.IntVar(&o.chunk, "chunk", operator.ChunkDefault, "originals per request")
+			fs.StringVar(&o.resume, "resume", "", "continue an interrupted run after its last finished chunk: the token it printed (with the same arguments)")
 		case gReplay:
 			fs.StringVar(&o.by, "by", string(store.ByOccurred), "the time the window bounds: occurred or created")
 			fs.StringVar(&o.source, "source", "", "only originals of this sourceKey")
 			fs.StringVar(&o.device, "device", "", "only originals of this deviceKey (with --source)")
 			fs.StringVar(&o.state, "state", store.StateAny, "only originals in this state: pending, failed, synced or any")
 			fs.BoolVar(&o.dryRun, "dry-run", false, "print how many originals the window holds; change nothing")
-			fs.BoolVar(&o.rebuild, "rebuild", false, "remove the window's rows and their counts from the read model first (after a projection bug is fixed)")
+			fs.BoolVar(&o.rebuild, "rebuild", false, "remove the window's rows and their counts from the read model first (after a projection bug is fixed); needs --yes")
+			fs.BoolVar(&o.yes, "yes", false, "confirm --rebuild (without it, replay --rebuild prints what it would remove and exits 2)")
 		case gVerify:
-			fs.BoolVar(&o.repair, "repair", false, "re-publish synced originals without a row and recompute drifted statistics rows")
+			fs.BoolVar(&o.repair, "repair", false, "re-publish synced originals without a row and recompute drifted statistics rows; needs --yes")
+			fs.BoolVar(&o.yes, "yes", false, "confirm --repair (without it, verify --repair checks, prints what it would repair and exits 2)")
 		}
 	}
 	if slices.Contains(r.flags, gWork) || (slices.Contains(r.flags, gDispatch) && r.serve) {
@@ -364,7 +371,7 @@ func (o *options) validateOperator() error {
 			return config.Invalid("id", "cannot be combined with --category or --code (they filter --all)")
 		}
 	}
-	if has["yes"] && !o.yes {
+	if has["yes"] && has["id"] && !o.yes { // dlq drop
 		return config.Invalid("yes", "is required: dropped dead letters are gone (replay them instead with outboxd dlq replay)")
 	}
 	if has["from"] {
@@ -391,6 +398,16 @@ func (o *options) validateOperator() error {
 			return config.Invalid("to", "must be after --from")
 		}
 	}
+	if has["resume"] && o.resume != "" {
+		if has["dry-run"] && o.dryRun {
+			return config.Invalid("resume", "cannot be combined with --dry-run, which counts the whole window")
+		}
+		r, err := decodeResume(o.resume, o.role.name, o.summary(), o.fingerprint())
+		if err != nil {
+			return err
+		}
+		o.resumed = r
+	}
 	if has["by"] {
 		if o.by != string(store.ByOccurred) && o.by != string(store.ByCreated) {
 			return config.Invalid("by", "must be occurred or created (got %q)", o.by)
@@ -405,6 +422,50 @@ func (o *options) validateOperator() error {
 		}
 	}
 	return nil
+}
+
+// summary is the command line of replay or verify without its connection
+// flags: what a resume message repeats and a token records.
+func (o *options) summary() string {
+	parts := []string{o.role.name}
+	add := func(flag, v, def string) {
+		if v != def {
+			parts = append(parts, "--"+flag, v)
+		}
+	}
+	add("from", o.from, "")
+	add("to", o.to, "")
+	if o.registered["by"] {
+		add("by", o.by, string(store.ByOccurred))
+		add("source", o.source, "")
+		add("device", o.device, "")
+		add("state", o.state, store.StateAny)
+	}
+	add("chunk", fmt.Sprint(o.chunk), fmt.Sprint(operator.ChunkDefault))
+	for _, f := range []struct {
+		name string
+		on   bool
+	}{{"rebuild", o.rebuild}, {"repair", o.repair}, {"yes", o.yes}} {
+		if f.on {
+			parts = append(parts, "--"+f.name)
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+// fingerprint hashes what decides what replay or verify touches: the
+// window (its times in UTC), the filters and whether it changes the read
+// model. --chunk, --json and the connection flags are left out: a run may
+// resume with other chunks, elsewhere.
+func (o *options) fingerprint() string {
+	norm := func(v string) string {
+		if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+			return t.UTC().Format(time.RFC3339Nano)
+		}
+		return v
+	}
+	return fingerprint(o.role.name, norm(o.from), norm(o.to), o.by, o.source, o.device, o.state,
+		fmt.Sprint(o.rebuild && o.yes), fmt.Sprint(o.repair && o.yes))
 }
 
 // idList is a repeatable flag of ids; each value may hold several,
