@@ -394,12 +394,42 @@ func TestConsoleInBrowser(t *testing.T) {
 		b.untilText("#replay-run", "Replay 7 originals")
 		b.click("#replay-run")
 		b.until(`document.getElementById('confirm').open`)
+		require.Equal(t, "Replay 7 originals?", eval[string](b, `document.getElementById('confirm-title').textContent`), "the confirmation names the count")
 		b.click("#confirm-ok")
 		b.untilText("#replay-result", "Done: published 7 originals")
 		step(b, chromedp.SendKeys(chromedp.ID("v-from"), "2026-11-01T00:00:00Z"))
 		b.click("#verify-check")
 		b.untilText("#verify-result", "Checked 7 synced originals and 7 rows: no drift")
+		require.True(t, eval[bool](b, `document.getElementById('verify-repair').disabled`), "nothing to repair")
 		b.screenshot("reprocess", false)
+
+		// A row deleted by hand: the check finds it, and the repair asks
+		// with the counts of what it will change; cancelled, it changes
+		// nothing.
+		rows := func() int64 {
+			var n int64
+			require.NoError(t, d.pg.Pool.QueryRow(ctx, `SELECT count(*) FROM events`).Scan(&n))
+			return n
+		}
+		_, err := d.pg.Pool.Exec(ctx, `DELETE FROM events WHERE occurred_at = '2026-11-01T03:00:00Z'`)
+		require.NoError(t, err)
+		b.click("#verify-check")
+		b.untilText("#verify-result", "drift 2")
+		b.untilText("#verify-repair", "Repair 2 drifts")
+		b.click("#verify-repair")
+		b.until(`document.getElementById('confirm').open`)
+		require.Equal(t, "Repair 2 drifts?", eval[string](b, `document.getElementById('confirm-title').textContent`))
+		require.Contains(t, eval[string](b, `document.getElementById('confirm-text').textContent`),
+			"1 synced original without a row will be re-published")
+		require.Contains(t, eval[string](b, `document.getElementById('confirm-text').textContent`), "1 statistics row recomputed")
+		b.click("#confirm-cancel")
+		b.until(`!document.getElementById('confirm').open`)
+		require.Equal(t, int64(6), rows(), "cancelled: nothing repaired")
+		b.click("#verify-repair")
+		b.until(`document.getElementById('confirm').open`)
+		b.click("#confirm-ok")
+		b.untilText("#verify-result", "Repaired: 1 re-published")
+		require.Eventually(t, func() bool { return rows() == 7 }, 30*time.Second, 20*time.Millisecond)
 	})
 
 	t.Run("Keyboard", func(t *testing.T) {

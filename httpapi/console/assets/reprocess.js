@@ -95,6 +95,7 @@
   const vResult = document.getElementById('verify-result');
   const vDrift = document.getElementById('verify-drift');
   const vRepair = document.getElementById('verify-repair');
+  let checked = null; // the window the last check covered, and what it would repair
 
   function vWindow() {
     const w = {};
@@ -142,15 +143,38 @@
     return `Checked ${o.fmtNum(c.originals || 0)} synced originals and ${o.fmtNum(c.rows || 0)} rows: ${drift}.`;
   }
 
+  // repairable counts what a repair of the drift out found would change.
+  function repairable(out) {
+    const n = (kind) => out.drift.filter((d) => d.kind === kind).length;
+    return { missing: n('missing_row'), stats: n('stats_mismatch') };
+  }
+
+  function forgetCheck() {
+    checked = null;
+    if (vRepair) {
+      vRepair.disabled = true;
+      vRepair.textContent = 'Repair…';
+    }
+  }
+
+  vForm.addEventListener('input', forgetCheck);
+  vForm.addEventListener('change', forgetCheck);
+
   vForm.addEventListener('submit', async (ev) => {
     ev.preventDefault();
-    if (vRepair) vRepair.disabled = true;
+    forgetCheck();
     try {
-      const out = await verify(vWindow(), false);
+      const w = vWindow();
+      const out = await verify(w, false);
       o.fieldErrors(vForm, null, 'v');
       showDrift(out);
       o.announce(vResult, words(out));
-      if (vRepair) vRepair.disabled = !out.drift.some((d) => d.kind !== 'orphan_row');
+      const r = repairable(out);
+      if (vRepair && r.missing + r.stats > 0) {
+        checked = { key: JSON.stringify(w), ...r };
+        vRepair.disabled = false;
+        vRepair.textContent = `Repair ${o.counted(r.missing + r.stats, 'drift')}…`;
+      }
     } catch (err) {
       if (!o.fieldErrors(vForm, err, 'v')) o.announce(vResult, err.message, true);
       else vResult.textContent = err.message;
@@ -159,11 +183,18 @@
 
   if (vRepair) {
     vRepair.addEventListener('click', async () => {
-      if (!(await o.confirm('Repair the drift?', 'Synced originals without a row are re-published (their days\' statistics recomputed '
-        + 'first), and drifted statistics rows are recomputed from their rows. Rows without an original are only reported.', 'Repair'))) {
+      const w = vWindow();
+      if (!checked || checked.key !== JSON.stringify(w)) {
+        forgetCheck();
+        o.announce(vResult, 'The window changed: check it again first.', true);
         return;
       }
-      vRepair.disabled = true;
+      if (!(await o.confirm(`Repair ${o.counted(checked.missing + checked.stats, 'drift')}?`,
+        `${o.counted(checked.missing, 'synced original')} without a row will be re-published (their days' statistics recomputed `
+        + `first), and ${o.counted(checked.stats, 'statistics row')} recomputed from their rows. Rows without an original are only reported.`, 'Repair'))) {
+        return;
+      }
+      forgetCheck();
       try {
         const out = await verify(vWindow(), true);
         showDrift(out);
