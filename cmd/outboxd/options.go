@@ -233,9 +233,9 @@ func (o *options) eventRetentionFlag(fs *flag.FlagSet) {
 	}
 }
 
-// EventRetentionMin is the shortest --event-retention: below it a client
+// EventRetentionShortest is the shortest --event-retention: below it a client
 // still retrying could find its key forgotten.
-const EventRetentionMin = time.Hour
+const EventRetentionShortest = time.Hour
 
 // storeKind tells the store a --store value selects: "sqlite" or "mongodb".
 func storeKind(uri string) (string, string, error) {
@@ -330,8 +330,8 @@ func (o *options) validate() error {
 		{"ingest-group-wait", o.ingestGroupWait < 0 || o.ingestGroupWait > outbox.GroupWaitMax, fmt.Sprintf("must be between 0 (no grouping) and %s", outbox.GroupWaitMax)},
 		{"ingest-group-max", o.ingestGroupMax <= 0, "must be positive"},
 		{"outbox-retention", o.outboxRetention < time.Second, "must be at least 1s"},
-		{"event-retention", o.eventRetention < 0 || (o.eventRetention > 0 && o.eventRetention < EventRetentionMin),
-			fmt.Sprintf("must be 0 (keep originals forever) or at least %s", EventRetentionMin)},
+		{"event-retention", o.eventRetention < 0 || (o.eventRetention > 0 && o.eventRetention < EventRetentionShortest),
+			fmt.Sprintf("must be 0 (keep originals forever) or at least %s", EventRetentionShortest)},
 		{"lease-ttl", o.leaseTTL < dispatcher.MinLeaseTTL, fmt.Sprintf("must be at least %s", dispatcher.MinLeaseTTL)},
 		{"relay-batch", o.relayBatch <= 0 || o.relayBatch > dispatcher.BatchSizeMax, fmt.Sprintf("must be between 1 and %d", dispatcher.BatchSizeMax)},
 		{"batch-size", o.batchSize <= 0 || o.batchSize > worker.BatchSizeMax, fmt.Sprintf("must be between 1 and %d", worker.BatchSizeMax)},
