@@ -47,10 +47,15 @@ func TestClientOptions(t *testing.T) {
 	require.Equal(t, 7*time.Second, *o.ServerSelectionTimeout)
 }
 
-// TestClassify is the one classification table of MongoDB errors: failover
-// and shutdown codes and the retryable labels are "unavailable" (503 at
-// ingest, a pause for the other components), never a lost position; only
-// 286, 280, 260 and 40585 lose a change-stream position.
+// TestClassify is the one classification table of MongoDB errors, by the
+// server's error categories: network, not-primary, shutdown, time-limit,
+// retriable and overload codes, a write concern timeout and the retryable
+// labels are "unavailable" (503 at ingest, a pause for the other
+// components), never a lost position; only the non-resumable change-stream
+// codes (286, 280), 260, 136 and 40585 lose a position; a transaction too
+// large for the cache is a request error even when labelled transient
+// (running it again cannot make it smaller). The same codes through the
+// driver: TestServerErrorsThroughTheDriver.
 func TestClassify(t *testing.T) {
 	t.Parallel()
 	cmd := func(code int32, labels ...string) error {
@@ -83,6 +88,17 @@ func TestClassify(t *testing.T) {
 		{"DuplicateKey", mongo.WriteException{WriteErrors: []mongo.WriteError{{Code: 11000}}}, classDuplicateKey},
 		{"Other", errors.New("boom"), classOther},
 		{"BadValue", cmd(2), classOther},
+		{"CappedPositionLost", cmd(136), classPositionLost},
+		{"ReadConcernMajorityNotAvailableYet", cmd(134), classUnavailable},
+		{"FailedToSatisfyReadPreference", cmd(133), classUnavailable},
+		{"NetworkInterfaceExceededTimeLimitFromMongos", cmd(202), classUnavailable},
+		{"MaxTimeMSExpired", cmd(50), classUnavailable},
+		{"WriteConcernTimeoutOnACommit", cmd(64, "UnknownTransactionCommitResult"), classUnavailable},
+		{"TransactionTooLargeForCache", cmd(388), classOther},
+		{"TransactionTooLargeForCacheLabelledTransient", cmd(388, "TransientTransactionError"), classOther},
+		{"WriteConflictInATransaction", cmd(112, "TransientTransactionError"), classUnavailable},
+		{"UnsatisfiableWriteConcern", mongo.WriteException{WriteConcernError: &mongo.WriteConcernError{Code: 100}}, classOther},
+		{"AdmissionQueueOverflow", cmd(433), classUnavailable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -90,6 +106,18 @@ func TestClassify(t *testing.T) {
 		})
 	}
 	require.True(t, store.IsUnavailable(wrap(cmd(189), "writing")))
+	// The store's errors keep the driver's error on one Unwrap() error
+	// chain, where WithTransaction looks for its labels.
+	wrapped := fmt.Errorf("error looking up idempotency keys: %w", wrap(cmd(112, "TransientTransactionError"), "looking up"))
+	found := false
+	for e := error(wrapped); e != nil; e = errors.Unwrap(e) {
+		if ce, ok := e.(mongo.CommandError); ok {
+			found = ce.HasErrorLabel("TransientTransactionError")
+		}
+	}
+	require.True(t, found, "the command error and its label are on the single chain")
+	require.True(t, retryable(wrapped))
+	require.False(t, retryable(cmd(388, "TransientTransactionError")), "a request error never runs again")
 	require.ErrorIs(t, wrap(cmd(286), "reading"), store.ErrPositionLost)
 	require.NoError(t, wrap(nil, "nothing"))
 }

@@ -2,7 +2,6 @@ package mongostore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -149,33 +148,15 @@ func (s *Store) SaveCheckpoint(ctx context.Context, lease store.Lease, cp store.
 // under its owner and term: a take-over committed before fails it with
 // ErrFenced, one running at the same time conflicts with it.
 func (s *Store) fencedTx(ctx context.Context, lease store.Lease, at time.Time, fn func(sc lungo.ISessionContext) error) error {
-	ctx, cancel := s.opctx(ctx)
-	defer cancel()
-	sess, err := s.client.StartSession()
-	if err != nil {
-		return wrap(err, "starting a MongoDB session")
-	}
-	defer sess.EndSession(context.WithoutCancel(ctx))
-	_, err = sess.WithTransaction(ctx, func(sc lungo.ISessionContext) (any, error) {
+	return s.runTx(ctx, "writing under lease "+lease.Name, func(sc lungo.ISessionContext) error {
 		res, err := s.leases.UpdateOne(sc, bson.M{"_id": lease.Name, "owner": lease.Owner, "term": lease.Term},
 			bson.M{"$set": bson.M{"fencedAt": at.UTC()}})
 		if err != nil {
-			return nil, err
+			return wrap(err, "fencing lease %s", lease.Name)
 		}
 		if res.MatchedCount == 0 {
-			return nil, fnError{fmt.Errorf("lease %s term %d: %w", lease.Name, lease.Term, store.ErrFenced)}
+			return fmt.Errorf("lease %s term %d: %w", lease.Name, lease.Term, store.ErrFenced)
 		}
-		if err := fn(sc); err != nil {
-			return nil, fnError{err}
-		}
-		return nil, nil
+		return fn(sc)
 	})
-	if err != nil {
-		var fe fnError
-		if errors.As(err, &fe) {
-			return fe.err
-		}
-		return wrap(err, "running a fenced transaction on %s", lease.Name)
-	}
-	return nil
 }

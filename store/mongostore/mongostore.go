@@ -81,6 +81,10 @@ type Store struct {
 
 	countsMu sync.Mutex
 	counts   *store.Counts
+
+	// background holds the aborts of transactions whose callers ran out of
+	// time (discard); Close waits for them.
+	background sync.WaitGroup
 }
 
 var _ store.Store = (*Store)(nil)
@@ -257,6 +261,7 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // Close disconnects (or closes lungo's engine). Closing twice is harmless.
 func (s *Store) Close(ctx context.Context) error {
+	s.background.Wait()
 	if s.engine != nil {
 		s.engine.Close()
 		return nil
