@@ -39,12 +39,17 @@ func TestCheckHello(t *testing.T) {
 // lagging secondary would take a new original for a missing one.)
 func TestClientOptions(t *testing.T) {
 	t.Parallel()
-	o := ClientOptions("mongodb://h1,h2/?replicaSet=rs0&readPreference=secondaryPreferred&w=1", 7*time.Second)
+	o := ClientOptions("mongodb://h1,h2/?replicaSet=rs0&readPreference=secondaryPreferred&w=1&maxPoolSize=5", Options{OpTimeout: 7 * time.Second, MaxPoolSize: 20})
 	require.Equal(t, readpref.PrimaryMode, o.ReadPreference.Mode())
 	require.Equal(t, "majority", o.WriteConcern.W)
 	require.Equal(t, 7*time.Second, o.WriteConcern.WTimeout) //nolint:staticcheck // the option under test
 	require.Equal(t, "majority", o.ReadConcern.Level)
 	require.Equal(t, 7*time.Second, *o.ServerSelectionTimeout)
+	require.Equal(t, 7*time.Second, *o.Timeout, "timeoutMS: every command carries its time left as maxTimeMS")
+	require.Equal(t, uint64(20), *o.MaxPoolSize, "the setting replaces the URI's maxPoolSize")
+	require.Equal(t, AppNameDefault, *o.AppName)
+	require.Equal(t, "mine", *ClientOptions("mongodb://h1/?replicaSet=rs0&appName=mine", Options{AppName: "outboxd/ingest"}).AppName,
+		"an appName in the URI wins")
 }
 
 // TestClassify is the one classification table of MongoDB errors, by the

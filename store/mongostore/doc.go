@@ -12,7 +12,9 @@
 //   - leases: one document per lease (the dispatcher's per stream, named
 //     after the stream; the reconciler's "reconciler:<stream>"): owner,
 //     leaseExpiresAt, fencing term, and for the dispatcher the checkpoint
-//     (resumeToken, checkpointAt).
+//     (resumeToken, checkpointAt). Lease times are the server's clock.
+//   - clock: one document ("now") whose writes read the server's clock
+//     ($currentDate): leases and readiness (Ping) use it.
 //
 // Every write goes to the primary with majority write concern and a
 // deadline; every transaction and read of originals goes to the primary,

@@ -2,6 +2,7 @@ package mongostore
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -264,4 +265,229 @@ func writeWithin(t *testing.T, limit time.Duration, fn func() error) error {
 		t.Fatalf("still running after %s", limit)
 		return nil
 	}
+}
+
+// TestEveryCommandCarriesATimeLimit: every command a store operation sends
+// carries maxTimeMS, at most the operation's deadline, so the server stops
+// what its caller gave up on (an abandoned UpdateMany or count); the
+// client names itself with Options.AppName. The exceptions are the
+// driver's: a change stream's getMore carries the await time instead, and
+// abortTransaction, endSessions and killCursors take none (v1.17 offers
+// none; the write concern's wtimeout bounds an abort's wait).
+func TestEveryCommandCarriesATimeLimit(t *testing.T) {
+	t.Parallel()
+	fs := newFakeServer(t, false)
+	const opTimeout = 3 * time.Second
+	s := openFake(t, fs, Options{OpTimeout: opTimeout, AppName: "outboxd/test"})
+	hs := fs.handshakes()
+	require.NotEmpty(t, hs)
+	ctx := context.Background()
+	id := primitive.NewObjectID().Hex()
+	now := time.Now()
+	lease := store.Lease{Name: "stream", Owner: "me", Term: 1}
+	ops := map[string]func() error{
+		"Write":            func() error { _, err := outbox.NewWriter(s, nil).Write(ctx, fakeInput("d")); return err },
+		"LoadEvents":       func() error { _, err := s.LoadEvents(ctx, []string{id}); return err },
+		"EventByKey":       func() error { _, err := s.EventByKey(ctx, "k"); return err },
+		"MarkSynced":       func() error { _, err := s.MarkSynced(ctx, []string{id}, now); return err },
+		"Park":             func() error { _, err := s.Park(ctx, id, outbox.SyncFailure{Category: "poison", At: now}); return err },
+		"Candidates":       func() error { _, err := s.Candidates(ctx, store.CandidateQuery{Limit: 10}); return err },
+		"Claim":            func() error { _, err := s.Claim(ctx, id, now, now); return err },
+		"RollbackClaim":    func() error { _, err := s.RollbackClaim(ctx, id, now, nil); return err },
+		"Counts":           func() error { _, err := s.Counts(ctx); return err },
+		"ListEvents":       func() error { _, err := s.ListEvents(ctx, store.EventQuery{Limit: 10}); return err },
+		"CountEvents":      func() error { _, err := s.CountEvents(ctx, store.EventQuery{}); return err },
+		"Redrive":          func() error { _, err := s.Redrive(ctx, []string{id}); return err },
+		"Undispatched":     func() error { _, err := s.Undispatched(ctx, "stream", "", 10); return err },
+		"OutboxEntries":    func() error { _, err := s.OutboxEntries(ctx, id); return err },
+		"MarkDispatched":   func() error { return s.MarkDispatched(ctx, lease, []string{id}, now) },
+		"DeleteDispatched": func() error { _, err := s.DeleteDispatched(ctx, now); return err },
+		"AcquireLease":     func() error { _, err := s.AcquireLease(ctx, "stream", "me", now, time.Minute); return err },
+		"RenewLease":       func() error { _, err := s.RenewLease(ctx, lease, now, time.Minute); return err },
+		"ReleaseLease":     func() error { _, err := s.ReleaseLease(ctx, lease); return err },
+		"ReadLease":        func() error { _, err := s.ReadLease(ctx, "stream"); return err },
+		"SaveCheckpoint":   func() error { return s.SaveCheckpoint(ctx, lease, store.Checkpoint{At: now}) },
+		"Ping":             func() error { return s.Ping(ctx) },
+		"CheckSchema":      func() error { return s.CheckSchema(ctx) },
+		"Feed": func() error {
+			f, err := s.OpenFeed(ctx, "stream", nil, store.FeedOptions{PollInterval: 10 * time.Millisecond})
+			if err != nil {
+				return err
+			}
+			defer f.Close(ctx)
+			_, err = f.Next(ctx, 10, 30*time.Millisecond)
+			return err
+		},
+	}
+	for name, op := range ops {
+		fs.reset()
+		_ = op() // the fake's empty answers make some fail (not found, fenced); the commands are what counts
+		cmds := fs.commands()
+		require.NotEmpty(t, cmds, name)
+		for _, c := range cmds {
+			ms, ok := c.lookup("maxTimeMS").AsInt64OK()
+			switch c.Name {
+			case "getMore":
+				require.True(t, ok, "%s: a change stream's getMore carries the await time", name)
+				require.Equal(t, int64(10), ms)
+			case "abortTransaction", "endSessions", "killCursors":
+			default:
+				require.True(t, ok, "%s: %s carries no maxTimeMS: %s", name, c.Name, c.Doc)
+				require.Positive(t, ms, name)
+				require.LessOrEqual(t, ms, opTimeout.Milliseconds(), "%s: %s", name, c.Name)
+			}
+		}
+	}
+	app, _ := hs[0].lookup("client", "application", "name").StringValueOK()
+	require.Equal(t, "outboxd/test", app)
+}
+
+// TestFeedGetMoreHasABound: a getMore the server never answers (a hung
+// primary) fails Next as unavailable after the await time and OpTimeout,
+// instead of blocking the dispatcher; it reopens the feed from its
+// position.
+func TestFeedGetMoreHasABound(t *testing.T) {
+	t.Parallel()
+	fs := newFakeServer(t, false)
+	const opTimeout = 300 * time.Millisecond
+	s := openFake(t, fs, Options{})
+	s.opts.OpTimeout = opTimeout
+	ctx := context.Background()
+	f, err := s.OpenFeed(ctx, "stream", nil, store.FeedOptions{PollInterval: 50 * time.Millisecond})
+	require.NoError(t, err)
+	defer f.Close(ctx)
+	fs.handle("getMore", func(fakeCommand) bson.D { return nil })
+	began := time.Now()
+	err = writeWithin(t, 5*time.Second, func() error { _, err := f.Next(ctx, 10, 100*time.Millisecond); return err })
+	require.True(t, store.IsUnavailable(err), "%v", err)
+	require.Less(t, time.Since(began), 100*time.Millisecond+50*time.Millisecond+opTimeout+time.Second)
+}
+
+// TestServerErrorsThroughTheDriver: the codes of the classification table
+// as the driver hands them over from a server's reply (a command error, a
+// write concern error), to the port's classes: unavailable (503 at ingest,
+// a pause elsewhere), a lost position, or a request error. An
+// unclassified failure to resume a change stream is no lost position.
+func TestServerErrorsThroughTheDriver(t *testing.T) {
+	t.Parallel()
+	token := store.Position(mustMarshal(t, bson.D{{Key: "_data", Value: "8200000001"}}))
+	feedNext := func(s *Store) error {
+		f, err := s.OpenFeed(context.Background(), "stream", nil, store.FeedOptions{PollInterval: 10 * time.Millisecond})
+		if err != nil {
+			return err
+		}
+		defer f.Close(context.Background())
+		_, err = f.Next(context.Background(), 10, 50*time.Millisecond)
+		return err
+	}
+	resume := func(s *Store) error {
+		f, err := s.OpenFeed(context.Background(), "stream", token, store.FeedOptions{})
+		if err == nil {
+			_ = f.Close(context.Background())
+		}
+		return err
+	}
+	loadEvents := func(s *Store) error {
+		_, err := s.LoadEvents(context.Background(), []string{primitive.NewObjectID().Hex()})
+		return err
+	}
+	markSynced := func(s *Store) error {
+		_, err := s.MarkSynced(context.Background(), []string{primitive.NewObjectID().Hex()}, time.Now())
+		return err
+	}
+	write := func(s *Store) error {
+		_, err := outbox.NewWriter(s, nil).Write(context.Background(), fakeInput("d"))
+		return err
+	}
+	const (
+		unavailable = "unavailable"
+		lost        = "lost"
+		request     = "request"
+	)
+	for _, tc := range []struct {
+		name, command string
+		reply         bson.D
+		op            func(*Store) error
+		want          string
+	}{
+		{"ReadConcernMajorityNotAvailableYet", "find", commandError(134, "ReadConcernMajorityNotAvailableYet"), loadEvents, unavailable},
+		{"FailedToSatisfyReadPreference", "find", commandError(133, "FailedToSatisfyReadPreference"), loadEvents, unavailable},
+		{"MaxTimeMSExpired", "find", commandError(codeMaxTimeMSExpired, "MaxTimeMSExpired"), loadEvents, unavailable},
+		{"NetworkInterfaceExceededTimeLimitFromMongos", "update", commandError(202, "NetworkInterfaceExceededTimeLimit"), markSynced, unavailable},
+		{"WriteConcernTimeout", "update", writeConcernTimeout(bson.D{{Key: "n", Value: 1}, {Key: "nModified", Value: 1}}), markSynced, unavailable},
+		{"TransactionTooLargeForCache", "commitTransaction", commandError(codeTransactionTooLargeForCache, "TransactionTooLargeForCache", labelTransient), write, request},
+		{"CappedPositionLostOnGetMore", "getMore", commandError(136, "CappedPositionLost"), feedNext, lost},
+		{"ChangeStreamHistoryLostOnResume", "aggregate", commandError(286, "ChangeStreamHistoryLost", "NonResumableChangeStreamError"), resume, lost},
+		{"UnclassifiedResumeFailureIsNotLost", "aggregate", commandError(13, "Unauthorized"), resume, request},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			fs := newFakeServer(t, false)
+			s := openFake(t, fs, Options{})
+			reply := tc.reply
+			fs.handle(tc.command, func(fakeCommand) bson.D { return reply })
+			err := tc.op(s)
+			require.Error(t, err)
+			got := request
+			switch {
+			case errors.Is(err, store.ErrPositionLost):
+				got = lost
+			case store.IsUnavailable(err):
+				got = unavailable
+			}
+			require.Equal(t, tc.want, got, "%v", err)
+			if tc.command == "commitTransaction" {
+				require.Len(t, fs.commands("commitTransaction"), 1, "a request error is never sent again")
+				require.Len(t, fs.transactions(), 1, "nor run again")
+			}
+		})
+	}
+}
+
+func mustMarshal(t testing.TB, v any) bson.Raw {
+	t.Helper()
+	b, err := bson.Marshal(v)
+	require.NoError(t, err)
+	return b
+}
+
+// TestLeaseTimesComeFromTheServerClock: with the server's clock an hour
+// ahead of this process's, a lease is judged and stored by the server's
+// clock (the take-over condition and the expiry sent), so replicas whose
+// clocks differ by more than the TTL agree on when it expires; the holder
+// measures its lease on its own clock, from before its request left.
+func TestLeaseTimesComeFromTheServerClock(t *testing.T) {
+	t.Parallel()
+	fs := newFakeServer(t, false)
+	s := openFake(t, fs, Options{})
+	const skew, ttl = time.Hour, 15 * time.Second
+	fs.setSkew(skew)
+	ctx := context.Background()
+	fs.handle("findAndModify", fs.onColl(LeasesCollection, func(c fakeCommand) bson.D {
+		return bson.D{{Key: "lastErrorObject", Value: bson.D{{Key: "n", Value: 1}}}, {Key: "value", Value: bson.D{
+			{Key: "_id", Value: "s"}, {Key: "owner", Value: "me"}, {Key: "term", Value: int64(1)},
+			{Key: "leaseExpiresAt", Value: c.lookup("update", "$set", "leaseExpiresAt")}}}}
+	}))
+	now := time.Now()
+	l, err := s.AcquireLease(ctx, "s", "me", now, ttl)
+	require.NoError(t, err)
+	require.True(t, l.Held())
+	require.Equal(t, now.UTC().Truncate(time.Millisecond).Add(ttl), l.Expires.UTC().Truncate(time.Millisecond), "the holder's own clock")
+	near := func(v bson.RawValue, want time.Time) {
+		t.Helper()
+		got, ok := v.TimeOK()
+		require.True(t, ok, "not a date: %v", v)
+		require.WithinDuration(t, want, got, 2*time.Second)
+	}
+	acquire := fs.commands("findAndModify")
+	acquire = acquire[len(acquire)-1:]
+	near(acquire[0].lookup("query", "$or", "0", "leaseExpiresAt", "$lte"), now.Add(skew))
+	near(acquire[0].lookup("update", "$set", "leaseExpiresAt"), now.Add(skew+ttl))
+
+	fs.reset()
+	_, err = s.RenewLease(ctx, l, time.Now(), ttl)
+	require.NoError(t, err)
+	renew := fs.commands("update")
+	require.Len(t, renew, 1)
+	near(renew[0].lookup("updates", "0", "u", "$set", "leaseExpiresAt"), time.Now().Add(skew+ttl))
 }

@@ -22,7 +22,7 @@ func (s *Store) LoadEvents(ctx context.Context, ids []string) (map[string]store.
 	}
 	ctx, cancel := s.opctx(ctx)
 	defer cancel()
-	cur, err := s.events.Find(ctx, bson.M{"_id": idsIn(oids)})
+	cur, err := s.events.Find(ctx, bson.M{"_id": idsIn(oids)}, findOptions(ctx))
 	if err != nil {
 		return nil, wrap(err, "reading %d originals", len(oids))
 	}
@@ -125,7 +125,7 @@ var CandidateSort = bson.D{{Key: "createdAt", Value: 1}}
 func (s *Store) Candidates(ctx context.Context, q store.CandidateQuery) ([]string, error) {
 	ctx, cancel := s.opctx(ctx)
 	defer cancel()
-	cur, err := s.events.Find(ctx, CandidateFilter(q.CreatedBefore, q.ClaimedBefore), options.Find().
+	cur, err := s.events.Find(ctx, CandidateFilter(q.CreatedBefore, q.ClaimedBefore), findOptions(ctx).
 		SetSort(CandidateSort).SetLimit(int64(q.Limit)).SetProjection(bson.D{{Key: "_id", Value: 1}}))
 	if err != nil {
 		return nil, wrap(err, "querying reconciler candidates")

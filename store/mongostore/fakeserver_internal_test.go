@@ -369,11 +369,19 @@ func (fs *fakeServer) byDefault(c fakeCommand) bson.D {
 	switch c.Name {
 	case "hello", "isMaster", "ismaster":
 		return fs.hello()
-	case "find", "aggregate", "listIndexes":
+	case "aggregate":
+		if _, ok := c.lookup("pipeline", "0", "$changeStream").DocumentOK(); ok {
+			return changeStreamReply(ns(), "firstBatch")
+		}
+		return cursorReply(ns(), "firstBatch")
+	case "find", "listIndexes":
 		return cursorReply(ns(), "firstBatch")
 	case "getMore":
 		db, _ := c.lookup("$db").StringValueOK()
 		coll, _ := c.lookup("collection").StringValueOK()
+		if id, _ := c.lookup("getMore").AsInt64OK(); id == changeStreamCursor {
+			return changeStreamReply(db+"."+coll, "nextBatch")
+		}
 		return cursorReply(db+"."+coll, "nextBatch")
 	case "insert":
 		docs, _ := c.lookup("documents").ArrayOK()
@@ -388,6 +396,10 @@ func (fs *fakeServer) byDefault(c fakeCommand) bson.D {
 	case "count":
 		return bson.D{{Key: "n", Value: int32(0)}}
 	case "findAndModify":
+		if c.coll() == ClockCollection { // $currentDate: the server's clock
+			return bson.D{{Key: "lastErrorObject", Value: bson.D{{Key: "n", Value: 1}, {Key: "updatedExisting", Value: true}}},
+				{Key: "value", Value: bson.D{{Key: "_id", Value: clockID}, {Key: clockField, Value: fs.now()}}}}
+		}
 		return bson.D{{Key: "lastErrorObject", Value: bson.D{{Key: "n", Value: 0}}}, {Key: "value", Value: nil}}
 	}
 	return bson.D{}
@@ -419,6 +431,16 @@ func cursorReply(ns, batch string, docs ...any) bson.D {
 		docs = bson.A{}
 	}
 	return bson.D{{Key: "cursor", Value: bson.D{{Key: "id", Value: int64(0)}, {Key: "ns", Value: ns}, {Key: batch, Value: bson.A(docs)}}}}
+}
+
+// changeStreamCursor is the id of every change stream's cursor.
+const changeStreamCursor = int64(42)
+
+// changeStreamReply is a change stream's empty batch: its cursor stays
+// open, and the post-batch resume token moves the position.
+func changeStreamReply(ns, batch string) bson.D {
+	return bson.D{{Key: "cursor", Value: bson.D{{Key: "id", Value: changeStreamCursor}, {Key: "ns", Value: ns},
+		{Key: batch, Value: bson.A{}}, {Key: "postBatchResumeToken", Value: bson.D{{Key: "_data", Value: "8200000001"}}}}}}
 }
 
 // commandError is a failed command's reply with the server's code and

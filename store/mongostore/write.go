@@ -7,7 +7,6 @@ import (
 	"github.com/256dpi/lungo"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/bson/primitive"
-	"go.mongodb.org/mongo-driver/mongo/options"
 
 	"github.com/outboxd/outboxd/outbox"
 )
@@ -36,8 +35,9 @@ func (t *tx) LookupKeys(ctx context.Context, keys []string) (map[string]outbox.K
 	if len(keys) == 0 {
 		return out, nil
 	}
-	cur, err := t.s.events.Find(t.ctx(ctx), bson.M{"idempotencyKey": bson.M{"$in": keys}},
-		options.Find().SetProjection(bson.M{"_id": 1, "idempotencyKey": 1, "contentHash": 1}))
+	ctx = t.ctx(ctx)
+	cur, err := t.s.events.Find(ctx, bson.M{"idempotencyKey": bson.M{"$in": keys}},
+		findOptions(ctx).SetProjection(bson.M{"_id": 1, "idempotencyKey": 1, "contentHash": 1}))
 	if err != nil {
 		return nil, wrap(err, "looking up idempotency keys")
 	}
@@ -46,7 +46,7 @@ func (t *tx) LookupKeys(ctx context.Context, keys []string) (map[string]outbox.K
 		Key         string             `bson:"idempotencyKey"`
 		ContentHash string             `bson:"contentHash"`
 	}
-	if err := cur.All(t.ctx(ctx), &found); err != nil {
+	if err := cur.All(ctx, &found); err != nil {
 		return nil, wrap(err, "reading idempotency keys")
 	}
 	for _, f := range found {
