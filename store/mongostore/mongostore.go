@@ -19,6 +19,7 @@ import (
 	"go.mongodb.org/mongo-driver/mongo/writeconcern"
 
 	"github.com/outboxd/outboxd/internal/config"
+	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store"
 )
 
@@ -107,7 +108,10 @@ type Store struct {
 	background sync.WaitGroup
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store         = (*Store)(nil)
+	_ outbox.PayloadSizer = (*Store)(nil)
+)
 
 // ValidateURI checks the form of a MongoDB --store value: mongodb://…,
 // mongodb+srv://… or LungoMemory.

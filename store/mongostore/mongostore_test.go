@@ -2,6 +2,10 @@ package mongostore_test
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -10,6 +14,7 @@ import (
 	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/mongo/options"
 
+	"github.com/outboxd/outboxd/httpapi"
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store"
@@ -243,4 +248,101 @@ func TestPingWritesAHeartbeat(t *testing.T) {
 	require.NoError(t, s.Ping(ctx))
 	_, err = s.RenewLease(ctx, l, time.Now(), time.Minute)
 	require.NoError(t, err, "readiness does not touch the lease")
+}
+
+// TestIntegersBeyond64BitsAreRefusedAtIngest: an integer that does not fit
+// a signed 64-bit integer would be stored as a double and read back
+// rounded; ingest refuses it, naming the field, and writes nothing. The
+// largest ones that fit read back exactly.
+func TestIntegersBeyond64BitsAreRefusedAtIngest(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := testkit.NewMongo(t, nil)
+	w := outbox.NewWriter(s, nil)
+	in := outbox.Input{SourceKey: "s", DeviceKey: "d", OccurredAt: "2026-11-01T10:00:00Z",
+		Payload: json.RawMessage(`{"ok":1,"a":[{"n":9223372036854775808}]}`)}
+	_, err := w.Write(ctx, []outbox.Input{in})
+	var ve *outbox.ValidationError
+	require.ErrorAs(t, err, &ve)
+	require.Equal(t, "payload.a[0].n", ve.Fields[0].Field)
+	c, err := s.Counts(ctx)
+	require.NoError(t, err)
+	require.Zero(t, c.Total, "nothing written")
+
+	in.Payload = json.RawMessage(`{"max":9223372036854775807,"min":-9223372036854775808}`)
+	res, err := w.Write(ctx, []outbox.Input{in})
+	require.NoError(t, err)
+	ev, err := s.EventByKey(ctx, res[0].IdempotencyKey)
+	require.NoError(t, err)
+	require.Equal(t, `{"max":9223372036854775807,"min":-9223372036854775808}`, string(ev.Payload), "exactly, not rounded")
+}
+
+// TestOversizedEventIsRefusedAloneByItsBSON: the group commit measures
+// events as MongoDB holds them (BSON, up to eight times their JSON): an
+// event whose JSON is well within --ingest-group-max-bytes but whose BSON
+// is not is refused alone, before the transaction, and the group it would
+// have joined commits without it.
+func TestOversizedEventIsRefusedAloneByItsBSON(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := testkit.NewMongo(t, nil)
+	const limit = 64 << 10
+	big := `{"a":[0` + strings.Repeat(",0", 6000) + `]}` // 12 KB of JSON, 90 KB of BSON
+	n, err := s.PayloadSize(json.RawMessage(big))
+	require.NoError(t, err)
+	require.Less(t, len(big), limit/4)
+	require.Greater(t, n, limit)
+
+	w := outbox.NewWriter(s, nil)
+	cm, err := outbox.NewCommitter(w, &outbox.CommitterConfig{GroupMaxBytes: limit, GroupMax: 2, GroupWait: outbox.GroupWaitMax})
+	require.NoError(t, err)
+	require.NoError(t, cm.Start(ctx))
+	defer func() { require.NoError(t, cm.Stop(ctx)) }()
+	input := func(device, payload string) *outbox.Batch {
+		b, err := w.Prepare([]outbox.Input{{SourceKey: "s", DeviceKey: device, OccurredAt: "2026-11-01T10:00:00Z", Payload: json.RawMessage(payload)}})
+		require.NoError(t, err)
+		return b
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i, d := range []string{"small1", "small2"} {
+		wg.Go(func() { _, errs[i] = cm.Write(ctx, input(d, `{"t":1}`)) })
+	}
+	_, err = cm.Write(ctx, input("big", big))
+	var ve *outbox.ValidationError
+	require.ErrorAs(t, err, &ve)
+	require.Equal(t, "payload", ve.Fields[0].Field)
+	wg.Wait()
+	require.NoError(t, errors.Join(errs...), "the group committed without it")
+	c, err := s.Counts(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, c.Total)
+}
+
+// TestMaxBodyKeepsDocumentsUnder16MiB is the bound of --max-body: the JSON
+// that grows most as BSON, an array of one-digit integers (2 bytes of
+// JSON, 10 bytes plus the index's digits of BSON per element), filling a
+// whole body of httpapi.MaxBodyMax, stays well under MongoDB's 16 MiB
+// document limit with the event's other fields; twice that body would not.
+// The other shapes grow less.
+func TestMaxBodyKeepsDocumentsUnder16MiB(t *testing.T) {
+	t.Parallel()
+	s := testkit.NewMongo(t, nil)
+	worst := func(body int) (int, float64) {
+		elems := (body - len(`{"a":[]}`) + 1) / 2
+		p := []byte(`{"a":[0` + strings.Repeat(",0", elems-1) + `]}`)
+		n, err := s.PayloadSize(p)
+		require.NoError(t, err)
+		return n, float64(n) / float64(len(p))
+	}
+	n, ratio := worst(int(httpapi.MaxBodyMax))
+	t.Logf("a %d-byte payload of one-digit integers: %d bytes of BSON (%.2f times)", httpapi.MaxBodyMax, n, ratio)
+	require.LessOrEqual(t, ratio, 8.0)
+	require.Less(t, n+(64<<10), 16<<20, "under 16 MiB with room for the other fields")
+	require.Greater(t, ratio*float64(2*httpapi.MaxBodyMax), float64(16<<20), "the bound is needed: twice the body would not fit")
+	for _, p := range []string{`{"a":[[],[],[]]}`, `{"a":["","",""]}`, `{"a":[null,true,false]}`, `{"a":[0.5,1e3]}`, `{"k1":0,"k2":0}`} {
+		n, err := s.PayloadSize(json.RawMessage(p))
+		require.NoError(t, err)
+		require.LessOrEqual(t, float64(n), 8*float64(len(p)), p)
+	}
 }
