@@ -491,3 +491,26 @@ func TestLeaseTimesComeFromTheServerClock(t *testing.T) {
 	require.Len(t, renew, 1)
 	near(renew[0].lookup("updates", "0", "u", "$set", "leaseExpiresAt"), time.Now().Add(skew+ttl))
 }
+
+// TestFailedCountsAreKeptBriefly: during an outage, scrapes within
+// CountsTTL get the last failure without running the counts again; after
+// it, Counts reads again.
+func TestFailedCountsAreKeptBriefly(t *testing.T) {
+	t.Parallel()
+	fs := newFakeServer(t, false)
+	s := openFake(t, fs, Options{CountsTTL: time.Hour})
+	fs.handle("aggregate", func(fakeCommand) bson.D { return commandError(134, "ReadConcernMajorityNotAvailableYet") })
+	ctx := context.Background()
+	_, err := s.Counts(ctx)
+	require.True(t, store.IsUnavailable(err), "%v", err)
+	sent := len(fs.commands())
+	_, again := s.Counts(ctx)
+	require.Equal(t, err, again, "the failure is served from the cache")
+	require.Len(t, fs.commands(), sent, "no command sent within CountsTTL")
+
+	s.opts.CountsTTL = time.Nanosecond
+	fs.handle("aggregate", nil)
+	_, err = s.Counts(ctx)
+	require.NoError(t, err, "read again after CountsTTL")
+	require.Greater(t, len(fs.commands()), sent)
+}

@@ -77,8 +77,9 @@ type Options struct {
 	// (--mongo-max-pool); it replaces the URI's maxPoolSize. Defaults to
 	// MaxPoolSizeDefault (100). Ignored on lungo.
 	MaxPoolSize uint64
-	// CountsTTL is how long Counts serves its last figures before reading
-	// again. Defaults to CountsTTLDefault (2s); negative disables the cache.
+	// CountsTTL is how long Counts serves its last figures, or its last
+	// failure, before reading again. Defaults to CountsTTLDefault (2s);
+	// negative disables the cache.
 	CountsTTL time.Duration
 	// OplogSize bounds lungo's oplog (entries); 0 means lungo's default
 	// (1000). Ignored on a server.
@@ -100,8 +101,10 @@ type Store struct {
 	opts   Options
 	lungo  bool
 
-	countsMu sync.Mutex
-	counts   *store.Counts
+	countsMu    sync.Mutex
+	counts      *store.Counts
+	countsErr   error // the last read's failure, kept for CountsTTL
+	countsErrAt time.Time
 
 	// background holds the aborts of transactions whose callers ran out of
 	// time (discard); Close waits for them.
