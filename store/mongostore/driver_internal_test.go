@@ -514,3 +514,56 @@ func TestFailedCountsAreKeptBriefly(t *testing.T) {
 	require.NoError(t, err, "read again after CountsTTL")
 	require.Greater(t, len(fs.commands()), sent)
 }
+
+// TestMigrateOnAShardedCluster: through a mongos, migrate reads how the
+// events collection is sharded and refuses a shard key that cannot hold
+// the unique idempotencyKey index (two writers of one key on two shards
+// would both insert); unsharded, or sharded on {idempotencyKey: 1}, it
+// creates the indexes. On a replica set it reads no shard key.
+func TestMigrateOnAShardedCluster(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		key  bson.D // nil: not sharded
+		ok   bool
+	}{
+		{"Unsharded", nil, true},
+		{"ShardedOnTheKey", bson.D{{Key: "idempotencyKey", Value: 1}}, true},
+		{"ShardedOnTheDevice", bson.D{{Key: "sourceKey", Value: 1}, {Key: "deviceKey", Value: 1}}, false},
+		{"HashedOnTheKey", bson.D{{Key: "idempotencyKey", Value: "hashed"}}, false},
+		{"ShardedOnID", bson.D{{Key: "_id", Value: 1}}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			fs := newFakeServer(t, true)
+			s := openFake(t, fs, Options{})
+			require.True(t, s.mongos)
+			key := tc.key
+			fs.handle("find", func(c fakeCommand) bson.D {
+				if db, _ := c.lookup("$db").StringValueOK(); db != "config" || c.coll() != "collections" || key == nil {
+					return fs.byDefault(c)
+				}
+				return cursorReply("config.collections", "firstBatch", bson.D{{Key: "_id", Value: "outboxd.events"}, {Key: "key", Value: key}, {Key: "unique", Value: false}})
+			})
+			err := s.Migrate(context.Background(), nil)
+			if tc.ok {
+				require.NoError(t, err)
+				require.NotEmpty(t, fs.commands("createIndexes"))
+				return
+			}
+			require.ErrorIs(t, err, ErrShardKey)
+			require.ErrorContains(t, err, "outboxd.events is sharded on")
+			require.Empty(t, fs.commands("createIndexes"), "nothing created on a layout that cannot hold it")
+		})
+	}
+	t.Run("ReplicaSetReadsNoShardKey", func(t *testing.T) {
+		t.Parallel()
+		fs := newFakeServer(t, false)
+		s := openFake(t, fs, Options{})
+		require.NoError(t, s.Migrate(context.Background(), nil))
+		for _, c := range fs.commands("find") {
+			db, _ := c.lookup("$db").StringValueOK()
+			require.NotEqual(t, "config", db)
+		}
+	})
+}

@@ -100,6 +100,7 @@ type Store struct {
 	clock  lungo.ICollection
 	opts   Options
 	lungo  bool
+	mongos bool // a sharded cluster's router
 
 	countsMu    sync.Mutex
 	counts      *store.Counts
@@ -163,11 +164,11 @@ func Open(ctx context.Context, uri string, opts *Options) (*Store, error) {
 		}
 		s.client, s.engine, s.lungo = client, engine, true
 	} else {
-		client, err := connect(ctx, uri, o)
+		client, mongos, err := connect(ctx, uri, o)
 		if err != nil {
 			return nil, err
 		}
-		s.client = client
+		s.client, s.mongos = client, mongos
 	}
 	s.db = s.client.Database(o.Database)
 	s.events = s.db.Collection(EventsCollection)
@@ -203,16 +204,18 @@ func ClientOptions(uri string, o Options) *options.ClientOptions {
 		SetMaxPoolSize(o.MaxPoolSize)
 }
 
-func connect(ctx context.Context, uri string, o Options) (lungo.IClient, error) {
-	client, err := lungo.Connect(ctx, ClientOptions(uri, o))
+// connect connects to a server and checks its hello; mongos tells that it
+// is a sharded cluster's router.
+func connect(ctx context.Context, uri string, o Options) (client lungo.IClient, mongos bool, err error) {
+	client, err = lungo.Connect(ctx, ClientOptions(uri, o))
 	if err != nil {
-		return nil, wrap(err, "connecting to MongoDB at %s", config.Redact(uri))
+		return nil, false, wrap(err, "connecting to MongoDB at %s", config.Redact(uri))
 	}
 	pingCtx, cancel := context.WithTimeout(ctx, o.OpTimeout)
 	defer cancel()
-	fail := func(err error) (lungo.IClient, error) {
+	fail := func(err error) (lungo.IClient, bool, error) {
 		_ = client.Disconnect(context.WithoutCancel(ctx))
-		return nil, err
+		return nil, false, err
 	}
 	if err := client.Ping(pingCtx, readpref.Primary()); err != nil {
 		return fail(wrap(err, "reaching MongoDB at %s (transactions and change streams need a replica set)", config.Redact(uri)))
@@ -224,7 +227,8 @@ func connect(ctx context.Context, uri string, o Options) (lungo.IClient, error) 
 	if err := checkHello(hello); err != nil {
 		return fail(fmt.Errorf("MongoDB at %s: %w", config.Redact(uri), err))
 	}
-	return client, nil
+	msg, _ := hello["msg"].(string)
+	return client, msg == "isdbgrid", nil
 }
 
 // ErrStandalone is returned for a MongoDB server that is not part of a
