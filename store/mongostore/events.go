@@ -276,7 +276,7 @@ func (s *Store) readCounts(ctx context.Context) (store.Counts, error) {
 	c.Estimated = !s.lungo
 	n := map[string]int64{}
 	for _, q := range CountQueries() {
-		v, err := s.db.Collection(q.Collection).CountDocuments(ctx, q.Filter, options.Count().SetHint(q.Index))
+		v, err := s.collection(q.Collection).CountDocuments(ctx, q.Filter, options.Count().SetHint(q.Index))
 		if err != nil {
 			return c, wrap(err, "counting %s", q.Name)
 		}

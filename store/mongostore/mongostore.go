@@ -87,6 +87,9 @@ type Options struct {
 	// ExpireInterval drives lungo's TTL indexes. Defaults to 60s. Ignored
 	// on a server.
 	ExpireInterval time.Duration
+	// Commands, when set, counts the commands the store sends (see
+	// CommandCounter). Defaults to nil.
+	Commands *CommandCounter
 }
 
 // Store is the MongoDB store. Create it with Open.
@@ -171,11 +174,22 @@ func Open(ctx context.Context, uri string, opts *Options) (*Store, error) {
 		s.client, s.mongos = client, mongos
 	}
 	s.db = s.client.Database(o.Database)
-	s.events = s.db.Collection(EventsCollection)
-	s.outbox = s.db.Collection(OutboxCollection)
-	s.leases = s.db.Collection(LeasesCollection)
-	s.clock = s.db.Collection(ClockCollection)
+	s.events = s.collection(EventsCollection)
+	s.outbox = s.collection(OutboxCollection)
+	s.leases = s.collection(LeasesCollection)
+	s.clock = s.collection(ClockCollection)
 	return s, nil
+}
+
+// collection returns the collection name of the store's database, counted
+// at the engine's boundary on lungo when Options.Commands is set (on a
+// server the driver's monitor counts).
+func (s *Store) collection(name string) lungo.ICollection {
+	c := s.db.Collection(name)
+	if s.lungo && s.opts.Commands != nil {
+		return countedCollection{ICollection: c, c: s.opts.Commands}
+	}
+	return c
 }
 
 // ClientOptions returns the driver options outboxd uses for uri: the URI's
@@ -195,6 +209,9 @@ func ClientOptions(uri string, o Options) *options.ClientOptions {
 	co := options.Client().ApplyURI(uri)
 	if co.AppName == nil {
 		co.SetAppName(o.AppName)
+	}
+	if o.Commands != nil {
+		co.SetMonitor(o.Commands.monitor())
 	}
 	return co.SetWriteConcern(wc).
 		SetReadConcern(readconcern.Majority()).

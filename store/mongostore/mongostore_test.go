@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -351,4 +352,60 @@ func TestMaxBodyKeepsDocumentsUnder16MiB(t *testing.T) {
 		require.NoError(t, err)
 		require.LessOrEqual(t, float64(n), 8*float64(len(p)), p)
 	}
+}
+
+// TestCommandsPerPath counts the commands of each of outboxd's paths
+// through the store (mongostore.MeasureCommands: the driver's command
+// monitor on a replica set, the engine's boundary on lungo) at two sizes,
+// and prints the table of the larger: a path whose commands do not grow
+// with its events sends a constant number per batch (a cursor's getMores
+// aside, one per 16 MiB of documents on a server). The reconciler claims
+// each candidate with its own conditional write: its row grows with the
+// sweep. OUTBOXD_TEST_MEASURE=full measures the sizes of docs/mongodb.md.
+func TestCommandsPerPath(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	measure := func(cfg mongostore.MeasureConfig) mongostore.CommandTable {
+		t.Helper()
+		opts := &mongostore.Options{}
+		if testkit.RealMongo() {
+			opts.Database = testkit.Name("outboxd_measure")
+			t.Cleanup(func() { dropDatabase(t, opts.Database) })
+		}
+		table, err := mongostore.MeasureCommands(ctx, testkit.MongoURI(), opts, cfg)
+		require.NoError(t, err)
+		return table
+	}
+	small := measure(mongostore.MeasureConfig{IngestGroup: 20, WorkerBatch: 40, DispatcherBatch: 40, ReconcilerSweep: 20})
+	large := mongostore.MeasureConfig{IngestGroup: 100, WorkerBatch: 200, DispatcherBatch: 200, ReconcilerSweep: 100}
+	if os.Getenv("OUTBOXD_TEST_MEASURE") == "full" {
+		large = mongostore.MeasureConfig{}
+	}
+	big := measure(large)
+	t.Logf("commands per path:\n%s", big)
+	require.Len(t, big.Rows, len(small.Rows))
+	for i, r := range big.Rows {
+		if strings.HasPrefix(r.Path, "reconciler") {
+			require.Equal(t, r.Events, r.Commands["findAndModify"], "one claim per candidate")
+			continue
+		}
+		// A server's cursors send a getMore per 16 MiB batch beyond the
+		// first (of 101 documents): one or two more at these sizes.
+		require.LessOrEqual(t, r.Total, small.Rows[i].Total+2, "%s: %v vs %v", r.Path, r.Commands, small.Rows[i].Commands)
+		require.Less(t, r.Total, 10, "%s: a constant few commands per batch, never one per event: %v", r.Path, r.Commands)
+	}
+}
+
+// dropDatabase drops a database of the replica set of
+// OUTBOXD_TEST_MONGO_URI.
+func dropDatabase(t testing.TB, name string) {
+	t.Helper()
+	ctx := context.Background()
+	s, err := mongostore.Open(ctx, testkit.MongoURI(), &mongostore.Options{Database: name})
+	if err != nil {
+		t.Logf("dropping %s: %v", name, err)
+		return
+	}
+	defer s.Close(ctx)
+	_ = s.Database().Drop(ctx)
 }

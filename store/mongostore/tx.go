@@ -83,9 +83,11 @@ func (s *Store) txAttempt(ctx context.Context, bo backoff.BackOff, fn func(sc lu
 		return false, err
 	}
 	if err := lungo.WithSession(ctx, sess, fn); err != nil {
+		s.lungoCommand("abortTransaction") // by discard
 		return true, err
 	}
 	for {
+		s.lungoCommand("commitTransaction")
 		err := sess.CommitTransaction(ctx)
 		if err == nil {
 			committed = true
