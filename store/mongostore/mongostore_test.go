@@ -4,18 +4,22 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/mongo/options"
 
 	"github.com/outboxd/outboxd/httpapi"
+	"github.com/outboxd/outboxd/internal/clock"
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store"
@@ -408,4 +412,159 @@ func dropDatabase(t testing.TB, name string) {
 	}
 	defer s.Close(ctx)
 	_ = s.Database().Drop(ctx)
+}
+
+// TestStepDownUnderLoad is the row "MongoDB primary steps down (failover)"
+// on a real replica set of three members: while clients write through the
+// Committer (ingest's group commit), the primary steps down. Requests in
+// flight get unavailable (503 at ingest) and the clients send them again
+// with the same idempotency key, as a client does after a 503; the feed
+// (the dispatcher's change stream) is reopened from its position after an
+// error, as the dispatcher does. At the end every accepted key names one
+// original with one outbox entry, and the feed delivered every entry. It
+// steps the set's primary down, which disturbs every other test on the
+// set, so it runs only with OUTBOXD_TEST_MONGO_STEPDOWN=1: the mongo
+// workflow runs it alone after the suite.
+func TestStepDownUnderLoad(t *testing.T) {
+	testkit.SkipUnlessRealMongo(t)
+	if os.Getenv("OUTBOXD_TEST_MONGO_STEPDOWN") == "" {
+		t.Skip("skipped: steps the primary down; set OUTBOXD_TEST_MONGO_STEPDOWN=1 (the mongo workflow runs it alone)")
+	}
+	ctx := context.Background()
+	s := testkit.NewMongo(t, nil)
+	w := outbox.NewWriter(s, nil)
+	cm, err := outbox.NewCommitter(w, nil)
+	require.NoError(t, err)
+	require.NoError(t, cm.Start(ctx))
+	defer func() { require.NoError(t, cm.Stop(ctx)) }()
+
+	delivered := make(chan outbox.Entry, 100_000)
+	followCtx, stopFollowing := context.WithCancel(ctx)
+	defer stopFollowing()
+	follow := followFeed(followCtx, t, s, delivered)
+
+	primary := func() string {
+		var hello bson.M
+		require.NoError(t, s.Database().Client().Database("admin").RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Decode(&hello))
+		p, _ := hello["primary"].(string)
+		return p
+	}
+	before := primary()
+	const clients = 16
+	var accepted sync.Map // key → id
+	var acceptedN, unavailable atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for c := range clients {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				key := fmt.Sprintf("stepdown-%d-%d", c, i)
+				b, err := w.Prepare([]outbox.Input{{IdempotencyKey: key, SourceKey: "s", DeviceKey: fmt.Sprint("d", c), OccurredAt: "2026-11-01T10:00:00Z"}})
+				if !assert.NoError(t, err) {
+					return
+				}
+				for {
+					rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+					res, err := cm.Write(rctx, b)
+					cancel()
+					if err == nil {
+						accepted.Store(key, res[0].ID)
+						acceptedN.Add(1)
+						break
+					}
+					if !store.IsUnavailable(err) && !errors.Is(err, context.DeadlineExceeded) {
+						t.Errorf("key %s: %v", key, err)
+						return
+					}
+					unavailable.Add(1)
+					_ = clock.Sleep(ctx, 100*time.Millisecond) // a client's pause before it sends a 503'd request again
+				}
+			}
+		})
+	}
+	require.Eventually(t, func() bool { return acceptedN.Load() >= 500 }, time.Minute, 10*time.Millisecond, "the load runs before the step-down")
+	err = s.Database().Client().Database("admin").RunCommand(ctx, bson.D{
+		{Key: "replSetStepDown", Value: 30}, {Key: "secondaryCatchUpPeriodSecs", Value: 10}}).Err()
+	t.Logf("replSetStepDown: %v", err) // the primary closes its connections: an error is expected
+	var after string
+	require.Eventually(t, func() bool { after = primary(); return after != "" && after != before }, time.Minute, 100*time.Millisecond, "a new primary")
+	resumed := acceptedN.Load()
+	require.Eventually(t, func() bool { return acceptedN.Load() >= resumed+500 }, time.Minute, 10*time.Millisecond, "writes go on on the new primary")
+	close(stop)
+	wg.Wait()
+	require.False(t, t.Failed())
+
+	want := map[string]string{} // event id → key
+	accepted.Range(func(k, v any) bool { want[v.(string)] = k.(string); return true })
+	t.Logf("%d events accepted across a step-down from %s to %s; %d requests answered unavailable and sent again",
+		len(want), before, after, unavailable.Load())
+	n, err := s.Database().Collection(mongostore.EventsCollection).CountDocuments(ctx, bson.M{})
+	require.NoError(t, err)
+	require.EqualValues(t, len(want), n, "one original per accepted key, none else")
+	for id, key := range want {
+		ev, err := s.EventByKey(ctx, key)
+		require.NoError(t, err)
+		require.Equal(t, id, ev.ID)
+	}
+	entries, err := s.Database().Collection(mongostore.OutboxCollection).CountDocuments(ctx, bson.M{})
+	require.NoError(t, err)
+	require.EqualValues(t, len(want), entries, "one outbox entry per original")
+
+	seen := map[string]bool{}
+	deadline := time.After(time.Minute)
+	for len(seen) < len(want) {
+		select {
+		case e := <-delivered:
+			require.Contains(t, want, e.EventID)
+			seen[e.EventID] = true
+		case <-deadline:
+			t.Fatalf("the feed delivered %d of %d entries", len(seen), len(want))
+		}
+	}
+	stopFollowing()
+	require.NoError(t, <-follow)
+}
+
+// followFeed follows the store's feed of the default stream as the
+// dispatcher does: it reopens from its position after an error, and from
+// the outbox (Undispatched) when the position is lost. It sends what it
+// reads on out until ctx ends, then returns nil on the channel.
+func followFeed(ctx context.Context, t *testing.T, s *mongostore.Store, out chan<- outbox.Entry) <-chan error {
+	t.Helper()
+	done := make(chan error, 1)
+	f, err := s.OpenFeed(ctx, outbox.StreamDefault, nil, store.FeedOptions{})
+	require.NoError(t, err)
+	go func() {
+		defer func() { _ = f.Close(context.Background()) }()
+		for ctx.Err() == nil {
+			entries, err := f.Next(ctx, 1000, time.Second)
+			for _, e := range entries {
+				out <- e
+			}
+			if err == nil || ctx.Err() != nil {
+				continue
+			}
+			pos := f.Position()
+			for ctx.Err() == nil {
+				reopened, err := s.OpenFeed(ctx, outbox.StreamDefault, pos, store.FeedOptions{})
+				if err == nil {
+					_ = f.Close(context.Background())
+					f = reopened
+					break
+				}
+				if errors.Is(err, store.ErrPositionLost) {
+					done <- fmt.Errorf("the feed lost its position across the step-down: %w", err)
+					return
+				}
+				_ = clock.Sleep(ctx, 200*time.Millisecond) // the dispatcher's back-off, shortened
+			}
+		}
+		done <- nil
+	}()
+	return done
 }
