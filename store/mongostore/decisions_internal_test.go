@@ -115,8 +115,8 @@ func TestClassify(t *testing.T) {
 	// chain, where WithTransaction looks for its labels.
 	wrapped := fmt.Errorf("error looking up idempotency keys: %w", wrap(cmd(112, "TransientTransactionError"), "looking up"))
 	found := false
-	for e := error(wrapped); e != nil; e = errors.Unwrap(e) {
-		if ce, ok := e.(mongo.CommandError); ok {
+	for e := wrapped; e != nil; e = errors.Unwrap(e) {
+		if ce, ok := e.(mongo.CommandError); ok { //nolint:errorlint // the single chain itself is under test
 			found = ce.HasErrorLabel("TransientTransactionError")
 		}
 	}

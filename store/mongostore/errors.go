@@ -143,10 +143,11 @@ func hasLabel(err error, label string) bool {
 	if err == nil {
 		return false
 	}
-	if le, ok := err.(mongo.LabeledError); ok && le.HasErrorLabel(label) {
+	// The walk is the point: errors.As would stop at the first labeled error.
+	if le, ok := err.(mongo.LabeledError); ok && le.HasErrorLabel(label) { //nolint:errorlint // see above
 		return true
 	}
-	switch u := err.(type) {
+	switch u := err.(type) { //nolint:errorlint // see above
 	case interface{ Unwrap() error }:
 		return hasLabel(u.Unwrap(), label)
 	case interface{ Unwrap() []error }:

@@ -61,12 +61,6 @@ func (c fakeCommand) lookup(key ...string) bson.RawValue { return c.Doc.Lookup(k
 // coll returns the collection the command names.
 func (c fakeCommand) coll() string { s, _ := c.lookup(c.Name).StringValueOK(); return s }
 
-// startsTransaction reports whether the command opens a transaction.
-func (c fakeCommand) startsTransaction() bool {
-	b, _ := c.lookup("startTransaction").BooleanOK()
-	return b
-}
-
 // fakeHandler answers a command. nil answers nothing: the server keeps the
 // request, as one waiting for a majority it lost.
 type fakeHandler func(c fakeCommand) bson.D
@@ -237,20 +231,22 @@ func (fs *fakeServer) answer(wm []byte) ([]byte, error) {
 		return nil, fmt.Errorf("malformed header")
 	}
 	switch opcode {
-	case wiremessage.OpQuery: // the first handshake of a connection
-		_, rem, ok = wiremessage.ReadQueryFlags(rem)
+	// The driver's first handshake of a connection is OP_QUERY, which the
+	// wiremessage package keeps only for it (deprecated for the rest).
+	case wiremessage.OpQuery: //nolint:staticcheck // see above
+		_, rem, ok = wiremessage.ReadQueryFlags(rem) //nolint:staticcheck // see above
 		if ok {
-			_, rem, ok = wiremessage.ReadQueryFullCollectionName(rem)
+			_, rem, ok = wiremessage.ReadQueryFullCollectionName(rem) //nolint:staticcheck // see above
 		}
 		if ok {
-			_, rem, ok = wiremessage.ReadQueryNumberToSkip(rem)
+			_, rem, ok = wiremessage.ReadQueryNumberToSkip(rem) //nolint:staticcheck // see above
 		}
 		if ok {
-			_, rem, ok = wiremessage.ReadQueryNumberToReturn(rem)
+			_, rem, ok = wiremessage.ReadQueryNumberToReturn(rem) //nolint:staticcheck // see above
 		}
 		var query bsoncore.Document
 		if ok {
-			query, _, ok = wiremessage.ReadQueryQuery(rem)
+			query, _, ok = wiremessage.ReadQueryQuery(rem) //nolint:staticcheck // see above
 		}
 		if !ok {
 			return nil, fmt.Errorf("malformed OP_QUERY")

@@ -14,11 +14,11 @@ import (
 
 // Transaction pacing.
 const (
-	// txPauseMin and txPauseMax bound the jittered pause before a
+	// txPauseFirst and txPauseLongest bound the jittered pause before a
 	// transaction runs again after a transient error, or before its commit
 	// is sent again after an unknown result.
-	txPauseMin = 5 * time.Millisecond
-	txPauseMax = 200 * time.Millisecond
+	txPauseFirst   = 5 * time.Millisecond
+	txPauseLongest = 200 * time.Millisecond
 	// endTimeout bounds the abort of a failed transaction that is left for
 	// the background because its caller is out of time.
 	endTimeout = 5 * time.Second
@@ -48,7 +48,7 @@ const (
 func (s *Store) runTx(ctx context.Context, what string, fn func(sc lungo.ISessionContext) error) error {
 	ctx, cancel := s.opctx(ctx)
 	defer cancel()
-	bo := backoff.NewExponentialBackOff(backoff.WithInitialInterval(txPauseMin), backoff.WithMaxInterval(txPauseMax),
+	bo := backoff.NewExponentialBackOff(backoff.WithInitialInterval(txPauseFirst), backoff.WithMaxInterval(txPauseLongest),
 		backoff.WithMaxElapsedTime(0))
 	for {
 		fromFn, err := s.txAttempt(ctx, bo, fn)
