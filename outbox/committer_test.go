@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -416,9 +417,10 @@ func testCommitter(t *testing.T, kind string) {
 			require.NoError(t, await(t, a).err)
 		}
 		require.Less(t, time.Since(queued), outbox.GroupWaitMax/2, "a group that reached its bytes did not wait GroupWait")
-		mu.Lock()
-		defer mu.Unlock()
-		require.Equal(t, []int{3, 1}, groups, "the fourth does not fit the first group's bytes; the full group did not wait")
+		observed := func() []int { mu.Lock(); defer mu.Unlock(); return slices.Clone(groups) }
+		// A group is observed after its requests are answered.
+		require.Eventually(t, func() bool { return len(observed()) >= 2 }, 10*time.Second, time.Millisecond)
+		require.Equal(t, []int{3, 1}, observed(), "the fourth does not fit the first group's bytes")
 		testkit.RequireStored(t, b.st, 4)
 	})
 

@@ -360,7 +360,13 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // Close disconnects (or closes lungo's engine). Closing twice is harmless.
 func (s *Store) Close(ctx context.Context) error {
-	s.background.Wait()
+	// The background aborts end within endTimeout; ctx bounds the wait.
+	aborted := make(chan struct{})
+	go func() { s.background.Wait(); close(aborted) }()
+	select {
+	case <-aborted:
+	case <-ctx.Done():
+	}
 	if s.engine != nil {
 		s.engine.Close()
 		return nil
