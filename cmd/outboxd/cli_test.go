@@ -57,6 +57,10 @@ func TestUsageErrors(t *testing.T) {
 		{"NegativeGroupWait", nil, []string{"ingest", "--store", "mongodb://h", "--ingest-group-wait", "-1ms"}, []string{"--ingest-group-wait", "between 0"}},
 		{"LongGroupWait", nil, []string{"ingest", "--store", "mongodb://h", "--ingest-group-wait", "2s"}, []string{"--ingest-group-wait", "1s"}},
 		{"ZeroGroupMax", nil, []string{"ingest", "--store", "mongodb://h", "--ingest-group-max", "0"}, []string{"--ingest-group-max must be positive"}},
+		{"GroupMaxBytesTooLarge", nil, []string{"ingest", "--store", "mongodb://h", "--ingest-group-max-bytes", "16777217"}, []string{"--ingest-group-max-bytes", "between 4096 and 16777216"}},
+		{"GroupMaxBytesTooSmall", map[string]string{"OUTBOXD_INGEST_GROUP_MAX_BYTES": "100"}, []string{"ingest", "--store", "mongodb://h"}, []string{"--ingest-group-max-bytes", "between 4096"}},
+		{"MaxBodyOverTheBSONBound", nil, []string{"ingest", "--store", "mongodb://h", "--max-body", "1572865"}, []string{"--max-body", "between 1 and 1572864", "16 MiB"}},
+		{"ZeroMongoPool", nil, []string{"work", "--store", "mongodb://h", "--mongo-max-pool", "0"}, []string{"--mongo-max-pool must be positive"}},
 		{"UISampleTooOften", nil, []string{"work", "--store", "mongodb://h", "--ui-sample-every", "1ms"}, []string{"--ui-sample-every", "at least 100ms"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
