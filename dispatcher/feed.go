@@ -10,6 +10,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"go.uber.org/zap"
 
+	"github.com/outboxd/outboxd/internal/clock"
 	"github.com/outboxd/outboxd/internal/failpolicy"
 	"github.com/outboxd/outboxd/internal/fault"
 	"github.com/outboxd/outboxd/internal/leader"
@@ -42,7 +43,7 @@ func (d *Dispatcher) lead(ctx, workCtx context.Context, lease store.Lease) error
 			bo.Class = f.Class
 			wait := bo.NextBackOff()
 			d.logger.Warn("relaying failed; reopening the feed", zap.String("code", f.Code), zap.Duration("wait", wait), zap.Error(err))
-			if err := sleep(ctx, wait); err != nil {
+			if err := clock.Sleep(ctx, wait); err != nil {
 				return err
 			}
 		}
@@ -266,16 +267,4 @@ func (d *Dispatcher) purgeOriginals(ctx context.Context, before time.Time) error
 func (d *Dispatcher) newBackoff() *backoff.ExponentialBackOff {
 	return backoff.NewExponentialBackOff(backoff.WithInitialInterval(min(100*time.Millisecond, d.cfg.BackoffMax)),
 		backoff.WithMaxInterval(d.cfg.BackoffMax), backoff.WithMaxElapsedTime(0))
-}
-
-// sleep waits for d or until ctx ends, and returns ctx.Err().
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

@@ -2,7 +2,6 @@ package dispatcher_test
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,7 +10,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/bson"
-	"go.mongodb.org/mongo-driver/mongo"
 
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store/mongostore"
@@ -22,18 +20,16 @@ import (
 // aborted or transient error: retried; original and outbox entry both exist
 // or neither", on both stores, ending with the checker. It lives with the
 // dispatcher's tests because their bundle runs the writer, the relay and a
-// worker on either store.
+// worker on either store. (A TransientTransactionError between the original
+// and its entry is shown through the driver, whose retry it needs, in
+// mongostore's TestTransientErrorsRunTheTransactionAgain.)
 //
-//   - A transaction that fails between the original and its outbox entry
-//     (a transient error: TransientTransactionError on MongoDB) leaves
-//     neither; it is run again (by the driver on a replica set, which
-//     retries the whole callback on that label; by the client on lungo,
-//     whose transactions have no such retry) and both exist once.
 //   - Two writers of one key in concurrent transactions: one original, and
 //     every answer carries its id (lungo runs write transactions one at a
-//     time, SQLite takes its write lock at BEGIN IMMEDIATE; a replica set
-//     makes the loser fail on the unique index, and the writer runs it
-//     again after a jittered pause).
+//     time, SQLite takes its write lock at BEGIN IMMEDIATE; on a replica set
+//     the loser meets a write conflict, or the unique index, and its
+//     transaction runs again: mongostore's
+//     TestKeyRaceOnAReplicaSetIsAWriteConflict).
 //   - SQLite: another process holds the write lock for a while; the writes
 //     wait for it (busy_timeout) and then commit.
 func TestIngestTransientTransactionRetried(t *testing.T) {
@@ -45,8 +41,7 @@ func TestIngestTransientTransactionRetried(t *testing.T) {
 			b := setup(t, &setupOpts{kind: kind})
 			b.start(b.config())
 			p := b.startWorker()
-			flaky := &flakyTransactor{Transactor: b.st}
-			w := outbox.NewWriter(flaky, &outbox.WriterConfig{Stream: b.stream})
+			w := outbox.NewWriter(b.st, &outbox.WriterConfig{Stream: b.stream})
 			write := func(in outbox.Input) (outbox.Result, error) {
 				res, err := w.Write(ctx, []outbox.Input{in})
 				if err != nil {
@@ -58,18 +53,6 @@ func TestIngestTransientTransactionRetried(t *testing.T) {
 			b.write(3, 3)
 			b.requireConverged(p)
 			before := counts(t, b)
-
-			// Aborted between the original and its outbox entry.
-			flaky.failNext.Store(true)
-			in := outbox.Input{SourceKey: b.source, DeviceKey: "aborted", OccurredAt: "2026-11-01T10:00:00Z"}
-			_, err := write(in)
-			if err != nil { // lungo: the driver's retry is not there
-				require.ErrorIs(t, err, errTransient)
-				require.Equal(t, before, counts(t, b), "neither the original nor its entry")
-				_, err = write(in) // the client's retry, same key
-			}
-			require.NoError(t, err)
-			require.Equal(t, before+1, counts(t, b))
 
 			// Concurrent writers of one key.
 			const writers = 8
@@ -92,7 +75,7 @@ func TestIngestTransientTransactionRetried(t *testing.T) {
 				}
 			}
 			require.Equal(t, 1, created)
-			require.Equal(t, before+2, counts(t, b))
+			require.Equal(t, before+1, counts(t, b))
 
 			if kind == kindSQLite {
 				holdSQLiteLock(t, b)
@@ -152,34 +135,4 @@ func countEntries(b *testBundle, n *int64) error {
 		return err
 	}
 	return b.st.(*sqlitestore.Store).DB().QueryRowContext(ctx, `SELECT count(*) FROM outbox`).Scan(n)
-}
-
-// errTransient is the injected failure: on MongoDB it carries the
-// TransientTransactionError label, as a write conflict or an election does.
-var errTransient = errors.New("injected transient transaction error")
-
-// flakyTransactor fails the next transaction (when failNext is set) after
-// the originals are inserted and before the outbox entries are.
-type flakyTransactor struct {
-	outbox.Transactor
-	failNext atomic.Bool
-}
-
-func (f *flakyTransactor) WriteTx(ctx context.Context, fn func(ctx context.Context, tx outbox.Tx) error) error {
-	return f.Transactor.WriteTx(ctx, func(ctx context.Context, tx outbox.Tx) error {
-		return fn(ctx, &flakyTx{Tx: tx, f: f})
-	})
-}
-
-type flakyTx struct {
-	outbox.Tx
-	f *flakyTransactor
-}
-
-func (t *flakyTx) InsertEntries(ctx context.Context, entries []outbox.Entry) error {
-	if t.f.failNext.CompareAndSwap(true, false) {
-		return mongo.CommandError{Code: 112, Name: "WriteConflict", Message: errTransient.Error(),
-			Labels: []string{"TransientTransactionError"}, Wrapped: errTransient}
-	}
-	return t.Tx.InsertEntries(ctx, entries)
 }

@@ -592,15 +592,19 @@ func TestNewHandlerConfig(t *testing.T) {
 
 	t.Run("InvalidValuesNameTheField", func(t *testing.T) {
 		t.Parallel()
-		for field, cfg := range map[string]*httpapi.Config{
-			"MaxBody":        {MaxBody: -1},
-			"MaxBatch":       {MaxBatch: -1},
-			"RetryAfter":     {RetryAfter: -time.Second},
-			"RequestTimeout": {RequestTimeout: -time.Second},
-			"AuthToken":      {AuthToken: "a b"},
+		for _, tc := range []struct {
+			field string
+			cfg   *httpapi.Config
+		}{
+			{"MaxBody", &httpapi.Config{MaxBody: -1}},
+			{"MaxBody", &httpapi.Config{MaxBody: httpapi.MaxBodyMax + 1}},
+			{"MaxBatch", &httpapi.Config{MaxBatch: -1}},
+			{"RetryAfter", &httpapi.Config{RetryAfter: -time.Second}},
+			{"RequestTimeout", &httpapi.Config{RequestTimeout: -time.Second}},
+			{"AuthToken", &httpapi.Config{AuthToken: "a b"}},
 		} {
-			_, err := httpapi.New(cfg, nil)
-			require.ErrorContains(t, err, field)
+			_, err := httpapi.New(tc.cfg, nil)
+			require.ErrorContains(t, err, tc.field)
 		}
 	})
 

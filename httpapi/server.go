@@ -28,6 +28,13 @@ import (
 const (
 	// MaxBodyDefault is the largest accepted request body (--max-body).
 	MaxBodyDefault int64 = 1 << 20
+	// MaxBodyMax is the largest MaxBody that may be set: 1.5 MiB. A JSON
+	// payload becomes at most eight times its bytes as BSON in the MongoDB
+	// store (an array of one-digit integers; mongostore's
+	// TestMaxBodyKeepsDocumentsUnder16MiB), so no accepted body can make a
+	// document past MongoDB's 16 MiB limit: 12 MiB at most, with room for
+	// the event's other fields.
+	MaxBodyMax int64 = 3 << 19
 	// MaxBatchDefault is the most events one batch may hold (--max-batch).
 	MaxBatchDefault = 500
 	// RetryAfterDefault is what a 503 tells clients to wait.
@@ -46,7 +53,7 @@ type Config struct {
 	// auth).
 	AuthToken string
 	// MaxBody bounds a request body in bytes; larger bodies get 413.
-	// Defaults to MaxBodyDefault (1 MiB).
+	// Defaults to MaxBodyDefault (1 MiB); at most MaxBodyMax.
 	MaxBody int64
 	// MaxBatch bounds the events of one POST /v1/events:batch. Defaults to
 	// MaxBatchDefault (500).
@@ -121,8 +128,8 @@ func (c *Config) withDefaults() Config {
 // validate checks a defaulted config; each error names the field.
 func (c *Config) validate() error {
 	var errs []error
-	if c.MaxBody < 1 {
-		errs = append(errs, fmt.Errorf("MaxBody must be positive (got %d)", c.MaxBody))
+	if c.MaxBody < 1 || c.MaxBody > MaxBodyMax {
+		errs = append(errs, fmt.Errorf("MaxBody must be between 1 and %d (got %d)", MaxBodyMax, c.MaxBody))
 	}
 	if c.MaxBatch < 1 {
 		errs = append(errs, fmt.Errorf("MaxBatch must be positive (got %d)", c.MaxBatch))

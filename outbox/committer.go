@@ -27,6 +27,15 @@ const (
 	// GroupMaxDefault is the most events one group holds (the largest
 	// batch request, --max-batch, holds as many).
 	GroupMaxDefault = 500
+	// GroupMaxBytesDefault is the most bytes one group holds: a few MiB,
+	// well under MongoDB's 16 MiB document and its transaction cache
+	// (TransactionTooLargeForCache), and enough for 500 events of 8 KiB.
+	GroupMaxBytesDefault = 4 << 20
+	// GroupMaxBytesMin and GroupMaxBytesMax bound GroupMaxBytes: it must
+	// hold an event with the largest keys and a small payload, and no event
+	// beyond MongoDB's 16 MiB document limit may be accepted.
+	GroupMaxBytesMin = 4 << 10
+	GroupMaxBytesMax = 16 << 20
 	// GroupTimeoutDefault bounds the transaction of one group.
 	GroupTimeoutDefault = 10 * time.Second
 	// GroupWaitMax is the largest GroupWait accepted: a longer wait is
@@ -56,6 +65,15 @@ type CommitterConfig struct {
 	// request larger than that still goes, alone). Defaults to
 	// GroupMaxDefault (500).
 	GroupMax int
+	// GroupMaxBytes is the most bytes one group's transaction holds, as the
+	// store measures its events (Batch.Bytes; MongoDB: BSON). A request
+	// larger than that whose events are each within it still goes, alone;
+	// an event larger than it is refused before any transaction with a
+	// *ValidationError naming its payload (its request writes nothing; the
+	// group it would have joined is not failed). Defaults to
+	// GroupMaxBytesDefault (4 MiB); between GroupMaxBytesMin and
+	// GroupMaxBytesMax.
+	GroupMaxBytes int
 	// GroupTimeout bounds one group's transaction, its runs after a lost
 	// key race included; the group ends earlier at the latest deadline of
 	// its requests. Defaults to GroupTimeoutDefault (10 seconds).
@@ -73,6 +91,7 @@ func (c *CommitterConfig) withDefaults() CommitterConfig {
 	}
 	out.GroupWait = cmp.Or(out.GroupWait, GroupWaitDefault)
 	out.GroupMax = cmp.Or(out.GroupMax, GroupMaxDefault)
+	out.GroupMaxBytes = cmp.Or(out.GroupMaxBytes, GroupMaxBytesDefault)
 	out.GroupTimeout = cmp.Or(out.GroupTimeout, GroupTimeoutDefault)
 	return out
 }
@@ -85,6 +104,9 @@ func (c *CommitterConfig) validate() error {
 	}
 	if c.GroupMax < 1 {
 		errs = append(errs, fmt.Errorf("GroupMax must be positive (got %d)", c.GroupMax))
+	}
+	if c.GroupMaxBytes < GroupMaxBytesMin || c.GroupMaxBytes > GroupMaxBytesMax {
+		errs = append(errs, fmt.Errorf("GroupMaxBytes must be between %d and %d (got %d)", GroupMaxBytesMin, GroupMaxBytesMax, c.GroupMaxBytes))
 	}
 	if c.GroupTimeout < time.Millisecond {
 		errs = append(errs, fmt.Errorf("GroupTimeout must be at least 1ms (got %s)", c.GroupTimeout))
@@ -128,10 +150,11 @@ type Committer struct {
 	cfg  CommitterConfig
 	wake chan struct{} // a request was queued: the loop looks again
 
-	mu     sync.Mutex
-	open   bool
-	queue  []*request
-	queued int // events in queue
+	mu          sync.Mutex
+	open        bool
+	queue       []*request
+	queued      int // events in queue
+	queuedBytes int // their bytes
 	// ended is when the last group's transaction ended: requests queued
 	// before it waited for that transaction and wait no longer.
 	ended time.Time
@@ -141,6 +164,7 @@ type Committer struct {
 type request struct {
 	member
 	events   int
+	bytes    int
 	at       time.Time    // when it was queued
 	deadline time.Time    // its context's deadline, or zero
 	ctxErr   func() error // its context's Err
@@ -180,9 +204,14 @@ func (c *Committer) Stopped() <-chan struct{} { return c.life.Stopped() }
 
 // Write stores b (from Writer.Prepare) with the group of requests it joins
 // and returns b's results, as Writer.WriteBatch would. It returns
-// ErrCommitterStopped while the committer is not running.
+// ErrCommitterStopped while the committer is not running, and a
+// *ValidationError, before any transaction, when an event of b is larger
+// than GroupMaxBytes.
 func (c *Committer) Write(ctx context.Context, b *Batch) ([]Result, error) {
 	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := c.refuseOversized(b); err != nil {
 		return nil, err
 	}
 	if c.cfg.GroupWait == GroupWaitOff {
@@ -195,6 +224,9 @@ func (c *Committer) Write(ctx context.Context, b *Batch) ([]Result, error) {
 		return c.w.WriteBatch(ctx, b)
 	}
 	r := &request{member: member{prep: b.prep}, events: b.Len(), at: time.Now(), ctxErr: ctx.Err, done: make(chan struct{})}
+	for i := range b.prep {
+		r.bytes += b.prep[i].bytes
+	}
 	r.deadline, _ = ctx.Deadline()
 	c.mu.Lock()
 	if !c.open {
@@ -203,8 +235,10 @@ func (c *Committer) Write(ctx context.Context, b *Batch) ([]Result, error) {
 	}
 	c.queue = append(c.queue, r)
 	c.queued += r.events
+	c.queuedBytes += r.bytes
 	// The loop looks again when a group begins or fills up.
-	wake := len(c.queue) == 1 || (c.queued >= c.cfg.GroupMax && c.queued-r.events < c.cfg.GroupMax)
+	wake := len(c.queue) == 1 || (c.queued >= c.cfg.GroupMax && c.queued-r.events < c.cfg.GroupMax) ||
+		(c.queuedBytes >= c.cfg.GroupMaxBytes && c.queuedBytes-r.bytes < c.cfg.GroupMaxBytes)
 	c.mu.Unlock()
 	if wake {
 		select {
@@ -234,7 +268,21 @@ func (c *Committer) withdraw(r *request) bool {
 	}
 	c.queue = slices.Delete(c.queue, i, i+1)
 	c.queued -= r.events
+	c.queuedBytes -= r.bytes
 	return true
+}
+
+// refuseOversized returns a *ValidationError naming the first event of b
+// larger than GroupMaxBytes: it fits no group, so it is refused alone,
+// before a transaction could fail the group it joins.
+func (c *Committer) refuseOversized(b *Batch) error {
+	for i := range b.prep {
+		if n := b.prep[i].bytes; n > c.cfg.GroupMaxBytes {
+			return &ValidationError{Fields: []FieldError{{Index: i, Field: "payload",
+				Reason: fmt.Sprintf("is too large: the event takes %d bytes in the store, more than the %d one ingest transaction holds", n, c.cfg.GroupMaxBytes)}}}
+		}
+	}
+	return nil
 }
 
 // run gathers groups and writes them until fetchCtx ends, then closes the
@@ -276,22 +324,27 @@ func (c *Committer) run(fetchCtx, workCtx context.Context) error {
 
 // next takes the next group from the queue when it is due (its first
 // request has waited GroupWait or was queued while the last group's
-// transaction ran, or it holds GroupMax events) or force is set; else it returns how long until it is due (0: the queue is empty).
-// Requests whose context has ended are answered and left out of the group.
+// transaction ran, or it holds GroupMax events or GroupMaxBytes) or force
+// is set; else it returns how long until it is due (0: the queue is
+// empty). A group takes requests in order while both bounds hold (its
+// first request always). Requests whose context has ended are answered and
+// left out of the group.
 func (c *Committer) next(force bool) (group []*request, took bool, wait time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.queue) == 0 {
 		return nil, false, 0
 	}
-	if !force && c.queued < c.cfg.GroupMax && !c.queue[0].at.Before(c.ended) {
+	if !force && c.queued < c.cfg.GroupMax && c.queuedBytes < c.cfg.GroupMaxBytes && !c.queue[0].at.Before(c.ended) {
 		if d := time.Until(c.queue[0].at.Add(c.cfg.GroupWait)); d > 0 {
 			return nil, false, d
 		}
 	}
-	n, events := 0, 0
-	for n < len(c.queue) && (n == 0 || events+c.queue[n].events <= c.cfg.GroupMax) {
+	n, events, bytes := 0, 0, 0
+	for n < len(c.queue) && (n == 0 ||
+		(events+c.queue[n].events <= c.cfg.GroupMax && bytes+c.queue[n].bytes <= c.cfg.GroupMaxBytes)) {
 		events += c.queue[n].events
+		bytes += c.queue[n].bytes
 		n++
 	}
 	for _, r := range c.queue[:n] {
@@ -304,6 +357,7 @@ func (c *Committer) next(force bool) (group []*request, took bool, wait time.Dur
 	}
 	c.queue = slices.Delete(c.queue, 0, n)
 	c.queued -= events
+	c.queuedBytes -= bytes
 	return group, true, 0
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -41,6 +43,15 @@ func (s *countingStore) WriteTx(ctx context.Context, fn func(ctx context.Context
 	return s.Store.WriteTx(ctx, func(ctx context.Context, tx outbox.Tx) error {
 		return fn(ctx, &racingTx{Tx: tx, s: s})
 	})
+}
+
+// PayloadSize measures payloads as the store does (MongoDB: BSON; others
+// by their JSON).
+func (s *countingStore) PayloadSize(p json.RawMessage) (int, error) {
+	if ps, ok := s.Store.(outbox.PayloadSizer); ok {
+		return ps.PayloadSize(p)
+	}
+	return len(p), nil
 }
 
 type racingTx struct {
@@ -124,6 +135,13 @@ func await(t *testing.T, c <-chan answer) answer {
 		t.Fatal("no answer")
 		return answer{}
 	}
+}
+
+// sized returns an input whose payload holds a string of n bytes.
+func sized(device string, n int) outbox.Input {
+	in := input(device)
+	in.Payload = json.RawMessage(`{"s":"` + strings.Repeat("x", n) + `"}`)
+	return in
 }
 
 func keyed(key, device string) outbox.Input {
@@ -380,6 +398,57 @@ func testCommitter(t *testing.T, kind string) {
 		require.ErrorIs(t, err, outbox.ErrIdempotencyMismatch)
 	})
 
+	// A group takes requests while their bytes (as the store holds them)
+	// fit GroupMaxBytes, and a group that reaches it starts at once.
+	t.Run("GroupsAreBoundedInBytes", func(t *testing.T) {
+		t.Parallel()
+		probe := setupCommitter(t, kind, nil)
+		size := probe.prepare(t, sized("d0", 1500)).Bytes(0)
+		var mu sync.Mutex
+		var groups []int
+		b := setupCommitter(t, kind, &outbox.CommitterConfig{GroupWait: outbox.GroupWaitMax, GroupMax: 100, GroupMaxBytes: 3*size + size/2,
+			ObserveGroup: func(events int) { mu.Lock(); groups = append(groups, events); mu.Unlock() }})
+		var answers []<-chan answer
+		for i := range 4 {
+			answers = append(answers, b.queue(ctx, t, sized(fmt.Sprint("d", i), 1500)))
+		}
+		queued := time.Now()
+		for _, a := range answers {
+			require.NoError(t, await(t, a).err)
+		}
+		require.Less(t, time.Since(queued), outbox.GroupWaitMax/2, "a group that reached its bytes did not wait GroupWait")
+		observed := func() []int { mu.Lock(); defer mu.Unlock(); return slices.Clone(groups) }
+		// A group is observed after its requests are answered.
+		require.Eventually(t, func() bool { return len(observed()) >= 2 }, 10*time.Second, time.Millisecond)
+		require.Equal(t, []int{3, 1}, observed(), "the fourth does not fit the first group's bytes")
+		testkit.RequireStored(t, b.st, 4)
+	})
+
+	// An event larger than GroupMaxBytes fits no group: it is refused
+	// alone, before any transaction, naming its payload; the group it
+	// would have joined commits.
+	t.Run("OversizedEventIsRefusedAloneBeforeTheTransaction", func(t *testing.T) {
+		t.Parallel()
+		b := setupCommitter(t, kind, &outbox.CommitterConfig{GroupWait: outbox.GroupWaitMax, GroupMax: 3, GroupMaxBytes: outbox.GroupMaxBytesMin})
+		first := b.queue(ctx, t, input("d1"))
+		big := sized("big", outbox.GroupMaxBytesMin)
+		_, err := b.committer.Write(ctx, b.prepare(t, big))
+		var ve *outbox.ValidationError
+		require.ErrorAs(t, err, &ve)
+		require.Equal(t, "payload", ve.Fields[0].Field)
+		require.Contains(t, ve.Fields[0].Reason, "too large")
+		_, err = b.committer.Write(ctx, b.prepare(t, input("d9"), big))
+		require.ErrorAs(t, err, &ve)
+		require.Equal(t, outbox.FieldError{Index: 1, Field: "payload", Reason: ve.Fields[0].Reason}, ve.Fields[0], "a batch names the item")
+		require.Zero(t, b.st.txs.Load(), "refused before any transaction")
+		rest := []<-chan answer{b.queue(ctx, t, input("d2")), b.queue(ctx, t, input("d3"))}
+		for _, a := range append(rest, first) {
+			require.NoError(t, await(t, a).err)
+		}
+		require.Equal(t, int64(1), b.st.txs.Load(), "its group ran without it")
+		testkit.RequireStored(t, b.st, 3)
+	})
+
 	t.Run("StopAnswersQueuedRequests", func(t *testing.T) {
 		t.Parallel()
 		b := setupCommitter(t, kind, oneGroup(10))
@@ -427,9 +496,10 @@ func TestCommitterLifecycle(t *testing.T) {
 		t.Parallel()
 		w := outbox.NewWriter(testkit.NewSQLite(t), nil)
 		for field, cfg := range map[string]*outbox.CommitterConfig{
-			"GroupWait":    {GroupWait: 2 * outbox.GroupWaitMax},
-			"GroupMax":     {GroupMax: -1},
-			"GroupTimeout": {GroupTimeout: time.Microsecond},
+			"GroupWait":     {GroupWait: 2 * outbox.GroupWaitMax},
+			"GroupMax":      {GroupMax: -1},
+			"GroupMaxBytes": {GroupMaxBytes: outbox.GroupMaxBytesMax + 1},
+			"GroupTimeout":  {GroupTimeout: time.Microsecond},
 		} {
 			_, err := outbox.NewCommitter(w, cfg)
 			require.ErrorContains(t, err, field)

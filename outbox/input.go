@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -93,6 +94,9 @@ type prepared struct {
 	occurredAt time.Time
 	payload    json.RawMessage // canonical JSON
 	hash       string
+	// bytes is what the original and its outbox entry take in the store
+	// (Writer.size).
+	bytes int
 }
 
 // prepare validates in, the input at index of its call, and normalises it.
@@ -256,9 +260,13 @@ func checkValue(v any, path string, depth int) (string, string) {
 		}
 	case json.Number:
 		// Integers beyond 64 bits and floats beyond float64 do not survive
-		// BSON, and PostgreSQL's numeric would read them differently.
+		// BSON (an integer would come back as a rounded double), and
+		// PostgreSQL's numeric would read them differently.
 		if _, err := strconv.ParseInt(string(x), 10, 64); err == nil {
 			return "", ""
+		}
+		if !strings.ContainsAny(string(x), ".eE") {
+			return path, fmt.Sprintf("integer %s does not fit in a signed 64-bit integer (%d to %d); send it as a string", x, math.MinInt64, math.MaxInt64)
 		}
 		if _, err := x.Float64(); err != nil {
 			return path, fmt.Sprintf("number %s is out of range", x)

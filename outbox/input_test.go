@@ -125,7 +125,11 @@ func TestPayloadRules(t *testing.T) {
 		{"NulInKey", `{"a\u0000":1}`, "payload"},
 		{"DollarKey", `{"$set":1}`, "payload"},
 		{"HugeNumber", `{"n":1e400}`, "payload.n"},
-		{"BigIntegerAsFloat", `{"n":123456789012345678901234567890}`, ""},
+		{"IntegerBeyond64Bits", `{"n":123456789012345678901234567890}`, "payload.n"},
+		{"IntegerJustBeyondInt64", `{"a":[{"n":9223372036854775808}]}`, "payload.a[0].n"},
+		{"IntegerJustBelowInt64", `{"n":-9223372036854775809}`, "payload.n"},
+		{"LargestInt64", `{"n":9223372036854775807,"m":-9223372036854775808}`, ""},
+		{"BigNumberWithAnExponentIsAFloat", `{"n":1.2345678901234568e29}`, ""},
 		{"NotObject", `[1]`, "payload"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

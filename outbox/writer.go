@@ -3,6 +3,7 @@ package outbox
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -81,6 +82,23 @@ type Tx interface {
 	InsertEntries(ctx context.Context, entries []Entry) error
 }
 
+// PayloadSizer is implemented by a store that can tell how many bytes a
+// payload takes in it (MongoDB: the BSON document it becomes, which may be
+// several times its JSON). The Writer measures each event with it, so the
+// Committer can bound its groups in bytes and refuse an event that would
+// not fit one (CommitterConfig.GroupMaxBytes). A store without it is
+// measured by the payload's JSON.
+type PayloadSizer interface {
+	// PayloadSize returns the bytes payload, a valid canonical JSON object,
+	// takes in the store.
+	PayloadSize(payload json.RawMessage) (int, error)
+}
+
+// recordOverhead bounds the bytes an original and its outbox entry take
+// beyond the payload and their strings: ids, times, the content hash, the
+// field names and the entry's message around its strings.
+const recordOverhead = 1024
+
 // Transactor runs fn in one store transaction, committing when fn returns
 // nil and rolling back otherwise. It may run fn again after a transient
 // failure of the store (fn must be repeatable).
@@ -105,6 +123,7 @@ type Writer struct {
 	stream string
 	now    func() time.Time
 	faults *fault.Set
+	sizer  PayloadSizer // nil: the payload's JSON
 }
 
 // NewWriter returns a Writer that writes through db (a store of the storage
@@ -117,7 +136,8 @@ func NewWriter(db Transactor, cfg *WriterConfig) *Writer {
 	if now == nil {
 		now = time.Now
 	}
-	return &Writer{db: db, stream: cmp.Or(cfg.Stream, StreamDefault), now: now, faults: cfg.faults}
+	sizer, _ := db.(PayloadSizer)
+	return &Writer{db: db, stream: cmp.Or(cfg.Stream, StreamDefault), now: now, faults: cfg.faults, sizer: sizer}
 }
 
 // Stream returns the stream the writer's outbox entries name.
@@ -147,6 +167,11 @@ func (b *Batch) Key(i int) string { return b.prep[i].key }
 // key and hash are the same event.
 func (b *Batch) ContentHash(i int) string { return b.prep[i].hash }
 
+// Bytes returns what input i takes in the store, its original and its
+// outbox entry: the store's measure of its payload (PayloadSizer) and the
+// rest estimated from above, within a KiB.
+func (b *Batch) Bytes(i int) int { return b.prep[i].bytes }
+
 // Prepare validates inputs like Validate and returns them ready to write, so
 // a caller that validates before writing does the work once.
 func (w *Writer) Prepare(inputs []Input) (*Batch, error) {
@@ -163,6 +188,12 @@ func (w *Writer) prepareAll(inputs []Input) ([]prepared, error) {
 	var all []FieldError
 	for i, in := range inputs {
 		p, errs := prepare(in, now, i)
+		if len(errs) == 0 {
+			var err error
+			if p.bytes, err = w.size(p); err != nil {
+				errs = append(errs, FieldError{Index: i, Field: "payload", Reason: "cannot be stored: " + err.Error()})
+			}
+		}
 		out[i] = p
 		all = append(all, errs...)
 	}
@@ -170,6 +201,18 @@ func (w *Writer) prepareAll(inputs []Input) ([]prepared, error) {
 		return nil, &ValidationError{Fields: all}
 	}
 	return out, nil
+}
+
+// size returns what p takes in the store (see Batch.Bytes).
+func (w *Writer) size(p prepared) (int, error) {
+	n := len(p.payload)
+	if w.sizer != nil {
+		var err error
+		if n, err = w.sizer.PayloadSize(p.payload); err != nil {
+			return 0, err
+		}
+	}
+	return n + 2*(len(p.key)+len(p.sourceKey)+len(p.deviceKey)) + len(p.typ) + recordOverhead, nil
 }
 
 // Write validates inputs and stores them, with their outbox entries, in one

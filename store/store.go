@@ -133,10 +133,19 @@ type Store interface {
 
 	// AcquireLease takes the lease name for owner until now+ttl when it is
 	// free, expired or already owner's, incrementing its fencing term. It
-	// returns a Lease with Term 0 when another owner holds it.
+	// returns a Lease with Term 0 when another owner holds it; a held
+	// Lease's Expires is now+ttl on the caller's clock.
+	//
+	// Expiry is judged by one clock for every caller: now is the caller's
+	// clock, which on other machines may be off by more than ttl. MongoDB
+	// judges by the server's clock, moved by how far now is from the
+	// calling process's clock (zero unless the caller runs a fake clock);
+	// SQLite runs on one machine, whose clock every process of it shares,
+	// and judges by now.
 	AcquireLease(ctx context.Context, name, owner string, now time.Time, ttl time.Duration) (Lease, error)
-	// RenewLease extends lease until now+ttl, or returns ErrFenced when its
-	// owner no longer holds it with its term.
+	// RenewLease extends lease until now+ttl (by the clock AcquireLease
+	// names), or returns ErrFenced when its owner no longer holds it with
+	// its term.
 	RenewLease(ctx context.Context, lease Lease, now time.Time, ttl time.Duration) (Lease, error)
 	// ReleaseLease gives lease up (it expires at once) while its owner
 	// still holds it with its term, and reports whether it did.

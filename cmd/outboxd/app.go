@@ -104,7 +104,8 @@ func (a *app) open(ctx context.Context) error {
 	a.reg = prometheus.NewRegistry()
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if r.store {
-		st, err := openStore(ctx, a.o.store, a.o.mongoDB)
+		st, err := openStore(ctx, a.o.store, &mongostore.Options{Database: a.o.mongoDB,
+			AppName: "outboxd/" + r.name, MaxPoolSize: uint64(a.o.mongoMaxPool)})
 		if err != nil {
 			return err
 		}
@@ -135,8 +136,9 @@ func (a *app) open(ctx context.Context) error {
 	return nil
 }
 
-// openStore opens the store a --store value names.
-func openStore(ctx context.Context, uri, mongoDB string) (store.Store, error) {
+// openStore opens the store a --store value names; mongo configures a
+// MongoDB store.
+func openStore(ctx context.Context, uri string, mongo *mongostore.Options) (store.Store, error) {
 	kind, target, err := storeKind(uri)
 	if err != nil {
 		return nil, config.Invalid("store", "%v", err)
@@ -148,7 +150,7 @@ func openStore(ctx context.Context, uri, mongoDB string) (store.Store, error) {
 		}
 		return st, err
 	}
-	return mongostore.Open(ctx, target, &mongostore.Options{Database: mongoDB})
+	return mongostore.Open(ctx, target, mongo)
 }
 
 // close releases the backends, the store last.
@@ -448,7 +450,7 @@ func (a *app) httpHandler() (http.Handler, error) {
 }
 
 // newCommitter returns the group commit of POST /v1/events
-// (--ingest-group-wait, --ingest-group-max), with the histogram
+// (--ingest-group-wait, --ingest-group-max, --ingest-group-max-bytes), with the histogram
 // outboxd_ingest_group_events.
 func (a *app) newCommitter(w *outbox.Writer) (*outbox.Committer, error) {
 	wait := a.o.ingestGroupWait
@@ -462,7 +464,7 @@ func (a *app) newCommitter(w *outbox.Writer) (*outbox.Committer, error) {
 		return nil, err
 	}
 	return outbox.NewCommitter(w, &outbox.CommitterConfig{
-		GroupWait: wait, GroupMax: a.o.ingestGroupMax, GroupTimeout: a.o.requestTimeout,
+		GroupWait: wait, GroupMax: a.o.ingestGroupMax, GroupMaxBytes: a.o.ingestGroupMaxBytes, GroupTimeout: a.o.requestTimeout,
 		ObserveGroup: func(events int) { sizes.Observe(float64(events)) },
 	})
 }

@@ -44,6 +44,8 @@ type options struct {
 	store, mongoDB, redisURL, postgresURL string
 	stream, group, httpAddr, logLevel     string
 	shutdownTimeout                       time.Duration
+	// mongoMaxPool is the MongoDB driver's pool size per server.
+	mongoMaxPool int
 
 	// http
 	httpBodyTimeout, httpIdleTimeout time.Duration
@@ -58,10 +60,12 @@ type options struct {
 	maxBatch  int
 	// requestTimeout bounds the store work of one ingest request.
 	requestTimeout time.Duration
-	// ingestGroupWait and ingestGroupMax bound the groups of single-event
-	// requests that share one store transaction (0 wait: no grouping).
-	ingestGroupWait time.Duration
-	ingestGroupMax  int
+	// ingestGroupWait, ingestGroupMax and ingestGroupMaxBytes bound the
+	// groups of single-event requests that share one store transaction (0
+	// wait: no grouping).
+	ingestGroupWait     time.Duration
+	ingestGroupMax      int
+	ingestGroupMaxBytes int
 
 	// dispatch
 	outboxRetention time.Duration
@@ -126,6 +130,7 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 		case gStore:
 			fs.StringVar(&o.store, "store", StoreDefault, "system of record: sqlite:PATH, mongodb://… or mongodb+srv://… (a replica set), "+mongostore.LungoMemory+" (dev only)")
 			fs.StringVar(&o.mongoDB, "mongo-db", mongostore.DatabaseDefault, "MongoDB database (mongodb stores)")
+			fs.IntVar(&o.mongoMaxPool, "mongo-max-pool", mongostore.MaxPoolSizeDefault, "most connections to each MongoDB server (mongodb stores; replaces the URI's maxPoolSize)")
 		case gRedis:
 			fs.StringVar(&o.redisURL, "redis-url", RedisURLDefault, "Redis URL")
 			fs.StringVar(&o.stream, "stream", outbox.StreamDefault, "Redis stream")
@@ -146,11 +151,12 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 			if fs.Lookup("stream") == nil { // the stream the outbox entries are for
 				fs.StringVar(&o.stream, "stream", outbox.StreamDefault, "Redis stream the outbox entries are relayed to")
 			}
-			fs.Int64Var(&o.maxBody, "max-body", httpapi.MaxBodyDefault, "request body limit in bytes")
+			fs.Int64Var(&o.maxBody, "max-body", httpapi.MaxBodyDefault, fmt.Sprintf("request body limit in bytes (at most %d: no body may become a MongoDB document over 16 MiB)", httpapi.MaxBodyMax))
 			fs.IntVar(&o.maxBatch, "max-batch", httpapi.MaxBatchDefault, "most events in one batch request")
 			fs.DurationVar(&o.requestTimeout, "request-timeout", httpapi.RequestTimeoutDefault, "longest an ingest request may wait for the store (503 with Retry-After beyond)")
 			fs.DurationVar(&o.ingestGroupWait, "ingest-group-wait", outbox.GroupWaitDefault, "longest a POST /v1/events waits for concurrent ones to share its store transaction (0: each request its own transaction)")
 			fs.IntVar(&o.ingestGroupMax, "ingest-group-max", outbox.GroupMaxDefault, "most events in one shared ingest transaction")
+			fs.IntVar(&o.ingestGroupMaxBytes, "ingest-group-max-bytes", outbox.GroupMaxBytesDefault, "most bytes (as the store holds them: BSON on MongoDB) in one shared ingest transaction; a larger event is refused (422)")
 		case gDispatch:
 			fs.DurationVar(&o.outboxRetention, "outbox-retention", store.OutboxRetentionDefault, "how long dispatched outbox entries are kept")
 			o.eventRetentionFlag(fs)
@@ -324,11 +330,14 @@ func (o *options) validate() error {
 		{"http-idle-timeout", o.httpIdleTimeout < time.Millisecond, "must be at least 1ms"},
 		{"http-max-bodies", o.httpMaxBodies <= 0, "must be positive"},
 		{"ui-sample-every", o.uiSampleEvery < 100*time.Millisecond, "must be at least 100ms"},
-		{"max-body", o.maxBody <= 0, "must be positive"},
+		{"max-body", o.maxBody <= 0 || o.maxBody > httpapi.MaxBodyMax, fmt.Sprintf("must be between 1 and %d (a larger body could become a MongoDB document over its 16 MiB limit)", httpapi.MaxBodyMax)},
 		{"max-batch", o.maxBatch <= 0, "must be positive"},
 		{"request-timeout", o.requestTimeout < time.Millisecond, "must be at least 1ms"},
 		{"ingest-group-wait", o.ingestGroupWait < 0 || o.ingestGroupWait > outbox.GroupWaitMax, fmt.Sprintf("must be between 0 (no grouping) and %s", outbox.GroupWaitMax)},
 		{"ingest-group-max", o.ingestGroupMax <= 0, "must be positive"},
+		{"ingest-group-max-bytes", o.ingestGroupMaxBytes < outbox.GroupMaxBytesMin || o.ingestGroupMaxBytes > outbox.GroupMaxBytesMax,
+			fmt.Sprintf("must be between %d and %d (MongoDB's 16 MiB document)", outbox.GroupMaxBytesMin, outbox.GroupMaxBytesMax)},
+		{"mongo-max-pool", o.mongoMaxPool <= 0, "must be positive"},
 		{"outbox-retention", o.outboxRetention < time.Second, "must be at least 1s"},
 		{"event-retention", o.eventRetention < 0 || (o.eventRetention > 0 && o.eventRetention < EventRetentionShortest),
 			fmt.Sprintf("must be 0 (keep originals forever) or at least %s", EventRetentionShortest)},

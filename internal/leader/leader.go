@@ -16,6 +16,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"go.uber.org/zap"
 
+	"github.com/outboxd/outboxd/internal/clock"
 	"github.com/outboxd/outboxd/store"
 )
 
@@ -110,7 +111,7 @@ func (e *Elector) Run(ctx, releaseCtx context.Context, lead func(ctx context.Con
 		case err != nil:
 			if ctx.Err() == nil {
 				e.logger.Warn("error taking the lease; retrying", zap.Error(err))
-				sleep(ctx, bo.NextBackOff())
+				_ = clock.Sleep(ctx, bo.NextBackOff())
 			}
 			continue
 		case !lease.Held():
@@ -118,7 +119,7 @@ func (e *Elector) Run(ctx, releaseCtx context.Context, lead func(ctx context.Con
 				e.logger.Info("standing by: another process holds the lease")
 				standby = true
 			}
-			sleep(ctx, e.Interval())
+			_ = clock.Sleep(ctx, e.Interval())
 			continue
 		}
 		standby = false
@@ -136,14 +137,14 @@ func (e *Elector) Run(ctx, releaseCtx context.Context, lead func(ctx context.Con
 		case errors.Is(err, ErrLost):
 			e.demoted(lease, err)
 			e.logger.Warn("lost the lease; standing by", zap.Int64("term", lease.Term), zap.Error(err))
-			sleep(ctx, e.Interval())
+			_ = clock.Sleep(ctx, e.Interval())
 		default:
 			e.demoted(lease, err)
 			e.logger.Error("leader failed; retrying", zap.Int64("term", lease.Term), zap.Error(err))
 			if time.Since(began) > e.ttl {
 				bo.Reset()
 			}
-			sleep(ctx, bo.NextBackOff())
+			_ = clock.Sleep(ctx, bo.NextBackOff())
 		}
 	}
 	return nil
@@ -236,15 +237,5 @@ func (e *Elector) release(ctx context.Context, lease store.Lease) {
 func (e *Elector) demoted(lease store.Lease, cause error) {
 	if e.hooks.Demoted != nil {
 		e.hooks.Demoted(lease, cause)
-	}
-}
-
-// sleep waits for d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
 	}
 }

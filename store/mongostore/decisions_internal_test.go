@@ -39,18 +39,28 @@ func TestCheckHello(t *testing.T) {
 // lagging secondary would take a new original for a missing one.)
 func TestClientOptions(t *testing.T) {
 	t.Parallel()
-	o := ClientOptions("mongodb://h1,h2/?replicaSet=rs0&readPreference=secondaryPreferred&w=1", 7*time.Second)
+	o := ClientOptions("mongodb://h1,h2/?replicaSet=rs0&readPreference=secondaryPreferred&w=1&maxPoolSize=5", Options{OpTimeout: 7 * time.Second, MaxPoolSize: 20})
 	require.Equal(t, readpref.PrimaryMode, o.ReadPreference.Mode())
 	require.Equal(t, "majority", o.WriteConcern.W)
 	require.Equal(t, 7*time.Second, o.WriteConcern.WTimeout) //nolint:staticcheck // the option under test
 	require.Equal(t, "majority", o.ReadConcern.Level)
 	require.Equal(t, 7*time.Second, *o.ServerSelectionTimeout)
+	require.Equal(t, 7*time.Second, *o.Timeout, "timeoutMS: every command carries its time left as maxTimeMS")
+	require.Equal(t, uint64(20), *o.MaxPoolSize, "the setting replaces the URI's maxPoolSize")
+	require.Equal(t, AppNameDefault, *o.AppName)
+	require.Equal(t, "mine", *ClientOptions("mongodb://h1/?replicaSet=rs0&appName=mine", Options{AppName: "outboxd/ingest"}).AppName,
+		"an appName in the URI wins")
 }
 
-// TestClassify is the one classification table of MongoDB errors: failover
-// and shutdown codes and the retryable labels are "unavailable" (503 at
-// ingest, a pause for the other components), never a lost position; only
-// 286, 280, 260 and 40585 lose a change-stream position.
+// TestClassify is the one classification table of MongoDB errors, by the
+// server's error categories: network, not-primary, shutdown, time-limit,
+// retriable and overload codes, a write concern timeout and the retryable
+// labels are "unavailable" (503 at ingest, a pause for the other
+// components), never a lost position; only the non-resumable change-stream
+// codes (286, 280), 260, 136 and 40585 lose a position; a transaction too
+// large for the cache is a request error even when labelled transient
+// (running it again cannot make it smaller). The same codes through the
+// driver: TestServerErrorsThroughTheDriver.
 func TestClassify(t *testing.T) {
 	t.Parallel()
 	cmd := func(code int32, labels ...string) error {
@@ -83,6 +93,17 @@ func TestClassify(t *testing.T) {
 		{"DuplicateKey", mongo.WriteException{WriteErrors: []mongo.WriteError{{Code: 11000}}}, classDuplicateKey},
 		{"Other", errors.New("boom"), classOther},
 		{"BadValue", cmd(2), classOther},
+		{"CappedPositionLost", cmd(136), classPositionLost},
+		{"ReadConcernMajorityNotAvailableYet", cmd(134), classUnavailable},
+		{"FailedToSatisfyReadPreference", cmd(133), classUnavailable},
+		{"NetworkInterfaceExceededTimeLimitFromMongos", cmd(202), classUnavailable},
+		{"MaxTimeMSExpired", cmd(50), classUnavailable},
+		{"WriteConcernTimeoutOnACommit", cmd(64, "UnknownTransactionCommitResult"), classUnavailable},
+		{"TransactionTooLargeForCache", cmd(388), classOther},
+		{"TransactionTooLargeForCacheLabelledTransient", cmd(388, "TransientTransactionError"), classOther},
+		{"WriteConflictInATransaction", cmd(112, "TransientTransactionError"), classUnavailable},
+		{"UnsatisfiableWriteConcern", mongo.WriteException{WriteConcernError: &mongo.WriteConcernError{Code: 100}}, classOther},
+		{"AdmissionQueueOverflow", cmd(433), classUnavailable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -90,6 +111,18 @@ func TestClassify(t *testing.T) {
 		})
 	}
 	require.True(t, store.IsUnavailable(wrap(cmd(189), "writing")))
+	// The store's errors keep the driver's error on one Unwrap() error
+	// chain, where WithTransaction looks for its labels.
+	wrapped := fmt.Errorf("error looking up idempotency keys: %w", wrap(cmd(112, "TransientTransactionError"), "looking up"))
+	found := false
+	for e := wrapped; e != nil; e = errors.Unwrap(e) {
+		if ce, ok := e.(mongo.CommandError); ok { //nolint:errorlint // the single chain itself is under test
+			found = ce.HasErrorLabel("TransientTransactionError")
+		}
+	}
+	require.True(t, found, "the command error and its label are on the single chain")
+	require.True(t, retryable(wrapped))
+	require.False(t, retryable(cmd(388, "TransientTransactionError")), "a request error never runs again")
 	require.ErrorIs(t, wrap(cmd(286), "reading"), store.ErrPositionLost)
 	require.NoError(t, wrap(nil, "nothing"))
 }

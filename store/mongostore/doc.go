@@ -12,11 +12,19 @@
 //   - leases: one document per lease (the dispatcher's per stream, named
 //     after the stream; the reconciler's "reconciler:<stream>"): owner,
 //     leaseExpiresAt, fencing term, and for the dispatcher the checkpoint
-//     (resumeToken, checkpointAt).
+//     (resumeToken, checkpointAt). Lease times are the server's clock.
+//   - clock: one document ("now") whose writes read the server's clock
+//     ($currentDate): leases and readiness (Ping) use it.
 //
 // Every write goes to the primary with majority write concern and a
 // deadline; every transaction and read of originals goes to the primary,
-// whatever readPreference the URI names. The feed is a change stream on
+// whatever readPreference the URI names; every command carries the time
+// its deadline leaves as maxTimeMS. Transactions run in the store's own
+// loop (runTx), bounded by the caller's deadline with the commit included.
+// Lease times are the server's (the clock collection). docs/mongodb.md
+// lists each behaviour only a server shows and the test that proves it,
+// most of them through the real driver against a scripted server
+// (fakeserver_internal_test.go). The feed is a change stream on
 // the outbox: its resume token is the position; ChangeStreamHistoryLost and
 // its relatives mean the position is lost; invalidate, drop, rename and
 // dropDatabase end the feed (store.ErrFeedInvalidated).

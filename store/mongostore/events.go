@@ -2,6 +2,7 @@ package mongostore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -23,7 +24,7 @@ func (s *Store) LoadEvents(ctx context.Context, ids []string) (map[string]store.
 	}
 	ctx, cancel := s.opctx(ctx)
 	defer cancel()
-	cur, err := s.events.Find(ctx, bson.M{"_id": idsIn(oids)})
+	cur, err := s.events.Find(ctx, bson.M{"_id": idsIn(oids)}, findOptions(ctx))
 	if err != nil {
 		return nil, wrap(err, "reading %d originals", len(oids))
 	}
@@ -126,7 +127,7 @@ var CandidateSort = bson.D{{Key: "createdAt", Value: 1}}
 func (s *Store) Candidates(ctx context.Context, q store.CandidateQuery) ([]string, error) {
 	ctx, cancel := s.opctx(ctx)
 	defer cancel()
-	cur, err := s.events.Find(ctx, CandidateFilter(q.CreatedBefore, q.ClaimedBefore), options.Find().
+	cur, err := s.events.Find(ctx, CandidateFilter(q.CreatedBefore, q.ClaimedBefore), findOptions(ctx).
 		SetSort(CandidateSort).SetLimit(int64(q.Limit)).SetProjection(bson.D{{Key: "_id", Value: 1}}))
 	if err != nil {
 		return nil, wrap(err, "querying reconciler candidates")
@@ -199,18 +200,73 @@ func (s *Store) RollbackClaim(ctx context.Context, id string, at time.Time, prev
 // counts each through the reconciler index.
 var knownCategories = []string{outbox.CategoryNonRetryable, outbox.CategoryPoison, store.CategoryRequeueExhausted}
 
-// Counts reads the status figures, index-served, and keeps them for
-// Options.CountsTTL (so a burst of scrapes reads MongoDB once): Total is
-// the collection's estimated count (metadata, no scan), Pending, Failed
-// and OldestPending are read through the reconciler index, Undispatched
-// through the outbox's undispatched index. A count that cannot finish
-// within ctx fails the whole read.
+// CountQuery is one count that Counts runs: its collection, its filter and
+// the index it names as hint, so the count is served by that index on
+// every server whatever the planner would pick. Exported for the explain
+// test, which explains exactly these.
+type CountQuery struct {
+	// Name says what it counts: "pending", "failed", "failed:<category>",
+	// "undispatched".
+	Name       string
+	Collection string
+	Filter     bson.D
+	Index      string
+}
+
+// CountQueries returns the counts of Counts, in the order it runs them.
+// The undispatched count spans every stream: stream >= "" (every string,
+// type-bracketed) puts it on the undispatched index's first key.
+func CountQueries() []CountQuery {
+	q := []CountQuery{{Name: "pending", Collection: EventsCollection, Filter: pendingFilter(), Index: IndexReconciler}}
+	for _, cat := range knownCategories {
+		q = append(q, CountQuery{Name: "failed:" + cat, Collection: EventsCollection, Index: IndexReconciler,
+			Filter: bson.D{{Key: "syncedAt", Value: nil}, {Key: "syncFailure.category", Value: cat}}})
+	}
+	return append(q,
+		// Every parked original, whatever its category.
+		CountQuery{Name: "failed", Collection: EventsCollection, Filter: parkedFilter(), Index: IndexReconciler},
+		CountQuery{Name: "undispatched", Collection: OutboxCollection, Index: IndexUndispatched,
+			Filter: bson.D{{Key: "stream", Value: bson.D{{Key: "$gte", Value: ""}}}, {Key: "dispatchedAt", Value: nil}}},
+	)
+}
+
+// OldestPendingQuery is the filter, sort and index of the oldest pending
+// original's read in Counts (exported for the explain test).
+func OldestPendingQuery() (filter, sort bson.D, index string) {
+	return pendingFilter(), CandidateSort, IndexReconciler
+}
+
+// Counts reads the status figures, index-served (CountQueries,
+// OldestPendingQuery), and keeps them for Options.CountsTTL, so a burst
+// of scrapes reads MongoDB once: Total is the collection's estimated count
+// (metadata, no scan). A count that cannot finish within ctx fails the
+// whole read, and that failure is kept for CountsTTL too, so scrapes
+// during an outage do not run the counts again (a caller that went away,
+// context.Canceled, is not kept).
 func (s *Store) Counts(ctx context.Context) (store.Counts, error) {
 	s.countsMu.Lock()
 	defer s.countsMu.Unlock()
-	if c := s.counts; c != nil && s.opts.CountsTTL > 0 && time.Since(c.ReadAt) < s.opts.CountsTTL {
-		return *c, nil
+	if s.opts.CountsTTL > 0 {
+		if c := s.counts; c != nil && time.Since(c.ReadAt) < s.opts.CountsTTL {
+			return *c, nil
+		}
+		if s.countsErr != nil && time.Since(s.countsErrAt) < s.opts.CountsTTL {
+			return store.Counts{}, s.countsErr
+		}
 	}
+	began := time.Now()
+	c, err := s.readCounts(ctx)
+	s.countsErr = nil
+	switch {
+	case err == nil:
+		s.counts = &c
+	case !errors.Is(err, context.Canceled):
+		s.countsErr, s.countsErrAt = err, began
+	}
+	return c, err
+}
+
+func (s *Store) readCounts(ctx context.Context) (store.Counts, error) {
 	ctx, cancel := s.opctx(ctx)
 	defer cancel()
 	c := store.Counts{FailedByCategory: map[string]int64{}, ReadAt: time.Now()}
@@ -219,37 +275,32 @@ func (s *Store) Counts(ctx context.Context) (store.Counts, error) {
 		return c, wrap(err, "estimating the number of originals")
 	}
 	c.Estimated = !s.lungo
-	if c.Pending, err = s.events.CountDocuments(ctx, pendingFilter()); err != nil {
-		return c, wrap(err, "counting pending originals")
+	n := map[string]int64{}
+	for _, q := range CountQueries() {
+		v, err := s.collection(q.Collection).CountDocuments(ctx, q.Filter, options.Count().SetHint(q.Index))
+		if err != nil {
+			return c, wrap(err, "counting %s", q.Name)
+		}
+		n[q.Name] = v
 	}
+	c.Pending, c.Failed, c.Undispatched = n["pending"], n["failed"], n["undispatched"]
 	var known int64
 	for _, cat := range knownCategories {
-		n, err := s.events.CountDocuments(ctx, bson.D{{Key: "syncedAt", Value: nil}, {Key: "syncFailure.category", Value: cat}})
-		if err != nil {
-			return c, wrap(err, "counting parked originals")
+		if v := n["failed:"+cat]; v > 0 {
+			c.FailedByCategory[cat] = v
+			known += v
 		}
-		if n > 0 {
-			c.FailedByCategory[cat] = n
-		}
-		known += n
-	}
-	// Every parked original, whatever its category (type-bracketed: the
-	// index serves it).
-	if c.Failed, err = s.events.CountDocuments(ctx, parkedFilter()); err != nil {
-		return c, wrap(err, "counting parked originals")
 	}
 	if other := c.Failed - known; other > 0 {
 		c.FailedByCategory[store.CategoryOther] = other
 	}
 	c.Synced = max(0, c.Total-c.Pending-c.Failed)
-	if c.Undispatched, err = s.outbox.CountDocuments(ctx, bson.D{{Key: "dispatchedAt", Value: nil}}); err != nil {
-		return c, wrap(err, "counting undispatched outbox entries")
-	}
 	var oldest struct {
 		CreatedAt time.Time `bson:"createdAt"`
 	}
-	err = s.events.FindOne(ctx, pendingFilter(), options.FindOne().
-		SetSort(CandidateSort).SetProjection(bson.D{{Key: "createdAt", Value: 1}})).Decode(&oldest)
+	filter, sort, index := OldestPendingQuery()
+	err = s.events.FindOne(ctx, filter, options.FindOne().SetSort(sort).SetHint(index).
+		SetProjection(bson.D{{Key: "createdAt", Value: 1}})).Decode(&oldest)
 	switch {
 	case isNoDocuments(err):
 	case err != nil:
@@ -258,7 +309,6 @@ func (s *Store) Counts(ctx context.Context) (store.Counts, error) {
 		t := oldest.CreatedAt.UTC()
 		c.OldestPending = &t
 	}
-	s.counts = &c
 	return c, nil
 }
 

@@ -38,9 +38,11 @@ func FeedPipeline(stream string) mongo.Pipeline {
 }
 
 // OpenFeed opens a change stream on the outbox after from (resumeAfter),
-// or from now. A token that cannot open a stream (out of the oplog,
-// corrupt, from another pipeline) is reported as a lost position: it will
-// never work again.
+// or from now, within ctx's deadline (or Options.OpTimeout). A token the
+// server says is gone for good (ChangeStreamHistoryLost and its relatives,
+// see codeClasses) or that is no document is reported as a lost position;
+// any other failure to resume is reported as what it is (an outage is
+// unavailable), and the dispatcher tries the same token again later.
 func (s *Store) OpenFeed(ctx context.Context, stream string, from store.Position, opts store.FeedOptions) (store.Feed, error) {
 	poll := cmp.Or(opts.PollInterval, pollDefault)
 	csOpts := options.ChangeStream().SetMaxAwaitTime(poll).SetBatchSize(1000)
@@ -54,14 +56,13 @@ func (s *Store) OpenFeed(ctx context.Context, stream string, from store.Position
 		}
 		csOpts.SetResumeAfter(bson.Raw(from))
 	}
-	cs, err := s.outbox.Watch(ctx, pipeline, csOpts)
+	wctx, cancel := s.opctx(ctx)
+	defer cancel()
+	cs, err := s.outbox.Watch(wctx, pipeline, csOpts)
 	if err != nil {
-		if from != nil && ctx.Err() == nil && classify(err) == classOther {
-			return nil, fmt.Errorf("%w: resuming the change stream on %s failed: %w", store.ErrPositionLost, OutboxCollection, err)
-		}
 		return nil, wrap(err, "opening the change stream on %s", OutboxCollection)
 	}
-	return &feed{cs: cs, stream: stream, poll: poll, pos: from}, nil
+	return &feed{cs: cs, stream: stream, poll: poll, opTimeout: s.opts.OpTimeout, pos: from}, nil
 }
 
 // feed is a change stream read as batches of entries.
@@ -69,7 +70,9 @@ type feed struct {
 	cs     lungo.IChangeStream
 	stream string
 	poll   time.Duration
-	pos    store.Position
+	// opTimeout is how long a getMore may take beyond the await time.
+	opTimeout time.Duration
+	pos       store.Position
 	// ended is set once an end-of-feed event arrived; later Nexts fail.
 	ended error
 }
@@ -84,15 +87,22 @@ type changeEvent struct {
 // stream is quiet, or wait has passed. The position moves with every event
 // read except the end-of-feed ones, whose token must never be saved: a
 // stream resumed after an invalidate starts after the drop and would miss
-// the entries of a new outbox collection.
+// the entries of a new outbox collection. Every getMore it sends has a
+// bound: the server answers one after the await time (the poll interval),
+// and one not answered within OpTimeout more fails the call as unavailable
+// (the dispatcher reopens the feed from its position).
 func (f *feed) Next(ctx context.Context, max int, wait time.Duration) ([]outbox.Entry, error) {
 	if f.ended != nil {
 		return nil, f.ended
 	}
 	deadline := time.Now().Add(wait)
+	// A getMore starts only before deadline, so each has at least
+	// opTimeout beyond its await time.
+	gctx, cancel := context.WithDeadline(ctx, deadline.Add(f.poll+f.opTimeout))
+	defer cancel()
 	var out []outbox.Entry
 	for {
-		if f.cs.TryNext(ctx) {
+		if f.cs.TryNext(gctx) {
 			var ev changeEvent
 			if err := f.cs.Decode(&ev); err != nil {
 				// The entry is still undispatched: the next catch-up relays it.
@@ -184,7 +194,7 @@ func (s *Store) Undispatched(ctx context.Context, stream, after string, limit in
 	}
 	ctx, cancel := s.opctx(ctx)
 	defer cancel()
-	cur, err := s.outbox.Find(ctx, filter, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(int64(limit)))
+	cur, err := s.outbox.Find(ctx, filter, findOptions(ctx).SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(int64(limit)))
 	if err != nil {
 		return nil, wrap(err, "reading undispatched outbox entries")
 	}
@@ -219,7 +229,7 @@ func (s *Store) OutboxEntries(ctx context.Context, eventID string) ([]outbox.Ent
 	}
 	ctx, cancel := s.opctx(ctx)
 	defer cancel()
-	cur, err := s.outbox.Find(ctx, filter, options.Find().SetSort(sort))
+	cur, err := s.outbox.Find(ctx, filter, findOptions(ctx).SetSort(sort))
 	if err != nil {
 		return nil, wrap(err, "reading the outbox entries of original %s", eventID)
 	}

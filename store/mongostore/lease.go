@@ -2,7 +2,6 @@ package mongostore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -30,16 +29,41 @@ func (d *leaseDoc) lease() store.Lease {
 	return store.Lease{Name: d.Name, Owner: d.Owner, Term: d.Term, Expires: d.LeaseExpiresAt.UTC()}
 }
 
+// leaseTime returns the time a lease decision of a caller whose clock
+// reads now is made with: the server's clock (serverNow), moved by how far
+// now is from this process's clock. In production the caller passes its
+// clock's now, so every replica decides with the server's clock however
+// far its own has drifted (clocks differ between replicas: lease times
+// come from the store's clock); a test's fake clock moves lease time as
+// far as it moves. The server read its clock during the round trip; its
+// middle is taken as the moment of the reading.
+func (s *Store) leaseTime(ctx context.Context, now time.Time) (time.Time, error) {
+	sent := time.Now()
+	server, err := s.serverNow(ctx)
+	if err != nil {
+		return time.Time{}, err
+	}
+	read := sent.Add(time.Since(sent) / 2)
+	return server.Add(now.Sub(read)).UTC().Truncate(time.Millisecond), nil
+}
+
 // AcquireLease takes a free, expired or own lease with one conditional
-// FindOneAndUpdate; a missing lease document is created (a duplicate key
-// then means another owner created it first).
+// FindOneAndUpdate, expiry judged by the server's clock (leaseTime); a
+// missing lease document is created (a duplicate key then means another
+// owner created it first). The lease's Expires is now+ttl on the caller's
+// clock: the caller measured from before its request left, so it stops
+// believing it leads no later than the server lets a standby take over.
 func (s *Store) AcquireLease(ctx context.Context, name, owner string, now time.Time, ttl time.Duration) (store.Lease, error) {
 	ctx, cancel := s.opctx(ctx)
 	defer cancel()
-	now = now.UTC().Truncate(time.Millisecond)
-	expires := now.Add(ttl)
+	at, err := s.leaseTime(ctx, now)
+	if err != nil {
+		return store.Lease{}, wrap(err, "reading the server's clock for lease %s", name)
+	}
+	expires := at.Add(ttl)
+	mine := now.Add(ttl)
 	filter := bson.M{"_id": name, "$or": bson.A{
-		bson.M{"leaseExpiresAt": bson.M{"$lte": now}},
+		bson.M{"leaseExpiresAt": bson.M{"$lte": at}},
 		bson.M{"owner": owner},
 	}}
 	update := bson.M{
@@ -47,9 +71,11 @@ func (s *Store) AcquireLease(ctx context.Context, name, owner string, now time.T
 		"$inc": bson.M{"term": int64(1)},
 	}
 	var d leaseDoc
-	err := s.leases.FindOneAndUpdate(ctx, filter, update, options.FindOneAndUpdate().SetReturnDocument(options.After)).Decode(&d)
+	err = s.leases.FindOneAndUpdate(ctx, filter, update, options.FindOneAndUpdate().SetReturnDocument(options.After)).Decode(&d)
 	if err == nil {
-		return d.lease(), nil
+		l := d.lease()
+		l.Expires = mine
+		return l, nil
 	}
 	if !isNoDocuments(err) {
 		return store.Lease{}, wrap(err, "taking lease %s", name)
@@ -57,7 +83,7 @@ func (s *Store) AcquireLease(ctx context.Context, name, owner string, now time.T
 	_, err = s.leases.InsertOne(ctx, bson.M{"_id": name, "owner": owner, "leaseExpiresAt": expires, "term": int64(1), "checkpointAt": nil})
 	switch {
 	case err == nil:
-		return store.Lease{Name: name, Owner: owner, Term: 1, Expires: expires}, nil
+		return store.Lease{Name: name, Owner: owner, Term: 1, Expires: mine}, nil
 	case classify(err) == classDuplicateKey:
 		return store.Lease{Name: name}, nil
 	default:
@@ -65,20 +91,25 @@ func (s *Store) AcquireLease(ctx context.Context, name, owner string, now time.T
 	}
 }
 
-// RenewLease extends the lease while owner and term still match.
+// RenewLease extends the lease, by the server's clock, while owner and
+// term still match; Expires is now+ttl on the caller's clock (see
+// AcquireLease).
 func (s *Store) RenewLease(ctx context.Context, lease store.Lease, now time.Time, ttl time.Duration) (store.Lease, error) {
 	ctx, cancel := s.opctx(ctx)
 	defer cancel()
-	expires := now.UTC().Truncate(time.Millisecond).Add(ttl)
+	at, err := s.leaseTime(ctx, now)
+	if err != nil {
+		return lease, wrap(err, "reading the server's clock for lease %s", lease.Name)
+	}
 	res, err := s.leases.UpdateOne(ctx, bson.M{"_id": lease.Name, "owner": lease.Owner, "term": lease.Term},
-		bson.M{"$set": bson.M{"leaseExpiresAt": expires}})
+		bson.M{"$set": bson.M{"leaseExpiresAt": at.Add(ttl)}})
 	if err != nil {
 		return lease, wrap(err, "renewing lease %s", lease.Name)
 	}
 	if res.MatchedCount == 0 {
 		return lease, fmt.Errorf("renewing lease %s term %d: %w", lease.Name, lease.Term, store.ErrFenced)
 	}
-	lease.Expires = expires
+	lease.Expires = now.Add(ttl)
 	return lease, nil
 }
 
@@ -96,6 +127,7 @@ func (s *Store) ReleaseLease(ctx context.Context, lease store.Lease) (bool, erro
 
 // ReadLease reads a lease document. The resume token is read apart, so a
 // corrupt one cannot make the whole state unreadable: it counts as lost.
+// Expires is leaseExpiresAt as stored, on the server's clock.
 func (s *Store) ReadLease(ctx context.Context, name string) (*store.LeaseState, error) {
 	ctx, cancel := s.opctx(ctx)
 	defer cancel()
@@ -149,33 +181,15 @@ func (s *Store) SaveCheckpoint(ctx context.Context, lease store.Lease, cp store.
 // under its owner and term: a take-over committed before fails it with
 // ErrFenced, one running at the same time conflicts with it.
 func (s *Store) fencedTx(ctx context.Context, lease store.Lease, at time.Time, fn func(sc lungo.ISessionContext) error) error {
-	ctx, cancel := s.opctx(ctx)
-	defer cancel()
-	sess, err := s.client.StartSession()
-	if err != nil {
-		return wrap(err, "starting a MongoDB session")
-	}
-	defer sess.EndSession(context.WithoutCancel(ctx))
-	_, err = sess.WithTransaction(ctx, func(sc lungo.ISessionContext) (any, error) {
+	return s.runTx(ctx, "writing under lease "+lease.Name, func(sc lungo.ISessionContext) error {
 		res, err := s.leases.UpdateOne(sc, bson.M{"_id": lease.Name, "owner": lease.Owner, "term": lease.Term},
 			bson.M{"$set": bson.M{"fencedAt": at.UTC()}})
 		if err != nil {
-			return nil, err
+			return wrap(err, "fencing lease %s", lease.Name)
 		}
 		if res.MatchedCount == 0 {
-			return nil, fnError{fmt.Errorf("lease %s term %d: %w", lease.Name, lease.Term, store.ErrFenced)}
+			return fmt.Errorf("lease %s term %d: %w", lease.Name, lease.Term, store.ErrFenced)
 		}
-		if err := fn(sc); err != nil {
-			return nil, fnError{err}
-		}
-		return nil, nil
+		return fn(sc)
 	})
-	if err != nil {
-		var fe fnError
-		if errors.As(err, &fe) {
-			return fe.err
-		}
-		return wrap(err, "running a fenced transaction on %s", lease.Name)
-	}
-	return nil
 }

@@ -102,6 +102,9 @@ func (s *Store) Migrate(ctx context.Context, cfg *store.MigrateConfig) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*s.opts.OpTimeout)
 	defer cancel()
+	if err := s.checkSharding(ctx); err != nil {
+		return err
+	}
 	specs := s.indexSpecs(retention)
 	if events > 0 {
 		specs = append(specs, eventsTTLSpec(events))
@@ -142,7 +145,7 @@ func (s *Store) listIndexes(ctx context.Context, coll string) ([]existingIndex, 
 	cur, err := s.db.Collection(coll).Indexes().List(ctx)
 	if err != nil {
 		var ce mongo.CommandError
-		if errors.As(err, &ce) && ce.Code == 26 { // NamespaceNotFound: no collection yet
+		if errors.As(err, &ce) && ce.Code == codeNamespaceNotFound { // no collection yet
 			return nil, nil
 		}
 		return nil, wrap(err, "listing the indexes of %s", coll)
@@ -287,3 +290,47 @@ func (s *Store) CheckSchema(ctx context.Context) error {
 
 // Engine returns lungo's engine, or nil on a server (tests).
 func (s *Store) Engine() *lungo.Engine { return s.engine }
+
+// ErrShardKey is returned by Migrate on a sharded cluster whose events
+// collection is sharded on a key that cannot hold the unique
+// idempotencyKey index.
+var ErrShardKey = errors.New("the events collection is sharded on a key that cannot hold outboxd's unique idempotencyKey index: shard it on {idempotencyKey: 1} (a ranged key; hashed shard keys hold no unique index) or leave it unsharded")
+
+// checkSharding refuses, on a sharded cluster, a layout that cannot hold
+// outboxd's guarantees: a unique index is enforced across shards only when
+// the collection is unsharded or sharded on a ranged key that prefixes the
+// index, so events must be unsharded or sharded on {idempotencyKey: 1}.
+// The other collections may be sharded as the operator likes (the outbox's
+// change stream runs through mongos). It reads config.collections (the
+// clusterMonitor role reads it); a replica set or lungo has nothing to
+// check.
+func (s *Store) checkSharding(ctx context.Context) error {
+	if !s.mongos {
+		return nil
+	}
+	var coll struct {
+		Key     bson.D `bson:"key"`
+		Dropped bool   `bson:"dropped"` // before 5.0 a dropped collection stayed listed
+	}
+	ns := s.opts.Database + "." + EventsCollection
+	err := s.client.Database("config").Collection("collections").FindOne(ctx, bson.D{{Key: "_id", Value: ns}}).Decode(&coll)
+	switch {
+	case isNoDocuments(err):
+		return nil
+	case err != nil:
+		return wrap(err, "reading the shard key of %s from config.collections (the clusterMonitor role may read it)", ns)
+	case coll.Dropped:
+		return nil
+	}
+	return checkShardKey(ns, coll.Key)
+}
+
+// checkShardKey accepts the one shard key of events that keeps the unique
+// idempotencyKey index enforced across shards.
+func checkShardKey(ns string, key bson.D) error {
+	if len(key) == 1 && key[0].Key == "idempotencyKey" && toInt64(key[0].Value) == 1 {
+		return nil
+	}
+	b, _ := bson.MarshalExtJSON(key, false, false)
+	return fmt.Errorf("%w (%s is sharded on %s)", ErrShardKey, ns, b)
+}

@@ -19,6 +19,7 @@ import (
 	"go.mongodb.org/mongo-driver/mongo/writeconcern"
 
 	"github.com/outboxd/outboxd/internal/redact"
+	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store"
 )
 
@@ -32,6 +33,9 @@ const (
 	EventsCollection = "events"
 	OutboxCollection = "outbox"
 	LeasesCollection = "leases"
+	// ClockCollection holds the document whose writes read the server's
+	// clock (leases, readiness).
+	ClockCollection = "clock"
 )
 
 // Defaults of Options.
@@ -42,6 +46,11 @@ const (
 	OpTimeoutDefault = 10 * time.Second
 	// CountsTTLDefault is the default Options.CountsTTL.
 	CountsTTLDefault = 2 * time.Second
+	// AppNameDefault is the default Options.AppName.
+	AppNameDefault = "outboxd"
+	// MaxPoolSizeDefault is the default Options.MaxPoolSize, the driver's
+	// own default.
+	MaxPoolSizeDefault = 100
 )
 
 // MinWireVersion is the oldest server outboxd runs on: wire version 9,
@@ -55,10 +64,22 @@ type Options struct {
 	// DatabaseDefault.
 	Database string
 	// OpTimeout bounds every operation whose context has no deadline, and
-	// is the write concern's wtimeout. Defaults to OpTimeoutDefault (10s).
+	// is the write concern's wtimeout and the client's timeoutMS: every
+	// command carries the time its context has left as maxTimeMS, so the
+	// server stops what its caller gave up on. Defaults to
+	// OpTimeoutDefault (10s).
 	OpTimeout time.Duration
-	// CountsTTL is how long Counts serves its last figures before reading
-	// again. Defaults to CountsTTLDefault (2s); negative disables the cache.
+	// AppName names the client in the server's logs, currentOp and
+	// profiler (outboxd names each role's: "outboxd/ingest"); an appName in
+	// the URI wins. Defaults to AppNameDefault.
+	AppName string
+	// MaxPoolSize is the most connections the driver opens to each server
+	// (--mongo-max-pool); it replaces the URI's maxPoolSize. Defaults to
+	// MaxPoolSizeDefault (100). Ignored on lungo.
+	MaxPoolSize uint64
+	// CountsTTL is how long Counts serves its last figures, or its last
+	// failure, before reading again. Defaults to CountsTTLDefault (2s);
+	// negative disables the cache.
 	CountsTTL time.Duration
 	// OplogSize bounds lungo's oplog (entries); 0 means lungo's default
 	// (1000). Ignored on a server.
@@ -66,6 +87,9 @@ type Options struct {
 	// ExpireInterval drives lungo's TTL indexes. Defaults to 60s. Ignored
 	// on a server.
 	ExpireInterval time.Duration
+	// Commands, when set, counts the commands the store sends (see
+	// CommandCounter). Defaults to nil.
+	Commands *CommandCounter
 }
 
 // Store is the MongoDB store. Create it with Open.
@@ -76,14 +100,25 @@ type Store struct {
 	events lungo.ICollection
 	outbox lungo.ICollection
 	leases lungo.ICollection
+	clock  lungo.ICollection
 	opts   Options
 	lungo  bool
+	mongos bool // a sharded cluster's router
 
-	countsMu sync.Mutex
-	counts   *store.Counts
+	countsMu    sync.Mutex
+	counts      *store.Counts
+	countsErr   error // the last read's failure, kept for CountsTTL
+	countsErrAt time.Time
+
+	// background holds the aborts of transactions whose callers ran out of
+	// time (discard); Close waits for them.
+	background sync.WaitGroup
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store         = (*Store)(nil)
+	_ outbox.PayloadSizer = (*Store)(nil)
+)
 
 // ValidateURI checks the form of a MongoDB --store value: mongodb://…,
 // mongodb+srv://… or LungoMemory.
@@ -117,6 +152,8 @@ func Open(ctx context.Context, uri string, opts *Options) (*Store, error) {
 	o.Database = cmp.Or(o.Database, DatabaseDefault)
 	o.OpTimeout = cmp.Or(o.OpTimeout, OpTimeoutDefault)
 	o.CountsTTL = cmp.Or(o.CountsTTL, CountsTTLDefault)
+	o.AppName = cmp.Or(o.AppName, AppNameDefault)
+	o.MaxPoolSize = cmp.Or(o.MaxPoolSize, MaxPoolSizeDefault)
 	s := &Store{opts: o}
 	if uri == LungoMemory {
 		lopts := lungo.Options{Store: lungo.NewMemoryStore(), ExpireInterval: o.ExpireInterval, MaxOplogSize: o.OplogSize}
@@ -130,44 +167,72 @@ func Open(ctx context.Context, uri string, opts *Options) (*Store, error) {
 		}
 		s.client, s.engine, s.lungo = client, engine, true
 	} else {
-		client, err := connect(ctx, uri, o)
+		client, mongos, err := connect(ctx, uri, o)
 		if err != nil {
 			return nil, err
 		}
-		s.client = client
+		s.client, s.mongos = client, mongos
 	}
 	s.db = s.client.Database(o.Database)
-	s.events = s.db.Collection(EventsCollection)
-	s.outbox = s.db.Collection(OutboxCollection)
-	s.leases = s.db.Collection(LeasesCollection)
+	s.events = s.collection(EventsCollection)
+	s.outbox = s.collection(OutboxCollection)
+	s.leases = s.collection(LeasesCollection)
+	s.clock = s.collection(ClockCollection)
 	return s, nil
 }
 
-// ClientOptions returns the driver options outboxd uses for uri: the URI's
-// own settings, then majority writes with a wtimeout of opTimeout, majority
-// reads, and the primary for every read whatever the URI's readPreference
-// says (transactions must run on the primary, and the worker must never
-// read an original from a lagging secondary and take it for missing).
-func ClientOptions(uri string, opTimeout time.Duration) *options.ClientOptions {
-	wc := writeconcern.Majority()
-	wc.WTimeout = opTimeout //nolint:staticcheck // wtimeout is the server-side bound; CSOT is per operation (opctx)
-	return options.Client().ApplyURI(uri).
-		SetWriteConcern(wc).
-		SetReadConcern(readconcern.Majority()).
-		SetReadPreference(readpref.Primary()).
-		SetServerSelectionTimeout(opTimeout)
+// collection returns the collection name of the store's database, counted
+// at the engine's boundary on lungo when Options.Commands is set (on a
+// server the driver's monitor counts).
+func (s *Store) collection(name string) lungo.ICollection {
+	c := s.db.Collection(name)
+	if s.lungo && s.opts.Commands != nil {
+		return countedCollection{ICollection: c, c: s.opts.Commands}
+	}
+	return c
 }
 
-func connect(ctx context.Context, uri string, o Options) (lungo.IClient, error) {
-	client, err := lungo.Connect(ctx, ClientOptions(uri, o.OpTimeout))
+// ClientOptions returns the driver options outboxd uses for uri: the URI's
+// own settings, then majority writes with a wtimeout of o.OpTimeout,
+// majority reads, the primary for every read whatever the URI's
+// readPreference says (transactions must run on the primary, and the
+// worker must never read an original from a lagging secondary and take it
+// for missing), o.OpTimeout as the client's timeout (timeoutMS: the driver
+// sends every command's time left as maxTimeMS), o.AppName unless the URI
+// names one, and o.MaxPoolSize. Zero fields of o take their defaults.
+func ClientOptions(uri string, o Options) *options.ClientOptions {
+	o.OpTimeout = cmp.Or(o.OpTimeout, OpTimeoutDefault)
+	o.AppName = cmp.Or(o.AppName, AppNameDefault)
+	o.MaxPoolSize = cmp.Or(o.MaxPoolSize, MaxPoolSizeDefault)
+	wc := writeconcern.Majority()
+	wc.WTimeout = o.OpTimeout //nolint:staticcheck // wtimeout bounds the server's wait for a majority even without a deadline of the caller
+	co := options.Client().ApplyURI(uri)
+	if co.AppName == nil {
+		co.SetAppName(o.AppName)
+	}
+	if o.Commands != nil {
+		co.SetMonitor(o.Commands.monitor())
+	}
+	return co.SetWriteConcern(wc).
+		SetReadConcern(readconcern.Majority()).
+		SetReadPreference(readpref.Primary()).
+		SetServerSelectionTimeout(o.OpTimeout).
+		SetTimeout(o.OpTimeout).
+		SetMaxPoolSize(o.MaxPoolSize)
+}
+
+// connect connects to a server and checks its hello; mongos tells that it
+// is a sharded cluster's router.
+func connect(ctx context.Context, uri string, o Options) (client lungo.IClient, mongos bool, err error) {
+	client, err = lungo.Connect(ctx, ClientOptions(uri, o))
 	if err != nil {
-		return nil, wrap(err, "connecting to MongoDB at %s", redact.DSN(uri))
+		return nil, false, wrap(err, "connecting to MongoDB at %s", redact.DSN(uri))
 	}
 	pingCtx, cancel := context.WithTimeout(ctx, o.OpTimeout)
 	defer cancel()
-	fail := func(err error) (lungo.IClient, error) {
+	fail := func(err error) (lungo.IClient, bool, error) {
 		_ = client.Disconnect(context.WithoutCancel(ctx))
-		return nil, err
+		return nil, false, err
 	}
 	if err := client.Ping(pingCtx, readpref.Primary()); err != nil {
 		return fail(wrap(err, "reaching MongoDB at %s (transactions and change streams need a replica set)", redact.DSN(uri)))
@@ -179,7 +244,8 @@ func connect(ctx context.Context, uri string, o Options) (lungo.IClient, error) 
 	if err := checkHello(hello); err != nil {
 		return fail(fmt.Errorf("MongoDB at %s: %w", redact.DSN(uri), err))
 	}
-	return client, nil
+	msg, _ := hello["msg"].(string)
+	return client, msg == "isdbgrid", nil
 }
 
 // ErrStandalone is returned for a MongoDB server that is not part of a
@@ -235,14 +301,52 @@ func (s *Store) opctx(ctx context.Context) (context.Context, context.CancelFunc)
 	return context.WithTimeout(ctx, s.opts.OpTimeout)
 }
 
-// heartbeatID names the document Ping writes in the leases collection.
-const heartbeatID = "_heartbeat"
+// findOptions are the options of a Find whose cursor the caller reads to
+// its end within ctx: maxTimeMS is the time ctx has left. The driver sends
+// every other command's time left itself (the client's timeout), but
+// leaves it off the commands that return a cursor when the context has a
+// deadline (DRIVERS-2722: maxTimeMS bounds a cursor's whole life).
+func findOptions(ctx context.Context) *options.FindOptions {
+	o := options.Find()
+	if deadline, ok := ctx.Deadline(); ok {
+		if left := time.Until(deadline); left > 0 {
+			o.SetMaxTime(left)
+		}
+	}
+	return o
+}
+
+// The clock document: one document in ClockCollection whose field
+// clockField every writer sets to the server's time ($currentDate).
+const (
+	clockID    = "now"
+	clockField = "at"
+)
+
+// serverNow returns the server's clock, read by a majority write
+// ($currentDate on the clock document, read back): one code path on a
+// server and on lungo, which has no aggregation ($$NOW). Leases (leaseTime)
+// and readiness (Ping) use it.
+func (s *Store) serverNow(ctx context.Context) (time.Time, error) {
+	var d struct {
+		At time.Time `bson:"at"`
+	}
+	err := s.clock.FindOneAndUpdate(ctx, bson.D{{Key: "_id", Value: clockID}},
+		bson.D{{Key: "$currentDate", Value: bson.D{{Key: clockField, Value: true}}}},
+		options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After).
+			SetProjection(bson.D{{Key: clockField, Value: 1}})).Decode(&d)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return d.At, nil
+}
 
 // Ping proves that MongoDB serves reads and takes writes now: a read of the
 // events collection (lungo's own Ping always succeeds) and a
-// majority-acknowledged write of a heartbeat document. When a majority
-// cannot acknowledge (a lost majority, a lagging set), the write runs into
-// its deadline, so /readyz fails while ingest's writes would be stuck.
+// majority-acknowledged write, the clock document's (serverNow; not in the
+// leases collection, whose names are streams'). When a majority cannot
+// acknowledge (a lost majority, a lagging set), the write runs into its
+// deadline, so /readyz fails while ingest's writes would be stuck.
 func (s *Store) Ping(ctx context.Context) error {
 	ctx, cancel := s.opctx(ctx)
 	defer cancel()
@@ -250,13 +354,19 @@ func (s *Store) Ping(ctx context.Context) error {
 	if err != nil && !isNoDocuments(err) {
 		return wrap(err, "reading from MongoDB")
 	}
-	_, err = s.leases.UpdateOne(ctx, bson.M{"_id": heartbeatID}, bson.M{"$set": bson.M{"at": time.Now().UTC()}},
-		options.Update().SetUpsert(true))
-	return wrap(err, "writing the heartbeat to MongoDB")
+	_, err = s.serverNow(ctx)
+	return wrap(err, "writing the clock document to MongoDB")
 }
 
 // Close disconnects (or closes lungo's engine). Closing twice is harmless.
 func (s *Store) Close(ctx context.Context) error {
+	// The background aborts end within endTimeout; ctx bounds the wait.
+	aborted := make(chan struct{})
+	go func() { s.background.Wait(); close(aborted) }()
+	select {
+	case <-aborted:
+	case <-ctx.Done():
+	}
 	if s.engine != nil {
 		s.engine.Close()
 		return nil

@@ -6,7 +6,6 @@ import (
 
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/bson/primitive"
-	"go.mongodb.org/mongo-driver/mongo/options"
 
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store"
@@ -86,7 +85,7 @@ func (s *Store) ListEvents(ctx context.Context, q store.EventQuery) ([]*outbox.E
 	ctx, cancel := s.opctx(ctx)
 	defer cancel()
 	filter, sort := EventQueryFilter(q, true)
-	cur, err := s.events.Find(ctx, filter, options.Find().SetSort(sort).SetLimit(int64(q.Limit)).
+	cur, err := s.events.Find(ctx, filter, findOptions(ctx).SetSort(sort).SetLimit(int64(q.Limit)).
 		SetProjection(bson.D{{Key: "payload", Value: 0}}))
 	if err != nil {
 		return nil, wrap(err, "listing originals")

@@ -2,52 +2,22 @@ package mongostore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/256dpi/lungo"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/bson/primitive"
-	"go.mongodb.org/mongo-driver/mongo/options"
 
 	"github.com/outboxd/outboxd/outbox"
 )
 
-// WriteTx runs fn in one MongoDB transaction (majority write concern). The
-// driver's WithTransaction runs fn again on TransientTransactionError and
-// retries the commit on UnknownTransactionCommitResult, within ctx's
-// deadline (or Options.OpTimeout); the writer above adds no retry loop of
-// its own for those.
+// WriteTx runs fn in one MongoDB transaction (majority write concern),
+// bounded by ctx's deadline (or Options.OpTimeout), the commit included:
+// see runTx for what runs again. The writer above adds no retry loop of
+// its own for transient errors (only one run again after a lost key race).
 func (s *Store) WriteTx(ctx context.Context, fn func(ctx context.Context, tx outbox.Tx) error) error {
-	ctx, cancel := s.opctx(ctx)
-	defer cancel()
-	sess, err := s.client.StartSession()
-	if err != nil {
-		return wrap(err, "starting a MongoDB session")
-	}
-	defer sess.EndSession(context.WithoutCancel(ctx))
-	_, err = sess.WithTransaction(ctx, func(sc lungo.ISessionContext) (any, error) {
-		if err := fn(sc, s.Tx(sc)); err != nil {
-			return nil, fnError{err}
-		}
-		return nil, nil
-	})
-	if err != nil {
-		var fe fnError
-		if errors.As(err, &fe) {
-			return fe.err
-		}
-		return wrap(err, "running a MongoDB transaction")
-	}
-	return nil
+	return s.runTx(ctx, "writing events", func(sc lungo.ISessionContext) error { return fn(sc, s.Tx(sc)) })
 }
-
-// fnError marks an error that fn returned as is (wrap must not classify it
-// twice).
-type fnError struct{ err error }
-
-func (e fnError) Error() string { return e.err.Error() }
-func (e fnError) Unwrap() error { return e.err }
 
 // Tx returns the writer's view of a transaction the caller runs on this
 // store's client (s.Database().Client().StartSession(), then
@@ -65,8 +35,9 @@ func (t *tx) LookupKeys(ctx context.Context, keys []string) (map[string]outbox.K
 	if len(keys) == 0 {
 		return out, nil
 	}
-	cur, err := t.s.events.Find(t.ctx(ctx), bson.M{"idempotencyKey": bson.M{"$in": keys}},
-		options.Find().SetProjection(bson.M{"_id": 1, "idempotencyKey": 1, "contentHash": 1}))
+	ctx = t.ctx(ctx)
+	cur, err := t.s.events.Find(ctx, bson.M{"idempotencyKey": bson.M{"$in": keys}},
+		findOptions(ctx).SetProjection(bson.M{"_id": 1, "idempotencyKey": 1, "contentHash": 1}))
 	if err != nil {
 		return nil, wrap(err, "looking up idempotency keys")
 	}
@@ -75,7 +46,7 @@ func (t *tx) LookupKeys(ctx context.Context, keys []string) (map[string]outbox.K
 		Key         string             `bson:"idempotencyKey"`
 		ContentHash string             `bson:"contentHash"`
 	}
-	if err := cur.All(t.ctx(ctx), &found); err != nil {
+	if err := cur.All(ctx, &found); err != nil {
 		return nil, wrap(err, "reading idempotency keys")
 	}
 	for _, f := range found {
@@ -95,7 +66,7 @@ func (t *tx) InsertEvents(ctx context.Context, events []outbox.Event) error {
 	}
 	if _, err := t.s.events.InsertMany(t.ctx(ctx), docs); err != nil {
 		if classify(err) == classDuplicateKey {
-			return fmt.Errorf("%w: %w", outbox.ErrDuplicateKey, err)
+			return &Error{Op: fmt.Sprintf("inserting %d originals", len(events)), Kind: outbox.ErrDuplicateKey, Err: err}
 		}
 		return wrap(err, "inserting %d originals", len(events))
 	}

@@ -73,6 +73,7 @@ func Checks() []Check {
 		{"ConcurrentWritersOfOneKeyYieldOneOriginal", checkConcurrentSameKey},
 		{"DuplicateKeyInsertIsErrDuplicateKey", checkDuplicateKeyInsert},
 		{"FailureBetweenWritesLeavesNeither", checkFailureBetweenWrites},
+		{"PayloadReadsBackAsWritten", checkPayloadAsWritten},
 		{"FeedDeliversInCommitOrder", checkFeedOrder},
 		{"FeedResumesAfterReopen", checkFeedResume},
 		{"FeedDeliversOnlyItsStream", checkFeedStream},
@@ -354,6 +355,25 @@ func lookup(s store.Store, key string) (outbox.KeyRecord, error) {
 		return nil
 	})
 	return rec, err
+}
+
+// checkPayloadAsWritten: a payload reads back as it was written, its
+// members in their order (not sorted, not in a map's order), nested ones
+// too, and its integers, the largest 64-bit ones included, as integers.
+func checkPayloadAsWritten(t testing.TB, h Harness) {
+	b := setup(t, h, Options{})
+	ctx := context.Background()
+	events, entries, err := b.w.Records([]outbox.Input{b.input("d1")})
+	require.NoError(t, err)
+	const payload = `{"z":1,"a":{"y":[{"k":2,"c":-9223372036854775808}],"b":true},"m":null,"x":"s","n":9223372036854775807,"f":21.5}`
+	events[0].Payload = json.RawMessage(payload)
+	require.NoError(t, b.s.WriteTx(ctx, func(ctx context.Context, tx outbox.Tx) error {
+		if err := tx.InsertEvents(ctx, events); err != nil {
+			return err
+		}
+		return tx.InsertEntries(ctx, entries)
+	}))
+	require.Equal(t, payload, string(b.event(events[0].ID).Payload))
 }
 
 func checkFailureBetweenWrites(t testing.TB, h Harness) {
