@@ -76,7 +76,10 @@ func TestOperation(t *testing.T) {
 
 type handler struct{ hits int }
 
-func (h *handler) ServeHTTP(w http.ResponseWriter, _ *http.Request) { h.hits++; w.WriteHeader(http.StatusNoContent) }
+func (h *handler) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+	h.hits++
+	w.WriteHeader(http.StatusNoContent)
+}
 
 // TestSetup: off while the environment configures nothing (nothing is
 // wrapped), on with an exporter until shutdown. Not parallel: it turns the
