@@ -133,7 +133,7 @@ func Named(prefix, eventID string) func(s tracetest.SpanStub) bool {
 func SpanAttr(s tracetest.SpanStub, key string) string {
 	for _, kv := range s.Attributes {
 		if string(kv.Key) == key {
-			return kv.Value.Emit()
+			return kv.Value.String()
 		}
 	}
 	return ""
@@ -165,7 +165,7 @@ func SpanTree(spans tracetest.SpanStubs) string {
 			k := string(kv.Key)
 			if strings.HasPrefix(k, "db.") || strings.HasPrefix(k, "messaging.") || strings.HasPrefix(k, "outboxd.") ||
 				k == "http.route" || k == "http.response.status_code" {
-				attrs = append(attrs, k+"="+kv.Value.Emit())
+				attrs = append(attrs, k+"="+kv.Value.String())
 			}
 		}
 		status := ""
@@ -195,7 +195,7 @@ func SpanTree(spans tracetest.SpanStubs) string {
 func attrString(kvs []attribute.KeyValue) string {
 	out := make([]string, len(kvs))
 	for i, kv := range kvs {
-		out[i] = string(kv.Key) + "=" + kv.Value.Emit()
+		out[i] = string(kv.Key) + "=" + kv.Value.String()
 	}
 	return strings.Join(out, " ")
 }

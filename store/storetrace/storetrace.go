@@ -68,7 +68,7 @@ func (s *Store) start(ctx context.Context, op, coll string, ids ...string) (cont
 }
 
 // call runs f in the span of op.
-func call[T any](s *Store, ctx context.Context, op, coll string, ids []string, f func(ctx context.Context) (T, error)) (T, error) {
+func call[T any](ctx context.Context, s *Store, op, coll string, ids []string, f func(ctx context.Context) (T, error)) (T, error) {
 	ctx, span := s.start(ctx, op, coll, ids...)
 	v, err := f(ctx)
 	tracing.End(span, err)
@@ -87,7 +87,7 @@ func (s *Store) PayloadSize(payload json.RawMessage) (int, error) {
 // WriteTx runs fn in the store's transaction, in a span; the statements
 // fn runs through its outbox.Tx are spans in it.
 func (s *Store) WriteTx(ctx context.Context, fn func(ctx context.Context, tx outbox.Tx) error) error {
-	_, err := call(s, ctx, "WriteTx", collEvents, nil, func(ctx context.Context) (struct{}, error) {
+	_, err := call(ctx, s, "WriteTx", collEvents, nil, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, s.Store.WriteTx(ctx, func(ctx context.Context, tx outbox.Tx) error {
 			return fn(ctx, &txTrace{s: s, Tx: tx})
 		})
@@ -111,7 +111,7 @@ func (t *txTrace) LookupKeys(ctx context.Context, keys []string) (map[string]out
 }
 
 func (t *txTrace) InsertEvents(ctx context.Context, events []outbox.Event) error {
-	_, err := call(t.s, ctx, "InsertEvents", collEvents, eventIDs(events), func(ctx context.Context) (struct{}, error) {
+	_, err := call(ctx, t.s, "InsertEvents", collEvents, eventIDs(events), func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, t.Tx.InsertEvents(ctx, events)
 	})
 	return err
@@ -122,7 +122,7 @@ func (t *txTrace) InsertEntries(ctx context.Context, entries []outbox.Entry) err
 	for i, e := range entries {
 		ids[i] = e.EventID
 	}
-	_, err := call(t.s, ctx, "InsertEntries", collOutbox, ids, func(ctx context.Context) (struct{}, error) {
+	_, err := call(ctx, t.s, "InsertEntries", collOutbox, ids, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, t.Tx.InsertEntries(ctx, entries)
 	})
 	return err
@@ -138,56 +138,56 @@ func eventIDs(events []outbox.Event) []string {
 
 // LoadEvents traces store.Store.LoadEvents.
 func (s *Store) LoadEvents(ctx context.Context, ids []string) (map[string]store.Loaded, error) {
-	return call(s, ctx, "LoadEvents", collEvents, ids, func(ctx context.Context) (map[string]store.Loaded, error) {
+	return call(ctx, s, "LoadEvents", collEvents, ids, func(ctx context.Context) (map[string]store.Loaded, error) {
 		return s.Store.LoadEvents(ctx, ids)
 	})
 }
 
 // MarkSynced traces store.Store.MarkSynced.
 func (s *Store) MarkSynced(ctx context.Context, ids []string, at time.Time) (int64, error) {
-	return call(s, ctx, "MarkSynced", collEvents, ids, func(ctx context.Context) (int64, error) {
+	return call(ctx, s, "MarkSynced", collEvents, ids, func(ctx context.Context) (int64, error) {
 		return s.Store.MarkSynced(ctx, ids, at)
 	})
 }
 
 // Park traces store.Store.Park.
 func (s *Store) Park(ctx context.Context, id string, f outbox.SyncFailure) (bool, error) {
-	return call(s, ctx, "Park", collEvents, []string{id}, func(ctx context.Context) (bool, error) {
+	return call(ctx, s, "Park", collEvents, []string{id}, func(ctx context.Context) (bool, error) {
 		return s.Store.Park(ctx, id, f)
 	})
 }
 
 // Claim traces store.Store.Claim.
 func (s *Store) Claim(ctx context.Context, id string, at, claimedBefore time.Time) (*outbox.Event, error) {
-	return call(s, ctx, "Claim", collEvents, []string{id}, func(ctx context.Context) (*outbox.Event, error) {
+	return call(ctx, s, "Claim", collEvents, []string{id}, func(ctx context.Context) (*outbox.Event, error) {
 		return s.Store.Claim(ctx, id, at, claimedBefore)
 	})
 }
 
 // RollbackClaim traces store.Store.RollbackClaim.
 func (s *Store) RollbackClaim(ctx context.Context, id string, at time.Time, prev *time.Time) (bool, error) {
-	return call(s, ctx, "RollbackClaim", collEvents, []string{id}, func(ctx context.Context) (bool, error) {
+	return call(ctx, s, "RollbackClaim", collEvents, []string{id}, func(ctx context.Context) (bool, error) {
 		return s.Store.RollbackClaim(ctx, id, at, prev)
 	})
 }
 
 // ListEvents traces store.Store.ListEvents.
 func (s *Store) ListEvents(ctx context.Context, q store.EventQuery) ([]*outbox.Event, error) {
-	return call(s, ctx, "ListEvents", collEvents, nil, func(ctx context.Context) ([]*outbox.Event, error) {
+	return call(ctx, s, "ListEvents", collEvents, nil, func(ctx context.Context) ([]*outbox.Event, error) {
 		return s.Store.ListEvents(ctx, q)
 	})
 }
 
 // Redrive traces store.Store.Redrive.
 func (s *Store) Redrive(ctx context.Context, ids []string) (int64, error) {
-	return call(s, ctx, "Redrive", collEvents, ids, func(ctx context.Context) (int64, error) {
+	return call(ctx, s, "Redrive", collEvents, ids, func(ctx context.Context) (int64, error) {
 		return s.Store.Redrive(ctx, ids)
 	})
 }
 
 // Undispatched traces store.Store.Undispatched.
 func (s *Store) Undispatched(ctx context.Context, stream, after string, limit int) ([]outbox.Entry, error) {
-	return call(s, ctx, "Undispatched", collOutbox, nil, func(ctx context.Context) ([]outbox.Entry, error) {
+	return call(ctx, s, "Undispatched", collOutbox, nil, func(ctx context.Context) ([]outbox.Entry, error) {
 		return s.Store.Undispatched(ctx, stream, after, limit)
 	})
 }
@@ -195,7 +195,7 @@ func (s *Store) Undispatched(ctx context.Context, stream, after string, limit in
 // MarkDispatched traces store.Store.MarkDispatched; the ids are the
 // entries'.
 func (s *Store) MarkDispatched(ctx context.Context, lease store.Lease, ids []string, at time.Time) error {
-	_, err := call(s, ctx, "MarkDispatched", collOutbox, nil, func(ctx context.Context) (struct{}, error) {
+	_, err := call(ctx, s, "MarkDispatched", collOutbox, nil, func(ctx context.Context) (struct{}, error) {
 		trace.SpanFromContext(ctx).SetAttributes(semconv.DBOperationBatchSize(len(ids)))
 		return struct{}{}, s.Store.MarkDispatched(ctx, lease, ids, at)
 	})
@@ -204,7 +204,7 @@ func (s *Store) MarkDispatched(ctx context.Context, lease store.Lease, ids []str
 
 // SaveCheckpoint traces store.Store.SaveCheckpoint.
 func (s *Store) SaveCheckpoint(ctx context.Context, lease store.Lease, cp store.Checkpoint) error {
-	_, err := call(s, ctx, "SaveCheckpoint", collLeases, nil, func(ctx context.Context) (struct{}, error) {
+	_, err := call(ctx, s, "SaveCheckpoint", collLeases, nil, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, s.Store.SaveCheckpoint(ctx, lease, cp)
 	})
 	return err
