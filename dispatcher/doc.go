@@ -67,6 +67,15 @@
 // dispatcher's failures too; see Dispatcher.ResumeRetries. Ingest does not
 // depend on Redis and is unaffected.
 //
+// # Tracing
+//
+// With tracing on (docs/tracing.md), each relayed entry that carries its
+// ingest request's trace context (outbox.Entry.TraceParent) gets a relay
+// span, a child of that context, and its stream message carries the relay
+// span's traceparent for the worker; the batch's store calls are recorded
+// under the first traced entry's span. Entries without a context are
+// relayed as they are.
+//
 // # Stream length
 //
 // The stream's length policy is the stream.Client's (stream.Config.MaxLen),

@@ -19,7 +19,10 @@ import (
 // the saved position). Nothing is marked or checkpointed unless the XADD
 // succeeded. Once the XADD went through, the rest runs on workCtx so that a
 // stop request lets the batch finish.
-func (d *Dispatcher) relay(ctx, workCtx context.Context, lease store.Lease, entries []outbox.Entry, pos store.Position) error {
+func (d *Dispatcher) relay(ctx, workCtx context.Context, lease store.Lease, entries []outbox.Entry, pos store.Position) (err error) {
+	spans, entries := d.startRelaySpans(ctx, entries)
+	defer func() { spans.End(err) }()
+	workCtx = spans.Context(workCtx)
 	if err := d.xadd(ctx, workCtx, entries); err != nil {
 		return err
 	}

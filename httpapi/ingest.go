@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	ometrics "github.com/outboxd/outboxd/internal/metrics"
+	"github.com/outboxd/outboxd/internal/tracing"
 	"github.com/outboxd/outboxd/operator"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store"
@@ -165,6 +166,7 @@ func (h *handler) getEvent(w http.ResponseWriter, r *http.Request) {
 // time or the ingest committer is stopped, 500 otherwise. Only ids go to the
 // log, never payloads.
 func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error, keyField string, ids ...zap.Field) {
+	ids = append(ids, tracing.LogField(r.Context()))
 	var (
 		re *requestError
 		ve *validationError

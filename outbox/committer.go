@@ -9,7 +9,11 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/outboxd/outboxd/internal/startstop"
+	"github.com/outboxd/outboxd/internal/tracing"
 )
 
 // Defaults of CommitterConfig.
@@ -223,7 +227,7 @@ func (c *Committer) Write(ctx context.Context, b *Batch) ([]Result, error) {
 		}
 		return c.w.WriteBatch(ctx, b)
 	}
-	r := &request{member: member{prep: b.prep}, events: b.Len(), at: time.Now(), ctxErr: ctx.Err, done: make(chan struct{})}
+	r := &request{member: member{prep: b.prep, traceParent: tracing.TraceParent(ctx)}, events: b.Len(), at: time.Now(), ctxErr: ctx.Err, done: make(chan struct{})}
 	for i := range b.prep {
 		r.bytes += b.prep[i].bytes
 	}
@@ -385,9 +389,11 @@ func (c *Committer) commit(workCtx context.Context, group []*request) {
 	}
 	ctx, cancel := context.WithDeadline(workCtx, deadline)
 	defer cancel()
+	ctx, span := c.startGroupSpan(ctx, group, events)
 	err := c.w.retryTx(ctx, func(ctx context.Context, tx Tx) error {
 		return c.w.writeGroup(ctx, tx, members)
 	})
+	tracing.End(span, err)
 	if err != nil {
 		err = fmt.Errorf("error writing a group of %d requests in one transaction: %w", len(group), err)
 	}
@@ -403,4 +409,29 @@ func (c *Committer) commit(workCtx context.Context, group []*request) {
 	if c.cfg.ObserveGroup != nil {
 		c.cfg.ObserveGroup(events)
 	}
+}
+
+// startGroupSpan starts the span of a group's transaction when one of its
+// requests is traced: a child of the first traced request's span, linked to
+// the others', so that every request's trace reaches the store write it
+// shared (the store's own spans nest in it).
+func (c *Committer) startGroupSpan(ctx context.Context, group []*request, events int) (context.Context, trace.Span) {
+	first := -1
+	var links []trace.Link
+	for i, r := range group {
+		if r.traceParent == "" {
+			continue
+		}
+		if first < 0 {
+			first = i
+			continue
+		}
+		links = append(links, tracing.Links(r.traceParent)...)
+	}
+	if first < 0 {
+		return ctx, trace.SpanFromContext(context.Background())
+	}
+	return tracing.Start(tracing.WithParent(ctx, group[first].traceParent), "outbox.group_commit",
+		trace.WithLinks(links...), trace.WithAttributes(
+			attribute.Int("outboxd.group.requests", len(group)), attribute.Int("outboxd.group.events", events)))
 }

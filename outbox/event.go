@@ -55,6 +55,11 @@ type Event struct {
 	RequeueCount int64
 	// SyncFailure parks an original that will not be projected.
 	SyncFailure *SyncFailure
+	// TraceParent is the W3C traceparent of the ingest request that
+	// created the original, "" when it was not traced (tracing off, or the
+	// trace not sampled). The reconciler's and the operator's re-publishes
+	// link their spans to it.
+	TraceParent string
 }
 
 // SyncFailure parks an original that the worker could not project.
@@ -103,6 +108,11 @@ type Entry struct {
 	Message      string
 	CreatedAt    time.Time
 	DispatchedAt *time.Time
+	// TraceParent is the W3C traceparent the dispatcher's relay span
+	// continues: the ingest request's (as the original's TraceParent), ""
+	// when it was not traced. Message does not carry it; the dispatcher
+	// puts its own span's into the message it relays.
+	TraceParent string
 }
 
 // Message is the JSON carried in a stream entry's payload field. Workers
@@ -115,6 +125,23 @@ type Message struct {
 	OccurredAt     time.Time `json:"occurredAt"`
 	CreatedAt      time.Time `json:"createdAt"`
 	Origin         Origin    `json:"origin"`
+	// TraceParent is the W3C traceparent of the span that put the message
+	// into the stream (the dispatcher's relay, the reconciler's or a
+	// replay's publish); the worker's span continues it. Absent when that
+	// was not traced: the message is handled the same.
+	TraceParent string `json:"traceparent,omitempty"`
+}
+
+// WithTraceParent returns the message JSON msg (an Entry's Message) with
+// its TraceParent set to traceParent. A msg that is not a message is
+// returned as it is (the worker dead-letters it as before).
+func WithTraceParent(msg, traceParent string) string {
+	var m Message
+	if err := json.Unmarshal([]byte(msg), &m); err != nil {
+		return msg
+	}
+	m.TraceParent = traceParent
+	return m.Encode()
 }
 
 // ErrBadMessage is wrapped by DecodeMessage errors.

@@ -11,6 +11,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 
 	"github.com/outboxd/outboxd/internal/fault"
+	"github.com/outboxd/outboxd/internal/tracing"
 )
 
 // FaultBetweenInserts fires after the originals are inserted and before their
@@ -233,7 +234,7 @@ func (w *Writer) Write(ctx context.Context, inputs []Input) ([]Result, error) {
 // ctx) and then answers with the winner's original. Other failures are
 // returned as they are: the store already retried what was transient.
 func (w *Writer) WriteBatch(ctx context.Context, b *Batch) ([]Result, error) {
-	m := &member{prep: b.prep}
+	m := &member{prep: b.prep, traceParent: tracing.TraceParent(ctx)}
 	err := w.retryTx(ctx, func(ctx context.Context, tx Tx) error {
 		if err := w.writeGroup(ctx, tx, []*member{m}); err != nil {
 			return err
@@ -272,7 +273,7 @@ func (w *Writer) WriteInTx(ctx context.Context, tx Tx, inputs []Input) ([]Result
 	if err != nil {
 		return nil, err
 	}
-	m := &member{prep: prep}
+	m := &member{prep: prep, traceParent: tracing.TraceParent(ctx)}
 	if err := w.writeGroup(ctx, tx, []*member{m}); err != nil {
 		return nil, err
 	}
@@ -286,6 +287,9 @@ type member struct {
 	prep    []prepared
 	results []Result
 	err     error
+	// traceParent is the trace context of the request (internal/tracing),
+	// stored with its originals and entries; "" when it is not traced.
+	traceParent string
 }
 
 // writeGroup writes members in tx: each is all or nothing for itself, the
@@ -314,7 +318,7 @@ func (w *Writer) writeGroup(ctx context.Context, tx Tx, members []*member) error
 	var events []Event
 	var entries []Entry
 	for _, m := range members {
-		res, evs, ens, err := w.plan(m.prep, known, now)
+		res, evs, ens, err := w.plan(m.prep, known, now, m.traceParent)
 		if err != nil {
 			m.err = err
 			continue
@@ -341,7 +345,7 @@ func (w *Writer) writeGroup(ctx context.Context, tx Tx, members []*member) error
 // so far (stored, or inserted by earlier members of the group), and returns
 // the member's results with the originals and entries to insert, which it
 // adds to known. With a *MismatchError it leaves known as it was.
-func (w *Writer) plan(prep []prepared, known map[string]KeyRecord, now time.Time) ([]Result, []Event, []Entry, error) {
+func (w *Writer) plan(prep []prepared, known map[string]KeyRecord, now time.Time, traceParent string) ([]Result, []Event, []Entry, error) {
 	results := make([]Result, len(prep))
 	mine := map[string]int{} // key -> index of the input of this member that inserts it
 	var events []Event
@@ -361,7 +365,7 @@ func (w *Writer) plan(prep []prepared, known map[string]KeyRecord, now time.Time
 			results[i] = Result{ID: k.ID, IdempotencyKey: p.key, Duplicate: true}
 			continue
 		}
-		ev, entry := w.record(p, now)
+		ev, entry := w.record(p, now, traceParent)
 		mine[p.key] = i
 		events = append(events, ev)
 		entries = append(entries, entry)
@@ -373,13 +377,16 @@ func (w *Writer) plan(prep []prepared, known map[string]KeyRecord, now time.Time
 	return results, events, entries, nil
 }
 
-// record builds the original and the outbox entry for a validated input.
-func (w *Writer) record(p prepared, now time.Time) (Event, Entry) {
+// record builds the original and the outbox entry for a validated input,
+// both with the trace context of its request.
+func (w *Writer) record(p prepared, now time.Time, traceParent string) (Event, Entry) {
 	ev := Event{
 		ID: NewEventID(), IdempotencyKey: p.key, SourceKey: p.sourceKey, DeviceKey: p.deviceKey,
 		Type: p.typ, OccurredAt: p.occurredAt, Payload: p.payload, ContentHash: p.hash, CreatedAt: now,
+		TraceParent: traceParent,
 	}
-	return ev, Entry{EventID: ev.ID, Stream: w.stream, Message: ev.Message(OriginOutbox).Encode(), CreatedAt: now}
+	return ev, Entry{EventID: ev.ID, Stream: w.stream, Message: ev.Message(OriginOutbox).Encode(), CreatedAt: now,
+		TraceParent: traceParent}
 }
 
 // Records validates inputs and returns the originals and outbox entries that
@@ -396,7 +403,7 @@ func (w *Writer) Records(inputs []Input) ([]Event, []Entry, error) {
 	now := w.now().UTC().Truncate(time.Millisecond)
 	events, entries := make([]Event, len(prep)), make([]Entry, len(prep))
 	for i, p := range prep {
-		events[i], entries[i] = w.record(p, now)
+		events[i], entries[i] = w.record(p, now, "")
 	}
 	return events, entries, nil
 }

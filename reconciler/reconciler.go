@@ -16,6 +16,7 @@ import (
 	"github.com/outboxd/outboxd/internal/instance"
 	"github.com/outboxd/outboxd/internal/leader"
 	"github.com/outboxd/outboxd/internal/startstop"
+	"github.com/outboxd/outboxd/internal/tracing"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store"
 	"github.com/outboxd/outboxd/stream"
@@ -411,7 +412,7 @@ func (r *Reconciler) reconcile(ctx context.Context, id string, rep *Report) erro
 		return nil
 	}
 	rep.PublishFailed++
-	logger.Warn("error publishing event, rolling back its claim", zap.Error(err))
+	logger.Warn("error publishing event, rolling back its claim", zap.Error(err), tracing.LogFieldOf(ev.TraceParent))
 
 	if r.cfg.beforeRollback != nil {
 		r.cfg.beforeRollback(id)

@@ -20,8 +20,9 @@
 //     outbox messages in one pipeline, behind an optional circuit breaker
 //     (failpolicy.NewBreaker). Publish takes the stored message JSON (the
 //     dispatcher's outbox entries), PublishEvents originals with their
-//     origin (the reconciler, replays); PublishError and Added tell which
-//     messages of a batch went in.
+//     origin (the reconciler, replays), in a span of its own linked to the
+//     originals' ingest traces when tracing is on (docs/tracing.md);
+//     PublishError and Added tell which messages of a batch went in.
 //   - Group: a consumer of the consumer group, with what a worker does:
 //     Ensure (create the group and the stream), Read (XREADGROUP, never
 //     BLOCK 0), Reclaim (XAUTOCLAIM, trimmed entries included), Budgets,
@@ -37,7 +38,8 @@
 // # Names and layout
 //
 // A stream entry has one field, outbox.PayloadField ("payload"), holding
-// an outbox.Message as JSON. A dead letter has the fields category, code,
+// an outbox.Message as JSON (with the trace context of the span that put
+// it there, "traceparent", when that was traced). A dead letter has the fields category, code,
 // error, entryId, eventId, stream, group, consumer, deliveries, at and
 // payload; dead letters written before the code field existed carry the
 // code in reason, and Decode reads it there.

@@ -7,9 +7,13 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
+	"go.opentelemetry.io/otel/attribute"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/outboxd/outboxd/internal/failpolicy"
+	"github.com/outboxd/outboxd/internal/tracing"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -114,12 +118,43 @@ func (p *Publisher) Publish(ctx context.Context, msgs []string) error {
 }
 
 // PublishEvents publishes the messages of events with origin (see Publish).
-func (p *Publisher) PublishEvents(ctx context.Context, events []*outbox.Event, origin outbox.Origin) error {
+// When tracing is on, the publish is a span of its own (a child of ctx's
+// span: a replay's request; or the root of a trace: a reconciler's sweep)
+// linked to each event's ingest trace (outbox.Event.TraceParent), and the
+// messages carry it, so the worker's spans continue the publish.
+func (p *Publisher) PublishEvents(ctx context.Context, events []*outbox.Event, origin outbox.Origin) (err error) {
+	ctx, span := p.startPublishSpan(ctx, events, origin)
+	defer func() { tracing.End(span, err) }()
+	traceParent := tracing.TraceParent(ctx)
 	msgs := make([]string, len(events))
 	for i, ev := range events {
-		msgs[i] = ev.Message(origin).Encode()
+		m := ev.Message(origin)
+		m.TraceParent = traceParent
+		msgs[i] = m.Encode()
 	}
 	return p.Publish(ctx, msgs)
+}
+
+// startPublishSpan starts the span of a PublishEvents (a span that does
+// nothing while tracing is off).
+func (p *Publisher) startPublishSpan(ctx context.Context, events []*outbox.Event, origin outbox.Origin) (context.Context, trace.Span) {
+	if !tracing.Enabled() {
+		return tracing.Start(ctx, "")
+	}
+	links := make([]string, 0, len(events))
+	for _, ev := range events {
+		links = append(links, ev.TraceParent)
+	}
+	attrs := []attribute.KeyValue{
+		semconv.MessagingSystemKey.String("redis"), semconv.MessagingOperationTypeSend, semconv.MessagingOperationName("publish"),
+		semconv.MessagingDestinationName(p.keys.Stream()), semconv.MessagingBatchMessageCount(len(events)),
+		tracing.OriginKey.String(string(origin)),
+	}
+	if len(events) == 1 {
+		attrs = append(attrs, tracing.EventIDKey.String(events[0].ID))
+	}
+	return tracing.Start(ctx, "publish "+p.keys.Name(), trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithLinks(tracing.Links(links...)...), trace.WithAttributes(attrs...))
 }
 
 func (p *Publisher) pipeline(ctx context.Context, msgs []string) error {

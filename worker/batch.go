@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/outboxd/outboxd/internal/failpolicy"
+	"github.com/outboxd/outboxd/internal/tracing"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store"
 	"github.com/outboxd/outboxd/stream"
@@ -52,6 +53,11 @@ type batch struct {
 	// become a read-model row.
 	originals map[string]*outbox.Event
 	invalid   map[string]error
+	// traceParents are the trace contexts the events' first entries carry
+	// (outbox.Message.TraceParent), by event id; spans are the events'
+	// projection spans (nil: none traced, or tracing off).
+	traceParents map[string]string
+	spans        *tracing.Items
 }
 
 // prepare decodes msgs and reads their originals with one store read.
@@ -69,15 +75,19 @@ func (w *Worker) prepare(ctx context.Context, msgs []stream.Entry) (*batch, erro
 		}
 		if _, ok := b.origins[msg.EventID]; !ok {
 			b.origins[msg.EventID] = msg.Origin
+			b.traceParent(msg)
 		}
 		b.entries[msg.EventID] = append(b.entries[msg.EventID], m)
 	}
 	b.ids = slices.Sorted(maps.Keys(b.entries))
+	b.spans = w.startProjectSpans(ctx, b, len(msgs))
 	var err error
-	b.originals, b.invalid, err = w.load(ctx, b.ids)
+	b.originals, b.invalid, err = w.load(b.spans.Context(ctx), b.ids)
 	if err != nil {
+		b.spans.End(err)
 		return nil, err
 	}
+	b.linkIngest()
 	return b, nil
 }
 
@@ -89,7 +99,7 @@ func (w *Worker) prepare(ctx context.Context, msgs []stream.Entry) (*batch, erro
 // charges nothing; running it again converges to the same state. pre is
 // the batch already prepared by a read-ahead, or nil; a retry prepares the
 // batch again.
-func (w *Worker) handle(ctx context.Context, msgs []stream.Entry, pre *batch) (outcome, error) {
+func (w *Worker) handle(ctx context.Context, msgs []stream.Entry, pre *batch) (_ outcome, err error) {
 	var out outcome
 	b := pre
 	if b == nil {
@@ -98,6 +108,8 @@ func (w *Worker) handle(ctx context.Context, msgs []stream.Entry, pre *batch) (o
 			return out, err
 		}
 	}
+	ctx = b.spans.Context(ctx)
+	defer func() { b.spans.End(err) }()
 	w.metrics.batchSize.Observe(float64(len(msgs)))
 	dead := slices.Clone(b.dead)
 	entries, ids, origins, originals, invalid := b.entries, b.ids, b.origins, b.originals, b.invalid
@@ -140,6 +152,7 @@ func (w *Worker) handle(ctx context.Context, msgs []stream.Entry, pre *batch) (o
 		dead = append(dead, j.dead...)
 		parked = append(parked, j.parked...)
 	}
+	b.failSpans(failures, invalid)
 	var synced []string
 	var firstSync []*outbox.Event // not synced before: their latency counts
 	for _, ev := range events {
@@ -221,7 +234,8 @@ func (w *Worker) apply(out outcome) {
 			nDead++
 		}
 		w.logger.Warn("dead-lettered stream entry", zap.String("entry_id", dl.msg.ID), zap.String("event_id", dl.eventID),
-			zap.String("reason", code), zap.String("category", dl.category), zap.Int64("deliveries", dl.deliveries), zap.Error(dl.err))
+			zap.String("reason", code), zap.String("category", dl.category), zap.Int64("deliveries", dl.deliveries), zap.Error(dl.err),
+			traceID(dl.msg))
 	}
 	w.metrics.processed.WithLabelValues("dead_lettered").Add(float64(nDead))
 	w.metrics.processed.WithLabelValues("synced").Add(float64(out.synced))
@@ -386,7 +400,7 @@ func (w *Worker) judge(ctx context.Context, failures map[string]error, entries m
 				j.hold = append(j.hold, heldEntry{msg: m, due: now.Add(wait)})
 				w.logger.Warn("record failed; kept pending for another delivery", zap.String("entry_id", m.ID),
 					zap.String("event_id", id), zap.String("code", f.Code), zap.Int64("deliveries", n),
-					zap.Duration("next_in", wait), zap.Error(ferr))
+					zap.Duration("next_in", wait), zap.Error(ferr), traceID(m))
 				continue
 			}
 			dl := deadLetter{msg: m, eventID: id, err: ferr, category: outbox.CategoryPoison, deliveries: n}

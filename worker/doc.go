@@ -69,6 +69,18 @@
 // outboxd_retries_halted, an error log); see Worker.ResumeRetries for what
 // halted means and how it clears.
 //
+// # Tracing
+//
+// With tracing on (docs/tracing.md), each event of a batch whose message
+// carries a trace context (outbox.Message.TraceParent: the relay's, or a
+// re-publish's) gets a projection span, a child of that context, ended
+// when the batch is acknowledged or with the event's own failure; the
+// batch's store reads and writes, its PostgreSQL transaction and its
+// acknowledgement are recorded under the first traced event's span, which
+// the others link to. A reclaimed or redelivered entry continues the same
+// trace. A re-published event's span also links to its ingest trace.
+// Messages without a context are handled as before, without a span.
+//
 // Consumers of the group idle longer than Config.ConsumerExpiry with
 // nothing pending are removed (XGROUP DELCONSUMER, in one script with the
 // check that nothing is pending).

@@ -23,6 +23,8 @@ import (
 	"github.com/outboxd/outboxd/internal/config"
 	ometrics "github.com/outboxd/outboxd/internal/metrics"
 	"github.com/outboxd/outboxd/internal/redact"
+	"github.com/outboxd/outboxd/internal/tracing"
+	"github.com/outboxd/outboxd/internal/tracing/instrument"
 	"github.com/outboxd/outboxd/migrations"
 	"github.com/outboxd/outboxd/operator"
 	"github.com/outboxd/outboxd/outbox"
@@ -31,6 +33,7 @@ import (
 	"github.com/outboxd/outboxd/store"
 	"github.com/outboxd/outboxd/store/mongostore"
 	"github.com/outboxd/outboxd/store/sqlitestore"
+	"github.com/outboxd/outboxd/store/storetrace"
 	"github.com/outboxd/outboxd/stream"
 	"github.com/outboxd/outboxd/worker"
 )
@@ -110,6 +113,9 @@ func (a *app) open(ctx context.Context) error {
 			return err
 		}
 		a.st = st
+		if tracing.Enabled() {
+			a.st = storetrace.Wrap(st)
+		}
 	}
 	if r.redis {
 		opt, err := redis.ParseURL(a.o.redisURL)
@@ -127,7 +133,12 @@ func (a *app) open(ctx context.Context) error {
 		a.rc = rc
 	}
 	if r.postgres {
-		pool, err := pgxpool.New(ctx, a.o.postgresURL)
+		cfg, err := pgxpool.ParseConfig(a.o.postgresURL)
+		if err != nil {
+			return fmt.Errorf("error opening PostgreSQL at %s: %w", redact.DSN(a.o.postgresURL), err)
+		}
+		instrument.Postgres(cfg)
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
 		if err != nil {
 			return fmt.Errorf("error opening PostgreSQL at %s: %w", redact.DSN(a.o.postgresURL), err)
 		}
@@ -360,6 +371,7 @@ func (a *app) listen(ctx context.Context) (*httpapi.Server, <-chan error, error)
 	if err != nil {
 		return nil, nil, err
 	}
+	handler = instrument.HTTP(handler)
 	if a.o.pprof {
 		handler = withPprof(handler)
 	}

@@ -6,9 +6,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/outboxd/outboxd/internal/config"
 	"github.com/outboxd/outboxd/internal/logging"
+	"github.com/outboxd/outboxd/internal/tracing/instrument"
 	"github.com/outboxd/outboxd/store"
 )
 
@@ -55,6 +60,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return ExitUsage
 	}
 	defer func() { _ = log.Sync() }()
+	if r.store || r.redis || r.postgres {
+		stopTracing, err := instrument.Setup(ctx, r.name, os.Getenv, log)
+		if err != nil {
+			fmt.Fprintf(stderr, "outboxd %s: %v\n", r.name, err)
+			return ExitUsage
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := stopTracing(sctx); err != nil {
+				log.Warn("tracing: spans not flushed at exit", zap.Error(err))
+			}
+		}()
+	}
 	a := &app{o: o, role: r, log: log, stdout: stdout, stderr: stderr}
 	err = a.run(ctx)
 	if err != nil && !errors.Is(err, errReported) {

@@ -33,6 +33,9 @@ type eventDoc struct {
 	LastRequeuedAt *time.Time         `bson:"lastRequeuedAt"`
 	RequeueCount   int64              `bson:"requeueCount"`
 	SyncFailure    *failureDoc        `bson:"syncFailure"`
+	// TraceParent is the ingest request's W3C traceparent; absent when it
+	// was not traced.
+	TraceParent string `bson:"traceparent,omitempty"`
 }
 
 // failureDoc is outbox.SyncFailure in BSON.
@@ -52,6 +55,9 @@ type entryDoc struct {
 	Message      string             `bson:"message"`
 	CreatedAt    time.Time          `bson:"createdAt"`
 	DispatchedAt *time.Time         `bson:"dispatchedAt"`
+	// TraceParent is the trace context the relay continues; absent when
+	// the ingest request was not traced.
+	TraceParent string `bson:"traceparent,omitempty"`
 }
 
 // toEventDoc converts an original for insertion; its payload becomes a
@@ -69,6 +75,7 @@ func toEventDoc(e *outbox.Event) (*eventDoc, error) {
 		ID: id, IdempotencyKey: e.IdempotencyKey, SourceKey: e.SourceKey, DeviceKey: e.DeviceKey, Type: e.Type,
 		OccurredAt: e.OccurredAt.UTC(), Payload: payload, ContentHash: e.ContentHash, CreatedAt: e.CreatedAt.UTC(),
 		SyncedAt: utcp(e.SyncedAt), LastRequeuedAt: utcp(e.LastRequeuedAt), RequeueCount: e.RequeueCount,
+		TraceParent: e.TraceParent,
 	}
 	if f := e.SyncFailure; f != nil {
 		d.SyncFailure = &failureDoc{Category: f.Category, Code: f.Code, Message: f.Message, At: f.At.UTC(), Deliveries: f.Deliveries}
@@ -91,6 +98,7 @@ func (d *eventDoc) event() (*outbox.Event, error) {
 		ID: d.ID.Hex(), IdempotencyKey: d.IdempotencyKey, SourceKey: d.SourceKey, DeviceKey: d.DeviceKey, Type: d.Type,
 		OccurredAt: d.OccurredAt.UTC(), Payload: payload, ContentHash: d.ContentHash, CreatedAt: d.CreatedAt.UTC(),
 		SyncedAt: utcp(d.SyncedAt), LastRequeuedAt: utcp(d.LastRequeuedAt), RequeueCount: d.RequeueCount,
+		TraceParent: d.TraceParent,
 	}
 	if f := d.SyncFailure; f != nil {
 		e.SyncFailure = &outbox.SyncFailure{Category: f.Category, Code: f.Code, Message: f.Message, At: f.At.UTC(), Deliveries: f.Deliveries}
@@ -101,7 +109,7 @@ func (d *eventDoc) event() (*outbox.Event, error) {
 func (d *entryDoc) entry() outbox.Entry {
 	return outbox.Entry{
 		ID: d.ID.Hex(), EventID: d.EventID.Hex(), Stream: d.Stream, Message: d.Message,
-		CreatedAt: d.CreatedAt.UTC(), DispatchedAt: utcp(d.DispatchedAt),
+		CreatedAt: d.CreatedAt.UTC(), DispatchedAt: utcp(d.DispatchedAt), TraceParent: d.TraceParent,
 	}
 }
 

@@ -25,6 +25,10 @@ func nullMillis(t *time.Time) sql.NullInt64 {
 	return sql.NullInt64{Int64: t.UnixMilli(), Valid: true}
 }
 
+// nullText returns s, or NULL for "" (a traceparent: NULL while tracing is
+// off).
+func nullText(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
+
 // fromMillis returns the UTC time of Unix milliseconds ms.
 func fromMillis(ms int64) time.Time { return time.UnixMilli(ms).UTC() }
 

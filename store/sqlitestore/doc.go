@@ -59,6 +59,9 @@
 //     position below it is lost (store.ErrPositionLost).
 //   - leases: owner, expiry, fencing term and checkpoint, one row per name.
 //
+// events and outbox each have a traceparent column (schema 7): the W3C
+// trace context of the ingest request, NULL when it was not traced.
+//
 // # Feeds
 //
 // A feed reads a stream's entries after its position from the read pool

@@ -19,16 +19,16 @@ const idChunk = 500
 
 // eventColumns are the columns decodeEvent reads, in its order.
 const eventColumns = `id, idempotency_key, source_key, device_key, type, occurred_at, payload,
-	content_hash, created_at, synced_at, last_requeued_at, requeue_count, sync_failure`
+	content_hash, created_at, synced_at, last_requeued_at, requeue_count, sync_failure, traceparent`
 
 // eventColumnsNoPayload are eventColumns with the payload left out (NULL).
 const eventColumnsNoPayload = `id, idempotency_key, source_key, device_key, type, occurred_at, NULL,
-	content_hash, created_at, synced_at, last_requeued_at, requeue_count, sync_failure`
+	content_hash, created_at, synced_at, last_requeued_at, requeue_count, sync_failure, traceparent`
 
 // rawEvent holds a row of eventColumns as the driver gave it, so that a row
 // with a value of the wrong kind is reported as corrupt (with its id) rather
 // than failing the whole read.
-type rawEvent [13]any
+type rawEvent [14]any
 
 func (r *rawEvent) dest() []any {
 	d := make([]any, len(r))
@@ -70,6 +70,9 @@ func (r *rawEvent) decode() (*outbox.Event, error) {
 		}
 		f.At = f.At.UTC()
 		ev.SyncFailure = &f
+	}
+	if r[13] != nil {
+		ev.TraceParent = d.text(r[13], "traceparent")
 	}
 	if d.err != nil {
 		return nil, fmt.Errorf("error decoding original %s: %w: %w", ev.ID, store.ErrCorrupt, d.err)

@@ -13,7 +13,7 @@ import (
 )
 
 // entryColumns are the columns scanEntries reads, in its order.
-const entryColumns = `seq, event_id, stream, message, created_at, dispatched_at`
+const entryColumns = `seq, event_id, stream, message, created_at, dispatched_at, traceparent`
 
 // deleteChunk bounds the entries DeleteDispatched removes per transaction,
 // so retention never holds the write lock for long.
@@ -223,9 +223,11 @@ func scanEntries(rows *sql.Rows) (entries []outbox.Entry, last int64, err error)
 		var e outbox.Entry
 		var seq, created int64
 		var dispatched sql.NullInt64
-		if err := rows.Scan(&seq, &e.EventID, &e.Stream, &e.Message, &created, &dispatched); err != nil {
+		var traceParent sql.NullString
+		if err := rows.Scan(&seq, &e.EventID, &e.Stream, &e.Message, &created, &dispatched, &traceParent); err != nil {
 			return nil, 0, err
 		}
+		e.TraceParent = traceParent.String
 		e.ID = entryID(seq)
 		e.CreatedAt = fromMillis(created)
 		e.DispatchedAt = fromNullMillis(dispatched)

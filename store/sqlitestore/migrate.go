@@ -50,7 +50,10 @@ type migration struct {
 }
 
 // loadMigrations reads the numbered files of fsys, in version order, and
-// checks that they are numbered 1, 2, 3… without gaps.
+// checks that no number is used twice. A number may be skipped: helpers
+// that add migrations in parallel reserve their numbers up front, so a
+// branch can hold 00007 before 00005 and 00006 are merged. The schema
+// version is the highest number applied (see Migrate).
 func loadMigrations(fsys fs.FS) ([]migration, error) {
 	names, err := fs.Glob(fsys, "*.sql")
 	if err != nil {
@@ -70,12 +73,21 @@ func loadMigrations(fsys fs.FS) ([]migration, error) {
 		out = append(out, migration{version: v, name: path.Base(name), up: upSection(string(b))})
 	}
 	slices.SortFunc(out, func(a, b migration) int { return a.version - b.version })
-	for i, m := range out {
-		if m.version != i+1 {
-			return nil, fmt.Errorf("error loading SQLite migrations: %s should be number %d", m.name, i+1)
+	for i := 1; i < len(out); i++ {
+		if out[i].version == out[i-1].version {
+			return nil, fmt.Errorf("error loading SQLite migrations: %s and %s have the same number", out[i-1].name, out[i].name)
 		}
 	}
 	return out, nil
+}
+
+// latest returns the highest version of all (0 for none): the schema
+// version once all is applied.
+func latest(all []migration) int {
+	if len(all) == 0 {
+		return 0
+	}
+	return all[len(all)-1].version
 }
 
 // upSection returns the part of a goose file between "-- +goose Up" and
@@ -104,17 +116,20 @@ func (s *Store) Migrate(ctx context.Context, cfg *store.MigrateConfig) error {
 		if err := tx.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&current); err != nil {
 			return s.fail("reading schema version", err)
 		}
-		if current > len(all) {
+		if current > latest(all) {
 			return fmt.Errorf("error migrating SQLite store %s: %w: its schema version %d is newer than this outboxd knows (%d); use a newer outboxd",
-				s.path, store.ErrSchema, current, len(all))
+				s.path, store.ErrSchema, current, latest(all))
 		}
-		for _, m := range all[current:] {
+		for _, m := range all {
+			if m.version <= current {
+				continue
+			}
 			if _, err := tx.ExecContext(ctx, m.up); err != nil {
 				return s.fail(fmt.Sprintf("applying SQLite migration %s", m.name), err)
 			}
 		}
 		// PRAGMA takes no parameters; the number is ours.
-		if _, err := tx.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, len(all))); err != nil {
+		if _, err := tx.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, latest(all))); err != nil {
 			return s.fail("setting schema version", err)
 		}
 		return nil
@@ -165,12 +180,12 @@ func (s *Store) CheckSchema(ctx context.Context) error {
 	case len(missing) > 0:
 		return fmt.Errorf("error checking schema of SQLite store %s: %w: table(s) %s missing; run `outboxd migrate`",
 			s.path, store.ErrSchema, strings.Join(missing, ", "))
-	case version < len(all):
+	case version < latest(all):
 		return fmt.Errorf("error checking schema of SQLite store %s: %w: schema version %d, this outboxd needs %d; run `outboxd migrate`",
-			s.path, store.ErrSchema, version, len(all))
-	case version > len(all):
+			s.path, store.ErrSchema, version, latest(all))
+	case version > latest(all):
 		return fmt.Errorf("error checking schema of SQLite store %s: %w: schema version %d is newer than this outboxd knows (%d); use a newer outboxd",
-			s.path, store.ErrSchema, version, len(all))
+			s.path, store.ErrSchema, version, latest(all))
 	}
 	return nil
 }

@@ -27,17 +27,17 @@ const (
 // rowsPerInsert is how many rows the multi-row INSERTs carry: a batch is
 // inserted rowsPerInsert rows per statement and the rest one by one. One
 // statement per row costs database/sql's and the driver's round trip each
-// time; 32 rows of 14 columns stay far below SQLite's 32,766 parameters.
+// time; 32 rows of 15 columns stay far below SQLite's 32,766 parameters.
 const rowsPerInsert = 32
 
 // The columns of the two INSERTs, and how many each row binds.
 const (
 	insertEventHead = `INSERT INTO events (id, idempotency_key, source_key, device_key, type, occurred_at,
-		payload, content_hash, created_at, synced_at, last_requeued_at, requeue_count, sync_failure, failure_category)
-		VALUES `
-	insertEventArgs = 14
-	insertEntryHead = `INSERT INTO outbox (event_id, stream, message, created_at, dispatched_at) VALUES `
-	insertEntryArgs = 5
+		payload, content_hash, created_at, synced_at, last_requeued_at, requeue_count, sync_failure, failure_category,
+		traceparent) VALUES `
+	insertEventArgs = 15
+	insertEntryHead = `INSERT INTO outbox (event_id, stream, message, created_at, dispatched_at, traceparent) VALUES `
+	insertEntryArgs = 6
 )
 
 // nextInsert returns how many of left rows the next INSERT carries and its
@@ -269,7 +269,8 @@ func (w *txWriter) InsertEvents(ctx context.Context, events []outbox.Event) erro
 			}
 			args = append(args, ev.ID, ev.IdempotencyKey, ev.SourceKey, ev.DeviceKey, ev.Type,
 				millis(ev.OccurredAt), payload, ev.ContentHash, millis(ev.CreatedAt),
-				nullMillis(ev.SyncedAt), nullMillis(ev.LastRequeuedAt), ev.RequeueCount, failure, category)
+				nullMillis(ev.SyncedAt), nullMillis(ev.LastRequeuedAt), ev.RequeueCount, failure, category,
+				nullText(ev.TraceParent))
 		}
 		if _, err := st.ExecContext(ctx, args...); err != nil {
 			return w.insertFailed(ctx, events[:n], err)
@@ -338,7 +339,7 @@ func (w *txWriter) insertEntries(ctx context.Context, i int, chunk []outbox.Entr
 	}
 	args := make([]any, 0, len(chunk)*insertEntryArgs)
 	for _, e := range chunk {
-		args = append(args, e.EventID, e.Stream, e.Message, millis(e.CreatedAt), nullMillis(e.DispatchedAt))
+		args = append(args, e.EventID, e.Stream, e.Message, millis(e.CreatedAt), nullMillis(e.DispatchedAt), nullText(e.TraceParent))
 	}
 	rows, err := st.QueryContext(ctx, args...)
 	if err != nil {

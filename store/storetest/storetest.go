@@ -94,6 +94,7 @@ func Checks() []Check {
 		{"DeleteDispatchedKeepsUndispatched", checkDeleteDispatched},
 		{"DeleteSyncedOldestFirstKeepsTheUnfinished", checkDeleteSynced},
 		{"OutboxEntriesOfOneOriginal", checkOutboxEntries},
+		{"TraceParentReadsBackWithOriginalAndEntry", checkTraceParent},
 		{"ListEventsByOccurredWindowInOrderWithPaging", checkListByOccurred},
 		{"ListEventsByCreatedWindow", checkListByCreated},
 		{"ListEventsSameTimePagesByID", checkListSameTime},
@@ -985,6 +986,58 @@ func checkOutboxEntries(t testing.TB, h Harness) {
 	got, err = b.s.OutboxEntries(ctx, ids[2])
 	require.NoError(t, err)
 	require.Len(t, got, 1, "the others stay")
+}
+
+// checkTraceParent: the trace context of an ingest request is stored with
+// the original and its outbox entry and reads back from every read of
+// them; an event written without one reads back without (issue 26).
+func checkTraceParent(t testing.TB, h Harness) {
+	b := setup(t, h, Options{})
+	ctx := context.Background()
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	events, entries, err := b.w.Records([]outbox.Input{b.input("traced"), b.input("untraced")})
+	require.NoError(t, err)
+	events[0].TraceParent, entries[0].TraceParent = tp, tp
+	feed, err := b.s.OpenFeed(ctx, b.stream, nil, store.FeedOptions{PollInterval: 10 * time.Millisecond})
+	require.NoError(t, err)
+	defer feed.Close(ctx)
+	require.NoError(t, b.s.WriteTx(ctx, func(ctx context.Context, tx outbox.Tx) error {
+		if err := tx.InsertEvents(ctx, events); err != nil {
+			return err
+		}
+		return tx.InsertEntries(ctx, entries)
+	}))
+	traced, untraced := events[0].ID, events[1].ID
+
+	byID := func(entries []outbox.Entry) map[string]string {
+		out := map[string]string{}
+		for _, e := range entries {
+			out[e.EventID] = e.TraceParent
+		}
+		return out
+	}
+	want := map[string]string{traced: tp, untraced: ""}
+	require.Equal(t, want, byID(drain(t, feed, 2)), "the feed")
+	require.Equal(t, want, byID(b.undispatched()), "Undispatched")
+	got, err := b.s.OutboxEntries(ctx, traced)
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{traced: tp}, byID(got), "OutboxEntries")
+
+	require.Equal(t, tp, b.event(traced).TraceParent, "LoadEvents")
+	require.Empty(t, b.event(untraced).TraceParent)
+	ev, err := b.s.EventByKey(ctx, events[0].IdempotencyKey)
+	require.NoError(t, err)
+	require.Equal(t, tp, ev.TraceParent, "EventByKey")
+	listed, err := b.s.ListEvents(ctx, store.EventQuery{By: store.ByCreated, Limit: 10})
+	require.NoError(t, err)
+	require.Len(t, listed, 2)
+	for _, ev := range listed {
+		require.Equal(t, want[ev.ID], ev.TraceParent, "ListEvents %s", ev.ID)
+	}
+	b.clock.Advance(time.Hour)
+	claimed, err := b.s.Claim(ctx, traced, b.clock.Now(), b.clock.Now())
+	require.NoError(t, err)
+	require.Equal(t, tp, claimed.TraceParent, "Claim")
 }
 
 func checkMigrate(t testing.TB, h Harness) {
