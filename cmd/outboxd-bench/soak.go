@@ -65,17 +65,17 @@ type soak struct {
 	// (mongodb).
 	storeFlag, mongoDB string
 
-	dir      string
-	redis    *redisproc.Server
-	rdb      *redis.Client
-	pgProxy  *faultnet.Proxy
-	adminURL string
-	dbName   string
-	pgURL    string // the run's database, direct
+	dir       string
+	redis     *redisproc.Server
+	rdb       *redis.Client
+	pgProxy   *faultnet.Proxy
+	adminURL  string
+	dbName    string
+	pgURL     string // the run's database, direct
 	pgProxied string // the same database through pgProxy: what the roles get
-	pg       *pgxpool.Pool
-	l        *launcher
-	hist     *history
+	pg        *pgxpool.Pool
+	l         *launcher
+	hist      *history
 
 	mu    sync.Mutex
 	roles []*soakRole
