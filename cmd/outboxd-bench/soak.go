@@ -1,12 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -26,7 +28,9 @@ import (
 	"github.com/outboxd/outboxd/internal/faultnet"
 	"github.com/outboxd/outboxd/internal/redact"
 	"github.com/outboxd/outboxd/internal/redisproc"
+	"github.com/outboxd/outboxd/operator"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/readmodel"
 	"github.com/outboxd/outboxd/store"
 	"github.com/outboxd/outboxd/store/mongostore"
 	"github.com/outboxd/outboxd/store/sqlitestore"
@@ -186,7 +190,7 @@ func (s *soak) run(ctx context.Context) (err error) {
 	}
 	fmt.Fprintf(s.out, "soak: nemesis stopped after %d faults; waiting up to %s for the pipeline to converge\n", n.total(), s.converge)
 	v, cerr := s.waitConverged(ctx, retryUntil)
-	audit := s.auditLine(ctx)
+	audit, auditDrift := s.auditLine(ctx)
 	s.stopAll()
 
 	s.mu.Lock()
@@ -213,6 +217,9 @@ func (s *soak) run(ctx context.Context) (err error) {
 	}
 	if v.Violations() > 0 || !v.OK() {
 		problems = append(problems, "checker: "+v.String())
+	}
+	if auditDrift > 0 {
+		problems = append(problems, "the audit found drift the checker did not: "+audit)
 	}
 	if unacked > 0 {
 		problems = append(problems, fmt.Sprintf("%d keys were never acknowledged, though their clients retried until %s after the nemesis stopped", unacked, s.converge))
@@ -351,7 +358,8 @@ func (s *soak) roleTable() []*soakRole {
 	// the reconciler's ages.
 	dispatchArgs := []string{"--lease-ttl", "3s", "--breaker-timeout", "2s"}
 	workArgs := []string{"--claim-idle", "5s", "--breaker-timeout", "2s", "--retry-backoff", "200ms"}
-	reconcileArgs := []string{"--every", "5s", "--min-age", "10s", "--requeue-after", "15s"}
+	reconcileArgs := []string{"--every", "5s", "--min-age", "10s", "--requeue-after", "15s",
+		"--audit-every", soakAuditEvery.String()}
 	withStore := func(proxied bool, extra ...[]string) []string {
 		args := s.storeArgs(proxied)
 		for _, e := range extra {
@@ -383,7 +391,7 @@ func (s *soak) roleTable() []*soakRole {
 	add("ingest", 2, ingestArgs)
 	add("dispatch", 2, append(withoutPostgres(s.storeArgs(false)), append(redisArgs, dispatchArgs...)...))
 	add("work", 3, withStore(true, redisArgs, workArgs))
-	add("reconcile", 1, withoutPostgres(withStore(true, redisArgs, reconcileArgs)))
+	add("reconcile", 1, withStore(true, redisArgs, reconcileArgs))
 	return out
 }
 
@@ -618,6 +626,62 @@ func cmpOr(a, b string) string {
 	return b
 }
 
-// auditLine reads the last audit of the read model (the reconcile role
-// audits every soakAuditEvery) and returns the line that reports it.
-func (s *soak) auditLine(context.Context) string { return "" }
+// auditLine reads the last run of the read model's audit (the reconcile
+// role audits every soakAuditEvery) and returns the line that reports it,
+// and the drift it found: the audit must find none where the checker
+// finds none.
+func (s *soak) auditLine(ctx context.Context) (string, int) {
+	rep, err := operator.LastAudit(ctx, readmodel.New(s.pg), outbox.StreamDefault)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("audit: the last run could not be read: %v", err), 0
+	case rep == nil:
+		return "audit: no run recorded", 0
+	}
+	drift := rep.DriftTotal()
+	line := fmt.Sprintf("audit: last run %s ago compared %d originals and %d statistics rows; drift %v",
+		time.Since(rep.StartedAt).Round(time.Second), rep.Checked, rep.StatsChecked, rep.Drift)
+	// Every run since the reconcile role last started, from its metrics.
+	if r := s.role("reconcile-1"); r != nil {
+		if checked, total, err := auditTotals(ctx, r.proc.url("/metrics")); err == nil {
+			line += fmt.Sprintf("; since its last start: %.0f compared, %.0f drift", checked, total)
+			drift = max(drift, int(total))
+		}
+	}
+	return line, drift
+}
+
+// auditTotals reads outboxd_audit_checked_total and the sum of
+// outboxd_audit_drift_total from a role's /metrics.
+func auditTotals(ctx context.Context, metricsURL string) (checked, drift float64, err error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, metricsURL, nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		name, rest, ok := strings.Cut(line, " ")
+		if !ok || strings.HasPrefix(line, "#") {
+			continue
+		}
+		metric, _, _ := strings.Cut(name, "{")
+		v, perr := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+		if perr != nil {
+			continue
+		}
+		switch metric {
+		case "outboxd_audit_checked_total":
+			checked += v
+		case "outboxd_audit_drift_total":
+			drift += v
+		}
+	}
+	return checked, drift, sc.Err()
+}
