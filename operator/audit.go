@@ -437,11 +437,7 @@ func (a *Audit) compare(ctx context.Context, now time.Time, sample []*outbox.Eve
 
 	// Each original with its row.
 	for chunk := range slices.Chunk(sample, auditChunk) {
-		ids := make([]string, len(chunk))
-		for i, ev := range chunk {
-			ids[i] = ev.ID
-		}
-		rows, err := a.cfg.ReadModel.RowsByID(ctx, ids)
+		rows, err := a.cfg.ReadModel.RowsByID(ctx, eventIDs(chunk))
 		if err != nil {
 			return pgErr("reading rows", err)
 		}
@@ -489,10 +485,7 @@ func (a *Audit) compare(ctx context.Context, now time.Time, sample []*outbox.Eve
 		rows = slices.DeleteFunc(rows, func(r readmodel.Row) bool { return sampled[r.EventID] })
 		rep.RowsChecked += len(rows)
 		for rc := range slices.Chunk(rows, auditChunk) {
-			ids := make([]string, len(rc))
-			for i, r := range rc {
-				ids[i] = r.EventID
-			}
+			ids := rowIDs(rc)
 			loaded, err := a.cfg.Store.LoadEvents(ctx, ids)
 			if err != nil {
 				return storeErr(fmt.Sprintf("reading the originals of %d rows", len(ids)), err)

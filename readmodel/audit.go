@@ -16,14 +16,7 @@ import (
 
 // RowsByID returns the rows of those of ids that have one.
 func (d *DB) RowsByID(ctx context.Context, ids []string) ([]Row, error) {
-	var out []Row
-	err := d.inTx(ctx, pgx.ReadOnly, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT `+rowColumns+` FROM events WHERE event_id = ANY($1::text[])`, ids)
-		if err == nil {
-			out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Row, error) { return scanRow(r) })
-		}
-		return err
-	})
+	out, err := d.queryRows(ctx, `SELECT `+rowColumns+` FROM events WHERE event_id = ANY($1::text[])`, ids)
 	if err != nil {
 		return nil, fmt.Errorf("error reading %d rows: %w", len(ids), err)
 	}
@@ -42,18 +35,11 @@ func keyArrays(keys []StatsKey) (sources, devices []string, days []time.Time) {
 // keys (their source, device and UTC day), in event id order.
 func (d *DB) RowsOfDays(ctx context.Context, keys []StatsKey, limit int) ([]Row, error) {
 	sources, devices, days := keyArrays(keys)
-	var out []Row
-	err := d.inTx(ctx, pgx.ReadOnly, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT `+prefixed("e.", rowColumns)+`
-			FROM unnest($1::text[], $2::text[], $3::date[]) AS k(source_key, device_key, day)
-			JOIN events e ON e.source_key = k.source_key AND e.device_key = k.device_key
-				AND e.occurred_at >= k.day::timestamp AT TIME ZONE 'UTC' AND e.occurred_at < (k.day + 1)::timestamp AT TIME ZONE 'UTC'
-			ORDER BY e.event_id LIMIT $4`, sources, devices, days, limit)
-		if err == nil {
-			out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Row, error) { return scanRow(r) })
-		}
-		return err
-	})
+	out, err := d.queryRows(ctx, `SELECT `+prefixed("e.", rowColumns)+`
+		FROM unnest($1::text[], $2::text[], $3::date[]) AS k(source_key, device_key, day)
+		JOIN events e ON e.source_key = k.source_key AND e.device_key = k.device_key
+			AND e.occurred_at >= k.day::timestamp AT TIME ZONE 'UTC' AND e.occurred_at < (k.day + 1)::timestamp AT TIME ZONE 'UTC'
+		ORDER BY e.event_id LIMIT $4`, sources, devices, days, limit)
 	if err != nil {
 		return nil, fmt.Errorf("error reading the rows of %d days: %w", len(keys), err)
 	}
@@ -88,17 +74,7 @@ ORDER BY 1, 2, 3`
 // rows, a row where there are none), in key order.
 func (d *DB) StatsDriftOf(ctx context.Context, keys []StatsKey) ([]StatsDrift, error) {
 	sources, devices, days := keyArrays(keys)
-	var out []StatsDrift
-	err := d.inTx(ctx, pgx.ReadOnly, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, statsOfSQL, sources, devices, days)
-		if err == nil {
-			out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (StatsDrift, error) {
-				var sd StatsDrift
-				return sd, r.Scan(&sd.SourceKey, &sd.DeviceKey, &sd.Day, &sd.Counted, &sd.Rows)
-			})
-		}
-		return err
-	})
+	out, err := d.queryStatsDrift(ctx, statsOfSQL, sources, devices, days)
 	if err != nil {
 		return nil, fmt.Errorf("error comparing %d statistics rows with their rows: %w", len(keys), err)
 	}
