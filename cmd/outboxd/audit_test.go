@@ -67,7 +67,9 @@ func TestAuditInDev(t *testing.T) {
 	code, out, errOut := cli(args...)
 	require.Equal(t, ExitFailure, code, out+errOut)
 	ranAt := time.Now()
-	audited(func(a *operator.AuditReport) bool { return a.StartedAt.After(ranAt) && a.Checked == 6 && a.DriftTotal() == 0 })
+	audited(func(a *operator.AuditReport) bool {
+		return a.StartedAt.After(ranAt) && a.Checked == 6 && a.DriftTotal() == 0
+	})
 
 	rdb, _ := testkit.NewRedis(t)
 	testkit.RequireConverged(t, testkit.Pipeline{Store: b.openStore(t), Pool: b.pg.Pool, Redis: rdb, Stream: b.stream, Group: b.group},
