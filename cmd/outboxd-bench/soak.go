@@ -90,9 +90,12 @@ type soak struct {
 	sent    sync.Map // idempotency key → true once sent
 	nAcked  int
 	started time.Time
-	// rejected are answers no retry can change (a 4xx other than 408 and
-	// 429): a request the soak's clients make is always valid.
-	rejected []string
+	// rejected are the first answers no retry can change (a 4xx other than
+	// 408 and 429: a request the soak's clients make is always valid), or
+	// that broke a promise (a key answered with two ids); nRejected counts
+	// them all.
+	rejected  []string
+	nRejected int
 }
 
 // soakRole is one role process of the soak; proc is replaced when the
@@ -194,7 +197,7 @@ func (s *soak) run(ctx context.Context) (err error) {
 	s.stopAll()
 
 	s.mu.Lock()
-	crashes, rejected := slices.Clone(s.crashes), slices.Clone(s.rejected)
+	crashes, rejected, nRejected := slices.Clone(s.crashes), slices.Clone(s.rejected), s.nRejected
 	s.mu.Unlock()
 	unacked := 0
 	s.sent.Range(func(k, _ any) bool {
@@ -229,6 +232,9 @@ func (s *soak) run(ctx context.Context) (err error) {
 	}
 	for _, r := range rejected {
 		problems = append(problems, "rejected: "+r)
+	}
+	if nRejected > len(rejected) {
+		problems = append(problems, fmt.Sprintf("rejected: %d more answers like these (history.jsonl has every one)", nRejected-len(rejected)))
 	}
 	if len(problems) > 0 {
 		for _, p := range problems {

@@ -17,9 +17,18 @@ import (
 	"github.com/outboxd/outboxd/outbox"
 )
 
-// soakEventBase is the occurredAt of a client's event 0; its events are 17
-// minutes apart, so the statistics of many days grow at once.
-var soakEventBase = time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
+// soakDays is how many days back a client's events occurred: event n of a
+// client occurred n × 17 minutes after the start of that window, modulo
+// it, so the statistics of many days grow at once and no occurredAt lies
+// in the future however long the soak runs (ingest refuses one more than a
+// day ahead).
+const soakDays = 120
+
+// occurredAt returns the occurredAt of event seq of client c.
+func occurredAt(base time.Time, c, seq int) string {
+	minutes := (int64(seq) * 17) % (soakDays * 24 * 60)
+	return base.Add(time.Duration(minutes)*time.Minute + time.Duration(c)*time.Second).Format(time.RFC3339)
+}
 
 // soakEvent is one event a soak client sends, with its key.
 type soakEvent struct {
@@ -37,6 +46,7 @@ func (s *soak) client(ctx context.Context, c int, deadline, retryUntil time.Time
 	rng := rand.New(rand.NewPCG(s.seed, uint64(c)+1))
 	hc := &http.Client{Timeout: 10 * time.Second}
 	ids := map[string]string{}
+	base := s.started.UTC().Truncate(24*time.Hour).AddDate(0, 0, -soakDays-1)
 	for seq := 0; time.Now().Before(deadline) && ctx.Err() == nil; {
 		n := 1
 		if rng.IntN(10) < 3 {
@@ -48,7 +58,7 @@ func (s *soak) client(ctx context.Context, c int, deadline, retryUntil time.Time
 				IdempotencyKey: fmt.Sprintf("soak-%d-%d", c, seq),
 				SourceKey:      fmt.Sprintf("src-%d", c%2),
 				DeviceKey:      fmt.Sprintf("dev-%d", rng.IntN(8)),
-				OccurredAt:     soakEventBase.Add(time.Duration(seq)*17*time.Minute + time.Duration(c)*time.Second).Format(time.RFC3339),
+				OccurredAt:     occurredAt(base, c, seq),
 				Payload:        json.RawMessage(fmt.Sprintf(`{"c":%d,"n":%d}`, c, seq)),
 			}
 			seq++
@@ -162,11 +172,11 @@ func (s *soak) acknowledge(c int, keys []string, answer []byte, single bool, ids
 	for i, r := range results {
 		k := keys[i]
 		if r.IdempotencyKey != k {
-			s.rejected = append(s.rejected, fmt.Sprintf("client %d: key %s answered for key %s", c, r.IdempotencyKey, k))
+			s.rejectLocked(fmt.Sprintf("client %d: key %s answered for key %s", c, r.IdempotencyKey, k))
 			continue
 		}
 		if prev, ok := ids[k]; ok && prev != r.ID {
-			s.rejected = append(s.rejected, fmt.Sprintf("client %d: key %s answered with id %s, earlier with %s", c, k, r.ID, prev))
+			s.rejectLocked(fmt.Sprintf("client %d: key %s answered with id %s, earlier with %s", c, k, r.ID, prev))
 		}
 		ids[k] = r.ID
 		if _, loaded := s.acked.LoadOrStore(k, true); !loaded {
@@ -175,11 +185,23 @@ func (s *soak) acknowledge(c int, keys []string, answer []byte, single bool, ids
 	}
 }
 
+// rejectedKept is how many rejected answers a run reports in full (it
+// counts them all).
+const rejectedKept = 5
+
 // reject records an answer no retry can change.
 func (s *soak) reject(what string) {
 	s.mu.Lock()
-	s.rejected = append(s.rejected, what)
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	s.rejectLocked(what)
+}
+
+// rejectLocked is reject with s.mu held.
+func (s *soak) rejectLocked(what string) {
+	s.nRejected++
+	if len(s.rejected) < rejectedKept {
+		s.rejected = append(s.rejected, what)
+	}
 }
 
 // history is the run's record of every request, answer and fault, one
