@@ -192,7 +192,11 @@ func (s *soak) run(ctx context.Context) (err error) {
 		return ctx.Err()
 	}
 	fmt.Fprintf(s.out, "soak: nemesis stopped after %d faults; waiting up to %s for the pipeline to converge\n", n.total(), s.converge)
+	convergeFrom := time.Now()
 	v, cerr := s.waitConverged(ctx, retryUntil)
+	if cerr == nil {
+		fmt.Fprintf(s.out, "soak: converged %s after the nemesis stopped\n", time.Since(convergeFrom).Round(100*time.Millisecond))
+	}
 	audit, auditDrift := s.auditLine(ctx)
 	s.stopAll()
 
@@ -624,6 +628,14 @@ func (s *soak) tearDown(failed bool) {
 	}
 }
 
+// cmpOrRole returns a unless it is nil, else b.
+func cmpOrRole(a, b *soakRole) *soakRole {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
 // cmpOr returns a unless it is empty, else b.
 func cmpOr(a, b string) string {
 	if a != "" {
@@ -648,7 +660,7 @@ func (s *soak) auditLine(ctx context.Context) (string, int) {
 	line := fmt.Sprintf("audit: last run %s ago compared %d originals and %d statistics rows; drift %v",
 		time.Since(rep.StartedAt).Round(time.Second), rep.Checked, rep.StatsChecked, rep.Drift)
 	// Every run since the reconcile role last started, from its metrics.
-	if r := s.role("reconcile-1"); r != nil {
+	if r := cmpOrRole(s.role("reconcile-1"), s.role("dev-1")); r != nil {
 		if checked, total, err := auditTotals(ctx, r.proc.url("/metrics")); err == nil {
 			line += fmt.Sprintf("; since its last start: %.0f compared, %.0f drift", checked, total)
 			drift = max(drift, int(total))
