@@ -92,8 +92,8 @@
       ? h('span', {}, o.state('drift'), ' ' + kinds.map(([k, n]) => `${k} ${o.fmtNum(n)}`).join(', ') + ` (ratio ${(100 * a.driftRatio).toFixed(4)}%)`)
       : h('span', {}, o.state('exact'), ' none found'));
     for (const f of a.findings || []) {
-      const what = (f.eventId ? f.eventId + ' ' : '') + `${f.sourceKey}/${f.deviceKey} ${f.day}` + (f.detail ? ': ' + f.detail : '');
-      findings.append(h('li', {}, h('strong', { text: f.kind }), ' ' + what));
+      const where = ` ${f.sourceKey}/${f.deviceKey} ${f.day}` + (f.detail ? ': ' + f.detail : '');
+      findings.append(h('li', {}, h('strong', { text: f.kind }), ' ', f.eventId ? o.journeyLink(f.eventId) : '', where));
     }
     for (const c of a.repair || []) {
       commands.append(h('li', {}, h('code', { text: c })));
