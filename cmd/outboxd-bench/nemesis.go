@@ -21,6 +21,7 @@ const (
 	faultStop         = "stop"          // SIGSTOP a role, SIGCONT it
 	faultRedisRestart = "redis-restart" // kill redis-server, start it empty
 	faultRedisOOM     = "redis-oom"     // CONFIG SET maxmemory 1: Redis refuses writes
+	faultRedisStop    = "redis-stop"    // SIGSTOP redis-server: it accepts and answers nothing
 	faultPGDrop       = "pg-drop"       // the proxy cuts and refuses PostgreSQL connections
 	faultPGDelay      = "pg-delay"      // the proxy delays everything PostgreSQL says and hears
 	faultPGStall      = "pg-stall"      // the proxy holds PostgreSQL's connections open and silent
@@ -28,7 +29,7 @@ const (
 )
 
 // allFaults is every fault, in the order of the summary line.
-var allFaults = []string{faultKill, faultStop, faultRedisRestart, faultRedisOOM, faultPGDrop, faultPGDelay, faultPGStall, faultSQLiteLock}
+var allFaults = []string{faultKill, faultStop, faultRedisRestart, faultRedisOOM, faultRedisStop, faultPGDrop, faultPGDelay, faultPGStall, faultSQLiteLock}
 
 // parseFaults reads SOAK_FAULTS: empty or "all" for every fault the store
 // allows, else a comma-separated list of fault names, where "-name" takes
@@ -79,7 +80,8 @@ func parseFaults(v, storeKind string) ([]string, error) {
 }
 
 // nemesis injects faults one after another, at random times from its
-// seed: a pause of 1 to 5 s, then a fault lasting 1 to 8 s, then it heals
+// seed: a pause of 1 to 5 s, then a fault lasting 1 to 12 s (longer than
+// the roles' lease TTL, claim idle time and breaker timeout), then it heals
 // the fault and prints one line.
 type nemesis struct {
 	s      *soak
@@ -134,7 +136,7 @@ func (n *nemesis) run(ctx context.Context, deadline time.Time) {
 			return
 		}
 		kind := n.s.faults[n.rng.IntN(len(n.s.faults))]
-		d := n.between(time.Second, 8*time.Second)
+		d := n.between(time.Second, 12*time.Second)
 		if left := time.Until(deadline); d > left {
 			d = max(left, 100*time.Millisecond)
 		}
@@ -200,6 +202,12 @@ func (n *nemesis) inject(ctx context.Context, kind string, d time.Duration) (str
 		n.wait(ctx, d)
 		return fmt.Sprintf("redis refused writes (maxmemory 1, noeviction) for %s", d.Round(100*time.Millisecond)),
 			s.rdb.ConfigSet(context.WithoutCancel(ctx), "maxmemory", "0").Err()
+	case faultRedisStop:
+		if err := s.redis.Signal(syscall.SIGSTOP); err != nil {
+			return "redis-server SIGSTOP", err
+		}
+		n.wait(ctx, d)
+		return fmt.Sprintf("redis-server stopped (SIGSTOP) for %s, then SIGCONT", d.Round(100*time.Millisecond)), s.redis.Signal(syscall.SIGCONT)
 	case faultPGDrop:
 		s.pgProxy.Down()
 		n.wait(ctx, d)

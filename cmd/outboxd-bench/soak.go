@@ -485,6 +485,7 @@ func (s *soak) healAll(ctx context.Context) error {
 	if !s.redis.Running() {
 		errs = append(errs, s.redis.Start(10*time.Second))
 	}
+	errs = append(errs, s.redis.Signal(syscall.SIGCONT))
 	errs = append(errs, s.rdb.ConfigSet(ctx, "maxmemory", "0").Err())
 	errs = append(errs, s.pgProxy.Heal())
 	return errors.Join(errs...)

@@ -15,10 +15,10 @@ func TestParseFaults(t *testing.T) {
 	}{
 		{"", soakStoreSQLite, strings.Join(allFaults, ","), false},
 		{"all", soakStoreSQLite, strings.Join(allFaults, ","), false},
-		{"all,-redis-oom", soakStoreSQLite, "kill,stop,redis-restart,pg-drop,pg-delay,pg-stall,sqlite-lock", false},
+		{"all,-redis-oom", soakStoreSQLite, "kill,stop,redis-restart,redis-stop,pg-drop,pg-delay,pg-stall,sqlite-lock", false},
 		{"pg-stall, kill", soakStoreSQLite, "kill,pg-stall", false},
-		{"all", soakStoreLungo, "stop,redis-restart,redis-oom,pg-drop,pg-delay,pg-stall", false},
-		{"all", soakStoreMongo, "kill,stop,redis-restart,redis-oom,pg-drop,pg-delay,pg-stall", false},
+		{"all", soakStoreLungo, "stop,redis-restart,redis-oom,redis-stop,pg-drop,pg-delay,pg-stall", false},
+		{"all", soakStoreMongo, "kill,stop,redis-restart,redis-oom,redis-stop,pg-drop,pg-delay,pg-stall", false},
 		{"kill", soakStoreLungo, "SOAK_FAULTS: kill does not apply to SOAK_STORE=lungo", true},
 		{"nap", soakStoreSQLite, `SOAK_FAULTS: unknown fault "nap"`, true},
 		{"kill,-kill", soakStoreSQLite, "leaves no fault", true},

@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -94,6 +95,15 @@ func ping(ctx context.Context, addr string) error {
 		return fmt.Errorf("redis-server answered %q to PING", strings.TrimSpace(line))
 	}
 	return nil
+}
+
+// Signal sends sig to the server's process (SIGSTOP freezes it: clients
+// connect and wait; SIGCONT thaws it). On a stopped server it does nothing.
+func (s *Server) Signal(sig os.Signal) error {
+	if s.cmd == nil {
+		return nil
+	}
+	return s.cmd.Process.Signal(sig)
 }
 
 // Kill kills the server (SIGKILL: whatever it held is gone) and waits for
