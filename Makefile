@@ -72,6 +72,10 @@ bench: services build ## Run the benchmark harness (cmd/outboxd-bench): raw limi
 load: build ## Load run against a running outboxd (make run in another terminal): SERVER, LOAD_SINGLE=60s, LOAD_BATCH=30s
 	$(GO) run ./cmd/outboxd-bench load
 
+.PHONY: soak
+soak: services build ## Randomized fault soak: every role its own process under a nemesis, then the checker; SOAK_DURATION=10m, SOAK_SEED, SOAK_FAULTS, SOAK_STORE
+	$(GO) run ./cmd/outboxd-bench soak -bin $(BIN)
+
 .PHONY: fuzz
 fuzz: ## Fuzz request decoding and validation for 30s
 	$(GO) test ./httpapi -run '^$$' -fuzz FuzzDecodeEvent -fuzztime 30s

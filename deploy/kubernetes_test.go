@@ -902,6 +902,7 @@ spec:
               env:
                 - {name: OUTBOXD_STORE, valueFrom: {secretKeyRef: {name: outboxd, key: store}}}
                 - {name: OUTBOXD_REDIS_URL, valueFrom: {secretKeyRef: {name: outboxd, key: redis-url}}}
+                - {name: OUTBOXD_POSTGRES_URL, valueFrom: {secretKeyRef: {name: outboxd, key: postgres-url}}}
                 - {name: GOMEMLIMIT, value: 170MiB}
               resources: {requests: {cpu: 50m, memory: 96Mi}, limits: {cpu: 500m, memory: 192Mi}}
               securityContext: {allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: {drop: [ALL]}}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/outboxd/outboxd/operator"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/reconciler"
 	"github.com/outboxd/outboxd/store"
@@ -35,6 +36,10 @@ type Status struct {
 	// LastSweep returns the report of the last sweep of a reconciler that
 	// runs in this process (nil: none ran here). Defaults to none.
 	LastSweep func() *reconciler.Report
+	// Audit reads the last recorded run of the read model's audit (nil
+	// when none ran; operator.LastAudit). Defaults to none: the part is
+	// left out.
+	Audit func(ctx context.Context) (*operator.AuditReport, error)
 	// Gatherer is this process's metrics registry: the breaker states and
 	// the halted retries are read from it (a part whose metric is absent is
 	// left out). Defaults to none.
@@ -72,8 +77,13 @@ type Snapshot struct {
 	// RetriesHalted lists the failure classes whose automatic retries this
 	// process stopped (the same error code 50 times in a row).
 	RetriesHalted []HaltedRetries `json:"retriesHalted,omitempty"`
+	// Audit is the last run of the read model's audit, by any process
+	// (absent when none ran, or this role has no PostgreSQL): what it
+	// compared, the drift it found by kind, a few of the findings and the
+	// commands that repair them.
+	Audit *operator.AuditReport `json:"audit,omitempty"`
 	// Unavailable names the parts that could not be read: "events",
-	// "outbox", "stream", "dlq", "dispatcher", "reconciler".
+	// "outbox", "stream", "dlq", "dispatcher", "reconciler", "audit".
 	Unavailable []string `json:"unavailable,omitempty"`
 	// ReadAt is when the store's figures were read (they may come from a
 	// short cache, see the store); absent when they could not be read.
@@ -180,11 +190,12 @@ type leaseParts struct {
 	failed     []string
 }
 
-// counts reads the figures of the stores (and, with leases, the leases),
-// each part within ReadTimeout.
+// counts reads the figures of the stores (and, with leases, the leases and
+// the last audit run), each part within ReadTimeout.
 func (s *Status) counts(ctx context.Context, leases bool) *Snapshot {
 	now := s.now
 	timeout := cmp.Or(s.ReadTimeout, StatusReadTimeout)
+	withAudit := leases && s.Audit != nil // the snapshot's, not the collector's
 	leases = leases && (s.DispatcherLease != "" || s.ReconcilerLease != "")
 	var (
 		wg        sync.WaitGroup
@@ -193,6 +204,8 @@ func (s *Status) counts(ctx context.Context, leases bool) *Snapshot {
 		parts     streamParts
 		ls        leaseParts
 		lsErr     error
+		audit     *operator.AuditReport
+		auditErr  error
 	)
 	wg.Go(func() { counts, countsErr = within(ctx, timeout, s.Store.Counts) })
 	if s.Redis != nil {
@@ -205,9 +218,15 @@ func (s *Status) counts(ctx context.Context, leases bool) *Snapshot {
 			ls, lsErr = within(ctx, timeout, func(ctx context.Context) (leaseParts, error) { return s.leases(ctx, now()), nil })
 		})
 	}
+	if withAudit {
+		wg.Go(func() { audit, auditErr = within(ctx, timeout, s.Audit) })
+	}
 	wg.Wait()
 
-	snap := &Snapshot{Store: s.Store.Kind()}
+	snap := &Snapshot{Store: s.Store.Kind(), Audit: audit}
+	if auditErr != nil {
+		snap.Unavailable = append(snap.Unavailable, "audit")
+	}
 	if countsErr != nil {
 		snap.Unavailable = append(snap.Unavailable, "events", "outbox")
 	} else {

@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,103 +17,6 @@ import (
 	"github.com/outboxd/outboxd/store"
 	"github.com/outboxd/outboxd/stream"
 )
-
-// stallProxy forwards TCP connections to a backend until it is frozen:
-// then it accepts and reads but forwards nothing, as a server stopped with
-// SIGSTOP looks to its clients (the kernel still accepts and buffers).
-type stallProxy struct {
-	ln      net.Listener
-	target  string
-	mu      sync.Mutex
-	flowing chan struct{} // closed while not frozen
-	closed  chan struct{}
-	conns   []net.Conn
-	wg      sync.WaitGroup
-}
-
-func newStallProxy(t *testing.T, target string) *stallProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	p := &stallProxy{ln: ln, target: target, flowing: make(chan struct{}), closed: make(chan struct{})}
-	close(p.flowing)
-	p.wg.Go(p.accept)
-	t.Cleanup(p.close)
-	return p
-}
-
-func (p *stallProxy) addr() string { return p.ln.Addr().String() }
-
-func (p *stallProxy) accept() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		up, err := net.Dial("tcp", p.target)
-		if err != nil {
-			_ = c.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns = append(p.conns, c, up)
-		p.mu.Unlock()
-		p.wg.Go(func() { p.pipe(up, c) })
-		p.wg.Go(func() { p.pipe(c, up) })
-	}
-}
-
-// pipe copies src to dst, holding every chunk while the proxy is frozen.
-func (p *stallProxy) pipe(dst, src net.Conn) {
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			p.mu.Lock()
-			flowing := p.flowing
-			p.mu.Unlock()
-			select {
-			case <-flowing:
-			case <-p.closed:
-				return
-			}
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			_ = dst.Close()
-			return
-		}
-	}
-}
-
-func (p *stallProxy) freeze() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.flowing = make(chan struct{})
-}
-
-func (p *stallProxy) thaw() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	select {
-	case <-p.flowing:
-	default:
-		close(p.flowing)
-	}
-}
-
-func (p *stallProxy) close() {
-	_ = p.ln.Close()
-	close(p.closed)
-	p.mu.Lock()
-	for _, c := range p.conns {
-		_ = c.Close()
-	}
-	p.mu.Unlock()
-	p.wg.Wait()
-}
 
 // getTimed sends GET path and returns the answer and how long it took.
 func (b *handlerBundle) getTimed(t *testing.T, path string) (reply, time.Duration) {
@@ -143,8 +44,8 @@ func TestStatusFrozenRedis(t *testing.T) {
 
 	opt, err := redis.ParseURL(testkit.RedisURL())
 	require.NoError(t, err)
-	proxy := newStallProxy(t, opt.Addr)
-	opt.Addr = proxy.addr()
+	proxy := testkit.NewTCPProxy(t, opt.Addr)
+	opt.Addr = proxy.Addr()
 	rdb := redis.NewClient(opt) // outboxd's client: redis.ParseURL's defaults
 	t.Cleanup(func() { _ = rdb.Close() })
 
@@ -168,7 +69,7 @@ func TestStatusFrozenRedis(t *testing.T) {
 	require.NotContains(t, v, "unavailable")
 	require.Equal(t, http.StatusOK, b.do(t, http.MethodGet, "/readyz", "").status)
 
-	proxy.freeze()
+	proxy.Stall()
 	r, took := b.getTimed(t, "/v1/status")
 	require.Equal(t, http.StatusOK, r.status, "body: %s", r.body)
 	require.Less(t, took, bound+2*time.Second, "the answer waited for the frozen Redis")
@@ -202,7 +103,7 @@ func TestStatusFrozenRedis(t *testing.T) {
 	require.NotContains(t, names, "outboxd_stream_length", "a figure that could not be read is left out")
 	require.NotContains(t, names, "outboxd_dlq_length")
 
-	proxy.thaw()
+	proxy.Unstall()
 	require.Eventually(t, func() bool {
 		snap := status.Snapshot(ctx)
 		return len(snap.Unavailable) == 0 && snap.DLQ != nil && snap.DLQ.Length == 1

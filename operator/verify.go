@@ -202,11 +202,7 @@ func (o *Operator) verifyOriginals(ctx context.Context, w verifyWindow, repair b
 	if len(page) == 0 {
 		return nil
 	}
-	ids := make([]string, len(page))
-	for i, ev := range page {
-		ids[i] = ev.ID
-	}
-	found, err := o.cfg.ReadModel.Projected(ctx, ids)
+	found, err := o.cfg.ReadModel.Projected(ctx, eventIDs(page))
 	if err != nil {
 		return pgErr("reading rows", err)
 	}
@@ -262,10 +258,7 @@ func (o *Operator) verifyRows(ctx context.Context, w verifyWindow, res *VerifyRe
 	} else {
 		res.Next = PhaseStats + ":"
 	}
-	ids := make([]string, len(rows))
-	for i, row := range rows {
-		ids[i] = row.EventID
-	}
+	ids := rowIDs(rows)
 	loaded, err := o.cfg.Store.LoadEvents(ctx, ids)
 	if err != nil {
 		return storeErr(fmt.Sprintf("reading the originals of %d rows", len(ids)), err)
@@ -310,4 +303,22 @@ func (o *Operator) verifyStats(ctx context.Context, w verifyWindow, repair bool,
 			Day: d.Day.Format(time.DateOnly), Counted: &counted, Rows: &rows, Repaired: repair})
 	}
 	return nil
+}
+
+// eventIDs returns the ids of events, in their order.
+func eventIDs(events []*outbox.Event) []string {
+	ids := make([]string, len(events))
+	for i, ev := range events {
+		ids[i] = ev.ID
+	}
+	return ids
+}
+
+// rowIDs returns the event ids of rows, in their order.
+func rowIDs(rows []readmodel.Row) []string {
+	ids := make([]string, len(rows))
+	for i, r := range rows {
+		ids[i] = r.EventID
+	}
+	return ids
 }

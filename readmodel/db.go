@@ -256,16 +256,9 @@ func (d *DB) Projected(ctx context.Context, ids []string) (map[string]bool, erro
 // Rows returns at most limit rows whose occurred_at lies in [from, to) (a
 // nil bound is open), after event id after, in event id order.
 func (d *DB) Rows(ctx context.Context, from, to *time.Time, after string, limit int) ([]Row, error) {
-	var out []Row
-	err := d.inTx(ctx, pgx.ReadOnly, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT `+rowColumns+` FROM events
-			WHERE event_id > $1 AND occurred_at >= coalesce($2::timestamptz, '-infinity') AND occurred_at < coalesce($3::timestamptz, 'infinity')
-			ORDER BY event_id LIMIT $4`, after, from, to, limit)
-		if err == nil {
-			out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Row, error) { return scanRow(r) })
-		}
-		return err
-	})
+	out, err := d.queryRows(ctx, `SELECT `+rowColumns+` FROM events
+		WHERE event_id > $1 AND occurred_at >= coalesce($2::timestamptz, '-infinity') AND occurred_at < coalesce($3::timestamptz, 'infinity')
+		ORDER BY event_id LIMIT $4`, after, from, to, limit)
 	if err != nil {
 		return nil, fmt.Errorf("error reading rows: %w", err)
 	}
@@ -322,9 +315,19 @@ func (d *DB) StatsDrift(ctx context.Context, from, to *time.Time, limit int) ([]
 		d := to.UTC().Add(-time.Nanosecond).Truncate(24 * time.Hour).Add(24 * time.Hour)
 		end = &d
 	}
+	out, err := d.queryStatsDrift(ctx, statsDriftSQL, first, end, limit)
+	if err != nil {
+		return nil, fmt.Errorf("error comparing statistics with rows: %w", err)
+	}
+	return out, nil
+}
+
+// queryStatsDrift runs sql, whose rows are (source, device, day, counted,
+// rows), in a read-only transaction.
+func (d *DB) queryStatsDrift(ctx context.Context, sql string, args ...any) ([]StatsDrift, error) {
 	var out []StatsDrift
 	err := d.inTx(ctx, pgx.ReadOnly, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, statsDriftSQL, first, end, limit)
+		rows, err := tx.Query(ctx, sql, args...)
 		if err == nil {
 			out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (StatsDrift, error) {
 				var sd StatsDrift
@@ -333,8 +336,19 @@ func (d *DB) StatsDrift(ctx context.Context, from, to *time.Time, limit int) ([]
 		}
 		return err
 	})
-	if err != nil {
-		return nil, fmt.Errorf("error comparing statistics with rows: %w", err)
-	}
-	return out, nil
+	return out, err
+}
+
+// queryRows runs sql, whose rows are Rows (rowColumns), in a read-only
+// transaction.
+func (d *DB) queryRows(ctx context.Context, sql string, args ...any) ([]Row, error) {
+	var out []Row
+	err := d.inTx(ctx, pgx.ReadOnly, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, sql, args...)
+		if err == nil {
+			out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Row, error) { return scanRow(r) })
+		}
+		return err
+	})
+	return out, err
 }

@@ -1,10 +1,13 @@
 // Command outboxd-bench is the one benchmark harness of outboxd (make
-// bench, issue 13) and its load run (make load, issue 8). It is a binary of
-// its own beside cmd/outboxd (it imports the domain packages, so it is no
-// leaf of internal/). Run it from the repository root after `make build`:
+// bench, issue 13), its load run (make load, issue 8) and the randomized
+// fault soak (make soak, issue 24). It is a binary of its own beside
+// cmd/outboxd (it imports the domain packages, so it is no leaf of
+// internal/), and all three run the real bin/outboxd as subprocesses with
+// one launcher. Run it from the repository root after `make build`:
 //
 //	go run ./cmd/outboxd-bench          # the benchmark: a table and bench-results.json
 //	go run ./cmd/outboxd-bench load     # the load run against a running outboxd (make run)
+//	go run ./cmd/outboxd-bench soak     # the soak: faults at random, then the checker
 //
 // # The benchmark
 //
@@ -103,4 +106,31 @@
 // pipeline took, after the load stopped, to report every original synced
 // (GET /v1/status), each beside its target. AUTH_TOKEN is sent as the
 // bearer token when set.
+//
+// # The soak
+//
+// `outboxd-bench soak` (soak.go, soakclient.go, nemesis.go) runs every role
+// as its own process (two ingest, two dispatch, three work, one reconcile
+// --every with the audit every 10 s) on one SQLite store (SOAK_STORE:
+// sqlite, mongodb on OUTBOXD_TEST_MONGO_URI, or one dev on lungo:memory),
+// a redis-server of its own (internal/redisproc) and a PostgreSQL database
+// of its own reached through a fault proxy (internal/faultnet). Four
+// clients post single events and batches of 2 to 20 with their own
+// idempotency keys, each request retried with the same keys and content
+// until it is answered 2xx; every request, answer and fault is a line of
+// history.jsonl. The nemesis draws from SOAK_SEED a pause of 1 to 5 s, a
+// fault (SOAK_FAULTS: kill, stop, redis-restart, redis-oom, redis-stop,
+// pg-drop, pg-delay, pg-stall, sqlite-lock) and its length (1 to 12 s),
+// injects it, heals it and prints one line, until SOAK_DURATION (10m)
+// passes. Then it heals everything, the clients finish their retries, and
+// the checker (internal/checker) is polled until the pipeline converged or
+// SOAK_CONVERGE (3m) passed. A violation: a key lost, duplicated or
+// unexpected, statistics that differ from the rows, work left over, a key
+// never acknowledged, a key answered with two ids, a 4xx answer to a valid
+// request, a role that exited on its own or failed its SIGTERM, or drift
+// the audit found. The soak exits 1 on any, printing each, and keeps the
+// run's folder and database; a clean run removes both.
+//
+// `outboxd-bench soak-lock PATH DURATION` is the nemesis's helper: another
+// process that holds the SQLite file's writer lock.
 package main

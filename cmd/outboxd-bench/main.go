@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -28,14 +29,26 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var err error
-	if len(os.Args) > 1 && os.Args[1] == "load" {
+	sub := ""
+	if len(os.Args) > 1 {
+		sub = os.Args[1]
+	}
+	switch sub {
+	case "load":
 		err = runLoad(ctx, os.Stdout, os.Args[2:])
-	} else {
+	case "soak":
+		err = runSoak(ctx, os.Stdout, os.Args[2:])
+	case "soak-lock":
+		err = runSoakLock(ctx, os.Args[2:])
+	default:
 		err = runBench(ctx, os.Stdout, os.Args[1:])
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		stop()
+		if errors.Is(err, errUsage) {
+			os.Exit(2)
+		}
 		os.Exit(1)
 	}
 }

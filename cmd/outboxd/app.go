@@ -200,7 +200,9 @@ func (a *app) build(ctors ...func() (service, error)) ([]service, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, s)
+		if s != nil { // a service turned off
+			out = append(out, s)
+		}
 	}
 	return out, nil
 }
@@ -232,6 +234,22 @@ func (a *app) reconcilerConfig() *reconciler.Config {
 		cfg.Interval = a.o.expectedEvery
 	}
 	return cfg
+}
+
+// newAudit returns the read model's audit (--audit-every, --audit-sample),
+// or nil when it is off.
+func (a *app) newAudit() (service, error) {
+	if a.o.auditEvery == 0 || a.pg == nil {
+		return nil, nil
+	}
+	audit, err := operator.NewAudit(&operator.AuditConfig{
+		Store: a.st, ReadModel: readmodel.New(a.pg), Stream: a.o.stream, Every: a.o.auditEvery, Sample: a.o.auditSample,
+		EventRetention: a.o.eventRetention, Registerer: a.reg,
+	}, a.log)
+	if err != nil {
+		return nil, err
+	}
+	return audit, nil
 }
 
 func (a *app) newReconciler() (service, error) {
@@ -436,6 +454,12 @@ func (a *app) httpHandler() (http.Handler, error) {
 		if a.rec != nil {
 			status.LastSweep = a.rec.LastReport
 		}
+		if a.pg != nil {
+			rm := readmodel.New(a.pg)
+			status.Audit = func(ctx context.Context) (*operator.AuditReport, error) {
+				return operator.LastAudit(ctx, rm, a.o.stream)
+			}
+		}
 		cfg.Status, cfg.Store = status, a.st
 		if err := a.reg.Register(httpapi.NewCollector(status)); err != nil {
 			return nil, err
@@ -505,7 +529,7 @@ func (a *app) readyChecks() []httpapi.Check {
 	if a.rc != nil {
 		checks = append(checks, httpapi.Check{Name: "redis", Func: a.rc.Ping})
 	}
-	if a.pg != nil {
+	if a.pg != nil && !a.role.postgresAside {
 		checks = append(checks, httpapi.Check{Name: "postgres", Func: a.pg.Ping})
 	}
 	return checks

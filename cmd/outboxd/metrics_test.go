@@ -105,7 +105,7 @@ func TestMetricsOfEveryRole(t *testing.T) {
 	startRole(t, addrs["ingest"], append([]string{"ingest", "--stream", stream}, common...)...)
 	startRole(t, addrs["dispatch"], append(append([]string{"dispatch"}, common...), redisFlags...)...)
 	startRole(t, addrs["work"], append(append([]string{"work", "--postgres-url", pg.URL, "--group", "g"}, common...), redisFlags...)...)
-	startRole(t, addrs["reconcile"], append(append([]string{"reconcile", "--every", "100ms"}, common...), redisFlags...)...)
+	startRole(t, addrs["reconcile"], append(append([]string{"reconcile", "--every", "100ms", "--postgres-url", pg.URL, "--audit-every", "1s"}, common...), redisFlags...)...)
 
 	b := &devBundle{base: "http://" + addrs["ingest"], stream: stream, pg: pg, group: "g"}
 	for i := range 5 {
@@ -142,7 +142,8 @@ func TestMetricsOfEveryRole(t *testing.T) {
 			"outboxd_reconciler_requeue_count", "outboxd_reconciler_requeue_exhausted_total",
 			"outboxd_reconciler_last_sweep_timestamp_seconds", "outboxd_reconciler_min_age_seconds",
 			"outboxd_reconciler_requeue_after_seconds", "outboxd_reconciler_max_requeues", "outboxd_reconciler_published_total",
-			"outboxd_reconciler_interval_seconds"}),
+			"outboxd_reconciler_interval_seconds", "outboxd_audit_checked_total", "outboxd_audit_drift_total",
+			"outboxd_audit_last_run_timestamp_seconds", "outboxd_audit_errors_total"}),
 	}
 	exported := map[string]bool{}
 	var latencyBuckets []string

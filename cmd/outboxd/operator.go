@@ -129,6 +129,15 @@ func (a *app) printStatus(ctx context.Context) error {
 	} else {
 		row("RECONCILER", "never swept this stream")
 	}
+	if au := s.Audit; au != nil {
+		row("AUDIT", "%s", auditSummary(au, now))
+		for _, f := range au.Findings {
+			row("", "%s %s", f.Kind, findingText(f))
+		}
+		for _, c := range au.Repair {
+			row("  REPAIR", "%s", c)
+		}
+	}
 	if len(s.Breakers) > 0 {
 		var parts []string
 		for _, b := range s.Breakers {
@@ -147,6 +156,34 @@ func (a *app) printStatus(ctx context.Context) error {
 		row("UNAVAILABLE", "%s (could not be read)", strings.Join(s.Unavailable, ", "))
 	}
 	return tw.Flush()
+}
+
+// auditSummary is the AUDIT line of status: the last run's age, what it
+// compared and the drift it found.
+func auditSummary(au *operator.AuditReport, now time.Time) string {
+	line := fmt.Sprintf("last run %s ago: %d originals, %d statistics rows compared; ", ago(now.Sub(au.StartedAt).Seconds()), au.Checked, au.StatsChecked)
+	if au.DriftTotal() == 0 {
+		return line + "no drift"
+	}
+	var parts []string
+	for _, k := range operator.AuditKinds {
+		if n := au.Drift[k]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", k, n))
+		}
+	}
+	return line + fmt.Sprintf("DRIFT %s (ratio %.4f%%; see the runbook OutboxdReadModelDrift)", strings.Join(parts, ", "), 100*au.DriftRatio)
+}
+
+// findingText describes one finding of the audit.
+func findingText(f operator.AuditFinding) string {
+	out := f.SourceKey + "/" + f.DeviceKey + " " + f.Day
+	if f.EventID != "" {
+		out = f.EventID + " (" + out + ")"
+	}
+	if f.Detail != "" {
+		out += ": " + f.Detail
+	}
+	return out
 }
 
 // dlqList prints GET /v1/admin/dlq.

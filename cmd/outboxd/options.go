@@ -100,6 +100,10 @@ type options struct {
 	// expectedEvery is the period of the schedule that runs one sweep
 	// (--expected-every), exported for the overdue alert.
 	expectedEvery time.Duration
+	// auditEvery and auditSample: the read model's audit, wherever the
+	// reconciler runs as a service (0: off).
+	auditEvery  time.Duration
+	auditSample int
 
 	// operator commands
 	server                  string
@@ -180,6 +184,11 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 			fs.BoolVar(&o.reconcileLease, "lease", false, "with --every: sweep only on the replica that holds the reconciler's lease, one at a time (default: every replica sweeps; per-document claims keep each document published once)")
 			fs.IntVar(&o.maxRequeues, "max-requeues", reconciler.MaxRequeuesDefault, "requeues of an original before the reconciler parks it as requeue_exhausted")
 			fs.BoolVar(&o.jsonOut, "json", false, "print the sweep report as JSON")
+			if r.serve {
+				o.eventRetentionFlag(fs)
+				fs.DurationVar(&o.auditEvery, "audit-every", operator.AuditEveryDefault, "where the reconciler runs as a service (reconcile --every, dev): compare a sample of synced originals with the read model this often (0: no audit)")
+				fs.IntVar(&o.auditSample, "audit-sample", operator.AuditSampleDefault, "most synced originals one audit run compares (the newest first, then older windows in turn)")
+			}
 			if r.once != nil {
 				fs.StringVar(&o.metricsFile, "metrics-file", "", "one sweep: write the metrics to this file at the end (Prometheus text format, for node_exporter's textfile collector)")
 				fs.DurationVar(&o.expectedEvery, "expected-every", ExpectedEveryDefault, "one sweep: how often the schedule (cron) runs it, exported as outboxd_reconciler_interval_seconds: the alert OutboxdReconcilerSweepOverdue fires when no sweep ended for 3 × it (with --every the interval is --every)")
@@ -357,6 +366,8 @@ func (o *options) validate() error {
 		{"max-requeues", o.maxRequeues <= 0, "must be positive"},
 		{"chunk", o.chunk <= 0 || o.chunk > operator.ChunkMax, fmt.Sprintf("must be between 1 and %d", operator.ChunkMax)},
 		{"every", o.every < 0, "must not be negative"},
+		{"audit-every", o.auditEvery < 0 || (o.auditEvery > 0 && o.auditEvery < time.Second), "must be 0 (no audit) or at least 1s"},
+		{"audit-sample", o.auditSample < 1 || o.auditSample > operator.AuditSampleMax, fmt.Sprintf("must be between 1 and %d", operator.AuditSampleMax)},
 		{"expected-every", o.expectedEvery < time.Second, "must be at least 1s"},
 	}
 	for _, c := range checks {

@@ -44,6 +44,9 @@ type role struct {
 	flags []flagGroup
 	// store, redis, postgres: the backends the role opens.
 	store, redis, postgres bool
+	// postgresAside: the role uses PostgreSQL only aside from its work (the
+	// reconciler's audit), so /readyz does not check it.
+	postgresAside bool
 	// migrate: the role applies the schemas before it starts.
 	migrate bool
 	// serve: a long-running role with the HTTP surface (/healthz, /readyz,
@@ -64,7 +67,9 @@ var roles = []*role{
 	{name: "dev", summary: "migrations, then every role in one process (SQLite store by default)",
 		flags: []flagGroup{gStore, gRedis, gPostgres, gHTTP, gAuth, gIngest, gDispatch, gWork, gReconcile},
 		store: true, redis: true, postgres: true, migrate: true, serve: true, api: true,
-		services: func(a *app) ([]service, error) { return a.build(a.newReconciler, a.newDispatcher, a.newWorker) }},
+		services: func(a *app) ([]service, error) {
+			return a.build(a.newAudit, a.newReconciler, a.newDispatcher, a.newWorker)
+		}},
 	{name: "ingest", summary: "HTTP API that writes originals and outbox entries in one store transaction",
 		flags: []flagGroup{gStore, gHTTP, gAuth, gIngest}, store: true, serve: true, api: true},
 	{name: "dispatch", summary: "relay the outbox to the Redis stream (feed + checkpoint, one leader per stream)",
@@ -73,9 +78,9 @@ var roles = []*role{
 	{name: "work", summary: "consume the stream and build the PostgreSQL read model",
 		flags: []flagGroup{gStore, gRedis, gPostgres, gHTTP, gWork}, store: true, redis: true, postgres: true, serve: true,
 		services: func(a *app) ([]service, error) { return a.build(a.newWorker) }},
-	{name: "reconcile", summary: "re-publish old originals that never reached syncedAt (one sweep, or --every on the leader)",
-		flags: []flagGroup{gStore, gRedis, gHTTP, gReconcile}, store: true, redis: true, serve: true,
-		services: func(a *app) ([]service, error) { return a.build(a.newReconciler) },
+	{name: "reconcile", summary: "re-publish old originals that never reached syncedAt (one sweep, or --every as a service, with the read model's audit)",
+		flags: []flagGroup{gStore, gRedis, gPostgres, gHTTP, gReconcile}, store: true, redis: true, postgres: true, postgresAside: true, serve: true,
+		services: func(a *app) ([]service, error) { return a.build(a.newAudit, a.newReconciler) },
 		once:     func(ctx context.Context, a *app) error { return a.reconcileOnce(ctx) },
 		onceWhen: func(o *options) bool { return o.every == 0 }},
 	{name: "migrate", summary: "apply the PostgreSQL schema and the store's schema (tables or indexes)",

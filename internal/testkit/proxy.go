@@ -2,88 +2,39 @@ package testkit
 
 import (
 	"context"
-	"io"
 	"net"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outboxd/internal/faultnet"
 )
 
 // TCPProxy stands between a client and a server (PostgreSQL, Redis) so that
 // a test can take the server away and bring it back: Down refuses new
-// connections and cuts the open ones, Up listens again on the same address.
+// connections and cuts the open ones, Up listens again on the same address;
+// Delay and Stall (faultnet.Proxy) slow or hold what it forwards.
 type TCPProxy struct {
-	target string
-	addr   string
-	mu     sync.Mutex
-	ln     net.Listener
-	conns  []net.Conn
-	wg     sync.WaitGroup
+	*faultnet.Proxy
 }
 
 // NewTCPProxy listens on a spare local port and forwards every connection
 // to target (host:port). It is taken down at cleanup.
 func NewTCPProxy(t testing.TB, target string) *TCPProxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := faultnet.Listen("127.0.0.1:0", target)
 	require.NoError(t, err)
-	p := &TCPProxy{target: target, addr: ln.Addr().String()}
-	p.serve(ln)
-	t.Cleanup(func() { p.Down(); p.wg.Wait() })
-	return p
-}
-
-// Addr is the proxy's host:port.
-func (p *TCPProxy) Addr() string { return p.addr }
-
-func (p *TCPProxy) serve(ln net.Listener) {
-	p.mu.Lock()
-	p.ln = ln
-	p.mu.Unlock()
-	p.wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			u, err := net.Dial("tcp", p.target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, u)
-			p.mu.Unlock()
-			p.wg.Go(func() { _, _ = io.Copy(u, c); u.Close() })
-			p.wg.Go(func() { _, _ = io.Copy(c, u); c.Close() })
-		}
-	})
-}
-
-// Down refuses new connections and cuts the open ones.
-func (p *TCPProxy) Down() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.ln != nil {
-		p.ln.Close()
-		p.ln = nil
-	}
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
+	t.Cleanup(p.Close)
+	return &TCPProxy{Proxy: p}
 }
 
 // Up listens again on the proxy's address.
 func (p *TCPProxy) Up(t testing.TB) {
 	t.Helper()
-	ln, err := net.Listen("tcp", p.addr)
-	require.NoError(t, err)
-	p.serve(ln)
+	require.NoError(t, p.Proxy.Up())
 }
 
 // ProxiedPool returns a pool on pg's database through a TCPProxy of its

@@ -3,14 +3,13 @@ package testkit
 import (
 	"context"
 	"fmt"
-	"net"
-	"os/exec"
-	"strconv"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outboxd/internal/redisproc"
 )
 
 // RedisServer is a redis-server process of the test's own on a spare port,
@@ -19,24 +18,22 @@ import (
 type RedisServer struct {
 	t    testing.TB
 	Port int
-	cmd  *exec.Cmd
+	srv  *redisproc.Server
 }
 
 // NewRedisServer starts a private redis-server and stops it at cleanup.
 func NewRedisServer(t testing.TB) *RedisServer {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := redisproc.SparePort()
 	require.NoError(t, err)
-	port := l.Addr().(*net.TCPAddr).Port
-	require.NoError(t, l.Close())
-	s := &RedisServer{t: t, Port: port}
+	s := &RedisServer{t: t, Port: port, srv: &redisproc.Server{Port: port, Dir: t.TempDir()}}
 	s.Start()
 	t.Cleanup(s.Stop)
 	return s
 }
 
 // URL returns the redis:// URL of the server.
-func (s *RedisServer) URL() string { return fmt.Sprintf("redis://127.0.0.1:%d/0", s.Port) }
+func (s *RedisServer) URL() string { return s.srv.URL() }
 
 // Client returns a new client for the server, closed at cleanup. Its short
 // timeouts let tests see an outage quickly.
@@ -52,28 +49,11 @@ func (s *RedisServer) Client() *redis.Client {
 // Start starts the server (again, empty) and waits until it answers.
 func (s *RedisServer) Start() {
 	s.t.Helper()
-	if s.cmd != nil {
-		return
-	}
-	cmd := exec.Command("redis-server", "--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", s.t.TempDir(), "--loglevel", "warning")
-	require.NoError(s.t, cmd.Start())
-	s.cmd = cmd
-	c := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", s.Port)})
-	defer c.Close()
-	require.Eventually(s.t, func() bool { return c.Ping(context.Background()).Err() == nil },
-		10*time.Second, 20*time.Millisecond, "redis-server on port %d did not start", s.Port)
+	require.NoError(s.t, s.srv.Start(10*time.Second))
 }
 
 // Stop kills the server (SIGKILL: whatever it held is gone).
-func (s *RedisServer) Stop() {
-	if s.cmd == nil {
-		return
-	}
-	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait()
-	s.cmd = nil
-}
+func (s *RedisServer) Stop() { s.srv.Kill() }
 
 // quietLogger drops go-redis's own log lines.
 type quietLogger struct{}

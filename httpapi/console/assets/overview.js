@@ -62,11 +62,43 @@
     if (!(s.breakers || []).length) {
       tbody.append(h('tr', {}, h('td', { colspan: 3, class: 'empty', text: 'None in this process (it runs no worker and no dispatcher).' })));
     }
+    showAudit(s.audit, gone('audit'));
+
     const halted = s.retriesHalted || [];
     set('halted', halted.length
       ? h('span', {}, o.state('halted'), ' Automatic retries halted for: ' + halted.map((x) => `${x.component}/${x.class}`).join(', '))
       : 'Retries halted: none.');
     return r && r.lastReport ? r.lastReport : null;
+  }
+
+  // showAudit shows the last run of the read model's audit: what it
+  // compared, the drift by kind, a few findings and the repair commands.
+  function showAudit(a, unavailable) {
+    const findings = o.clear(document.getElementById('audit-findings'));
+    const repair = document.getElementById('audit-repair');
+    const commands = o.clear(repair.querySelector('ul'));
+    repair.hidden = true;
+    if (!a) {
+      const none = unavailable ? 'unavailable' : 'never ran (it runs with reconcile --every and dev; this role needs PostgreSQL to show it)';
+      set('aLastRun', none);
+      set('aChecked', '–');
+      set('aDrift', '–');
+      return;
+    }
+    set('aLastRun', h('span', {}, o.timeEl(a.startedAt)));
+    set('aChecked', `${o.fmtNum(a.checked)} originals, ${o.fmtNum(a.statsChecked)} statistics rows`);
+    const kinds = Object.entries(a.drift || {}).filter(([, n]) => n > 0);
+    set('aDrift', kinds.length
+      ? h('span', {}, o.state('drift'), ' ' + kinds.map(([k, n]) => `${k} ${o.fmtNum(n)}`).join(', ') + ` (ratio ${(100 * a.driftRatio).toFixed(4)}%)`)
+      : h('span', {}, o.state('exact'), ' none found'));
+    for (const f of a.findings || []) {
+      const where = ` ${f.sourceKey}/${f.deviceKey} ${f.day}` + (f.detail ? ': ' + f.detail : '');
+      findings.append(h('li', {}, h('strong', { text: f.kind }), ' ', f.eventId ? o.journeyLink(f.eventId) : '', where));
+    }
+    for (const c of a.repair || []) {
+      commands.append(h('li', {}, h('code', { text: c })));
+    }
+    repair.hidden = !(a.repair || []).length;
   }
 
   function showSweeps(sweeps) {
