@@ -13,6 +13,7 @@ import (
 
 	"github.com/outboxd/outboxd/httpapi"
 	"github.com/outboxd/outboxd/internal/config"
+	"github.com/outboxd/outboxd/internal/redact"
 )
 
 // clientTimeout bounds one request of an operator command (each handles
@@ -87,7 +88,7 @@ func (c *client) do(ctx context.Context, method, path string, body, out any, raw
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("error reaching outboxd at %s (is it running?): %w", c.base, err)
+		return fmt.Errorf("error reaching outboxd at %s (is it running?): %w", redact.DSN(c.base), err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)

@@ -309,7 +309,7 @@ func (o *options) validate() error {
 	}
 	if has["server"] {
 		if u, err := url.Parse(o.server); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return config.Invalid("server", "must be http://host:port or https://… (got %q)", o.server)
+			return config.Invalid("server", "must be http://host:port or https://… (got %q)", redact.DSN(o.server))
 		}
 	}
 	if has["lease"] && o.reconcileLease && o.every == 0 {
