@@ -37,10 +37,10 @@ const newConnGrace = time.Second
 
 // Reasons of outboxd_http_connections_shed_total.
 const (
-	shedIdle    = "idle_closed"      // an idle connection closed to make room at the cap
-	shedReserve = "reserve_refused"  // a request other than a probe on a connection of the reserve
-	shedBoth    = "framing_refused"  // a request with both Content-Length and Transfer-Encoding
-	shedTLS     = "tls_handshake"    // a TLS handshake that failed
+	shedIdle    = "idle_closed"     // an idle connection closed to make room at the cap
+	shedReserve = "reserve_refused" // a request other than a probe on a connection of the reserve
+	shedBoth    = "framing_refused" // a request with both Content-Length and Transfer-Encoding
+	shedTLS     = "tls_handshake"   // a TLS handshake that failed
 	reasonsHelp = "HTTP connections closed by the server before their client did, by reason: " +
 		"idle_closed (idle at the connection cap, to make room), reserve_refused (a request other than a probe on a connection beyond the cap), " +
 		"framing_refused (a request with both Content-Length and Transfer-Encoding), tls_handshake (a failed TLS handshake)."
@@ -59,16 +59,16 @@ type conns struct {
 	logger *zap.Logger
 
 	mu      sync.Mutex
-	normal  int        // open connections under the cap
-	reserve int        // open connections of the reserve
+	normal  int // open connections under the cap
+	reserve int // open connections of the reserve
 	// idle are the connections under the cap that served a request and
 	// wait for the next, fresh those that have not sent their first;
 	// longest waiting first.
 	idle, fresh *list.List
 	// spare are the connections of the reserve that have not sent their
 	// request yet.
-	spare *list.List
-	warned  time.Time  // when the cap was last logged
+	spare  *list.List
+	warned time.Time // when the cap was last logged
 
 	open *prometheus.GaugeVec
 	shed *prometheus.CounterVec

@@ -39,12 +39,12 @@ type framing struct {
 
 // States of framing.
 const (
-	frameHead       = iota // header lines
-	frameBody              // remain bytes of a Content-Length body
-	frameChunkSize         // a chunk-size line
-	frameChunkData         // remain bytes of a chunk
-	frameChunkEnd          // the CRLF after a chunk's data
-	frameTrailer           // trailer lines up to the empty one
+	frameHead      = iota // header lines
+	frameBody             // remain bytes of a Content-Length body
+	frameChunkSize        // a chunk-size line
+	frameChunkData        // remain bytes of a chunk
+	frameChunkEnd         // the CRLF after a chunk's data
+	frameTrailer          // trailer lines up to the empty one
 )
 
 // lineKeep is how much of a line framing keeps.
