@@ -27,7 +27,7 @@ type client struct {
 }
 
 func (a *app) client() *client {
-	return &client{base: strings.TrimRight(a.o.server, "/"), token: a.o.authToken, http: &http.Client{Timeout: clientTimeout}}
+	return &client{base: strings.TrimRight(a.o.server, "/"), token: a.o.authToken.value, http: &http.Client{Timeout: clientTimeout}}
 }
 
 // problemError is an answer of the server that is not a success.
