@@ -1,7 +1,9 @@
 package testkit
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"os/exec"
@@ -19,32 +21,66 @@ import (
 type RedisServer struct {
 	t    testing.TB
 	Port int
-	cmd  *exec.Cmd
+	// TLS, when set, are the certificates of a server that speaks TLS only
+	// (NewTLSRedisServer).
+	TLS *Certs
+	cmd *exec.Cmd
+	// exited is closed when the process has ended.
+	exited chan struct{}
 }
 
 // NewRedisServer starts a private redis-server and stops it at cleanup.
 func NewRedisServer(t testing.TB) *RedisServer {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	port := l.Addr().(*net.TCPAddr).Port
-	require.NoError(t, l.Close())
-	s := &RedisServer{t: t, Port: port}
+	s := &RedisServer{t: t, Port: freePort(t)}
 	s.Start()
 	t.Cleanup(s.Stop)
 	return s
 }
 
-// URL returns the redis:// URL of the server.
-func (s *RedisServer) URL() string { return fmt.Sprintf("redis://127.0.0.1:%d/0", s.Port) }
+// NewTLSRedisServer starts a private redis-server that speaks TLS only
+// (its --tls-port), with a certificate for 127.0.0.1 signed by an
+// authority of the test's own (s.TLS.CAFile), and stops it at cleanup. The
+// test is skipped when this redis-server was built without TLS.
+func NewTLSRedisServer(t testing.TB) *RedisServer {
+	t.Helper()
+	s := &RedisServer{t: t, Port: freePort(t), TLS: NewCerts(t, "127.0.0.1")}
+	s.Start()
+	t.Cleanup(s.Stop)
+	return s
+}
+
+func freePort(t testing.TB) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := l.Addr().(*net.TCPAddr).Port
+	require.NoError(t, l.Close())
+	return port
+}
+
+// URL returns the redis:// URL of the server (rediss:// with TLS).
+func (s *RedisServer) URL() string {
+	if s.TLS != nil {
+		return fmt.Sprintf("rediss://127.0.0.1:%d/0", s.Port)
+	}
+	return fmt.Sprintf("redis://127.0.0.1:%d/0", s.Port)
+}
+
+// options are the client options of the server.
+func (s *RedisServer) options() *redis.Options {
+	o := &redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", s.Port)}
+	if s.TLS != nil {
+		o.TLSConfig = &tls.Config{RootCAs: s.TLS.Pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}
+	}
+	return o
+}
 
 // Client returns a new client for the server, closed at cleanup. Its short
 // timeouts let tests see an outage quickly.
 func (s *RedisServer) Client() *redis.Client {
-	c := redis.NewClient(&redis.Options{
-		Addr: fmt.Sprintf("127.0.0.1:%d", s.Port), DialTimeout: 500 * time.Millisecond,
-		ReadTimeout: time.Second, WriteTimeout: time.Second, MaxRetries: -1,
-	})
+	o := s.options()
+	o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.MaxRetries = 500*time.Millisecond, time.Second, time.Second, -1
+	c := redis.NewClient(o)
 	s.t.Cleanup(func() { _ = c.Close() })
 	return c
 }
@@ -55,14 +91,43 @@ func (s *RedisServer) Start() {
 	if s.cmd != nil {
 		return
 	}
-	cmd := exec.Command("redis-server", "--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", s.t.TempDir(), "--loglevel", "warning")
+	args := []string{"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", s.t.TempDir(), "--loglevel", "warning"}
+	if s.TLS != nil {
+		args = append(args, "--port", "0", "--tls-port", strconv.Itoa(s.Port), "--tls-cert-file", s.TLS.CertFile,
+			"--tls-key-file", s.TLS.KeyFile, "--tls-ca-cert-file", s.TLS.CAFile, "--tls-auth-clients", "no")
+	}
+	var out bytes.Buffer
+	cmd := exec.Command("redis-server", args...)
+	cmd.Stdout, cmd.Stderr = &out, &out
 	require.NoError(s.t, cmd.Start())
 	s.cmd = cmd
-	c := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", s.Port)})
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	c := redis.NewClient(s.options())
 	defer c.Close()
-	require.Eventually(s.t, func() bool { return c.Ping(context.Background()).Err() == nil },
-		10*time.Second, 20*time.Millisecond, "redis-server on port %d did not start", s.Port)
+	up := func() bool {
+		select {
+		case <-exited:
+			return true
+		default:
+		}
+		return c.Ping(context.Background()).Err() == nil
+	}
+	require.Eventually(s.t, up, 10*time.Second, 20*time.Millisecond, "redis-server on port %d did not start", s.Port)
+	select {
+	case <-exited:
+		s.cmd = nil
+		if s.TLS != nil && bytes.Contains(bytes.ToLower(out.Bytes()), []byte("tls")) {
+			s.t.Skipf("skipped: this redis-server cannot serve TLS (built without it?): %s", bytes.TrimSpace(out.Bytes()))
+		}
+		s.t.Fatalf("redis-server on port %d exited: %s", s.Port, out.Bytes())
+	default:
+	}
+	s.exited = exited
 }
 
 // Stop kills the server (SIGKILL: whatever it held is gone).
@@ -71,7 +136,7 @@ func (s *RedisServer) Stop() {
 		return
 	}
 	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait()
+	<-s.exited
 	s.cmd = nil
 }
 
