@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -210,18 +209,7 @@ func TestLoopbackHosts(t *testing.T) {
 	guarded := setupHandlerOn(t, st, &httpapi.Config{LoopbackHosts: true, ViewerToken: viewerToken, Status: &httpapi.Status{Store: st, Stream: "s"}})
 	get := func(b *handlerBundle, path, host string, header ...string) reply {
 		t.Helper()
-		req, err := http.NewRequest(http.MethodGet, b.server.URL+path, nil)
-		require.NoError(t, err)
-		req.Host = host
-		for i := 0; i+1 < len(header); i += 2 {
-			req.Header.Set(header[i], header[i+1])
-		}
-		res, err := b.server.Client().Do(req)
-		require.NoError(t, err)
-		defer res.Body.Close()
-		data, err := io.ReadAll(res.Body)
-		require.NoError(t, err)
-		return reply{status: res.StatusCode, header: res.Header, body: data}
+		return b.do(t, http.MethodGet, path, "", append([]string{"Host", host}, header...)...)
 	}
 	for _, tc := range []struct {
 		host string

@@ -507,15 +507,7 @@ func TestConsoleReadOnly(t *testing.T) {
 	require.Zero(t, b.count("[data-action]"))
 	require.Zero(t, b.count("main button"))
 
-	b.open("/ui/reprocess")
-	require.Zero(t, b.count("[data-action]"))
-	require.Zero(t, b.count("#r-rebuild"))
-	step(b, chromedp.SendKeys(chromedp.ID("r-from"), "2026-11-01T00:00:00Z"))
-	step(b, chromedp.SendKeys(chromedp.ID("r-to"), "2026-11-02T00:00:00Z"))
-	b.click("#replay-count")
-	b.untilText("#replay-result", "1 original in the window")
-	b.click("#verify-check")
-	b.untilText("#verify-result", "no drift")
+	b.reprocessReadOnly()
 
 	b.open("/ui/")
 	b.untilText(`[data-field="total"]`, "1")
@@ -554,16 +546,8 @@ func TestConsoleScopes(t *testing.T) {
 	require.Zero(t, b.count("#dlq-table th[data-operator]"))
 	require.Zero(t, b.count("dialog"))
 
-	b.open("/ui/reprocess")
+	b.reprocessReadOnly()
 	b.untilText("#token-scope", "viewer token")
-	require.Zero(t, b.count("[data-action]"))
-	require.Zero(t, b.count("#r-rebuild"))
-	step(b, chromedp.SendKeys(chromedp.ID("r-from"), "2026-11-01T00:00:00Z"))
-	step(b, chromedp.SendKeys(chromedp.ID("r-to"), "2026-11-02T00:00:00Z"))
-	b.click("#replay-count")
-	b.untilText("#replay-result", "1 original in the window")
-	b.click("#verify-check")
-	b.untilText("#verify-result", "no drift")
 
 	b.click("#token-set")
 	b.follow(chromedp.SendKeys(chromedp.ID("token-input"), "op-c0n5"+kb.Enter)) // the page comes back with its actions
@@ -573,4 +557,20 @@ func TestConsoleScopes(t *testing.T) {
 	b.untilText("#dlq-summary", "2 dead letters")
 	b.until(`document.querySelectorAll('#dlq-table button[data-action="drop"]').length === 2`)
 	require.Equal(t, 1, b.count("dialog"))
+}
+
+// reprocessReadOnly checks the reprocessing page of a read-only console
+// (an instance's --ui-read-only, or the viewer token) holding one original
+// of 2026-11-01: no action and no rebuild, but the count and the check
+// answer.
+func (b *browser) reprocessReadOnly() {
+	b.t.Helper()
+	b.open("/ui/reprocess")
+	b.until(`document.querySelectorAll('[data-action], #r-rebuild').length === 0`)
+	step(b, chromedp.SendKeys(chromedp.ID("r-from"), "2026-11-01T00:00:00Z"))
+	step(b, chromedp.SendKeys(chromedp.ID("r-to"), "2026-11-02T00:00:00Z"))
+	b.click("#replay-count")
+	b.untilText("#replay-result", "1 original in the window")
+	b.click("#verify-check")
+	b.untilText("#verify-result", "no drift")
 }
