@@ -374,9 +374,3 @@ func (t *trackedConn) unlist() {
 
 // connKey is the context key of a request's trackedConn.
 type connKey struct{}
-
-// connOf returns the trackedConn a request came on (nil outside a Server).
-func connOf(r *http.Request) *trackedConn {
-	t, _ := r.Context().Value(connKey{}).(*trackedConn)
-	return t
-}

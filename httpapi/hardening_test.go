@@ -270,7 +270,7 @@ func TestContentLengthAndTransferEncoding(t *testing.T) {
 		after  string   // a request sent with the smuggled one
 	}{
 		{"First", nil, ""},
-		{"AfterOthers", []string{get, fmt.Sprintf("POST /v1/events HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 3\r\n\r\n{x}")}, ""},
+		{"AfterOthers", []string{get, "POST /v1/events HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 3\r\n\r\n{x}"}, ""},
 		{"PipelinedWithAnother", nil, get},
 		{"TransferEncodingFirst", nil, ""},
 	} {

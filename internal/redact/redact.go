@@ -47,10 +47,7 @@ func DSN(s string) string {
 	if err != nil {
 		return rawQuery(unparsed(s))
 	}
-	changed := false
-	if userinfo(u) {
-		changed = true
-	}
+	changed := userinfo(u)
 	if q, ok := query(u.RawQuery); ok {
 		u.RawQuery, changed = q, true
 	}
