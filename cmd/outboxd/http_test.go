@@ -95,7 +95,7 @@ func stalledPost(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	body := event(1)
-	_, err = fmt.Fprintf(c, "POST /v1/events HTTP/1.1\r\nHost: outboxd\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+	_, err = fmt.Fprintf(c, "POST /v1/events HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
 		len(body), body[:len(body)/2])
 	require.NoError(t, err)
 	return c, bufio.NewReader(c)
@@ -118,7 +118,7 @@ func TestShutdownStalledClients(t *testing.T) {
 	idle, err := net.Dial("tcp", addr)
 	require.NoError(t, err)
 	defer idle.Close()
-	_, err = io.WriteString(idle, "GET /healthz HTTP/1.1\r\nHost: outboxd\r\n\r\n")
+	_, err = io.WriteString(idle, "GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
 	require.NoError(t, err)
 	idleReader := bufio.NewReader(idle)
 	res, err := http.ReadResponse(idleReader, nil)
