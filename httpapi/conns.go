@@ -29,10 +29,12 @@ const ProbeReserve = 8
 // take to send its request's head.
 const reserveHeaderTimeout = 2 * time.Second
 
-// newConnGrace is how long a new connection may take to send its first
-// request before it may be closed to make room at the cap: a client sends
-// its request as it connects, so one still silent past it holds a place
-// for nothing.
+// newConnGrace is how long a new connection may keep the server waiting
+// for its first request before it may be closed to make room at the cap: a
+// client sends its request as it connects, so one still silent past it
+// holds a place for nothing. It counts from the server's first read, not
+// from the accept: a connection that a busy process has not started
+// reading yet has done nothing wrong.
 const newConnGrace = time.Second
 
 // Reasons of outboxd_http_connections_shed_total.
@@ -62,12 +64,12 @@ type conns struct {
 	normal  int // open connections under the cap
 	reserve int // open connections of the reserve
 	// idle are the connections under the cap that served a request and
-	// wait for the next, fresh those that have not sent their first;
-	// longest waiting first.
+	// wait for the next, fresh those the server waits on for their first
+	// (since its first read); longest waiting first.
 	idle, fresh *list.List
-	// spare are the connections of the reserve that have not sent their
-	// request yet.
-	spare  *list.List
+	// spare are the connections of the reserve the server waits on for
+	// their request.
+	spare *list.List
 	warned time.Time // when the cap was last logged
 
 	open *prometheus.GaugeVec
@@ -172,14 +174,11 @@ func (l *capListener) Accept() (net.Conn, error) {
 		evict = append(evict, c.evict(c.fresh))
 	default:
 		tc.reserve = true
-		tc.reserveUntil = now.Add(reserveHeaderTimeout)
 	}
 	if tc.reserve {
 		c.reserve++
-		tc.list(c.spare)
 	} else {
 		c.normal++
-		tc.list(c.fresh)
 	}
 	// Full: the next connection would wait in the listen queue until one
 	// closes. Close the one silent the longest now, in the reserve too,
@@ -245,18 +244,23 @@ type trackedConn struct {
 	frames  *framing
 
 	// reserve: the connection is beyond the cap and serves the probes
-	// only, its head within reserveUntil.
-	reserve      bool
-	reserveUntil time.Time
+	// only, its head within reserveUntil (reserveHeaderTimeout from the
+	// server's first read); readDeadline is the one the server set last
+	// (both under dmu: Shutdown moves deadlines from its goroutine).
+	reserve                    bool
+	dmu                        sync.Mutex
+	reserveUntil, readDeadline time.Time
 	// The fields below are the conns' (under its lock).
-	elem    *list.Element // its place in the conns' idle or fresh list, nil while busy
-	in      *list.List
-	since   time.Time // when it joined its list
+	elem  *list.Element // its place in the conns' idle, fresh or spare list; nil while not waited on
+	in    *list.List
+	since time.Time // when it joined its list
 	evicted bool
 	closed  bool
 
-	// requests counts the requests read so far.
+	// requests counts the requests read so far; reading is set at the
+	// server's first read.
 	requests  atomic.Int32
+	reading   atomic.Bool
 	handshake sync.Once
 	hsErr     error
 }
@@ -264,6 +268,16 @@ type trackedConn struct {
 // Read reads the connection (after the TLS handshake, whose failure is
 // logged at warn) and follows its framing.
 func (t *trackedConn) Read(p []byte) (int, error) {
+	if !t.reading.Swap(true) {
+		t.c.waitOn(t)
+		if t.reserve {
+			t.dmu.Lock()
+			t.reserveUntil = time.Now().Add(reserveHeaderTimeout)
+			d := t.readDeadline
+			t.dmu.Unlock()
+			_ = t.SetReadDeadline(d)
+		}
+	}
 	if t.tlsConn != nil {
 		t.handshake.Do(func() {
 			if err := t.tlsConn.HandshakeContext(context.Background()); err != nil {
@@ -276,8 +290,13 @@ func (t *trackedConn) Read(p []byte) (int, error) {
 			return 0, t.hsErr
 		}
 	}
-	if t.reserve && t.requests.Load() == 0 && time.Now().After(t.reserveUntil) {
-		return 0, errReserveTimeout
+	if t.reserve && t.requests.Load() == 0 {
+		t.dmu.Lock()
+		late := time.Now().After(t.reserveUntil)
+		t.dmu.Unlock()
+		if late {
+			return 0, errReserveTimeout
+		}
 	}
 	n, err := t.Conn.Read(p)
 	if n > 0 {
@@ -293,9 +312,12 @@ var errReserveTimeout = errors.New("a connection beyond the cap did not send its
 // SetReadDeadline keeps a connection of the reserve to its own, shorter
 // deadline for its head.
 func (t *trackedConn) SetReadDeadline(d time.Time) error {
-	if t.reserve && t.requests.Load() == 0 && (d.IsZero() || d.After(t.reserveUntil)) {
+	t.dmu.Lock()
+	t.readDeadline = d
+	if t.reserve && t.requests.Load() == 0 && !t.reserveUntil.IsZero() && (d.IsZero() || d.After(t.reserveUntil)) {
 		d = t.reserveUntil
 	}
+	t.dmu.Unlock()
 	return t.Conn.SetReadDeadline(d)
 }
 
@@ -356,6 +378,23 @@ func (c *conns) state(nc net.Conn, st http.ConnState) {
 		t.unlist()
 		t.since = time.Now()
 		t.list(c.idle)
+	}
+}
+
+// waitOn records that the server started waiting on t's first request: it
+// joins fresh (spare in the reserve), where past newConnGrace it may make
+// room at the cap.
+func (c *conns) waitOn(t *trackedConn) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t.closed || t.evicted || t.elem != nil || t.requests.Load() > 0 {
+		return
+	}
+	t.since = time.Now()
+	if t.reserve {
+		t.list(c.spare)
+	} else {
+		t.list(c.fresh)
 	}
 }
 

@@ -345,8 +345,9 @@ func TestServerTLS(t *testing.T) {
 
 	_, err = client(&tls.Config{RootCAs: certs.Pool, MaxVersion: tls.VersionTLS11}).Get("https://" + b.addr + "/healthz")
 	require.Error(t, err, "TLS 1.1 is refused")
-	_, err = client(&tls.Config{RootCAs: certs.Pool, MinVersion: tls.VersionTLS12, MaxVersion: tls.VersionTLS12}).Get("https://" + b.addr + "/healthz")
+	res, err = client(&tls.Config{RootCAs: certs.Pool, MinVersion: tls.VersionTLS12, MaxVersion: tls.VersionTLS12}).Get("https://" + b.addr + "/healthz")
 	require.NoError(t, err, "TLS 1.2 is served")
+	res.Body.Close()
 
 	plain := b.dial(t)
 	_, err = io.WriteString(plain, "GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
