@@ -69,7 +69,7 @@ type conns struct {
 	idle, fresh *list.List
 	// spare are the connections of the reserve the server waits on for
 	// their request.
-	spare *list.List
+	spare  *list.List
 	warned time.Time // when the cap was last logged
 
 	open *prometheus.GaugeVec
@@ -251,9 +251,9 @@ type trackedConn struct {
 	dmu                        sync.Mutex
 	reserveUntil, readDeadline time.Time
 	// The fields below are the conns' (under its lock).
-	elem  *list.Element // its place in the conns' idle, fresh or spare list; nil while not waited on
-	in    *list.List
-	since time.Time // when it joined its list
+	elem    *list.Element // its place in the conns' idle, fresh or spare list; nil while not waited on
+	in      *list.List
+	since   time.Time // when it joined its list
 	evicted bool
 	closed  bool
 
