@@ -289,7 +289,7 @@ func TestCompose(t *testing.T) {
 func TestComposeBroken(t *testing.T) {
 	const (
 		ingestDependsOn = "\"127.0.0.1:8080:8080\"\n    depends_on:\n      migrate:\n        condition: service_completed_successfully"
-		workRedisDep    = "      OUTBOXD_POSTGRES_URL: *postgres\n    deploy:\n      replicas: 2\n    depends_on:\n      migrate:\n        condition: service_completed_successfully\n      mongo:\n        condition: service_healthy\n      redis:\n        condition: service_healthy\n"
+		workRedisDep    = "      OUTBOXD_POSTGRES_URL: *postgres\n      OUTBOXD_AUTH_TOKEN: *operator-token\n    deploy:\n      replicas: 2\n    depends_on:\n      migrate:\n        condition: service_completed_successfully\n      mongo:\n        condition: service_healthy\n      redis:\n        condition: service_healthy\n"
 		migrateBuild    = "    build:\n      context: ..\n      dockerfile: Dockerfile\n"
 		ingestToken     = "      OUTBOXD_AUTH_TOKEN: ${OUTBOXD_AUTH_TOKEN:?set OUTBOXD_AUTH_TOKEN, the bearer token of /v1/* (docs/deploy.md)}\n"
 		ingestCommand   = "    command: [\"ingest\", \"--http-addr=0.0.0.0:8080\"]\n    environment:\n      OUTBOXD_STORE: *store\n" + ingestToken
@@ -307,7 +307,7 @@ func TestComposeBroken(t *testing.T) {
 		{"EnvNotOfTheRole", "      OUTBOXD_AUTH_TOKEN: ${", "      OUTBOXD_REDIS_URL: *redis\n      OUTBOXD_AUTH_TOKEN: ${", nil, "service ingest: outboxd ingest: OUTBOXD_REDIS_URL is not a variable of this role"},
 		{"TokenInCommand", ingestCommand, strings.Replace(strings.Replace(ingestCommand, `"--http-addr=0.0.0.0:8080"]`, `"--http-addr=0.0.0.0:8080", "--auth-token=s3cret"]`, 1), ingestToken, "", 1), nil, "service ingest: outboxd ingest: --auth-token carries a password or a token"},
 		{"LoopbackHTTPAddr", `["work", "--http-addr=0.0.0.0:8080"]`, `["work", "--http-addr=127.0.0.1:8080"]`, nil, "service work: outboxd work: --http-addr 127.0.0.1:8080 listens on loopback only"},
-		{"OneDispatcher", "      OUTBOXD_REDIS_URL: *redis\n    deploy:\n      replicas: 2\n    depends_on:\n      migrate:\n        condition: service_completed_successfully\n      mongo:\n        condition: service_healthy\n      redis:\n        condition: service_healthy\n\n", "      OUTBOXD_REDIS_URL: *redis\n    depends_on:\n      migrate:\n        condition: service_completed_successfully\n      mongo:\n        condition: service_healthy\n      redis:\n        condition: service_healthy\n\n", nil, "service dispatch: 1 replicas of outboxd dispatch, at least 2"},
+		{"OneDispatcher", "      OUTBOXD_REDIS_URL: *redis\n      OUTBOXD_AUTH_TOKEN: *operator-token\n    deploy:\n      replicas: 2\n    depends_on:\n      migrate:\n        condition: service_completed_successfully\n      mongo:\n        condition: service_healthy\n      redis:\n        condition: service_healthy\n\n", "      OUTBOXD_REDIS_URL: *redis\n      OUTBOXD_AUTH_TOKEN: *operator-token\n    depends_on:\n      migrate:\n        condition: service_completed_successfully\n      mongo:\n        condition: service_healthy\n      redis:\n        condition: service_healthy\n\n", nil, "service dispatch: 1 replicas of outboxd dispatch, at least 2"},
 		{"Eviction", `"--maxmemory-policy", "noeviction"`, `"--maxmemory-policy", "allkeys-lru"`, nil, "service redis: --maxmemory-policy must be noeviction"},
 		{"NoAOF", `"--appendonly", "yes"`, `"--appendonly", "no"`, nil, "service redis: --appendonly must be yes"},
 		{"FsyncAlways", `"--appendfsync", "everysec"`, `"--appendfsync", "always"`, nil, "service redis: --appendfsync must be everysec"},

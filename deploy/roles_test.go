@@ -59,7 +59,11 @@ const (
 // secretFlags carry a password or a token: an artifact passes them as
 // OUTBOXD_* variables (from a Secret on Kubernetes), never as arguments,
 // which any process listing shows.
-var secretFlags = []string{"store", "redis-url", "postgres-url", "auth-token"}
+var secretFlags = []string{"store", "redis-url", "postgres-url", "auth-token", "operator-token", "viewer-token", "ingest-token"}
+
+// tokenFlags are the tokens of the API; a role that serves it beyond
+// loopback needs one of them (or their -file), or it refuses to start.
+var tokenFlags = []string{"auth-token", "operator-token", "viewer-token", "ingest-token"}
 
 // backendFlags are the backends a role opens; a role that has the flag must
 // be given it: the defaults point at 127.0.0.1 and at an SQLite file inside
@@ -308,11 +312,20 @@ func (r *resolved) checkCommon() (int, []error) {
 			bad("%s is not set: the default (%s) is not a backend the containers share", r.table.flags[f].env, r.table.flags[f].def)
 		}
 	}
-	if r.has("auth-token") && !r.set("auth-token") {
-		bad("%s is not set: the API would take requests from anyone", r.table.flags["auth-token"].env)
-	}
 	if !r.longRunning() {
 		return 0, errs
+	}
+	if r.has("auth-token") {
+		set := false
+		for _, f := range tokenFlags {
+			set = set || r.set(f) || r.set(f+"-file")
+		}
+		if !set {
+			bad("%s is not set (nor another token): outboxd refuses to serve its API beyond loopback without one", r.table.flags["auth-token"].env)
+		}
+	}
+	if _, ok := r.args["allow-no-auth"]; ok || r.set("allow-no-auth") {
+		bad("--allow-no-auth serves the API to anyone who reaches it: set a token instead")
 	}
 	addr, _ := r.value("http-addr")
 	host, portText, err := net.SplitHostPort(addr)
@@ -390,8 +403,11 @@ func TestRoleFlagTables(t *testing.T) {
 	if work.byEnv["OUTBOXD_BATCH_SIZE"] != "batch-size" {
 		t.Fatalf("OUTBOXD_BATCH_SIZE not found in work's table: %v", work.byEnv)
 	}
-	if _, ok := work.flags["auth-token"]; ok {
-		t.Fatal("work has no --auth-token today, but the table says it has")
+	if _, ok := work.flags["max-body"]; ok {
+		t.Fatal("work has no --max-body (ingest's), but the table says it has")
+	}
+	if f := work.flags["operator-token-file"]; f.env != "OUTBOXD_OPERATOR_TOKEN_FILE" {
+		t.Fatalf("work --operator-token-file read as %+v", f)
 	}
 	if _, err := flagsOf("no-such-role"); err == nil {
 		t.Fatal("an unknown role has a flag table")

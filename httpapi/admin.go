@@ -111,12 +111,12 @@ func (h *handler) adminRoutes() []route {
 				return nil, err
 			}
 			return op.ListDLQ(r.Context(), operator.DLQQuery{Category: q.Get("category"), Code: q.Get("code"), After: q.Get("after"), Limit: limit})
-		})},
+		}), accessView},
 		{http.MethodGet, "/v1/admin/dlq/{id}", adminAnswer(h, func(_ http.ResponseWriter, r *http.Request) (*operator.DeadLetter, error) {
 			return op.DeadLetter(r.Context(), r.PathValue("id"))
-		})},
-		{http.MethodPost, "/v1/admin/dlq:replay", adminPost(h, op.ReplayDLQ, always[operator.DLQAction])},
-		{http.MethodPost, "/v1/admin/dlq:drop", adminPost(h, op.DropDLQ, always[operator.DLQAction])},
+		}), accessView},
+		{http.MethodPost, "/v1/admin/dlq:replay", adminPost(h, op.ReplayDLQ, always[operator.DLQAction]), accessOperate},
+		{http.MethodPost, "/v1/admin/dlq:drop", adminPost(h, op.DropDLQ, always[operator.DLQAction]), accessOperate},
 		{http.MethodGet, "/v1/admin/events", adminAnswer(h, func(_ http.ResponseWriter, r *http.Request) (*operator.EventsPage, error) {
 			q := r.URL.Query()
 			limit, err := queryInt(q.Get("limit"), "limit", operator.ChunkDefault)
@@ -128,24 +128,24 @@ func (h *handler) adminRoutes() []route {
 				return nil, err
 			}
 			return op.ListEvents(r.Context(), eq)
-		})},
+		}), accessView},
 		{http.MethodGet, "/v1/admin/events/{ref}/journey", adminAnswer(h, func(_ http.ResponseWriter, r *http.Request) (*operator.Journey, error) {
 			return op.Journey(r.Context(), r.PathValue("ref"))
-		})},
+		}), accessView},
 		{http.MethodPost, "/v1/admin/replay", adminPost(h, func(ctx context.Context, r ReplayRequest) (*operator.ReplayResult, error) {
 			q, err := r.query()
 			if err != nil {
 				return nil, err
 			}
 			return op.Replay(ctx, q)
-		}, func(r ReplayRequest) bool { return !r.DryRun })},
+		}, func(r ReplayRequest) bool { return !r.DryRun }), accessView},
 		{http.MethodPost, "/v1/admin/verify", adminPost(h, func(ctx context.Context, r VerifyRequest) (*operator.VerifyResult, error) {
 			q, err := r.query()
 			if err != nil {
 				return nil, err
 			}
 			return op.Verify(ctx, q)
-		}, func(r VerifyRequest) bool { return r.Repair })},
+		}, func(r VerifyRequest) bool { return r.Repair }), accessView},
 	}
 }
 
@@ -171,7 +171,9 @@ func adminAnswer[Res any](h *handler, action func(w http.ResponseWriter, r *http
 
 // adminPost serves an action whose request is a JSON body of type Req;
 // mutates tells the requests that change something, which a read-only
-// instance refuses (403) before acting.
+// instance, and a token other than the operator's, are refused (403)
+// before acting: the viewer token may run a replay's dry run and verify
+// without repair (what a read-only instance answers), not more.
 func adminPost[Req, Res any](h *handler, action func(ctx context.Context, req Req) (Res, error), mutates func(Req) bool) http.HandlerFunc {
 	return adminAnswer(h, func(w http.ResponseWriter, r *http.Request) (Res, error) {
 		var req Req
@@ -179,8 +181,13 @@ func adminPost[Req, Res any](h *handler, action func(ctx context.Context, req Re
 		if err := adminDecode(w, r, &req); err != nil {
 			return none, err
 		}
-		if h.cfg.ReadOnly && mutates(req) {
-			return none, errReadOnly
+		if mutates(req) {
+			if h.cfg.ReadOnly {
+				return none, errReadOnly
+			}
+			if !accessOperate.allows(scopeOf(r)) {
+				return none, errScope
+			}
 		}
 		return action(r.Context(), req)
 	})
@@ -251,6 +258,8 @@ func (h *handler) adminFail(w http.ResponseWriter, r *http.Request, err error) {
 		writeProblem(w, r, p)
 	case errors.Is(err, operator.ErrNotFound):
 		writeProblem(w, r, newProblem(http.StatusNotFound, "", "", oe.Detail))
+	case errors.Is(err, errScope):
+		forbidScope(w, r, ScopeOperator, scopeOf(r))
 	case errors.Is(err, errReadOnly):
 		writeProblem(w, r, newProblem(http.StatusForbidden, ProblemReadOnly, "Read-only instance", err.Error()))
 	case errors.Is(err, operator.ErrNotAvailable):

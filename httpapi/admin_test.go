@@ -626,6 +626,12 @@ func TestAdminAPI(t *testing.T) {
 		{"DLQBadID", http.MethodPost, "/v1/admin/dlq:drop", `{"ids":["one"]}`, 422, "ids"},
 		{"DLQBadLimit", http.MethodGet, "/v1/admin/dlq?limit=0", ``, 422, "limit"},
 		{"DLQUnknown", http.MethodGet, "/v1/admin/dlq/1-1", ``, 404, ""},
+		{"DLQBadAfter", http.MethodGet, "/v1/admin/dlq?after=abc", ``, 422, "after"},
+		{"DLQAfterWithoutSequence", http.MethodGet, "/v1/admin/dlq?after=1700000000000", ``, 422, "after"},
+		{"DLQAfterBadSequence", http.MethodGet, "/v1/admin/dlq?after=1-x", ``, 422, "after"},
+		{"DLQAfterSigned", http.MethodGet, "/v1/admin/dlq?after=-1-0", ``, 422, "after"},
+		{"DLQBadIDInPath", http.MethodGet, "/v1/admin/dlq/abc", ``, 422, "id"},
+		{"DLQActionBadAfter", http.MethodPost, "/v1/admin/dlq:replay", `{"all":true,"after":"abc"}`, 422, "after"},
 		{"EventsBadState", http.MethodGet, "/v1/admin/events?state=lost", ``, 422, "state"},
 		{"EventsBadWindow", http.MethodGet, "/v1/admin/events?from=2026-10-02T00:00:00Z&to=2026-10-01T00:00:00Z", ``, 422, "to"},
 		{"WrongMethod", http.MethodDelete, "/v1/admin/replay", ``, 405, ""},
@@ -637,6 +643,15 @@ func TestAdminAPI(t *testing.T) {
 			}
 		})
 	}
+	// Issue 25, item 5: the answers of the API are kept by no cache and
+	// not sniffed, errors included.
+	t.Run("NoStore", func(t *testing.T) {
+		for _, path := range []string{"/v1/status", "/v1/admin/dlq", "/v1/admin/events", "/v1/admin/dlq?after=abc", "/v1/nothing"} {
+			r := hb.do(t, http.MethodGet, path, "", auth...)
+			require.Equal(t, "no-store", r.header.Get("Cache-Control"), path)
+			require.Equal(t, "nosniff", r.header.Get("X-Content-Type-Options"), path)
+		}
+	})
 	t.Run("NotJSON", func(t *testing.T) {
 		hb.do(t, http.MethodPost, "/v1/admin/verify", "{}", append(auth, "Content-Type", "")...).problem(t, http.StatusUnsupportedMediaType)
 	})

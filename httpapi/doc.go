@@ -4,7 +4,12 @@
 // /readyz) and /metrics, and the routes of the operator actions under
 // /v1/admin/ (package operator: dead letters, replay by boundary, verify,
 // the journey; see docs/operations.md), with RFC 9457 problem documents for
-// every error and a bearer token on /v1/. The admin routes parse requests
+// every error. Access (auth.go) is by bearer tokens of three scopes, each
+// optional: ingest (write events, read one), viewer (every read) and
+// operator (everything); a known token outside its scope gets 403 naming
+// the scope the route needs, a missing or unknown one 401, and with no
+// token at all the API can be held to a Host naming a loopback address
+// (DNS rebinding). The admin routes parse requests
 // into the operator's typed queries, call it and map its errors to problems;
 // this package talks to no database itself (it imports no go-redis, pgx or
 // mongo-driver: golangci-lint's depguard holds that): Redis through package
@@ -13,7 +18,9 @@
 //
 // Every long-running role serves it; the roles without the ingest API serve
 // the rest, and the admin actions a role's backends allow. NewServer serves
-// it with bounds on what a client may hold (time to send headers and a
-// body, idle connections, bodies read at once) and a shutdown that does not
-// wait for stalled clients.
+// it, over TLS when configured, with bounds on what a client may hold (time
+// to send headers and a body and to read an answer, idle connections, open
+// connections with a reserve for the probes, bodies read at once), refuses
+// a request with both Content-Length and Transfer-Encoding, and shuts down
+// without waiting for stalled clients.
 package httpapi

@@ -136,7 +136,8 @@ func (b *handlerBundle) postConcurrently(t *testing.T, n int, body func(i int) s
 	return replies
 }
 
-// do sends a request; header pairs are name, value.
+// do sends a request; header pairs are name, value ("Host" sets the
+// request's Host, an empty value removes the header).
 func (b *handlerBundle) do(t *testing.T, method, path, body string, header ...string) reply {
 	t.Helper()
 	req, err := http.NewRequest(method, b.server.URL+path, strings.NewReader(body))
@@ -145,11 +146,14 @@ func (b *handlerBundle) do(t *testing.T, method, path, body string, header ...st
 		req.Header.Set("Content-Type", "application/json")
 	}
 	for i := 0; i+1 < len(header); i += 2 {
-		if header[i+1] == "" {
+		switch {
+		case header[i] == "Host":
+			req.Host = header[i+1]
+		case header[i+1] == "":
 			req.Header.Del(header[i])
-			continue
+		default:
+			req.Header.Add(header[i], header[i+1])
 		}
-		req.Header.Add(header[i], header[i+1])
 	}
 	res, err := b.server.Client().Do(req)
 	require.NoError(t, err)

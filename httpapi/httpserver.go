@@ -3,6 +3,7 @@ package httpapi
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 )
 
@@ -31,6 +33,11 @@ const (
 	// ShutdownBodyTimeoutDefault is how long a body still arriving when
 	// shutdown begins may take.
 	ShutdownBodyTimeoutDefault = time.Second
+	// WriteTimeoutDefault bounds the writing of one response
+	// (--http-write-timeout).
+	WriteTimeoutDefault = 30 * time.Second
+	// MaxConnsCeiling is the largest default of ServerConfig.MaxConns.
+	MaxConnsCeiling = 10000
 )
 
 // ServerConfig configures the connections of a Server: how long a client
@@ -63,6 +70,25 @@ type ServerConfig struct {
 	// cannot hold up the shutdown. Defaults to ShutdownBodyTimeoutDefault
 	// (1 second).
 	ShutdownBodyTimeout time.Duration
+	// WriteTimeout bounds the writing of one response, from its first byte
+	// to its last (however long the handler took before): a client that
+	// reads it slower is cut off and its connection closed. Defaults to
+	// WriteTimeoutDefault (30 seconds).
+	WriteTimeout time.Duration
+	// MaxConns caps the open connections that serve every route. At the
+	// cap a new connection closes the one that has waited longest without
+	// a request; when every one is busy, up to ProbeReserve more are
+	// accepted for /healthz and /readyz only, and beyond that the next
+	// connection waits in the listen queue. Defaults to MaxConnsDefault():
+	// half the process's file-descriptor limit, at most MaxConnsCeiling.
+	MaxConns int
+	// TLS, when set, serves HTTPS with it (HTTP/1.1, TLS 1.2 or later):
+	// it must hold a certificate. A failed handshake is logged at warn.
+	// Defaults to nil (plain HTTP).
+	TLS *tls.Config
+	// Registerer, when set, receives outboxd_http_connections{kind} and
+	// outboxd_http_connections_shed_total{reason}. Defaults to none.
+	Registerer prometheus.Registerer
 }
 
 func (c *ServerConfig) withDefaults() ServerConfig {
@@ -76,7 +102,22 @@ func (c *ServerConfig) withDefaults() ServerConfig {
 	out.MaxInFlightBodies = cmp.Or(out.MaxInFlightBodies, MaxInFlightBodiesDefault)
 	out.MaxHeaderBytes = cmp.Or(out.MaxHeaderBytes, MaxHeaderBytesDefault)
 	out.ShutdownBodyTimeout = cmp.Or(out.ShutdownBodyTimeout, ShutdownBodyTimeoutDefault)
+	out.WriteTimeout = cmp.Or(out.WriteTimeout, WriteTimeoutDefault)
+	out.MaxConns = cmp.Or(out.MaxConns, MaxConnsDefault())
+	if out.TLS != nil {
+		t := out.TLS.Clone()
+		t.MinVersion = cmp.Or(t.MinVersion, tls.VersionTLS12)
+		t.NextProtos = []string{"http/1.1"}
+		out.TLS = t
+	}
 	return out
+}
+
+// MaxConnsDefault is the default ServerConfig.MaxConns: half the process's
+// limit of open files (RLIMIT_NOFILE), leaving the other half to the
+// stores' connections and files, at least 64 and at most MaxConnsCeiling.
+func MaxConnsDefault() int {
+	return max(64, min(MaxConnsCeiling, int(min(fileLimit(), 1<<30))/2))
 }
 
 // validate checks a defaulted config; each error names the field.
@@ -90,6 +131,7 @@ func (c *ServerConfig) validate() error {
 		{"BodyTimeout", c.BodyTimeout},
 		{"IdleTimeout", c.IdleTimeout},
 		{"ShutdownBodyTimeout", c.ShutdownBodyTimeout},
+		{"WriteTimeout", c.WriteTimeout},
 	} {
 		if d.v < time.Millisecond {
 			errs = append(errs, fmt.Errorf("%s must be at least 1ms (got %s)", d.name, d.v))
@@ -101,18 +143,34 @@ func (c *ServerConfig) validate() error {
 	if c.MaxHeaderBytes < 1 {
 		errs = append(errs, fmt.Errorf("MaxHeaderBytes must be positive (got %d)", c.MaxHeaderBytes))
 	}
+	if c.MaxConns < 1 {
+		errs = append(errs, fmt.Errorf("MaxConns must be positive (got %d)", c.MaxConns))
+	}
+	if t := c.TLS; t != nil {
+		if len(t.Certificates) == 0 && t.GetCertificate == nil && t.GetConfigForClient == nil {
+			errs = append(errs, errors.New("TLS must hold a certificate"))
+		}
+		if t.MinVersion < tls.VersionTLS12 {
+			errs = append(errs, fmt.Errorf("TLS must not allow versions before TLS 1.2 (MinVersion %s)", tls.VersionName(t.MinVersion)))
+		}
+	}
 	return errors.Join(errs...)
 }
 
-// Server serves a handler (the one New returns) over HTTP/1.1 with bounds
-// on what a client may hold: the time to send headers and a body, idle
-// keep-alive connections, and the bodies read at once (ServerConfig). Its
-// Shutdown answers the requests in flight and does not wait for stalled
-// clients.
+// Server serves a handler (the one New returns) over HTTP/1.1, or HTTPS
+// with ServerConfig.TLS, with bounds on what a client may hold: the time to
+// send headers and a body and to read an answer, idle keep-alive
+// connections, the connections open and the bodies read at once
+// (ServerConfig). It refuses a request with both Content-Length and
+// Transfer-Encoding (400, and the connection closed: RFC 9112 section 6.1),
+// and logs the errors of its connections (accept failures, TLS handshakes)
+// at warn. Its Shutdown answers the requests in flight and does not wait for
+// stalled clients.
 type Server struct {
 	cfg    ServerConfig
 	srv    *http.Server
 	logger *zap.Logger
+	conns  *conns
 
 	slots chan struct{} // one per body being read
 
@@ -136,20 +194,35 @@ func NewServer(handler http.Handler, cfg *ServerConfig, logger *zap.Logger) (*Se
 	}
 	s := &Server{cfg: c, logger: logger.Named("http"), slots: make(chan struct{}, c.MaxInFlightBodies),
 		reading: map[*limitedBody]struct{}{}}
+	var err error
+	if s.conns, err = newConns(&c, s.logger); err != nil {
+		return nil, err
+	}
+	// The server's own errors (accept failures, a panic in a handler, a
+	// malformed response) at warn: below that they would be dropped.
+	errorLog, err := zap.NewStdLogAt(s.logger, zap.WarnLevel)
+	if err != nil {
+		return nil, err
+	}
 	s.srv = &http.Server{
 		Handler:           s.wrap(handler),
 		ReadHeaderTimeout: c.ReadHeaderTimeout,
 		IdleTimeout:       c.IdleTimeout,
 		MaxHeaderBytes:    c.MaxHeaderBytes,
-		ErrorLog:          zap.NewStdLog(s.logger.WithOptions(zap.IncreaseLevel(zap.WarnLevel))),
+		ErrorLog:          errorLog,
+		ConnState:         s.conns.state,
+		ConnContext: func(ctx context.Context, nc net.Conn) context.Context {
+			return context.WithValue(ctx, connKey{}, nc)
+		},
 	}
 	return s, nil
 }
 
-// Serve accepts connections on ln until Shutdown; it returns nil after
-// Shutdown and the error that stopped it otherwise.
+// Serve accepts connections on ln until Shutdown (under the cap of
+// ServerConfig.MaxConns, and with TLS when configured); it returns nil
+// after Shutdown and the error that stopped it otherwise.
 func (s *Server) Serve(ln net.Listener) error {
-	if err := s.srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+	if err := s.srv.Serve(s.conns.listen(ln)); !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("error serving HTTP: %w", err)
 	}
 	return nil
@@ -184,16 +257,78 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return nil
 }
 
-// wrap puts every request body under the server's limits.
+// wrap puts every request under the server's limits: a request with both
+// Content-Length and Transfer-Encoding is refused, a connection of the
+// reserve serves the probes only, the answer is written within
+// WriteTimeout, and the body is read under the body limits.
 func (s *Server) wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if t, ok := r.Context().Value(connKey{}).(*trackedConn); ok {
+			n := int(t.requests.Add(1))
+			if t.frames.smuggled(n) {
+				s.conns.count(shedBoth)
+				w.Header().Set("Connection", "close")
+				writeProblem(w, r, newProblem(http.StatusBadRequest, ProblemMalformed, "Malformed request",
+					"a request must not carry both Content-Length and Transfer-Encoding (RFC 9112, section 6.1); the connection is closed"))
+				return
+			}
+			if t.reserve {
+				w.Header().Set("Connection", "close")
+				if r.URL.Path != "/healthz" && r.URL.Path != "/readyz" {
+					s.conns.count(shedReserve)
+					w.Header().Set("Retry-After", "1")
+					writeProblem(w, r, newProblem(http.StatusServiceUnavailable, "", "",
+						"every connection this instance takes is busy: only /healthz and /readyz are answered beyond them; retry later"))
+					return
+				}
+			}
+		}
+		rc := http.NewResponseController(w)
+		// The previous answer's deadline must not cut this one before it
+		// starts (a 100 Continue, an answer after a long handler).
+		_ = rc.SetWriteDeadline(time.Time{})
+		dw := &deadlineWriter{ResponseWriter: w, rc: rc, timeout: s.cfg.WriteTimeout}
+		defer dw.start()
 		if r.Body == nil || r.Body == http.NoBody {
-			next.ServeHTTP(w, r)
+			next.ServeHTTP(dw, r)
 			return
 		}
-		b := &limitedBody{ReadCloser: r.Body, s: s, rc: http.NewResponseController(w)}
+		b := &limitedBody{ReadCloser: r.Body, s: s, rc: rc}
 		defer b.abandon()
 		r.Body = b
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(dw, r)
 	})
 }
+
+// deadlineWriter sets the connection's write deadline, WriteTimeout ahead,
+// when its answer starts.
+type deadlineWriter struct {
+	http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration
+	started bool
+}
+
+// start sets the deadline at the first write (or when the handler returns
+// without one: net/http then writes the answer).
+func (d *deadlineWriter) start() {
+	if !d.started {
+		d.started = true
+		_ = d.rc.SetWriteDeadline(time.Now().Add(d.timeout))
+	}
+}
+
+func (d *deadlineWriter) WriteHeader(code int) {
+	if code >= 200 { // an informational answer is not the answer
+		d.start()
+	}
+	d.ResponseWriter.WriteHeader(code)
+}
+
+func (d *deadlineWriter) Write(b []byte) (int, error) {
+	d.start()
+	return d.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (d *deadlineWriter) Unwrap() http.ResponseWriter { return d.ResponseWriter }

@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
 
 	"github.com/outboxd/outboxd/httpapi"
 	"github.com/outboxd/outboxd/internal/testkit"
@@ -35,13 +37,28 @@ func setupServer(t *testing.T, cfg *httpapi.ServerConfig) *serverBundle {
 	t.Helper()
 	st := testkit.NewSQLite(t)
 	reg := prometheus.NewRegistry()
-	h, err := httpapi.New(&httpapi.Config{Writer: outbox.NewWriter(st, nil), Store: st, Registerer: reg}, testkit.Logger(t))
+	h, err := httpapi.New(&httpapi.Config{Writer: outbox.NewWriter(st, nil), Store: st, Registerer: reg,
+		Ready: []httpapi.Check{{Name: "store", Func: st.Ping}}}, testkit.Logger(t))
 	require.NoError(t, err)
-	srv, err := httpapi.NewServer(h, cfg, testkit.Logger(t))
+	b := serve(t, h, cfg, reg, testkit.Logger(t))
+	b.st = st
+	return b
+}
+
+// serve serves handler with a Server of cfg on a spare port until the test
+// ends; the server's metrics go to reg.
+func serve(t *testing.T, handler http.Handler, cfg *httpapi.ServerConfig, reg *prometheus.Registry, logger *zap.Logger) *serverBundle {
+	t.Helper()
+	c := httpapi.ServerConfig{}
+	if cfg != nil {
+		c = *cfg
+	}
+	c.Registerer = reg
+	srv, err := httpapi.NewServer(handler, &c, logger)
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	b := &serverBundle{st: st, srv: srv, reg: reg, addr: ln.Addr().String(), served: make(chan error, 1)}
+	b := &serverBundle{srv: srv, reg: reg, addr: ln.Addr().String(), served: make(chan error, 1)}
 	go func() { b.served <- srv.Serve(ln) }()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -323,6 +340,10 @@ func TestServer(t *testing.T) {
 			"MaxInFlightBodies":   {MaxInFlightBodies: -1},
 			"MaxHeaderBytes":      {MaxHeaderBytes: -1},
 			"ShutdownBodyTimeout": {ShutdownBodyTimeout: -time.Second},
+			"WriteTimeout":        {WriteTimeout: -time.Second},
+			"MaxConns":            {MaxConns: -1},
+			"TLS must hold":       {TLS: &tls.Config{}},
+			"TLS must not allow":  {TLS: &tls.Config{Certificates: []tls.Certificate{{}}, MinVersion: tls.VersionTLS11}},
 		} {
 			_, err := httpapi.NewServer(http.NotFoundHandler(), cfg, nil)
 			require.ErrorContains(t, err, field)

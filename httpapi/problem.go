@@ -29,6 +29,9 @@ type Problem struct {
 	Detail   string         `json:"detail,omitempty"`
 	Instance string         `json:"instance,omitempty"`
 	Errors   []ProblemField `json:"errors,omitempty"`
+	// Scope names the scope a 403 ProblemScope needs: "ingest", "viewer"
+	// or "operator".
+	Scope string `json:"scope,omitempty"`
 }
 
 // ProblemField is one offending field of a request: its path as the
@@ -64,7 +67,7 @@ func writeProblem(w http.ResponseWriter, r *http.Request, p *Problem) {
 	h := w.Header()
 	h.Set("Content-Type", ProblemContentType)
 	h.Set("Content-Length", strconv.Itoa(len(body)+1))
-	h.Set("X-Content-Type-Options", "nosniff")
+	noStore(h)
 	w.WriteHeader(p.Status)
 	_, _ = w.Write(append(body, '\n'))
 }
@@ -79,6 +82,15 @@ func writeJSON(w http.ResponseWriter, r *http.Request, status int, v any) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Content-Length", strconv.Itoa(len(body)+1))
+	noStore(h)
 	w.WriteHeader(status)
 	_, _ = w.Write(append(body, '\n'))
+}
+
+// noStore marks an answer of the API as one that no cache keeps (the
+// status and the admin answers describe the pipeline now, and may name
+// events) and whose type is not to be sniffed.
+func noStore(h http.Header) {
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
 }

@@ -3,16 +3,12 @@ package httpapi
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"math"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
-	"unicode"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -48,10 +44,36 @@ const IdempotencyKeyHeader = "Idempotency-Key"
 
 // Config configures the HTTP surface. A nil config serves only /healthz.
 type Config struct {
-	// AuthToken, when set, is the bearer token every /v1/ request must
-	// carry; /healthz, /readyz and /metrics stay open. Defaults to "" (no
-	// auth).
+	// AuthToken is the operator token (ScopeOperator: every route, the
+	// admin actions included; --operator-token, or --auth-token). Defaults
+	// to "" (none).
 	AuthToken string
+	// IngestToken is the ingest token (ScopeIngest: POST /v1/events,
+	// POST /v1/events:batch, GET /v1/events/{id}). Defaults to "" (none).
+	IngestToken string
+	// ViewerToken is the viewer token (ScopeViewer: every read, and the
+	// admin requests that change nothing). Defaults to "" (none).
+	//
+	// Once any token is set, every request under /v1/ (and the profiles)
+	// needs a known one (else 401), and a known token on a route outside
+	// its scope gets 403 (ProblemScope); a scope without a token of its own
+	// is open to the operator token only. /healthz, /readyz, /metrics and
+	// the console's pages need none. Each token is compared in constant
+	// time; no two scopes may share one.
+	ViewerToken string
+	// LoopbackHosts, when no token is set, answers only the requests whose
+	// Host header names a loopback address (localhost, 127.0.0.0/8, ::1);
+	// others get 403 (ProblemHost), the probes and /metrics excepted. So a
+	// page of another origin whose name resolves to 127.0.0.1 (DNS
+	// rebinding) cannot use an API without a token. It has no effect once a
+	// token is set. Defaults to false; outboxd sets it unless
+	// --allow-no-auth.
+	LoopbackHosts bool
+	// Profiles serves Go's profiles (net/http/pprof) under /debug/pprof/
+	// to the operator token (to anyone when no token is set), never the
+	// command line (/debug/pprof/cmdline, which would show its secrets).
+	// Defaults to false.
+	Profiles bool
 	// MaxBody bounds a request body in bytes; larger bodies get 413.
 	// Defaults to MaxBodyDefault (1 MiB); at most MaxBodyMax.
 	MaxBody int64
@@ -140,9 +162,7 @@ func (c *Config) validate() error {
 	if c.RequestTimeout < time.Millisecond {
 		errs = append(errs, fmt.Errorf("RequestTimeout must be at least 1ms (got %s)", c.RequestTimeout))
 	}
-	if c.AuthToken != "" && strings.ContainsFunc(c.AuthToken, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) {
-		errs = append(errs, errors.New("AuthToken must not contain spaces or control characters"))
-	}
+	errs = append(errs, c.validateTokens())
 	return errors.Join(errs...)
 }
 
@@ -150,7 +170,7 @@ func (c *Config) validate() error {
 type handler struct {
 	cfg        Config
 	writer     *outbox.Writer
-	tokenHash  [sha256.Size]byte
+	tokens     []tokenOf
 	retryAfter string
 	logger     *zap.Logger
 	mux        *http.ServeMux
@@ -173,7 +193,7 @@ func New(cfg *Config, logger *zap.Logger) (http.Handler, error) {
 		logger = zap.NewNop()
 	}
 	h := &handler{cfg: c, writer: c.Writer, logger: logger.Named("http"), mux: http.NewServeMux()}
-	h.tokenHash = sha256.Sum256([]byte(c.AuthToken))
+	h.tokens = c.tokens()
 	h.retryAfter = strconv.FormatInt(int64(math.Ceil(c.RetryAfter.Seconds())), 10)
 	if reg := c.Registerer; reg != nil {
 		var err error
@@ -211,7 +231,7 @@ func New(cfg *Config, logger *zap.Logger) (http.Handler, error) {
 			instance = c.Admin.Role()
 		}
 		var err error
-		h.console, err = console.New(&console.Config{ReadOnly: c.ReadOnly, Instance: instance, AuthRequired: c.AuthToken != ""})
+		h.console, err = console.New(&console.Config{ReadOnly: c.ReadOnly, Instance: instance, AuthRequired: len(h.tokens) > 0})
 		if err != nil {
 			return nil, fmt.Errorf("error building the console: %w", err)
 		}
@@ -220,45 +240,51 @@ func New(cfg *Config, logger *zap.Logger) (http.Handler, error) {
 	return h, nil
 }
 
-// route is one entry of the route table.
+// route is one entry of the route table: what it serves and what it asks
+// of the caller's token.
 type route struct {
 	method  string
 	path    string
 	handler http.Handler
+	access  access
 }
 
 func (h *handler) routes() {
 	routes := []route{
-		{http.MethodGet, "/healthz", http.HandlerFunc(h.healthz)},
-		{http.MethodGet, "/readyz", http.HandlerFunc(h.readyz)},
+		{http.MethodGet, "/healthz", http.HandlerFunc(h.healthz), accessOpen},
+		{http.MethodGet, "/readyz", http.HandlerFunc(h.readyz), accessOpen},
+		{http.MethodGet, "/v1/whoami", http.HandlerFunc(h.whoami), accessAny},
 	}
 	if h.writer != nil {
 		routes = append(routes,
-			route{http.MethodPost, "/v1/events", http.HandlerFunc(h.postEvent)},
-			route{http.MethodPost, "/v1/events:batch", http.HandlerFunc(h.postBatch)})
+			route{http.MethodPost, "/v1/events", http.HandlerFunc(h.postEvent), accessIngest},
+			route{http.MethodPost, "/v1/events:batch", http.HandlerFunc(h.postBatch), accessIngest})
 	}
 	if h.cfg.Store != nil {
-		routes = append(routes, route{http.MethodGet, "/v1/events/{id}", http.HandlerFunc(h.getEvent)})
+		routes = append(routes, route{http.MethodGet, "/v1/events/{id}", http.HandlerFunc(h.getEvent), accessEvent})
 	}
 	if h.cfg.Status != nil {
-		routes = append(routes, route{http.MethodGet, "/v1/status", http.HandlerFunc(h.status)})
+		routes = append(routes, route{http.MethodGet, "/v1/status", http.HandlerFunc(h.status), accessView})
 	}
 	if h.cfg.History != nil {
-		routes = append(routes, route{http.MethodGet, "/v1/status/history", http.HandlerFunc(h.history)})
+		routes = append(routes, route{http.MethodGet, "/v1/status/history", http.HandlerFunc(h.history), accessView})
 	}
 	if h.cfg.Admin != nil {
 		routes = append(routes, h.adminRoutes()...)
 	}
 	if h.console != nil {
 		routes = append(routes,
-			route{http.MethodGet, "/ui", http.RedirectHandler(console.Prefix, http.StatusMovedPermanently)},
-			route{http.MethodGet, console.Prefix, h.console})
+			route{http.MethodGet, "/ui", http.RedirectHandler(console.Prefix, http.StatusMovedPermanently), accessOpen},
+			route{http.MethodGet, console.Prefix, h.console, accessOpen})
 	}
 	if h.cfg.Metrics != nil {
-		routes = append(routes, route{http.MethodGet, "/metrics", h.cfg.Metrics})
+		routes = append(routes, route{http.MethodGet, "/metrics", h.cfg.Metrics, accessOpen})
+	}
+	if h.cfg.Profiles {
+		routes = append(routes, profileRoutes()...)
 	}
 	for _, rt := range routes {
-		h.mux.Handle(rt.method+" "+rt.path, rt.handler)
+		h.mux.Handle(rt.method+" "+rt.path, guard(rt.access, rt.handler))
 		// The same path without a method catches every other method, so a
 		// 405 is a problem document too (ServeMux's own is plain text).
 		allow := rt.method
@@ -275,7 +301,9 @@ func (h *handler) routes() {
 	})
 }
 
-// ServeHTTP checks the bearer token of /v1/ requests, routes, and counts.
+// ServeHTTP checks the caller (its bearer token, or the Host when the
+// instance has no token: admit), routes (each route checks the token's
+// scope), and counts.
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	rec := &statusRecorder{ResponseWriter: w}
@@ -285,31 +313,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.inFlight.WithLabelValues(route).Inc()
 		defer h.inFlight.WithLabelValues(route).Dec()
 	}
-	if h.cfg.AuthToken != "" && protected(r) && !h.authorized(r) {
-		rec.Header().Set("WWW-Authenticate", `Bearer realm="outboxd"`)
-		writeProblem(rec, r, newProblem(http.StatusUnauthorized, "", "", "a valid bearer token is required"))
-	} else {
+	if r, ok := h.admit(rec, r); ok {
 		h.mux.ServeHTTP(rec, r)
 	}
 	if h.requests != nil {
 		h.requests.WithLabelValues(route, strconv.Itoa(cmp.Or(rec.code, http.StatusOK))).Inc()
 		h.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
 	}
-}
-
-// protected reports a request under /v1 (fail closed: /v1x too). It looks
-// at the decoded and the raw path so that an escaped slash cannot slip
-// past.
-func protected(r *http.Request) bool {
-	return strings.HasPrefix(r.URL.Path, "/v1") || strings.HasPrefix(r.URL.EscapedPath(), "/v1")
-}
-
-func (h *handler) authorized(r *http.Request) bool {
-	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return false
-	}
-	// Hashing first makes the comparison constant-time in the length too.
-	got := sha256.Sum256([]byte(strings.TrimSpace(token)))
-	return subtle.ConstantTimeCompare(got[:], h.tokenHash[:]) == 1
 }

@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -163,6 +165,11 @@ func (q DLQQuery) matches(dl DeadLetter) bool {
 // the last id read when more may follow.
 func (o *Operator) scan(ctx context.Context, q DLQQuery, limit int) (out []DeadLetter, next string, err error) {
 	out = []DeadLetter{}
+	if q.After != "" {
+		if err := checkEntryID("after", q.After); err != nil {
+			return nil, "", err
+		}
+	}
 	now := o.cfg.Now()
 	after := q.After
 	scanned := 0
@@ -253,7 +260,7 @@ func (o *Operator) DeadLetter(ctx context.Context, id string) (*DeadLetter, erro
 	if err := o.needRedis(); err != nil {
 		return nil, err
 	}
-	dls, err := o.byIDs(ctx, []string{id})
+	dls, err := o.byIDs(ctx, "id", []string{id})
 	if err != nil {
 		return nil, err
 	}
@@ -274,13 +281,13 @@ func (o *Operator) DeadLetter(ctx context.Context, id string) (*DeadLetter, erro
 	return &dl, nil
 }
 
-// byIDs reads the dead letters of ids in one round trip; an id with no
-// entry is nil.
-func (o *Operator) byIDs(ctx context.Context, ids []string) ([]*DeadLetter, error) {
+// byIDs reads the dead letters of ids (the client's field) in one round
+// trip; an id with no entry is nil.
+func (o *Operator) byIDs(ctx context.Context, field string, ids []string) ([]*DeadLetter, error) {
 	out := make([]*DeadLetter, len(ids))
 	for _, id := range ids {
-		if _, ok := stream.IDTime(id); !ok {
-			return nil, Invalid("ids", "%q is not a stream entry id (<milliseconds>-<sequence>)", id)
+		if err := checkEntryID(field, id); err != nil {
+			return nil, err
 		}
 	}
 	found, err := o.cfg.Redis.DeadLettersByID(ctx, o.keys, ids)
@@ -330,7 +337,7 @@ func (o *Operator) named(ctx context.Context, act DLQAction, res *DLQActionResul
 		res.Next, res.Done = next, next == ""
 		return dls, err
 	}
-	found, err := o.byIDs(ctx, act.IDs)
+	found, err := o.byIDs(ctx, "ids", act.IDs)
 	if err != nil {
 		return nil, err
 	}
@@ -431,4 +438,20 @@ func (o *Operator) DropDLQ(ctx context.Context, act DLQAction) (*DLQActionResult
 	}
 	o.logger.Info("dead letters dropped", zap.Int("dropped", res.Dropped), zap.Int("not_found", res.NotFound))
 	return res, nil
+}
+
+// checkEntryID refuses an id a client sent (field names it) that is not a
+// stream entry id, <milliseconds>-<sequence> in decimal: Redis would
+// answer it with an error that reads as an outage.
+func checkEntryID(field, id string) error {
+	ms, seq, ok := strings.Cut(id, "-")
+	if ok {
+		_, err1 := strconv.ParseUint(ms, 10, 64)
+		_, err2 := strconv.ParseUint(seq, 10, 64)
+		ok = err1 == nil && err2 == nil
+	}
+	if !ok {
+		return Invalid(field, "%q is not a stream entry id (<milliseconds>-<sequence>, the id or the next of a previous answer)", id)
+	}
+	return nil
 }

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -125,6 +124,9 @@ func (a *app) open(ctx context.Context) error {
 		// Commands heed their context's deadline (a status read, a probe),
 		// not only the client's fixed read and write timeouts.
 		opt.ContextTimeoutEnabled = true
+		if opt.TLSConfig != nil && a.o.redisCAs != nil { // rediss:// with --redis-ca-file
+			opt.TLSConfig.RootCAs = a.o.redisCAs
+		}
 		a.rdb = redis.NewClient(opt)
 		rc, err := stream.NewClient(a.rdb, nil)
 		if err != nil {
@@ -390,13 +392,14 @@ func (a *app) listen(ctx context.Context) (*httpapi.Server, <-chan error, error)
 		return nil, nil, err
 	}
 	handler = instrument.HTTP(handler)
-	if a.o.pprof {
-		handler = withPprof(handler)
-	}
 	srv, err := httpapi.NewServer(handler, &httpapi.ServerConfig{
 		BodyTimeout:       a.o.httpBodyTimeout,
 		IdleTimeout:       a.o.httpIdleTimeout,
+		WriteTimeout:      a.o.httpWriteTimeout,
 		MaxInFlightBodies: a.o.httpMaxBodies,
+		MaxConns:          a.o.httpMaxConns,
+		TLS:               a.o.tls,
+		Registerer:        a.reg,
 	}, a.log)
 	if err != nil {
 		return nil, nil, err
@@ -413,22 +416,9 @@ func (a *app) listen(ctx context.Context) (*httpapi.Server, <-chan error, error)
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	a.log.Info("listening", zap.String("addr", ln.Addr().String()))
+	a.log.Info("listening", zap.String("addr", ln.Addr().String()), zap.Bool("tls", a.o.tls != nil),
+		zap.Int("max_conns", a.o.httpMaxConns), zap.Bool("auth", a.o.operator() != "" || a.o.viewerToken.value != "" || a.o.ingestToken.value != ""))
 	return srv, errc, nil
-}
-
-// withPprof serves Go's profiles under /debug/pprof/ (--pprof) beside h,
-// outside its routes and bearer token: the harness in cmd/outboxd-bench takes
-// CPU profiles of a stage this way.
-func withPprof(h http.Handler) http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	mux.Handle("/", h)
-	return mux
 }
 
 // httpHandler builds the role's HTTP surface: probes, metrics, status, the
@@ -436,7 +426,11 @@ func withPprof(h http.Handler) http.Handler {
 // for the api roles.
 func (a *app) httpHandler() (http.Handler, error) {
 	cfg := &httpapi.Config{
-		AuthToken:      a.o.authToken,
+		AuthToken:      a.o.operator(),
+		IngestToken:    a.o.ingestToken.value,
+		ViewerToken:    a.o.viewerToken.value,
+		LoopbackHosts:  !a.o.allowNoAuth,
+		Profiles:       a.o.pprof, // the harness in cmd/outboxd-bench takes CPU profiles of a stage this way
 		MaxBody:        a.o.maxBody,
 		MaxBatch:       a.o.maxBatch,
 		RequestTimeout: a.o.requestTimeout,

@@ -13,6 +13,7 @@ import (
 
 	"github.com/outboxd/outboxd/httpapi"
 	"github.com/outboxd/outboxd/internal/config"
+	"github.com/outboxd/outboxd/internal/redact"
 )
 
 // clientTimeout bounds one request of an operator command (each handles
@@ -26,7 +27,7 @@ type client struct {
 }
 
 func (a *app) client() *client {
-	return &client{base: strings.TrimRight(a.o.server, "/"), token: a.o.authToken, http: &http.Client{Timeout: clientTimeout}}
+	return &client{base: strings.TrimRight(a.o.server, "/"), token: a.o.authToken.value, http: &http.Client{Timeout: clientTimeout}}
 }
 
 // problemError is an answer of the server that is not a success.
@@ -87,7 +88,7 @@ func (c *client) do(ctx context.Context, method, path string, body, out any, raw
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("error reaching outboxd at %s (is it running?): %w", c.base, err)
+		return fmt.Errorf("error reaching outboxd at %s (is it running?): %w", redact.DSN(c.base), err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)

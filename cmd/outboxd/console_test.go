@@ -507,18 +507,70 @@ func TestConsoleReadOnly(t *testing.T) {
 	require.Zero(t, b.count("[data-action]"))
 	require.Zero(t, b.count("main button"))
 
-	b.open("/ui/reprocess")
+	b.reprocessReadOnly()
+
+	b.open("/ui/")
+	b.untilText(`[data-field="total"]`, "1")
 	require.Zero(t, b.count("[data-action]"))
-	require.Zero(t, b.count("#r-rebuild"))
+	require.Equal(t, "No token needed.", eval[string](b, `document.getElementById('token-state').textContent`))
+}
+
+// TestConsoleScopes: the console shows what the entered token may do
+// (issue 25, item 1): with the viewer token every page reads but offers
+// no action, and says so; the operator token brings the actions back; the
+// ingest token is asked to be replaced.
+func TestConsoleScopes(t *testing.T) {
+	t.Parallel()
+	d := startDev(t, "", "--min-age", "1h", "--operator-token", "op-c0n5", "--viewer-token", "view-c0n5", "--ingest-token", "in-c0n5")
+	d.deadLetters(t)
+	require.Equal(t, http.StatusCreated, d.apiCall(t, "in-c0n5", http.MethodPost, "/v1/events",
+		`{"sourceKey":"s","deviceKey":"d","occurredAt":"2026-11-01T00:00:00Z"}`, nil))
+
+	b := newBrowser(t, d.base)
+	b.desktop()
+	enter := func(token string) {
+		b.until(`!document.getElementById('token-form').hidden`)
+		step(b, chromedp.SendKeys(chromedp.ID("token-input"), token+kb.Enter))
+	}
+
+	b.open("/ui/dlq")
+	enter("in-c0n5")
+	b.untilText("#token-error", "ingest token")
+	require.Empty(t, eval[string](b, `document.getElementById('dlq-summary').dataset.length || ''`), "nothing was read with it")
+
+	enter("view-c0n5")
+	b.untilText("#dlq-summary", "2 dead letters")
+	b.untilText("#token-scope", "viewer token: read-only")
+	require.Zero(t, b.count("[data-action]"), "no action on the page")
+	require.Zero(t, b.count("#dlq-table button"))
+	require.Zero(t, b.count("#dlq-table th[data-operator]"))
+	require.Zero(t, b.count("dialog"))
+
+	b.reprocessReadOnly()
+	b.untilText("#token-scope", "viewer token")
+
+	b.click("#token-set")
+	b.follow(chromedp.SendKeys(chromedp.ID("token-input"), "op-c0n5"+kb.Enter)) // the page comes back with its actions
+	b.untilText("#token-scope", "operator token")
+	b.until(`document.querySelectorAll('[data-action]').length === 2`)
+	b.open("/ui/dlq")
+	b.untilText("#dlq-summary", "2 dead letters")
+	b.until(`document.querySelectorAll('#dlq-table button[data-action="drop"]').length === 2`)
+	require.Equal(t, 1, b.count("dialog"))
+}
+
+// reprocessReadOnly checks the reprocessing page of a read-only console
+// (an instance's --ui-read-only, or the viewer token) holding one original
+// of 2026-11-01: no action and no rebuild, but the count and the check
+// answer.
+func (b *browser) reprocessReadOnly() {
+	b.t.Helper()
+	b.open("/ui/reprocess")
+	b.until(`document.querySelectorAll('[data-action], #r-rebuild').length === 0`)
 	step(b, chromedp.SendKeys(chromedp.ID("r-from"), "2026-11-01T00:00:00Z"))
 	step(b, chromedp.SendKeys(chromedp.ID("r-to"), "2026-11-02T00:00:00Z"))
 	b.click("#replay-count")
 	b.untilText("#replay-result", "1 original in the window")
 	b.click("#verify-check")
 	b.untilText("#verify-result", "no drift")
-
-	b.open("/ui/")
-	b.untilText(`[data-field="total"]`, "1")
-	require.Zero(t, b.count("[data-action]"))
-	require.Equal(t, "No token needed.", eval[string](b, `document.getElementById('token-state').textContent`))
 }

@@ -64,11 +64,18 @@ func freeAddr(t *testing.T) string {
 // startDev runs `outboxd dev` on storeURI ("" for a fresh SQLite file).
 func startDev(t *testing.T, storeURI string, extra ...string) *devBundle {
 	t.Helper()
+	return startDevOver(t, "http", http.DefaultClient, storeURI, extra...)
+}
+
+// startDevOver runs `outboxd dev` and waits until it answers /readyz at
+// scheme ("https" with --tls-cert) through client.
+func startDevOver(t *testing.T, scheme string, client *http.Client, storeURI string, extra ...string) *devBundle {
+	t.Helper()
 	_, prefix := testkit.NewRedis(t)
 	b := &devBundle{pg: testkit.NewPostgres(t), stream: prefix + "-stream", group: prefix + "-group",
 		done: make(chan int, 1), stderr: &syncBuffer{}}
 	addr := freeAddr(t)
-	b.base = "http://" + addr
+	b.base = scheme + "://" + addr
 	mongoDB := "outboxd"
 	switch {
 	case storeURI == "":
@@ -85,7 +92,7 @@ func startDev(t *testing.T, storeURI string, extra ...string) *devBundle {
 	go func() { b.done <- run(ctx, args, io.Discard, b.stderr) }()
 	t.Cleanup(func() { b.stop(t) })
 	require.Eventually(t, func() bool {
-		resp, err := http.Get(b.base + "/readyz")
+		resp, err := client.Get(b.base + "/readyz")
 		if err != nil {
 			return false
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/outboxd/outboxd/httpapi"
 	"github.com/outboxd/outboxd/internal/config"
+	"github.com/outboxd/outboxd/internal/redact"
 	"github.com/outboxd/outboxd/operator"
 )
 
@@ -56,7 +57,7 @@ func (a *app) printStatus(ctx context.Context) error {
 	row := func(label, format string, args ...any) {
 		fmt.Fprintf(tw, "%s\t%s\n", label, fmt.Sprintf(format, args...))
 	}
-	row("SERVER", "%s (store %s, read %s)", a.o.server, s.Store, s.ReadAt.Format(time.RFC3339))
+	row("SERVER", "%s (store %s, read %s)", redact.DSN(a.o.server), s.Store, s.ReadAt.Format(time.RFC3339))
 	if e := s.Events; e != nil {
 		failed := ""
 		if len(e.FailedByCategory) > 0 {

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"flag"
 	"fmt"
 	"net"
@@ -49,15 +51,29 @@ type options struct {
 
 	// http
 	httpBodyTimeout, httpIdleTimeout time.Duration
-	httpMaxBodies                    int
+	httpWriteTimeout                 time.Duration
+	httpMaxBodies, httpMaxConns      int
 	uiReadOnly                       bool
 	uiSampleEvery                    time.Duration
 	pprof                            bool
+	// tlsCert and tlsKey serve HTTPS; tls is their configuration, loaded
+	// by validate.
+	tlsCert, tlsKey string
+	tls             *tls.Config
+	// redisCAFile is trusted for a rediss:// --redis-url; redisCAs is it
+	// read by validate.
+	redisCAFile string
+	redisCAs    *x509.CertPool
+
+	// access: the tokens of the serving roles, each from its flag or its
+	// file (validate reads the files; authToken is the operator's too, and
+	// the token the operator commands send).
+	authToken, operatorToken, viewerToken, ingestToken tokenFlag
+	allowNoAuth                                        bool
 
 	// ingest
-	authToken string
-	maxBody   int64
-	maxBatch  int
+	maxBody  int64
+	maxBatch int
 	// requestTimeout bounds the store work of one ingest request.
 	requestTimeout time.Duration
 	// ingestGroupWait, ingestGroupMax and ingestGroupMaxBytes bound the
@@ -136,7 +152,8 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 			fs.StringVar(&o.mongoDB, "mongo-db", mongostore.DatabaseDefault, "MongoDB database (mongodb stores)")
 			fs.IntVar(&o.mongoMaxPool, "mongo-max-pool", mongostore.MaxPoolSizeDefault, "most connections to each MongoDB server (mongodb stores; replaces the URI's maxPoolSize)")
 		case gRedis:
-			fs.StringVar(&o.redisURL, "redis-url", RedisURLDefault, "Redis URL")
+			fs.StringVar(&o.redisURL, "redis-url", RedisURLDefault, "Redis URL (rediss://… for TLS)")
+			fs.StringVar(&o.redisCAFile, "redis-ca-file", "", "PEM certificates of the authorities a rediss:// --redis-url is trusted by, besides the system's")
 			fs.StringVar(&o.stream, "stream", outbox.StreamDefault, "Redis stream")
 			fs.StringVar(&o.group, "group", stream.GroupDefault, "Redis consumer group")
 		case gPostgres:
@@ -146,11 +163,19 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 			fs.DurationVar(&o.httpBodyTimeout, "http-body-timeout", httpapi.BodyTimeoutDefault, "longest a client may take to send a request body (then 408)")
 			fs.DurationVar(&o.httpIdleTimeout, "http-idle-timeout", httpapi.IdleTimeoutDefault, "close keep-alive connections idle this long")
 			fs.IntVar(&o.httpMaxBodies, "http-max-bodies", httpapi.MaxInFlightBodiesDefault, "most request bodies read at once (more get 503), which bounds their memory to this × --max-body")
+			fs.DurationVar(&o.httpWriteTimeout, "http-write-timeout", httpapi.WriteTimeoutDefault, "longest the writing of one answer may take once it starts: a client that reads it slower is cut off")
+			fs.IntVar(&o.httpMaxConns, "http-max-conns", httpapi.MaxConnsDefault(), fmt.Sprintf("most open HTTP connections, by default half the open-file limit (at most %d): at the cap the longest-idle one is closed to make room, and with every one busy /healthz and /readyz are still answered on %d more", httpapi.MaxConnsCeiling, httpapi.ProbeReserve))
+			fs.StringVar(&o.tlsCert, "tls-cert", "", "serve HTTPS (TLS 1.2 or later) with this PEM certificate (chain), with --tls-key")
+			fs.StringVar(&o.tlsKey, "tls-key", "", "the PEM private key of --tls-cert")
 			fs.BoolVar(&o.uiReadOnly, "ui-read-only", false, "the console at /ui shows no action, and the admin API refuses those that change something (403)")
 			fs.DurationVar(&o.uiSampleEvery, "ui-sample-every", httpapi.HistoryEveryDefault, "how often the console's charts sample the status (GET /v1/status/history keeps 120 samples)")
-			fs.BoolVar(&o.pprof, "pprof", false, "serve Go's profiles (net/http/pprof) under /debug/pprof/ on --http-addr, without auth: for benchmarks and debugging, not for an exposed address")
+			fs.BoolVar(&o.pprof, "pprof", false, "serve Go's profiles (net/http/pprof) under /debug/pprof/ on --http-addr to the operator token (to anyone when no token is set), never the command line: for benchmarks and debugging")
 		case gAuth:
-			fs.StringVar(&o.authToken, "auth-token", "", "bearer token required on /v1/* (empty: no auth)")
+			o.authToken.register(fs, "auth-token", "the operator token (the same as --operator-token)", false)
+			o.operatorToken.register(fs, "operator-token", "bearer token of every route, the admin actions included", true)
+			o.viewerToken.register(fs, "viewer-token", "bearer token of every read (the status, the admin listings, the journey, the console without actions)", true)
+			o.ingestToken.register(fs, "ingest-token", "bearer token of POST /v1/events, POST /v1/events:batch and GET /v1/events/{id}", true)
+			fs.BoolVar(&o.allowNoAuth, "allow-no-auth", false, "serve the API without a token on an address other than loopback, and to any Host (by default a role with no token refuses a non-loopback --http-addr and answers only a Host naming a loopback address)")
 		case gIngest:
 			if fs.Lookup("stream") == nil { // the stream the outbox entries are for
 				fs.StringVar(&o.stream, "stream", outbox.StreamDefault, "Redis stream the outbox entries are relayed to")
@@ -195,7 +220,7 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 			}
 		case gClient:
 			fs.StringVar(&o.server, "server", ServerDefault, "URL of a running outboxd")
-			fs.StringVar(&o.authToken, "auth-token", "", "bearer token of the running outboxd")
+			o.authToken.register(fs, "auth-token", "bearer token of the running outboxd: the operator token, or the viewer token for the commands that change nothing (status, dlq list, replay --dry-run, verify)", true)
 			fs.BoolVar(&o.jsonOut, "json", false, "print JSON instead of a table")
 		case gDLQFilter:
 			fs.StringVar(&o.category, "category", "", "only dead letters of this category (non_retryable, poison, …)")
@@ -316,9 +341,15 @@ func (o *options) validate() error {
 	if has["http-addr"] && o.httpAddr == "" && o.role.api {
 		return config.Invalid("http-addr", "must not be empty for %s, which serves the API", o.role.name)
 	}
+	if err := o.validateAccess(); err != nil {
+		return err
+	}
+	if err := o.validateTLS(); err != nil {
+		return err
+	}
 	if has["server"] {
 		if u, err := url.Parse(o.server); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return config.Invalid("server", "must be http://host:port or https://… (got %q)", o.server)
+			return config.Invalid("server", "must be http://host:port or https://… (got %q)", redact.DSN(o.server))
 		}
 	}
 	if has["lease"] && o.reconcileLease && o.every == 0 {
@@ -338,6 +369,8 @@ func (o *options) validate() error {
 		{"http-body-timeout", o.httpBodyTimeout < time.Millisecond, "must be at least 1ms"},
 		{"http-idle-timeout", o.httpIdleTimeout < time.Millisecond, "must be at least 1ms"},
 		{"http-max-bodies", o.httpMaxBodies <= 0, "must be positive"},
+		{"http-max-conns", o.httpMaxConns <= 0, "must be positive"},
+		{"http-write-timeout", o.httpWriteTimeout < time.Millisecond, "must be at least 1ms"},
 		{"ui-sample-every", o.uiSampleEvery < 100*time.Millisecond, "must be at least 100ms"},
 		{"max-body", o.maxBody <= 0 || o.maxBody > httpapi.MaxBodyMax, fmt.Sprintf("must be between 1 and %d (a larger body could become a MongoDB document over its 16 MiB limit)", httpapi.MaxBodyMax)},
 		{"max-batch", o.maxBatch <= 0, "must be positive"},

@@ -16,7 +16,7 @@ const (
 	gRedis
 	gPostgres
 	gHTTP
-	gAuth
+	gAuth // the tokens of the API, every serving role
 	gIngest
 	gDispatch
 	gWork
@@ -73,13 +73,13 @@ var roles = []*role{
 	{name: "ingest", summary: "HTTP API that writes originals and outbox entries in one store transaction",
 		flags: []flagGroup{gStore, gHTTP, gAuth, gIngest}, store: true, serve: true, api: true},
 	{name: "dispatch", summary: "relay the outbox to the Redis stream (feed + checkpoint, one leader per stream)",
-		flags: []flagGroup{gStore, gRedis, gHTTP, gDispatch}, store: true, redis: true, serve: true,
+		flags: []flagGroup{gStore, gRedis, gHTTP, gAuth, gDispatch}, store: true, redis: true, serve: true,
 		services: func(a *app) ([]service, error) { return a.build(a.newDispatcher) }},
 	{name: "work", summary: "consume the stream and build the PostgreSQL read model",
-		flags: []flagGroup{gStore, gRedis, gPostgres, gHTTP, gWork}, store: true, redis: true, postgres: true, serve: true,
+		flags: []flagGroup{gStore, gRedis, gPostgres, gHTTP, gAuth, gWork}, store: true, redis: true, postgres: true, serve: true,
 		services: func(a *app) ([]service, error) { return a.build(a.newWorker) }},
 	{name: "reconcile", summary: "re-publish old originals that never reached syncedAt (one sweep, or --every as a service, with the read model's audit)",
-		flags: []flagGroup{gStore, gRedis, gPostgres, gHTTP, gReconcile}, store: true, redis: true, postgres: true, postgresAside: true, serve: true,
+		flags: []flagGroup{gStore, gRedis, gPostgres, gHTTP, gAuth, gReconcile}, store: true, redis: true, postgres: true, postgresAside: true, serve: true,
 		services: func(a *app) ([]service, error) { return a.build(a.newAudit, a.newReconciler) },
 		once:     func(ctx context.Context, a *app) error { return a.reconcileOnce(ctx) },
 		onceWhen: func(o *options) bool { return o.every == 0 }},

@@ -39,6 +39,17 @@
 // left out of the HTML, not hidden); the API refuses the same actions with
 // 403 (httpapi.Config.ReadOnly), so the flag holds for every client.
 //
+// # What the token may do
+//
+// Once a token is there, the pages ask the API what it may do (GET
+// /v1/whoami) and say it in the header: with the viewer token they read
+// every page but take every element marked data-operator out (the action
+// buttons, the rebuild option, the confirmation dialog), as a read-only
+// instance's pages are; the operator token keeps them; the ingest token,
+// which may only write events, is asked to be replaced. The API refuses
+// the actions to any token but the operator's (403) all the same: the
+// pages only show what it allows.
+//
 // # Accessibility
 //
 // Real links and buttons, labelled fields, visible focus, a skip link,

@@ -4,50 +4,87 @@
 // stores, the command and the benchmark harness share it without importing
 // the flag parsing of internal/config.
 //
-// Today DSN hides the password of a URI's userinfo
-// (mongodb://user:secret@host, redis://:secret@host,
-// postgres://user:secret@host). Other places a secret can sit in a
-// connection string (query parameters such as password= or sslpassword=,
-// and key/value DSNs such as "host=h password=secret") are further cases
-// of DSN, each a function of its own beside userinfo below, so every
-// caller gains them at once.
+// DSN hides, each in a function of its own below:
+//   - the password of a URI's userinfo (mongodb://user:secret@host,
+//     redis://:secret@host, postgres://user:secret@host, the --server URL
+//     of the operator commands);
+//   - the values of the query parameters that carry a secret
+//     (postgres://u@h/db?password=secret, sslpassword=, sslkey=,
+//     tlsCertificateKeyFilePassword=), names matched without regard to case;
+//   - the same keys of a key/value DSN (libpq's "host=h password=secret",
+//     quoted values included).
 package redact
 
 import (
 	"net/url"
+	"regexp"
 	"strings"
 )
 
 // Mask is what replaces a secret.
 const Mask = "xxxxx"
 
-// DSN returns s with its secrets replaced by Mask, for logs and messages.
-// A URI keeps everything but the password of its userinfo; a string that
-// does not parse as a URI has anything between "://" and the last "@"
-// hidden. Strings without a secret come back unchanged.
-func DSN(s string) string {
-	u, err := url.Parse(s)
-	if err != nil {
-		return unparsed(s)
-	}
-	if out, ok := userinfo(u); ok {
-		return out
-	}
-	return s
+// secretKeys are the parameters, of a URI's query or a key/value DSN, whose
+// value is a secret (lower case).
+var secretKeys = map[string]bool{
+	"password":                      true,
+	"sslpassword":                   true,
+	"sslkey":                        true,
+	"tlscertificatekeyfilepassword": true,
 }
 
-// userinfo replaces the password of u's userinfo; ok is false when u has
-// none.
-func userinfo(u *url.URL) (string, bool) {
+// DSN returns s with its secrets replaced by Mask, for logs and messages.
+// A URI keeps everything but the password of its userinfo and the values
+// of its secret query parameters; a key/value DSN keeps everything but the
+// values of its secret keys; a string that does not parse as a URI has
+// anything between "://" and the last "@" hidden, and its secret
+// parameters too. Strings without a secret come back unchanged.
+func DSN(s string) string {
+	if isKeyValue(s) {
+		return keyValue(s)
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return rawQuery(unparsed(s))
+	}
+	changed := userinfo(u)
+	if q, ok := query(u.RawQuery); ok {
+		u.RawQuery, changed = q, true
+	}
+	if !changed {
+		return s
+	}
+	return u.String()
+}
+
+// userinfo replaces the password of u's userinfo; it reports whether u had
+// one.
+func userinfo(u *url.URL) bool {
 	if u.User == nil {
-		return "", false
+		return false
 	}
 	if _, ok := u.User.Password(); !ok {
-		return "", false
+		return false
 	}
-	c := *u
-	c.User = url.UserPassword(u.User.Username(), Mask)
-	return c.String(), true
+	u.User = url.UserPassword(u.User.Username(), Mask)
+	return true
+}
+
+// query replaces the values of the secret parameters of a raw query,
+// keeping the rest as it was written; ok is false when it has none.
+func query(raw string) (string, bool) {
+	if raw == "" {
+		return raw, false
+	}
+	parts := strings.Split(raw, "&")
+	found := false
+	for i, p := range parts {
+		k, _, hasValue := strings.Cut(p, "=")
+		if key, err := url.QueryUnescape(k); err == nil && hasValue && secretKeys[strings.ToLower(key)] {
+			parts[i], found = k+"="+Mask, true
+		}
+	}
+	return strings.Join(parts, "&"), found
 }
 
 // unparsed hides what could be userinfo in a string net/url refuses (a
@@ -58,4 +95,91 @@ func unparsed(s string) string {
 		return s[:i+3] + Mask + s[j:]
 	}
 	return s
+}
+
+// secretParam matches a secret query parameter and its value in a string
+// net/url refuses.
+var secretParam = regexp.MustCompile(`(?i)([?&;](?:password|sslpassword|sslkey|tlscertificatekeyfilepassword)=)[^&;#]*`)
+
+// rawQuery hides the values of secret parameters in a string net/url
+// refuses.
+func rawQuery(s string) string { return secretParam.ReplaceAllString(s, "${1}"+Mask) }
+
+// kvStart matches the start of a key/value DSN: a keyword, then "=".
+var kvStart = regexp.MustCompile(`^\s*[A-Za-z_][A-Za-z0-9_]*\s*=`)
+
+// isKeyValue tells a key/value DSN ("host=h dbname=d") from a URI.
+func isKeyValue(s string) bool { return !strings.Contains(s, "://") && kvStart.MatchString(s) }
+
+// keyValue hides the values of the secret keys of a key/value DSN, as
+// libpq reads one: keyword = value, a value either single-quoted (with \'
+// and \\ inside) or running to the next space (with backslash escapes).
+// What cannot be read from a secret key on is hidden to the end.
+func keyValue(s string) string {
+	var out strings.Builder
+	i := 0
+	for i < len(s) {
+		// The keyword.
+		start := i
+		for i < len(s) && isSpace(s[i]) {
+			i++
+		}
+		k := i
+		for i < len(s) && s[i] != '=' && !isSpace(s[i]) {
+			i++
+		}
+		key := strings.ToLower(s[k:i])
+		for i < len(s) && isSpace(s[i]) {
+			i++
+		}
+		if i >= len(s) || s[i] != '=' {
+			out.WriteString(s[start:]) // not key/value from here: nothing more to read
+			return out.String()
+		}
+		i++ // '='
+		for i < len(s) && isSpace(s[i]) {
+			i++
+		}
+		out.WriteString(s[start:i])
+		// The value.
+		v := i
+		closed := true
+		if i < len(s) && s[i] == '\'' {
+			i++
+			closed = false
+			for i < len(s) {
+				if s[i] == '\\' && i+1 < len(s) {
+					i += 2
+					continue
+				}
+				if s[i] == '\'' {
+					i++
+					closed = true
+					break
+				}
+				i++
+			}
+		} else {
+			for i < len(s) && !isSpace(s[i]) {
+				if s[i] == '\\' && i+1 < len(s) {
+					i++
+				}
+				i++
+			}
+		}
+		switch {
+		case secretKeys[key] && !closed:
+			out.WriteString(Mask)
+			return out.String()
+		case secretKeys[key]:
+			out.WriteString(Mask)
+		default:
+			out.WriteString(s[v:i])
+		}
+	}
+	return out.String()
+}
+
+func isSpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'
 }

@@ -5,7 +5,11 @@ package redisproc
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -15,13 +19,28 @@ import (
 	"time"
 )
 
+// ErrNoTLS is returned by Start when the server was asked to speak TLS and
+// this redis-server cannot (built without it).
+var ErrNoTLS = errors.New("this redis-server cannot serve TLS (built without it?)")
+
+// TLS are the PEM files of a server that speaks TLS only (on its Port).
+type TLS struct {
+	// CAFile is the authority's certificate, which clients trust;
+	// CertFile and KeyFile the server's certificate and private key.
+	CAFile, CertFile, KeyFile string
+}
+
 // Server is one redis-server process on 127.0.0.1:Port. Not safe for
 // concurrent use.
 type Server struct {
 	Port int
 	// Dir is the server's working folder (it writes nothing there).
 	Dir string
+	// TLS, when set, makes the server speak TLS only.
+	TLS *TLS
 	cmd *exec.Cmd
+	// exited is closed when the process has ended.
+	exited chan struct{}
 }
 
 // SparePort returns a free loopback port.
@@ -37,34 +56,63 @@ func SparePort() (int, error) {
 // Addr is the server's host:port.
 func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port)) }
 
-// URL is the server's redis:// URL.
-func (s *Server) URL() string { return fmt.Sprintf("redis://%s/0", s.Addr()) }
+// URL is the server's redis:// URL (rediss:// with TLS).
+func (s *Server) URL() string {
+	if s.TLS != nil {
+		return fmt.Sprintf("rediss://%s/0", s.Addr())
+	}
+	return fmt.Sprintf("redis://%s/0", s.Addr())
+}
 
 // Running reports whether the process was started and not stopped.
 func (s *Server) Running() bool { return s.cmd != nil }
 
+// args are the server's command line.
+func (s *Server) args() []string {
+	args := []string{"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", s.Dir, "--loglevel", "warning",
+		"--maxmemory-policy", "noeviction"}
+	if s.TLS != nil {
+		args = append(args, "--port", "0", "--tls-port", strconv.Itoa(s.Port), "--tls-cert-file", s.TLS.CertFile,
+			"--tls-key-file", s.TLS.KeyFile, "--tls-ca-cert-file", s.TLS.CAFile, "--tls-auth-clients", "no")
+	}
+	return args
+}
+
 // Start starts the server (again, empty) and waits up to timeout until it
-// answers PING. On a running server it does nothing.
+// answers PING. On a running server it does nothing. A server asked to
+// speak TLS by a redis-server built without it fails with ErrNoTLS.
 func (s *Server) Start(timeout time.Duration) error {
 	if s.cmd != nil {
 		return nil
 	}
-	cmd := exec.Command("redis-server", "--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", s.Dir, "--loglevel", "warning",
-		"--maxmemory-policy", "noeviction")
+	var out bytes.Buffer
+	cmd := exec.Command("redis-server", s.args()...)
+	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("error starting redis-server on port %d: %w", s.Port, err)
 	}
-	s.cmd = cmd
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	s.cmd, s.exited = cmd, exited
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		if ping(ctx, s.Addr()) == nil {
+		if s.ping(ctx) == nil {
 			return nil
 		}
 		select {
+		case <-exited:
+			s.cmd = nil
+			if s.TLS != nil && bytes.Contains(bytes.ToLower(out.Bytes()), []byte("tls")) {
+				return fmt.Errorf("%w: %s", ErrNoTLS, bytes.TrimSpace(out.Bytes()))
+			}
+			return fmt.Errorf("redis-server on port %d exited: %s", s.Port, bytes.TrimSpace(out.Bytes()))
 		case <-ctx.Done():
 			s.Kill()
 			return fmt.Errorf("redis-server on port %d did not answer within %s", s.Port, timeout)
@@ -73,12 +121,23 @@ func (s *Server) Start(timeout time.Duration) error {
 	}
 }
 
-// ping sends PING over a connection of its own and expects +PONG.
-func ping(ctx context.Context, addr string) error {
+// ping sends PING over a connection of its own (TLS when the server speaks
+// it, trusting its authority) and expects +PONG.
+func (s *Server) ping(ctx context.Context) error {
 	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", addr)
+	c, err := d.DialContext(ctx, "tcp", s.Addr())
 	if err != nil {
 		return err
+	}
+	if s.TLS != nil {
+		pem, err := os.ReadFile(s.TLS.CAFile)
+		if err != nil {
+			_ = c.Close()
+			return err
+		}
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(pem)
+		c = tls.Client(c, &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12})
 	}
 	defer c.Close()
 	if dl, ok := ctx.Deadline(); ok {
@@ -113,6 +172,6 @@ func (s *Server) Kill() {
 		return
 	}
 	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait()
+	<-s.exited
 	s.cmd = nil
 }

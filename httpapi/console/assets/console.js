@@ -8,6 +8,10 @@ const outboxd = (() => {
   const TOKEN_KEY = 'outboxd.console.token';
   const body = document.body;
   const readOnly = body.dataset.readOnly === 'true';
+  // mayAct turns false once the token in use may not act (the viewer
+  // token); the server leaves the actions out of a read-only instance's
+  // pages already.
+  let mayAct = !readOnly;
   const authRequired = body.dataset.authRequired === 'true';
   const refreshSeconds = Number(body.dataset.refresh) || 5;
 
@@ -340,20 +344,68 @@ const outboxd = (() => {
     }
   }
 
+  // --- what the token may do --------------------------------------------------
+
+  const scopeWords = {
+    ingest: 'ingest token: it may only write events',
+    viewer: 'viewer token: read-only',
+    operator: 'operator token',
+  };
+
+  // applyScope asks the API what the token in use may do (GET
+  // /v1/whoami), says it in the header, and takes the actions out of the
+  // page when it may not act. It resolves to false when the token may not
+  // read the pages (the ingest token), after asking for another.
+  async function applyScope() {
+    let who;
+    try {
+      who = await api('GET', '/v1/whoami');
+    } catch (err) {
+      return err.status !== 401;
+    }
+    const badge = document.getElementById('token-scope');
+    if (badge) {
+      badge.hidden = !who.authRequired;
+      badge.textContent = scopeWords[who.scope] || who.scope;
+    }
+    if (!who.act && mayAct) {
+      mayAct = false;
+      for (const el of document.querySelectorAll('[data-operator]')) el.remove();
+    } else if (who.act && !mayAct && !readOnly) {
+      location.reload(); // a token that may act after one that could not: the actions come back with the page
+      return false;
+    }
+    if (!who.read) {
+      setToken('');
+      askToken('This is the ingest token: it may only write events. Enter the viewer or the operator token.');
+      return false;
+    }
+    return true;
+  }
+
   // start runs the page's load once a token is there (or none is needed),
-  // and again whenever a token is entered.
+  // and again whenever a token is entered, after learning what the token
+  // may do.
   function start(load) {
-    loader = load;
+    loader = async () => {
+      if (await applyScope()) load();
+    };
     showTokenState();
     if (authRequired && !token()) {
       askToken('');
       return;
     }
-    load();
+    loader();
+  }
+
+  // canAct tells whether the page may offer actions: an instance that is
+  // not read-only, and a token that may act.
+  function canAct() {
+    return mayAct;
   }
 
   return {
-    readOnly, refreshSeconds, api, ApiError, h, clear, fillPairs, table, fmtNum, counted, fmtTime, timeEl, fmtAge,
+    readOnly, canAct, refreshSeconds, api, ApiError, h, clear, fillPairs, table, fmtNum, counted, fmtTime, timeEl, fmtAge,
     fmtSeconds, state, code, journeyLink, failure, originalPairs, prettyJSON, showError, hideError, announce, fieldErrors, confirm,
     showDLQCount, refreshNav, start,
   };

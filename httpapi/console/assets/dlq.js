@@ -72,7 +72,7 @@
       o.state(dl.original),
     ];
     const tr = h('tr', {}, cells.map((c, i) => (i === 0 ? h('th', { scope: 'row' }, c) : h('td', {}, c))));
-    if (!o.readOnly) {
+    if (o.canAct()) {
       const replay = h('button', { type: 'button', 'data-action': 'replay', 'aria-label': `Replay dead letter ${dl.id}`, text: 'Replay' });
       const drop = h('button', { type: 'button', 'data-action': 'drop', class: 'danger', 'aria-label': `Drop dead letter ${dl.id}`, text: 'Drop…' });
       replay.addEventListener('click', () => run('replay', { ids: [dl.id] }, 'Replayed'));
