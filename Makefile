@@ -68,6 +68,10 @@ rules: test-services ## Check the Prometheus rules and run their unit tests with
 bench: services build ## Run the benchmark harness (cmd/outboxd-bench): raw limits, every stage and its ratio, latency, peak RSS; BENCH_EVENTS, BENCH_OUT, BENCH_CHUNKS, BENCH_PROFILE
 	$(GO) run ./cmd/outboxd-bench -bin $(BIN)
 
+.PHONY: bench-replay
+bench-replay: services build ## A 100,000-event replay while single events are posted: the live events' p99 before, during (replay lane) and into the stream; REPLAY_EVENTS, REPLAY_LIVE_RATE, REPLAY_BASELINE, REPLAY_RATE, REPLAY_DEV_FLAGS, BENCH_OUT
+	$(GO) run ./cmd/outboxd-bench replay -bin $(BIN)
+
 .PHONY: load
 load: build ## Load run against a running outboxd (make run in another terminal): SERVER, LOAD_SINGLE=60s, LOAD_BATCH=30s
 	$(GO) run ./cmd/outboxd-bench load

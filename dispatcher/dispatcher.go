@@ -103,7 +103,8 @@ func New(st store.Store, rc *stream.Client, cfg *Config, logger *zap.Logger) (*D
 	d.publisher = rc.Publisher(stream.NewKeys(c.Stream, ""), &stream.PublisherConfig{Breaker: &failpolicy.BreakerConfig{
 		Name: failpolicy.SourceRedis, Failures: c.BreakerFailures, Timeout: c.BreakerTimeout, State: m.breaker,
 	}}, d.logger)
-	d.streak = failpolicy.NewStreak("dispatcher", c.StreakLimit, m.streak, d.logger)
+	d.streak = failpolicy.NewStreak(component, c.StreakLimit, m.streak, d.logger)
+	d.streak.Share(rc.Streak(stream.NewKeys(c.Stream, ""), component), nil)
 	d.elector = leader.New(st, leader.Config{
 		Name: LeaseName(c.Stream), Owner: c.Owner, TTL: c.LeaseTTL, Now: c.Now, BackoffMax: c.BackoffMax,
 		Hooks: leader.Hooks{Elected: d.elected, Demoted: d.demoted},
@@ -136,9 +137,17 @@ func (d *Dispatcher) Err() error { return d.life.Err() }
 // Config.BreakerTimeout instead of after the jittered back-off; nothing is
 // marked dispatched or checkpointed meanwhile, exactly as during any
 // outage. The halt clears by itself when the failing dependency answers
-// again, or with ResumeRetries (an operator action; restarting the
-// dispatcher does the same). Either is logged at info level.
+// again, or with ResumeRetries (an operator action, as is `outboxd
+// retries resume --class C`). The rule's state is every dispatcher's of
+// the stream, kept in Redis (stream.Keys.Streak), so a dispatcher that
+// takes over inherits the run and a restart does not clear a halt;
+// failures of Redis itself count in the process. Either is logged at info
+// level.
 func (d *Dispatcher) ResumeRetries() { d.streak.Resume() }
+
+// component names the dispatcher for the streak rule (its metrics and its
+// shared state, stream.Keys.Streak).
+const component = stream.ComponentDispatcher
 
 // LeaseName is the name of the dispatcher's lease of stream, which also
 // holds its checkpoint: the stream's name.

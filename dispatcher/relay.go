@@ -23,6 +23,7 @@ func (d *Dispatcher) relay(ctx, workCtx context.Context, lease store.Lease, entr
 	spans, entries := d.startRelaySpans(ctx, entries)
 	defer func() { spans.End(err) }()
 	workCtx = spans.Context(workCtx)
+	d.streak.Refresh(ctx) // a halt, or a resume, of another process
 	if err := d.xadd(ctx, workCtx, entries); err != nil {
 		return err
 	}

@@ -66,6 +66,12 @@ type VerifyRequest struct {
 	Limit  int    `json:"limit,omitempty"`
 }
 
+// RetriesRequest is the body of POST /v1/admin/retries:resume: the class
+// whose halted retries to resume (infrastructure, record or unknown).
+type RetriesRequest struct {
+	Class string `json:"class"`
+}
+
 // query parses r into the operator's query.
 func (r VerifyRequest) query() (operator.VerifyQuery, error) {
 	from, to, err := window(r.From, r.To)
@@ -146,6 +152,9 @@ func (h *handler) adminRoutes() []route {
 			}
 			return op.Verify(ctx, q)
 		}, func(r VerifyRequest) bool { return r.Repair }), accessView},
+		{http.MethodPost, "/v1/admin/retries:resume", adminPost(h, func(ctx context.Context, r RetriesRequest) (*operator.RetriesResult, error) {
+			return op.ResumeRetries(ctx, operator.RetriesQuery{Class: r.Class})
+		}, always[RetriesRequest]), accessOperate},
 	}
 }
 
@@ -154,7 +163,7 @@ func always[Req any](Req) bool { return true }
 
 // errReadOnly refuses an action that changes something on a read-only
 // instance.
-var errReadOnly = errors.New("this instance is read-only (--ui-read-only): it refuses the admin actions that change something (DLQ replay and drop, replay other than a dry run, verify --repair); ask an instance without the flag")
+var errReadOnly = errors.New("this instance is read-only (--ui-read-only): it refuses the admin actions that change something (DLQ replay and drop, replay other than a dry run, verify --repair, retries resume); ask an instance without the flag")
 
 // adminAnswer serves an admin route: 200 with what action returns, or the
 // problem of its error.

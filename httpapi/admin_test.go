@@ -20,6 +20,7 @@ import (
 
 	"github.com/outboxd/outboxd/dispatcher"
 	"github.com/outboxd/outboxd/httpapi"
+	"github.com/outboxd/outboxd/internal/failpolicy"
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/operator"
 	"github.com/outboxd/outboxd/outbox"
@@ -232,10 +233,11 @@ func (b *adminBundle) call(t *testing.T, method, path string, body, out any) (in
 	return res.StatusCode, raw
 }
 
-// streamSince returns the stream's messages after id.
-func (b *adminBundle) streamSince(t *testing.T, id string) []outbox.Message {
+// laneSince returns the messages of the replay lane, where replays go,
+// after id.
+func (b *adminBundle) laneSince(t *testing.T, id string) []outbox.Message {
 	t.Helper()
-	msgs, err := b.rdb.XRange(context.Background(), b.stream, "("+id, "+").Result()
+	msgs, err := b.rdb.XRange(context.Background(), b.keys().Replay(), "("+id, "+").Result()
 	require.NoError(t, err)
 	out := make([]outbox.Message, len(msgs))
 	for i, m := range msgs {
@@ -245,9 +247,11 @@ func (b *adminBundle) streamSince(t *testing.T, id string) []outbox.Message {
 	return out
 }
 
-func (b *adminBundle) lastID(t *testing.T) string {
+// laneLastID is the last id added to the replay lane (which the worker
+// creates when it starts).
+func (b *adminBundle) laneLastID(t *testing.T) string {
 	t.Helper()
-	info, err := b.rdb.XInfoStream(context.Background(), b.stream).Result()
+	info, err := b.rdb.XInfoStream(context.Background(), b.keys().Replay()).Result()
 	require.NoError(t, err)
 	return info.LastGeneratedID
 }
@@ -315,7 +319,7 @@ func TestAdminDLQReplay(t *testing.T) {
 			require.Equal(t, bad.IdempotencyKey, one.Event.IdempotencyKey)
 
 			b.breaker.Store(nil) // the cause is fixed
-			mark := b.lastID(t)
+			mark := b.laneLastID(t)
 			var res operator.DLQActionResult
 			code, body = b.call(t, http.MethodPost, "/v1/admin/dlq:replay", operator.DLQAction{IDs: []string{dl.ID}}, &res)
 			require.Equal(t, http.StatusOK, code, string(body))
@@ -323,7 +327,7 @@ func TestAdminDLQReplay(t *testing.T) {
 			require.Equal(t, []operator.DLQResult{{ID: dl.ID, EventID: bad.ID, Outcome: operator.OutcomeReplayed}}, res.Results)
 			b.waitDrained(t, events...)
 			require.Zero(t, b.rdb.XLen(ctx, b.keys().DLQ()).Val(), "the entry is gone")
-			msgs := b.streamSince(t, mark)
+			msgs := b.laneSince(t, mark)
 			require.Len(t, msgs, 1)
 			require.Equal(t, outbox.OriginDLQReplay, msgs[0].Origin)
 			require.Equal(t, bad.IdempotencyKey, msgs[0].IdempotencyKey)
@@ -409,7 +413,7 @@ func TestAdminReplayWindow(t *testing.T) {
 			all := append(slices.Clone(events), other...)
 			b.waitDrained(t, all...)
 			rows, stats := b.readModel(t)
-			mark := b.lastID(t)
+			mark := b.laneLastID(t)
 
 			req := httpapi.ReplayRequest{From: day0.Add(2 * time.Hour).Format(time.RFC3339), To: day0.Add(5 * time.Hour).Format(time.RFC3339),
 				SourceKey: "src", DeviceKey: "d1", DryRun: true}
@@ -417,7 +421,7 @@ func TestAdminReplayWindow(t *testing.T) {
 			code, body := b.call(t, http.MethodPost, "/v1/admin/replay", req, &res)
 			require.Equal(t, http.StatusOK, code, string(body))
 			require.Equal(t, int64(3), *res.Count)
-			require.Equal(t, mark, b.lastID(t), "a dry run publishes nothing")
+			require.Equal(t, mark, b.laneLastID(t), "a dry run publishes nothing")
 
 			req.DryRun, req.Limit = false, 2
 			published, chunks := 0, 0
@@ -433,7 +437,7 @@ func TestAdminReplayWindow(t *testing.T) {
 			}
 			require.Equal(t, 3, published)
 			require.Equal(t, 2, chunks)
-			msgs := b.streamSince(t, mark)
+			msgs := b.laneSince(t, mark)
 			require.Len(t, msgs, 3, "only the window's originals")
 			for i, m := range msgs {
 				require.Equal(t, events[2+i].ID, m.EventID)
@@ -635,6 +639,8 @@ func TestAdminAPI(t *testing.T) {
 		{"EventsBadState", http.MethodGet, "/v1/admin/events?state=lost", ``, 422, "state"},
 		{"EventsBadWindow", http.MethodGet, "/v1/admin/events?from=2026-10-02T00:00:00Z&to=2026-10-01T00:00:00Z", ``, 422, "to"},
 		{"WrongMethod", http.MethodDelete, "/v1/admin/replay", ``, 405, ""},
+		{"RetriesNoClass", http.MethodPost, "/v1/admin/retries:resume", `{}`, 422, "class"},
+		{"RetriesBadClass", http.MethodPost, "/v1/admin/retries:resume", `{"class":"poison"}`, 422, "class"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := hb.do(t, tc.method, tc.path, tc.body, auth...).problem(t, tc.status)
@@ -669,10 +675,48 @@ func TestAdminAPI(t *testing.T) {
 		require.Equal(t, httpapi.ProblemNotAvailable, p.Type)
 		require.Contains(t, p.Detail, "ingest")
 		ingest.do(t, http.MethodPost, "/v1/admin/verify", "{}").problem(t, http.StatusNotImplemented)
+		ingest.do(t, http.MethodPost, "/v1/admin/retries:resume", `{"class":"record"}`).problem(t, http.StatusNotImplemented)
 		ingest.do(t, http.MethodPost, "/v1/admin/replay", window).problem(t, http.StatusNotImplemented)
 		// Counting needs the store only.
 		r := ingest.do(t, http.MethodPost, "/v1/admin/replay", `{"from":"2026-10-01T00:00:00Z","to":"2026-10-02T00:00:00Z","dryRun":true}`)
 		require.Equal(t, http.StatusOK, r.status, string(r.body))
 		require.JSONEq(t, `{"dryRun":true,"count":0,"matched":0,"published":0,"redriven":0,"removedRows":0,"done":true}`, string(r.body))
 	})
+}
+
+// TestAdminRetriesResume: POST /v1/admin/retries:resume clears a halted
+// class of the group's workers and of the stream's dispatchers in Redis
+// and says which it cleared; /v1/status shows the halts until then.
+func TestAdminRetriesResume(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupAdmin(t, testkit.NewStore(t))
+	keys := b.keys()
+	pgDown := failpolicy.Infrastructure(failpolicy.SourcePostgres)
+	storeDown := failpolicy.Infrastructure(failpolicy.SourceStore)
+	_, err := b.rc.Streak(keys, stream.ComponentWorker).Fail(ctx, pgDown, 1)
+	require.NoError(t, err)
+	_, err = b.rc.Streak(keys, stream.ComponentDispatcher).Fail(ctx, storeDown, 1)
+	require.NoError(t, err)
+	var snap httpapi.Snapshot
+	code, body := b.call(t, http.MethodGet, "/v1/status", nil, &snap)
+	require.Equal(t, http.StatusOK, code, string(body))
+	require.ElementsMatch(t, []httpapi.HaltedRetries{
+		{Component: stream.ComponentWorker, Class: failpolicy.ClassInfrastructure, Code: pgDown.Code},
+		{Component: stream.ComponentDispatcher, Class: failpolicy.ClassInfrastructure, Code: storeDown.Code},
+	}, snap.RetriesHalted)
+
+	var res operator.RetriesResult
+	code, body = b.call(t, http.MethodPost, "/v1/admin/retries:resume", httpapi.RetriesRequest{Class: failpolicy.ClassRecord}, &res)
+	require.Equal(t, http.StatusOK, code, string(body))
+	require.Equal(t, operator.RetriesResult{Class: failpolicy.ClassRecord, Resumed: []operator.ResumedHalt{}}, res, "another class: nothing cleared")
+	code, body = b.call(t, http.MethodPost, "/v1/admin/retries:resume", httpapi.RetriesRequest{Class: failpolicy.ClassInfrastructure}, &res)
+	require.Equal(t, http.StatusOK, code, string(body))
+	require.Equal(t, []operator.ResumedHalt{
+		{Component: stream.ComponentWorker, Code: pgDown.Code, Source: failpolicy.SourcePostgres},
+		{Component: stream.ComponentDispatcher, Code: storeDown.Code, Source: failpolicy.SourceStore},
+	}, res.Resumed)
+	code, body = b.call(t, http.MethodGet, "/v1/status", nil, &snap)
+	require.Equal(t, http.StatusOK, code, string(body))
+	require.Empty(t, snap.RetriesHalted)
 }

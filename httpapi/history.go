@@ -87,6 +87,13 @@ type Sample struct {
 	StreamLength  *int64          `json:"streamLength,omitempty"`
 	StreamPending *int64          `json:"streamPending,omitempty"`
 	DLQLength     *int64          `json:"dlqLength,omitempty"`
+	// ReplayLength, ReplayPending and ReplayLag are the replay lane's;
+	// ReplayedPerSecond the entries the group read from it per second
+	// since the sample before.
+	ReplayLength      *int64   `json:"replayLength,omitempty"`
+	ReplayPending     *int64   `json:"replayPending,omitempty"`
+	ReplayLag         *int64   `json:"replayLag,omitempty"`
+	ReplayedPerSecond *float64 `json:"replayedPerSecond,omitempty"`
 }
 
 // LatencySummary sums up the latencies of one interval, read from the
@@ -114,6 +121,8 @@ type rawSample struct {
 	at              time.Time
 	total, synced   int64
 	countsOK        bool
+	replayRead      int64
+	replayOK        bool
 	latency         histogramRead
 	latencyReadable bool
 }
@@ -198,6 +207,10 @@ func (h *History) sample(ctx context.Context) {
 	if d := snap.DLQ; d != nil {
 		s.DLQLength = &d.Length
 	}
+	if r := snap.Replay; r != nil {
+		s.ReplayLength, s.ReplayPending, s.ReplayLag = &r.Length, &r.Pending, r.Lag
+		raw.replayRead, raw.replayOK = r.Read, true
+	}
 	raw.latency, raw.latencyReadable = h.readLatency()
 
 	h.mu.Lock()
@@ -206,6 +219,10 @@ func (h *History) sample(ctx context.Context) {
 		if dt := raw.at.Sub(p.at).Seconds(); dt > 0 && p.countsOK && raw.countsOK {
 			in, synced := rate(raw.total-p.total, dt), rate(raw.synced-p.synced, dt)
 			s.IngestedPerSecond, s.SyncedPerSecond = &in, &synced
+		}
+		if dt := raw.at.Sub(p.at).Seconds(); dt > 0 && p.replayOK && raw.replayOK {
+			replayed := rate(raw.replayRead-p.replayRead, dt)
+			s.ReplayedPerSecond = &replayed
 		}
 		if raw.latencyReadable {
 			// A series appears at its first observation: before, it

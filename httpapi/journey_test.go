@@ -15,6 +15,7 @@ import (
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/operator"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/stream"
 )
 
 // journey asks for the journey of ref and requires a 200.
@@ -81,6 +82,8 @@ func TestAdminJourney(t *testing.T) {
 			j = b.journey(t, bad.ID)
 			require.Equal(t, outbox.StateSynced, j.Original.State)
 			require.Len(t, j.Stream.Entries, 2, "the first delivery and the replay")
+			require.Equal(t, stream.LaneLive, j.Stream.Entries[0].Lane)
+			require.Equal(t, stream.LaneReplay, j.Stream.Entries[1].Lane, "replays go into the replay lane")
 			require.Equal(t, string(outbox.OriginDLQReplay), j.Stream.Entries[1].Origin)
 			require.Equal(t, operator.EntryAcknowledged, j.Stream.Entries[1].Status)
 			require.Empty(t, j.Stream.DeadLetters, "replayed dead letters are removed")

@@ -26,6 +26,7 @@ func TestAdminReadOnly(t *testing.T) {
 		{"Replay", "/v1/admin/replay", `{` + window + `}`},
 		{"Rebuild", "/v1/admin/replay", `{` + window + `,"rebuild":true}`},
 		{"Repair", "/v1/admin/verify", `{"repair":true}`},
+		{"RetriesResume", "/v1/admin/retries:resume", `{"class":"record"}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := hb.do(t, http.MethodPost, tc.path, tc.body, auth...).problem(t, http.StatusForbidden)

@@ -51,6 +51,9 @@ type Status struct {
 	// reported unavailable, even when its client does not heed the
 	// deadline. Defaults to StatusReadTimeout (2 seconds).
 	ReadTimeout time.Duration
+
+	// replayRate measures the replay lane's rate between readings.
+	replayRate rateMeter
 }
 
 // Snapshot is the JSON of GET /v1/status. A part that could not be read
@@ -64,7 +67,10 @@ type Snapshot struct {
 	OldestPendingAgeSeconds *float64      `json:"oldestPendingAgeSeconds"`
 	Outbox                  *OutboxCounts `json:"outbox"`
 	Stream                  *StreamCounts `json:"stream,omitempty"`
-	DLQ                     *DLQCounts    `json:"dlq,omitempty"`
+	// Replay is the replay lane: the operator's replays, read by the
+	// workers only when the stream has nothing for them.
+	Replay *ReplayCounts `json:"replay,omitempty"`
+	DLQ    *DLQCounts    `json:"dlq,omitempty"`
 	// Dispatcher is the state of the dispatcher's lease (absent when it
 	// never existed: no dispatcher ever ran on this store and stream).
 	Dispatcher *DispatcherState `json:"dispatcher,omitempty"`
@@ -74,8 +80,10 @@ type Snapshot struct {
 	// Breakers are the circuit breakers of this process (absent when it
 	// runs none, or they are not known).
 	Breakers []Breaker `json:"breakers,omitempty"`
-	// RetriesHalted lists the failure classes whose automatic retries this
-	// process stopped (the same error code 50 times in a row).
+	// RetriesHalted lists the failure classes whose automatic retries are
+	// halted (the same error code 50 times in a row): the halts of the
+	// group's workers and of the stream's dispatchers, kept in Redis, and
+	// those of this process's components.
 	RetriesHalted []HaltedRetries `json:"retriesHalted,omitempty"`
 	// Audit is the last run of the read model's audit, by any process
 	// (absent when none ran, or this role has no PostgreSQL): what it
@@ -83,7 +91,7 @@ type Snapshot struct {
 	// commands that repair them.
 	Audit *operator.AuditReport `json:"audit,omitempty"`
 	// Unavailable names the parts that could not be read: "events",
-	// "outbox", "stream", "dlq", "dispatcher", "reconciler", "audit".
+	// "outbox", "stream", "replay", "dlq", "dispatcher", "reconciler", "audit".
 	Unavailable []string `json:"unavailable,omitempty"`
 	// ReadAt is when the store's figures were read (they may come from a
 	// short cache, see the store); absent when they could not be read.
@@ -114,6 +122,22 @@ type StreamCounts struct {
 	// Pending counts entries delivered to the group and not acknowledged
 	// (the Redis pending entries list).
 	Pending int64 `json:"pending"`
+}
+
+// ReplayCounts describes the replay lane and the group's progress on it.
+type ReplayCounts struct {
+	Name   string `json:"name"`
+	Length int64  `json:"length"`
+	// Pending counts its entries delivered to the group and not
+	// acknowledged; Lag those the group has not read yet (absent when
+	// Redis cannot tell).
+	Pending int64  `json:"pending"`
+	Lag     *int64 `json:"lag,omitempty"`
+	// Read counts the entries the group has read from the lane since it
+	// was created; RatePerSecond is how many it read per second over the
+	// last few seconds this status was read (absent at the first read).
+	Read          int64    `json:"read"`
+	RatePerSecond *float64 `json:"ratePerSecond,omitempty"`
 }
 
 // DLQCounts describes the dead-letter stream.
@@ -161,10 +185,11 @@ type Breaker struct {
 }
 
 // HaltedRetries is a failure class whose automatic retries a component
-// stopped.
+// stopped, and the code that stopped them (when known).
 type HaltedRetries struct {
 	Component string `json:"component"`
 	Class     string `json:"class"`
+	Code      string `json:"code,omitempty"`
 }
 
 // Snapshot reads the current state: the store and Redis in parallel, each
@@ -245,9 +270,12 @@ func (s *Status) counts(ctx context.Context, leases bool) *Snapshot {
 		snap.Outbox = &OutboxCounts{Undispatched: c.Undispatched}
 	}
 	if s.Redis != nil {
-		snap.Stream, snap.DLQ = parts.stream, parts.dlq
+		snap.Stream, snap.Replay, snap.DLQ, snap.RetriesHalted = parts.stream, parts.replay, parts.dlq, parts.halts
 		if parts.stream == nil {
 			snap.Unavailable = append(snap.Unavailable, "stream")
+		}
+		if parts.replay == nil {
+			snap.Unavailable = append(snap.Unavailable, "replay")
 		}
 		if parts.dlq == nil {
 			snap.Unavailable = append(snap.Unavailable, "dlq")
@@ -352,7 +380,8 @@ func (s *Status) addProcess(snap *Snapshot) {
 			case "outboxd_dispatcher_breaker_state":
 				snap.Breakers = append(snap.Breakers, Breaker{Component: "dispatcher", Name: cmp.Or(labels["breaker"], "redis"), State: breakerState(v)})
 			case "outboxd_retries_halted":
-				if v == 1 {
+				halted := func(h HaltedRetries) bool { return h.Component == labels["component"] && h.Class == labels["class"] }
+				if v == 1 && !slices.ContainsFunc(snap.RetriesHalted, halted) {
 					snap.RetriesHalted = append(snap.RetriesHalted, HaltedRetries{Component: labels["component"], Class: labels["class"]})
 				}
 			}
@@ -370,11 +399,14 @@ func breakerState(v float64) string {
 // streamParts are the Redis parts of a snapshot; a part that failed is nil.
 type streamParts struct {
 	stream *StreamCounts
+	replay *ReplayCounts
 	dlq    *DLQCounts
+	halts  []HaltedRetries
 }
 
-// streamCounts reads the stream's length and pending count and the DLQ's
-// length and oldest entry in one round trip; a part that failed is nil.
+// streamCounts reads the stream's length and pending count, the replay
+// lane's figures, the halted retries and the DLQ's length and oldest
+// entry in one round trip; a part that failed is nil.
 func (s *Status) streamCounts(ctx context.Context, now time.Time) streamParts {
 	keys := stream.NewKeys(s.Stream, s.Group)
 	f := s.Redis.Figures(ctx, keys)
@@ -382,10 +414,47 @@ func (s *Status) streamCounts(ctx context.Context, now time.Time) streamParts {
 	if f.StreamErr == nil {
 		parts.stream = &StreamCounts{Name: keys.Stream(), Length: f.Length, Pending: f.Pending}
 	}
+	if r := f.Replay; r.Err == nil {
+		parts.replay = &ReplayCounts{Name: keys.Replay(), Length: r.Length, Pending: r.Pending, Lag: r.Lag, Read: r.Read,
+			RatePerSecond: s.replayRate.observe(now, r.Read)}
+	}
 	if f.DLQErr == nil {
 		parts.dlq = &DLQCounts{Name: keys.DLQ(), Length: f.DLQLength, OldestAgeSeconds: ageOf(f.DLQOldest, now)}
 	}
+	for _, h := range f.Halts {
+		parts.halts = append(parts.halts, HaltedRetries{Component: h.Component, Class: h.Class, Code: h.Code})
+	}
 	return parts
+}
+
+// replayRateEvery is the shortest interval the lane's rate is measured
+// over.
+const replayRateEvery = 5 * time.Second
+
+// rateMeter turns readings of a counter into a rate: each reading gets the
+// rate between the last two readings at least replayRateEvery apart.
+type rateMeter struct {
+	mu   sync.Mutex
+	base struct {
+		at time.Time
+		n  int64
+	}
+	last *float64
+}
+
+// observe records the reading n at now and returns the rate (nil until
+// two readings far enough apart).
+func (m *rateMeter) observe(now time.Time, n int64) *float64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch dt := now.Sub(m.base.at); {
+	case m.base.at.IsZero() || n < m.base.n:
+		m.base.at, m.base.n, m.last = now, n, nil
+	case dt >= replayRateEvery:
+		r := rate(n-m.base.n, dt.Seconds())
+		m.base.at, m.base.n, m.last = now, n, &r
+	}
+	return m.last
 }
 
 // within runs read with a context bounded by timeout and waits for it no
@@ -428,6 +497,7 @@ var knownCategories = []string{outbox.CategoryNonRetryable, outbox.CategoryPoiso
 type Collector struct {
 	src                                                     *Status
 	events, failed, oldest, undispatched, length, pend, dlq *prometheus.Desc
+	replayLength, replayPending, replayLag                  *prometheus.Desc
 	readErrors                                              *prometheus.CounterVec
 }
 
@@ -443,6 +513,11 @@ func NewCollector(src *Status) *Collector {
 		length:       prometheus.NewDesc("outboxd_stream_length", "Entries in the stream.", nil, labels),
 		pend:         prometheus.NewDesc("outboxd_stream_pending", "Entries delivered to the consumer group and not acknowledged.", nil, labels),
 		dlq:          prometheus.NewDesc("outboxd_dlq_length", "Entries in the dead-letter stream.", nil, labels),
+		replayLength: prometheus.NewDesc("outboxd_replay_length", "Entries in the replay lane (<stream>:replay).", nil, labels),
+		replayPending: prometheus.NewDesc("outboxd_replay_pending",
+			"Entries of the replay lane delivered to the consumer group and not acknowledged.", nil, labels),
+		replayLag: prometheus.NewDesc("outboxd_replay_lag",
+			"Entries of the replay lane the consumer group has not read yet (absent when Redis cannot tell).", nil, labels),
 		readErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "outboxd_status_read_errors_total",
 			Help: "Status parts that could not be read at a scrape, by part.", ConstLabels: labels}, []string{"part"}),
 	}
@@ -450,7 +525,8 @@ func NewCollector(src *Status) *Collector {
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.events, c.failed, c.oldest, c.undispatched, c.length, c.pend, c.dlq} {
+	for _, d := range []*prometheus.Desc{c.events, c.failed, c.oldest, c.undispatched, c.length, c.pend, c.dlq,
+		c.replayLength, c.replayPending, c.replayLag} {
 		ch <- d
 	}
 	c.readErrors.Describe(ch)
@@ -483,6 +559,13 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	if snap.Stream != nil {
 		g(c.length, float64(snap.Stream.Length))
 		g(c.pend, float64(snap.Stream.Pending))
+	}
+	if r := snap.Replay; r != nil {
+		g(c.replayLength, float64(r.Length))
+		g(c.replayPending, float64(r.Pending))
+		if r.Lag != nil {
+			g(c.replayLag, float64(*r.Lag))
+		}
 	}
 	if snap.DLQ != nil {
 		g(c.dlq, float64(snap.DLQ.Length))

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -76,7 +77,8 @@ func TestStatusFrozenRedis(t *testing.T) {
 	v = r.json(t)
 	require.NotContains(t, v, "stream", "a figure that could not be read is absent, not zero")
 	require.NotContains(t, v, "dlq")
-	require.Equal(t, []any{"dlq", "stream"}, v["unavailable"])
+	require.NotContains(t, v, "replay")
+	require.Equal(t, []any{"dlq", "replay", "stream"}, v["unavailable"])
 	require.Equal(t, 0.0, v["events"].(map[string]any)["total"], "the store's figures are read")
 	require.Contains(t, v, "readAt")
 
@@ -96,12 +98,13 @@ func TestStatusFrozenRedis(t *testing.T) {
 			for _, m := range f.GetMetric() {
 				require.Equal(t, 1.0, m.GetCounter().GetValue())
 			}
-			require.Len(t, f.GetMetric(), 2, "stream and dlq")
+			require.Len(t, f.GetMetric(), 3, "stream, replay and dlq")
 		}
 	}
 	require.Contains(t, names, "outboxd_events")
 	require.NotContains(t, names, "outboxd_stream_length", "a figure that could not be read is left out")
 	require.NotContains(t, names, "outboxd_dlq_length")
+	require.NotContains(t, names, "outboxd_replay_length")
 
 	proxy.Unstall()
 	require.Eventually(t, func() bool {
@@ -141,3 +144,79 @@ func TestStatusFrozenStore(t *testing.T) {
 	require.NotContains(t, v, "readAt")
 	require.JSONEq(t, `["events","outbox"]`, string(v["unavailable"]))
 }
+
+// TestStatusReplayLane: the status shows the replay lane (its length, what
+// the group has not read, what it holds, what it read and the rate it
+// read at between two reads at least five seconds apart), and the gauges
+// export it.
+func TestStatusReplayLane(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb, prefix := testkit.NewRedis(t)
+	rc, err := stream.NewClient(rdb, nil)
+	require.NoError(t, err)
+	keys := stream.NewKeys(prefix+"-stream", "g")
+	now := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	st := testkit.NewStore(t)
+	status := &httpapi.Status{Store: st, Redis: rc, Stream: keys.Name(), Group: keys.Group(), Now: clock}
+	add := func(n int) {
+		for range n {
+			require.NoError(t, rdb.XAdd(ctx, &redis.XAddArgs{Stream: keys.Replay(), Values: map[string]any{"payload": "{}"}}).Err())
+		}
+	}
+	lane := rc.Group(keys.ReplayLane(), "c")
+	read := func(n int) {
+		got, err := lane.Read(ctx, ">", n, -1)
+		require.NoError(t, err)
+		require.Len(t, got, n)
+	}
+
+	snap := status.Snapshot(ctx)
+	require.Equal(t, &httpapi.ReplayCounts{Name: keys.Replay(), Lag: ptr(int64(0))}, snap.Replay, "no lane yet")
+	add(10)
+	_, err = lane.Ensure(ctx)
+	require.NoError(t, err)
+	read(4)
+	snap = status.Snapshot(ctx)
+	require.Equal(t, &httpapi.ReplayCounts{Name: keys.Replay(), Length: 10, Pending: 4, Lag: ptr(int64(6)), Read: 4}, snap.Replay,
+		"no rate from one reading")
+	mu.Lock()
+	now = now.Add(5 * time.Second)
+	mu.Unlock()
+	read(6)
+	snap = status.Snapshot(ctx)
+	require.NotNil(t, snap.Replay.RatePerSecond)
+	require.InDelta(t, 10.0/5, *snap.Replay.RatePerSecond, 1e-9, "ten read since the first reading, five seconds before")
+	require.Equal(t, int64(0), *snap.Replay.Lag)
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(httpapi.NewCollector(status))
+	require.Equal(t, 10.0, testkit.Metric(t, reg, "outboxd_replay_length"))
+	require.Equal(t, 10.0, testkit.Metric(t, reg, "outboxd_replay_pending"))
+	require.Zero(t, testkit.Metric(t, reg, "outboxd_replay_lag"))
+	js, err := json.Marshal(snap)
+	require.NoError(t, err)
+	require.Contains(t, string(js), `"replay":{"name":"`+keys.Replay()+`","length":10,"pending":10,"lag":0,"read":10,"ratePerSecond":2}`)
+
+	// The console's history samples the lane, and its rate between two
+	// samples.
+	h, err := httpapi.NewHistory(status, &httpapi.HistoryConfig{Every: time.Millisecond}, nil)
+	require.NoError(t, err)
+	require.NoError(t, h.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, h.Stop(ctx)) })
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		now = now.Add(time.Second) // the samples' clock moves
+		mu.Unlock()
+		for _, sm := range h.Page().Samples {
+			if sm.ReplayedPerSecond != nil && sm.ReplayLength != nil && *sm.ReplayLength == 10 && *sm.ReplayPending == 10 && *sm.ReplayLag == 0 {
+				return *sm.ReplayedPerSecond == 0 // nothing read since the sample before
+			}
+		}
+		return false
+	}, 10*time.Second, 5*time.Millisecond)
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -24,8 +24,17 @@
 //     the statistics with the rows; Repair re-publishes what is missing
 //     and recomputes the statistics.
 //   - The journey: Journey follows one original (by id or idempotency key)
-//     from its outbox entry through the stream, the dead-letter stream and
-//     the consumer group to its read-model row.
+//     from its outbox entry through the stream, its replay lane, the
+//     dead-letter stream and the consumer group to its read-model row.
+//   - Halted retries: ResumeRetries (a RetriesQuery: a failure class)
+//     clears a halt of the error-streak rule for the group's workers and
+//     the stream's dispatchers, in Redis (stream.Streak), where every
+//     process reads it.
+//
+// Every action that publishes (DLQ replay, replay, repair) publishes into
+// the replay lane (stream.Keys.Replay), which the workers read only when
+// the stream has nothing for them, at a bounded rate: live events keep
+// their latency while a large window is replayed.
 //
 // Queries are typed (time.Time, store.TimeField) in the store.EventQuery
 // style; a zero bound is open where a window may be. Results are JSON

@@ -1,10 +1,12 @@
 package operator
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -16,9 +18,9 @@ import (
 
 // Bounds of a journey's look into the streams.
 const (
-	// JourneyScanMax is the most entries a journey reads of the stream, and
-	// of the dead-letter stream: the newest first, down to the original's
-	// creation. When it stops there first, older entries of the event may
+	// JourneyScanMax is the most entries a journey reads of the stream, of
+	// its replay lane and of the dead-letter stream: the newest first, down
+	// to the original's creation. When it stops there first, older entries of the event may
 	// exist and the answer says Partial.
 	JourneyScanMax = 10000
 	// journeySkew widens the scan to entries this much older than the
@@ -76,17 +78,20 @@ type JourneyOutboxEntry struct {
 	DispatchedAt *time.Time `json:"dispatchedAt"`
 }
 
-// JourneyStream is what the stream and the dead-letter stream hold of the
-// original.
+// JourneyStream is what the stream, its replay lane and the dead-letter
+// stream hold of the original.
 type JourneyStream struct {
 	Name  string `json:"name"`
 	Group string `json:"group"`
-	// Entries are the stream entries that name the original, oldest first.
+	// Entries are the entries of the stream and of its replay lane that
+	// name the original, oldest first.
 	Entries []JourneyStreamEntry `json:"entries"`
 	// DeadLetters are the dead letters that name it, oldest first.
 	DeadLetters []DeadLetter `json:"deadLetters"`
-	// Scanned and DLQScanned count the entries read of each stream, at
-	// most ScanLimit, from the newest down to the original's creation.
+	// Scanned and DLQScanned count the entries read of the stream and its
+	// replay lane (at most ScanLimit of each), and of the dead-letter
+	// stream (at most ScanLimit), from the newest down to the original's
+	// creation.
 	Scanned    int `json:"scanned"`
 	DLQScanned int `json:"dlqScanned"`
 	ScanLimit  int `json:"scanLimit"`
@@ -98,6 +103,9 @@ type JourneyStream struct {
 // JourneyStreamEntry is one stream entry that names the original.
 type JourneyStreamEntry struct {
 	ID string `json:"id"`
+	// Lane is the stream it is in: "live" (the stream) or "replay" (its
+	// replay lane, where replays go).
+	Lane string `json:"lane"`
 	// At is when it was added (the time in its id).
 	At     time.Time `json:"at"`
 	Origin string    `json:"origin"`
@@ -214,15 +222,22 @@ func (o *Operator) streamJourney(ctx context.Context, ev *outbox.Event) (Journey
 	since := ev.CreatedAt.Add(-journeySkew)
 	// A message names its original in its payload's JSON; the cheap
 	// substring test spares decoding the others.
-	msgs, scanned, partial, err := o.cfg.Redis.ScanBack(ctx, o.keys.Stream(), since, JourneyScanMax, func(e stream.Entry) bool {
+	names := func(e stream.Entry) bool {
 		if !strings.Contains(e.Payload(), ev.ID) {
 			return false
 		}
 		msg, err := e.Message()
 		return err == nil && msg.EventID == ev.ID
-	})
-	if err != nil {
-		return js, redisErr("scanning the stream", err)
+	}
+	byLane := map[stream.Keys][]stream.Entry{}
+	for _, keys := range []stream.Keys{o.keys, o.keys.ReplayLane()} {
+		msgs, scanned, partial, err := o.cfg.Redis.ScanBack(ctx, keys.Stream(), since, JourneyScanMax, names)
+		if err != nil {
+			return js, redisErr("scanning the stream "+keys.Stream(), err)
+		}
+		byLane[keys] = msgs
+		js.Scanned += scanned
+		js.Partial = js.Partial || partial
 	}
 	dlqMsgs, dlqScanned, dlqPartial, err := o.cfg.Redis.ScanBack(ctx, o.keys.DLQ(), since, JourneyScanMax, func(e stream.Entry) bool {
 		return stream.DeadLetterEventID(e) == ev.ID
@@ -230,7 +245,7 @@ func (o *Operator) streamJourney(ctx context.Context, ev *outbox.Event) (Journey
 	if err != nil {
 		return js, redisErr("scanning the dead-letter stream", err)
 	}
-	js.Scanned, js.DLQScanned, js.Partial = scanned, dlqScanned, partial || dlqPartial
+	js.DLQScanned, js.Partial = dlqScanned, js.Partial || dlqPartial
 	now := o.cfg.Now()
 	deadByEntry := map[string]DeadLetter{}
 	for _, m := range dlqMsgs {
@@ -239,27 +254,34 @@ func (o *Operator) streamJourney(ctx context.Context, ev *outbox.Event) (Journey
 		dl := deadLetterOf(d, now)
 		dl.Original = ev.State()
 		js.DeadLetters = append(js.DeadLetters, dl)
-		deadByEntry[dl.EntryID] = dl
+		deadByEntry[dl.Stream+" "+dl.EntryID] = dl // entry ids of two streams may be equal
 	}
-	for _, m := range msgs {
-		e := JourneyStreamEntry{ID: m.ID}
-		e.At, _ = stream.IDTime(m.ID)
-		if msg, err := m.Message(); err == nil {
-			e.Origin = string(msg.Origin)
+	for keys, msgs := range byLane {
+		entries := make([]JourneyStreamEntry, len(msgs))
+		for i, m := range msgs {
+			e := JourneyStreamEntry{ID: m.ID, Lane: keys.Lane()}
+			e.At, _ = stream.IDTime(m.ID)
+			if msg, err := m.Message(); err == nil {
+				e.Origin = string(msg.Origin)
+			}
+			entries[i] = e
 		}
-		js.Entries = append(js.Entries, e)
+		if err := o.deliveries(ctx, keys, entries, deadByEntry); err != nil {
+			return js, err
+		}
+		js.Entries = append(js.Entries, entries...)
 	}
-	if err := o.deliveries(ctx, js.Entries, deadByEntry); err != nil {
-		return js, err
-	}
+	slices.SortStableFunc(js.Entries, func(a, b JourneyStreamEntry) int {
+		return cmp.Or(a.At.Compare(b.At), cmp.Compare(a.Lane, b.Lane), strings.Compare(a.ID, b.ID))
+	})
 	return js, nil
 }
 
-// deliveries fills the delivery state of entries: dead-lettered with the
-// dead letter's count, waiting when the group has not read it, pending
-// with Redis's count and the worker's failure count, acknowledged
-// otherwise. One round trip.
-func (o *Operator) deliveries(ctx context.Context, entries []JourneyStreamEntry, dead map[string]DeadLetter) error {
+// deliveries fills the delivery state of entries of the stream of keys:
+// dead-lettered with the dead letter's count, waiting when the group has
+// not read it, pending with Redis's count and the worker's failure count,
+// acknowledged otherwise. One round trip.
+func (o *Operator) deliveries(ctx context.Context, keys stream.Keys, entries []JourneyStreamEntry, dead map[string]DeadLetter) error {
 	if len(entries) == 0 {
 		return nil
 	}
@@ -267,13 +289,13 @@ func (o *Operator) deliveries(ctx context.Context, entries []JourneyStreamEntry,
 	for i, e := range entries {
 		ids[i] = e.ID
 	}
-	ds, err := o.cfg.Redis.Deliveries(ctx, o.keys, ids)
+	ds, err := o.cfg.Redis.Deliveries(ctx, keys, ids)
 	if err != nil {
 		return redisErr("reading the deliveries", err)
 	}
 	for i := range entries {
 		e, d := &entries[i], ds[i]
-		if dl, ok := dead[e.ID]; ok {
+		if dl, ok := dead[keys.Stream()+" "+e.ID]; ok {
 			e.Status, e.Deliveries = EntryDeadLettered, dl.Deliveries
 			continue
 		}

@@ -112,7 +112,10 @@ func New(cfg *Config, logger *zap.Logger) (*Operator, error) {
 	o := &Operator{cfg: c, keys: stream.NewKeys(c.Stream, c.Group), published: published,
 		logger: logger.Named("admin").With(zap.String("stream", c.Stream))}
 	if c.Redis != nil {
-		o.publisher = c.Redis.Publisher(o.keys, nil, nil)
+		// Replays go into the replay lane, which the workers read only when
+		// the stream has nothing for them, at a bounded rate: live events
+		// keep their latency.
+		o.publisher = c.Redis.Publisher(o.keys.ReplayLane(), nil, nil)
 	}
 	return o, nil
 }
@@ -235,8 +238,8 @@ func storeErr(what string, err error) error {
 	return fmt.Errorf("error %s: %w", what, err)
 }
 
-// publish adds the messages of events, with origin, to the stream in one
-// round trip, and returns which were added (by index); err is set when any
+// publish adds the messages of events, with origin, to the replay lane
+// (stream.Keys.Replay) in one round trip, and returns which were added (by index); err is set when any
 // was not.
 func (o *Operator) publish(ctx context.Context, events []*outbox.Event, origin outbox.Origin) ([]bool, error) {
 	ok := make([]bool, len(events))

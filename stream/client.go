@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -161,6 +162,13 @@ type Figures struct {
 	// group does not exist yet).
 	Length, Pending int64
 	StreamErr       error
+	// Replay are the figures of the stream's replay lane (Keys.Replay).
+	Replay LaneFigures
+	// Halts are the halted retries of the error-streak rule of the
+	// group's workers and of the stream's dispatchers (Streak), HaltsErr
+	// what kept them from being read.
+	Halts    []Halt
+	HaltsErr error
 	// DLQLength is the dead-letter stream's entries, DLQOldest when its
 	// oldest was added (nil when it is empty).
 	DLQLength int64
@@ -168,15 +176,46 @@ type Figures struct {
 	DLQErr    error
 }
 
-// Figures reads the stream's length and pending count and the dead-letter
-// stream's length and oldest entry, in one round trip.
+// Halt is a class of failures whose automatic retries a component halted
+// (the error-streak rule), with the code and source of the run that halted
+// them.
+type Halt struct {
+	Component, Class, Code, Source string
+}
+
+// LaneFigures are the figures of the replay lane for the group.
+type LaneFigures struct {
+	// Length and Pending are as the stream's. Lag counts the entries the
+	// group has not read yet (nil when Redis cannot tell, after a trim or
+	// a deletion). Read counts the entries the group has read from the
+	// lane since it was created (XINFO GROUPS' entries-read): the counter
+	// of the lane's rate.
+	Length, Pending int64
+	Lag             *int64
+	Read            int64
+	Err             error
+}
+
+// Figures reads the stream's length and pending count, the replay lane's
+// figures, the halted retries of the group's workers and of the stream's
+// dispatchers, and the dead-letter stream's length and oldest entry, in
+// one round trip.
 func (c *Client) Figures(ctx context.Context, keys Keys) Figures {
-	var xlen, dlen *redis.IntCmd
+	keys = keys.Live()
+	lane := keys.ReplayLane()
+	var xlen, dlen, rlen *redis.IntCmd
 	var pend *redis.XPendingCmd
+	var rgroups *redis.XInfoGroupsCmd
 	var first *redis.XMessageSliceCmd
+	streaks := map[string]*redis.MapStringStringCmd{}
 	_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, component := range []string{ComponentWorker, ComponentDispatcher} {
+			streaks[component] = p.HGetAll(ctx, keys.Streak(component))
+		}
 		xlen = p.XLen(ctx, keys.Stream())
 		pend = p.XPending(ctx, keys.Stream(), keys.Group())
+		rlen = p.XLen(ctx, lane.Stream())
+		rgroups = p.XInfoGroups(ctx, lane.Stream())
 		dlen = p.XLen(ctx, keys.DLQ())
 		first = p.XRangeN(ctx, keys.DLQ(), "-", "+", 1)
 		return nil
@@ -192,10 +231,78 @@ func (c *Client) Figures(ctx context.Context, keys Keys) Figures {
 			f.StreamErr = err
 		}
 	}
+	f.Replay = laneFigures(keys.Group(), rlen, rgroups)
+	for _, component := range []string{ComponentWorker, ComponentDispatcher} {
+		m, err := streaks[component].Result()
+		if err != nil {
+			f.HaltsErr = err
+			continue
+		}
+		st := stateOf(m)
+		for _, class := range slices.Sorted(maps.Keys(st.Halts)) {
+			h := st.Halts[class]
+			f.Halts = append(f.Halts, Halt{Component: component, Class: class, Code: h.Code, Source: h.Source})
+		}
+	}
 	if msgs := first.Val(); f.DLQErr == nil && first.Err() == nil && len(msgs) == 1 {
 		if at, ok := IDTime(msgs[0].ID); ok {
 			f.DLQOldest = &at
 		}
 	}
 	return f
+}
+
+// laneFigures reads the lane's figures from its XLEN and XINFO GROUPS.
+func laneFigures(group string, xlen *redis.IntCmd, groups *redis.XInfoGroupsCmd) LaneFigures {
+	lf := LaneFigures{Length: xlen.Val(), Err: xlen.Err()}
+	if lf.Err != nil {
+		return lf
+	}
+	switch err := groups.Err(); {
+	case err == nil:
+	case isNoKey(err):
+		// No lane yet: nothing to read.
+		zero := int64(0)
+		lf.Lag = &zero
+		return lf
+	default:
+		lf.Err = err
+		return lf
+	}
+	found := false
+	for _, g := range groups.Val() {
+		if g.Name != group {
+			continue
+		}
+		found = true
+		lf.Pending, lf.Read = g.Pending, g.EntriesRead
+		if g.Lag >= 0 {
+			lag := g.Lag
+			lf.Lag = &lag
+		}
+	}
+	if !found { // no group on the lane yet: every entry is still to read
+		n := lf.Length
+		lf.Lag = &n
+	}
+	return lf
+}
+
+// GroupPending returns how many entries are delivered to the group and not
+// acknowledged, on the stream and on its replay lane together (0 where the
+// group does not exist): the checker's leftover of the consumer group.
+func (c *Client) GroupPending(ctx context.Context, keys Keys) (int64, error) {
+	keys = keys.Live()
+	var n int64
+	for _, key := range []string{keys.Stream(), keys.ReplayLane().Stream()} {
+		p, err := c.rdb.XPending(ctx, key, keys.Group()).Result()
+		switch {
+		case err == nil:
+			n += p.Count
+		case IsNoGroup(err):
+		default:
+			return 0, err
+		}
+	}
+	return n, nil
 }

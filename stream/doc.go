@@ -8,14 +8,17 @@
 //   - Keys: the name of every Redis key, each from one method: the stream,
 //     its dead-letter stream (<stream>:dlq), the consumer group's delivery
 //     budgets (<stream>:<group>:failures), the replay lane
-//     (<stream>:replay, reserved) and, for a stream split into partitions,
-//     each partition's keys under one hash tag.
+//     (<stream>:replay: ReplayLane gives its keys as a stream of its own),
+//     the error-streak rule's state (Streak) and, for a stream split into
+//     partitions, each partition's keys under one hash tag.
 //   - Client: the pipeline's Redis, over a go-redis universal client (a
 //     single node, Sentinel or a Cluster), with the stream's length policy
 //     (Config.MaxLen). Its reads: Len, ScanBack (a bounded look back in a
 //     stream), Figures (the status's lengths and pending count),
 //     Deliveries (where entries stand in the group), and the dead-letter
 //     stream's DeadLetters, DeadLettersByID and DeleteDeadLetters.
+//     Figures include the replay lane's (length, pending, lag, entries
+//     read) and the halted retries.
 //   - Publisher: the one way a message gets into a stream: a batch of
 //     outbox messages in one pipeline, behind an optional circuit breaker
 //     (failpolicy.NewBreaker). Publish takes the stored message JSON (the
@@ -25,13 +28,17 @@
 //     PublishError and Added tell which messages of a batch went in.
 //   - Group: a consumer of the consumer group, with what a worker does:
 //     Ensure (create the group and the stream), Read (XREADGROUP, never
-//     BLOCK 0), Reclaim (XAUTOCLAIM, trimmed entries included), Budgets,
+//     BLOCK 0; ReadNew waits on the stream and its replay lane at once),
+//     Reclaim (XAUTOCLAIM, trimmed entries included), Budgets,
 //     Finish (dead letters, XACK and budgets in one MULTI/EXEC), Touch
 //     (keep held entries from being taken over), Consumers and
 //     RemoveConsumer (housekeeping).
 //   - Entry: a stream entry as read (Values nil once its data is gone);
 //     DeadLetter: the dead-letter record, one type that the worker encodes
 //     and the operator decodes.
+//   - Streak: the error-streak rule of a component (the group's workers,
+//     the stream's dispatchers) for all its processes, a hash changed by
+//     one script per operation (failpolicy.SharedStreak).
 //   - Failure and IsNoGroup: how Redis errors are classified for the
 //     failure policy (outage or unknown reply; the consumer group gone).
 //

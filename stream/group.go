@@ -69,6 +69,49 @@ func (g *Group) Read(ctx context.Context, id string, count int, block time.Durat
 	return out, nil
 }
 
+// ReadNew waits at most block for entries never delivered to the group on
+// the streams of gs, at most count of each, and returns them by stream in
+// the order of gs: one XREADGROUP over several streams, so that a worker
+// idle on its stream also wakes for its replay lane. The groups must be one
+// consumer of one consumer group on the same Client. block is as Read's.
+func ReadNew(ctx context.Context, count int, block time.Duration, gs ...*Group) ([][]Entry, error) {
+	if len(gs) == 0 {
+		return nil, nil
+	}
+	g := gs[0]
+	streams := make([]string, 0, 2*len(gs))
+	for _, o := range gs {
+		if o.c != g.c || o.keys.Group() != g.keys.Group() || o.consumer != g.consumer {
+			return nil, errors.New("stream: ReadNew needs one consumer of one group on one client")
+		}
+		streams = append(streams, o.keys.Stream())
+	}
+	for range gs {
+		streams = append(streams, ">")
+	}
+	if block >= 0 {
+		block = max(block, time.Millisecond)
+	}
+	res, err := g.c.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
+		Group: g.keys.Group(), Consumer: g.consumer, Streams: streams, Count: int64(count), Block: block,
+	}).Result()
+	out := make([][]Entry, len(gs))
+	if errors.Is(err, redis.Nil) {
+		return out, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range res {
+		for i, o := range gs {
+			if s.Stream == o.keys.Stream() {
+				out[i] = append(out[i], entries(s.Messages)...)
+			}
+		}
+	}
+	return out, nil
+}
+
 // Reclaim takes over, with XAUTOCLAIM, at most count entries pending longer
 // than minIdle, whichever consumer holds them, scanning the pending
 // entries from start ("0-0" first); next is where the next call goes on

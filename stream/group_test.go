@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outboxd/outboxd/internal/failpolicy"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/stream"
 )
@@ -203,6 +204,70 @@ func TestGroup(t *testing.T) {
 		f = b.c.Figures(ctx, b.keys)
 		require.Error(t, f.StreamErr)
 		require.NoError(t, f.DLQErr)
+	})
+
+	// The replay lane's figures: no lane yet, a lane no worker read yet
+	// (every entry is lag), then the group's progress on it; and the
+	// halted retries of the group's workers.
+	t.Run("FiguresOfTheReplayLane", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, nil)
+		f := b.c.Figures(ctx, b.keys)
+		require.NoError(t, f.Replay.Err)
+		require.Equal(t, int64(0), *f.Replay.Lag, "no lane: nothing to read")
+		lane := b.keys.ReplayLane()
+		b.add(t, lane.Stream(), "p", 3)
+		f = b.c.Figures(ctx, b.keys)
+		require.Equal(t, int64(3), f.Replay.Length)
+		require.Equal(t, int64(3), *f.Replay.Lag, "no group on the lane yet")
+		g := b.c.Group(lane, "c")
+		_, err := g.Ensure(ctx)
+		require.NoError(t, err)
+		got, err := g.Read(ctx, ">", 2, -1)
+		require.NoError(t, err)
+		_, err = g.Finish(ctx, stream.Finish{Ack: entryIDs(got[:1])})
+		require.NoError(t, err)
+		f = b.c.Figures(ctx, lane) // the lane's keys name the same stream
+		require.NoError(t, f.Replay.Err)
+		require.Equal(t, stream.LaneFigures{Length: 3, Pending: 1, Lag: f.Replay.Lag, Read: 2}, f.Replay)
+		require.Equal(t, int64(1), *f.Replay.Lag)
+		require.Zero(t, f.Length, "the stream is another key")
+		require.Empty(t, f.Halts)
+
+		_, err = b.c.Streak(b.keys, stream.ComponentWorker).Fail(ctx, failpolicy.Failure{Code: "postgres_57P01", Class: failpolicy.ClassInfrastructure, Source: failpolicy.SourcePostgres}, 1)
+		require.NoError(t, err)
+		f = b.c.Figures(ctx, b.keys)
+		require.NoError(t, f.HaltsErr)
+		require.Equal(t, []stream.Halt{{Component: stream.ComponentWorker, Class: failpolicy.ClassInfrastructure, Code: "postgres_57P01", Source: failpolicy.SourcePostgres}}, f.Halts)
+	})
+
+	// ReadNew waits on the stream and its replay lane at once and returns
+	// each one's entries.
+	t.Run("ReadNewOfTheStreamAndItsLane", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, nil)
+		live, lane := b.c.Group(b.keys, "c"), b.c.Group(b.keys.ReplayLane(), "c")
+		for _, g := range []*stream.Group{live, lane} {
+			_, err := g.Ensure(ctx)
+			require.NoError(t, err)
+		}
+		laneIDs := b.add(t, b.keys.Replay(), "r", 2)
+		got, err := stream.ReadNew(ctx, 10, time.Second, live, lane)
+		require.NoError(t, err)
+		require.Empty(t, got[0])
+		require.Equal(t, laneIDs, entryIDs(got[1]), "an idle stream wakes for its lane")
+		liveIDs := b.add(t, b.keys.Stream(), "l", 3)
+		laneIDs = b.add(t, b.keys.Replay(), "r", 1)
+		got, err = stream.ReadNew(ctx, 2, -1, live, lane)
+		require.NoError(t, err)
+		require.Equal(t, liveIDs[:2], entryIDs(got[0]), "at most count of each")
+		require.Equal(t, laneIDs, entryIDs(got[1]))
+		got, err = stream.ReadNew(ctx, 10, time.Millisecond, live, lane)
+		require.NoError(t, err)
+		require.Equal(t, liveIDs[2:], entryIDs(got[0]))
+		require.Empty(t, got[1])
+		_, err = stream.ReadNew(ctx, 1, -1, live, b.c.Group(b.keys.ReplayLane(), "other"))
+		require.Error(t, err, "one consumer only")
 	})
 
 	t.Run("ScanBack", func(t *testing.T) {

@@ -96,10 +96,11 @@ func (w *Worker) prepare(ctx context.Context, msgs []stream.Entry) (*batch, erro
 // delivery, or dead-lettered once their budget is spent), one write of
 // syncedAt, then one MULTI/EXEC with the dead letters, the XACK and the
 // budget updates. Any error leaves the whole batch unacknowledged and
-// charges nothing; running it again converges to the same state. pre is
-// the batch already prepared by a read-ahead, or nil; a retry prepares the
-// batch again.
-func (w *Worker) handle(ctx context.Context, msgs []stream.Entry, pre *batch) (_ outcome, err error) {
+// charges nothing; running it again converges to the same state. g is the
+// consumer the entries were read by (of the stream or its replay lane).
+// pre is the batch already prepared by a read-ahead, or nil; a retry
+// prepares the batch again.
+func (w *Worker) handle(ctx context.Context, g *stream.Group, msgs []stream.Entry, pre *batch) (_ outcome, err error) {
 	var out outcome
 	b := pre
 	if b == nil {
@@ -146,21 +147,21 @@ func (w *Worker) handle(ctx context.Context, msgs []stream.Entry, pre *batch) (_
 
 	var j judgement
 	if len(failures) > 0 {
-		if j, err = w.judge(ctx, failures, entries, originals); err != nil {
+		if j, err = w.judge(ctx, g, failures, entries, originals); err != nil {
 			return out, err
 		}
 		dead = append(dead, j.dead...)
 		parked = append(parked, j.parked...)
 	}
 	b.failSpans(failures, invalid)
-	var synced []string
-	var firstSync []*outbox.Event // not synced before: their latency counts
+	// Only originals not synced yet are written: a replay of synced ones
+	// (most of a replayed window) costs the store no write transaction,
+	// which on SQLite would queue behind ingest's, and ingest behind it.
+	var firstSync []*outbox.Event // not synced before: written, and their latency counts
+	var synced []string           // their ids
 	for _, ev := range events {
-		if failures[ev.ID] == nil {
-			synced = append(synced, ev.ID)
-			if ev.SyncedAt == nil {
-				firstSync = append(firstSync, ev)
-			}
+		if failures[ev.ID] == nil && ev.SyncedAt == nil {
+			firstSync, synced = append(firstSync, ev), append(synced, ev.ID)
 		}
 	}
 	if err := w.markSynced(ctx, synced); err != nil {
@@ -191,7 +192,7 @@ func (w *Worker) handle(ctx context.Context, msgs []stream.Entry, pre *batch) (_
 			ack = append(ack, m.ID)
 		}
 	}
-	if err := w.finish(ctx, dead, ack, j.charge); err != nil {
+	if err := w.finish(ctx, g, dead, ack, j.charge); err != nil {
 		return out, err
 	}
 	out.hold, out.charged, out.failures, out.dead = j.hold, len(j.charge), j.failures, dead
@@ -202,14 +203,15 @@ func (w *Worker) handle(ctx context.Context, msgs []stream.Entry, pre *batch) (_
 // hold keeps h for a later delivery (replacing an earlier hold of its
 // entry).
 func (w *Worker) hold(h heldEntry) {
-	if _, ok := w.held[h.msg.ID]; !ok {
+	k := heldKey(h.g, h.msg.ID)
+	if _, ok := w.held[k]; !ok {
 		w.metrics.held.Inc()
 	}
-	w.held[h.msg.ID] = h
+	w.held[k] = h
 }
 
-// apply keeps the held entries of a finished batch and counts it.
-func (w *Worker) apply(out outcome) {
+// apply keeps the held entries of a finished batch of g and counts it.
+func (w *Worker) apply(g *stream.Group, out outcome) {
 	for _, h := range out.hold {
 		w.hold(h)
 	}
@@ -239,6 +241,9 @@ func (w *Worker) apply(out outcome) {
 	}
 	w.metrics.processed.WithLabelValues("dead_lettered").Add(float64(nDead))
 	w.metrics.processed.WithLabelValues("synced").Add(float64(out.synced))
+	if g == w.replay {
+		w.metrics.replayAcked.Add(float64(out.synced + len(out.dead)))
+	}
 }
 
 // load reads the originals of ids with one store read. An original that
@@ -300,11 +305,14 @@ func checkOriginal(ev *outbox.Event) error {
 // record (or with an error nobody recognises), it projects each event alone
 // to find the failing ones, so that one bad record does not hold back the
 // others; those are returned in failed. Any other error is returned as is.
+// The time of the batch's transaction tunes the batch size (AutoBatch).
 func (w *Worker) project(ctx context.Context, events []*outbox.Event) (failed map[string]error, err error) {
 	if len(events) == 0 {
 		return nil, nil
 	}
+	started := time.Now()
 	err = w.projectTx(ctx, events)
+	w.tuneBatch(ctx, len(events), time.Since(started), err)
 	if c := classify(err); c != classRecord && c != classUnknown {
 		return nil, err
 	}
@@ -327,16 +335,23 @@ func (w *Worker) project(ctx context.Context, events []*outbox.Event) (failed ma
 }
 
 // projectTx runs the projector in one transaction through the PostgreSQL
-// circuit breaker, again after a serialization failure or deadlock.
+// circuit breaker, again after a serialization failure or deadlock. The
+// transaction begins with its lock and statement timeouts (beginSQL); one
+// that ends on either is counted.
 func (w *Worker) projectTx(ctx context.Context, events []*outbox.Event) error {
 	started := time.Now()
 	defer func() { w.metrics.projection.Observe(time.Since(started).Seconds()) }()
 	_, err := w.pgBreaker.Execute(func() (struct{}, error) {
 		var err error
 		for attempt := 1; attempt <= w.cfg.TxAttempts; attempt++ {
-			err = pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
+			err = pgx.BeginTxFunc(ctx, w.pool, pgx.TxOptions{BeginQuery: w.beginSQL}, func(tx pgx.Tx) error {
 				return w.cfg.Projector.Project(ctx, tx, events)
 			})
+			if kind := timeoutOf(ctx, err); kind != "" {
+				w.metrics.pgTimeouts.WithLabelValues(kind).Inc()
+				w.logger.Warn("projection transaction timed out; retrying", zap.String("timeout", kind),
+					zap.Int("events", len(events)), zap.Error(err))
+			}
 			if classify(err) != classTxRetry {
 				break
 			}
@@ -359,13 +374,13 @@ type judgement struct {
 	failures     []failpolicy.Failure
 }
 
-// judge decides, for each entry of a failing event, between another
-// delivery later (held, one failure charged to its budget, due after
-// RecordBackoff doubled per failure) and the dead-letter stream (its
+// judge decides, for each entry of a failing event (read by g), between
+// another delivery later (held, one failure charged to its budget, due
+// after RecordBackoff doubled per failure) and the dead-letter stream (its
 // MaxDeliveries-th failure: poison, or non_retryable for a missing
 // original). While the failure's class is halted by the streak rule it
 // only holds the entries, charging nothing, for one BreakerTimeout.
-func (w *Worker) judge(ctx context.Context, failures map[string]error, entries map[string][]stream.Entry, originals map[string]*outbox.Event) (judgement, error) {
+func (w *Worker) judge(ctx context.Context, g *stream.Group, failures map[string]error, entries map[string][]stream.Entry, originals map[string]*outbox.Event) (judgement, error) {
 	j := judgement{charge: map[string]int64{}}
 	ids := slices.Sorted(maps.Keys(failures))
 	var entryIDs []string
@@ -374,7 +389,7 @@ func (w *Worker) judge(ctx context.Context, failures map[string]error, entries m
 			entryIDs = append(entryIDs, m.ID)
 		}
 	}
-	counts, err := w.group.Budgets(ctx, entryIDs)
+	counts, err := g.Budgets(ctx, entryIDs)
 	if err := w.redisDone(err); err != nil {
 		return j, fmt.Errorf("error reading delivery budgets: %w", err)
 	}
@@ -390,14 +405,14 @@ func (w *Worker) judge(ctx context.Context, failures map[string]error, entries m
 			before := counts[k]
 			k++
 			if halted {
-				j.hold = append(j.hold, heldEntry{msg: m, due: now.Add(w.cfg.BreakerTimeout)})
+				j.hold = append(j.hold, heldEntry{g: g, msg: m, due: now.Add(w.cfg.BreakerTimeout)})
 				continue
 			}
 			n := before + 1
 			if n < int64(w.cfg.MaxDeliveries) {
 				j.charge[m.ID] = n
 				wait := w.recordBackoff(n)
-				j.hold = append(j.hold, heldEntry{msg: m, due: now.Add(wait)})
+				j.hold = append(j.hold, heldEntry{g: g, msg: m, due: now.Add(wait)})
 				w.logger.Warn("record failed; kept pending for another delivery", zap.String("entry_id", m.ID),
 					zap.String("event_id", id), zap.String("code", f.Code), zap.Int64("deliveries", n),
 					zap.Duration("next_in", wait), zap.Error(ferr), traceID(m))
@@ -415,6 +430,42 @@ func (w *Worker) judge(ctx context.Context, failures map[string]error, entries m
 		}
 	}
 	return j, nil
+}
+
+// tuneBatch shows the time of a batch's projection of n events that
+// ended with err to the tuning loop (Config.AutoBatch): a success or a
+// lock or statement timeout; other failures say nothing about the size.
+func (w *Worker) tuneBatch(ctx context.Context, n int, d time.Duration, err error) {
+	if w.tune == nil {
+		return
+	}
+	timedOut := timeoutOf(ctx, err) != ""
+	if err != nil && !timedOut {
+		return
+	}
+	before := w.tune.size
+	if size := w.tune.observe(n, d, timedOut); size != before {
+		w.size.Store(int64(size))
+		w.metrics.batchSizeNow.WithLabelValues(w.cfg.Consumer).Set(float64(size))
+		w.logger.Info("batch size tuned", zap.Int("from", before), zap.Int("to", size),
+			zap.Duration("target", w.cfg.ProjectionTarget), zap.Bool("timed_out", timedOut))
+	}
+}
+
+// beginSQL is the statement that begins a projection transaction with
+// PostgreSQL's lock_timeout and statement_timeout for the transaction
+// (SET LOCAL; TimeoutOff leaves one out), in one round trip.
+func beginSQL(lock, statement time.Duration) string {
+	q := "BEGIN"
+	for _, t := range []struct {
+		name string
+		d    time.Duration
+	}{{"lock_timeout", lock}, {"statement_timeout", statement}} {
+		if t.d != TimeoutOff {
+			q += fmt.Sprintf("; SET LOCAL %s = %d", t.name, max(t.d.Milliseconds(), 1))
+		}
+	}
+	return q
 }
 
 // recordBackoff is the pause after a record's n-th failed delivery:
@@ -483,14 +534,14 @@ func (w *Worker) storeCall(op func() error) error {
 // either all of it or none, so never a dead letter whose entry is still
 // pending (a duplicate dead letter on the next delivery), nor a failure
 // charged to an entry that was not.
-func (w *Worker) finish(ctx context.Context, dead []deadLetter, ack []string, charge map[string]int64) error {
+func (w *Worker) finish(ctx context.Context, g *stream.Group, dead []deadLetter, ack []string, charge map[string]int64) error {
 	at := w.cfg.Now().UTC()
 	letters := make([]stream.DeadLetter, len(dead))
 	for i, dl := range dead {
 		letters[i] = stream.DeadLetter{Category: dl.category, Code: reason(dl.err), Error: dl.err.Error(),
 			EntryID: dl.msg.ID, EventID: dl.eventID, Deliveries: dl.deliveries, At: at, Payload: dl.msg.Payload()}
 	}
-	acked, err := w.group.Finish(ctx, stream.Finish{DeadLetters: letters, Ack: ack, Charge: charge})
+	acked, err := g.Finish(ctx, stream.Finish{DeadLetters: letters, Ack: ack, Charge: charge})
 	if err := w.redisDone(err); err != nil {
 		return fmt.Errorf("error dead-lettering or acknowledging %d entries: %w", len(ack), err)
 	}

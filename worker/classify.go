@@ -207,5 +207,29 @@ func failureOf(err error) failpolicy.Failure {
 	return failpolicy.Unknown(source)
 }
 
+// PostgreSQL's timeouts, as outboxd_worker_pg_timeouts_total names them.
+const (
+	timeoutLock      = "lock"
+	timeoutStatement = "statement"
+)
+
+// timeoutOf names the PostgreSQL timeout that ended err: timeoutLock
+// (lock_timeout: 55P03) or timeoutStatement (statement_timeout: 57014
+// while ctx is live, since a cancelled context ends a query with 57014
+// too), or "".
+func timeoutOf(ctx context.Context, err error) string {
+	var pgErr *pgconn.PgError
+	if err == nil || !errors.As(err, &pgErr) {
+		return ""
+	}
+	switch {
+	case pgErr.Code == "55P03":
+		return timeoutLock
+	case pgErr.Code == "57014" && ctx.Err() == nil:
+		return timeoutStatement
+	}
+	return ""
+}
+
 // reason names a dead-letter cause in the DLQ entry and in syncFailure.code.
 func reason(err error) string { return failureOf(err).Code }

@@ -4,9 +4,11 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
 
 	"github.com/outboxd/outboxd/internal/failpolicy"
 	"github.com/outboxd/outboxd/internal/fault"
@@ -42,7 +44,21 @@ const (
 	StreakLimitDefault = failpolicy.StreakLimitDefault
 	// ConsumerExpiryDefault is the default Config.ConsumerExpiry.
 	ConsumerExpiryDefault = 24 * time.Hour
+	// ReplayRateDefault is the default Config.ReplayRate, in events per
+	// second.
+	ReplayRateDefault rate.Limit = 5000
+	// ProjectionTargetDefault is the default Config.ProjectionTarget (seed
+	// 002: one transaction in 1 to 5 seconds).
+	ProjectionTargetDefault = time.Second
+	// LockTimeoutDefault is the default Config.LockTimeout.
+	LockTimeoutDefault = 5 * time.Second
+	// StatementTimeoutDefault is the default Config.StatementTimeout.
+	StatementTimeoutDefault = 30 * time.Second
 )
+
+// TimeoutOff is the Config.LockTimeout or Config.StatementTimeout that
+// leaves that PostgreSQL setting as the server or the role has it.
+const TimeoutOff time.Duration = -1
 
 // Bounds checked by validate.
 const (
@@ -54,6 +70,14 @@ const (
 	// RecordBackoffMax caps the pause before a failing record's next
 	// delivery, however many deliveries Config.MaxDeliveries allows.
 	RecordBackoffMax = 5 * time.Minute
+	// AutoBatchMin and AutoBatchMax bound the batch size that
+	// Config.AutoBatch chooses (seed 002: 500 to 2,000).
+	AutoBatchMin = 500
+	AutoBatchMax = 2000
+	// ProjectionTargetShortest and ProjectionTargetLongest bound
+	// Config.ProjectionTarget.
+	ProjectionTargetShortest = 10 * time.Millisecond
+	ProjectionTargetLongest  = time.Minute
 )
 
 // Config configures a Worker. A nil config means all defaults.
@@ -126,6 +150,41 @@ type Config struct {
 	// the group (XGROUP DELCONSUMER): the names of restarted or scaled-down
 	// workers do not pile up. Defaults to ConsumerExpiryDefault (24h).
 	ConsumerExpiry time.Duration
+	// AutoBatch lets the worker choose its batch size between AutoBatchMin
+	// and AutoBatchMax (500 and 2,000) to keep the 95th percentile of its
+	// projection transactions under ProjectionTarget (seed 002's tuning
+	// loop): it starts at BatchSize (within those bounds), shrinks when the
+	// p95 of its last projections of full batches is 30% over the target
+	// (in proportion, at once after a lock or statement timeout), and grows
+	// by a quarter while the p95 would stay under 80% of it.
+	// outboxd_worker_batch_size shows the size. Defaults to false: every
+	// batch is BatchSize.
+	AutoBatch bool
+	// ProjectionTarget is the projection time AutoBatch keeps the p95
+	// under; exported as outboxd_worker_projection_target_seconds either
+	// way. Defaults to ProjectionTargetDefault (1s); between
+	// ProjectionTargetShortest and ProjectionTargetLongest.
+	ProjectionTarget time.Duration
+	// LockTimeout and StatementTimeout are PostgreSQL's lock_timeout and
+	// statement_timeout, set on every projection transaction (SET LOCAL in
+	// the transaction's first round trip): a projection waiting for a
+	// lock, or running, longer fails, is counted in
+	// outboxd_worker_pg_timeouts_total{kind} and retried as an
+	// infrastructure failure (never charged to the records). TimeoutOff
+	// leaves the server's setting. Default to LockTimeoutDefault (5s) and
+	// StatementTimeoutDefault (30s).
+	LockTimeout, StatementTimeout time.Duration
+	// ReplayRate bounds how many entries per second the worker reads from
+	// the replay lane (stream.Keys.Replay), which it reads only when the
+	// stream has nothing for it; rate.Inf sets no bound. Defaults to
+	// ReplayRateDefault (5,000 events/s). ReplayLimiter, when set, takes
+	// its place.
+	ReplayRate rate.Limit
+	// ReplayLimiter is the bound of ReplayRate shared by several Workers
+	// (NewReplayLimiter): the Workers of one process share one, so that
+	// the process reads at most its rate. Defaults to one of the worker's
+	// own at ReplayRate.
+	ReplayLimiter *rate.Limiter
 	// Projector writes batches into PostgreSQL. Defaults to
 	// readmodel.NewProjector() (the events table and the daily statistics).
 	Projector Projector
@@ -166,6 +225,13 @@ func (c *Config) withDefaults() *Config {
 	out.BreakerTimeout = cmp.Or(out.BreakerTimeout, BreakerTimeoutDefault)
 	out.StreakLimit = cmp.Or(out.StreakLimit, StreakLimitDefault)
 	out.ConsumerExpiry = cmp.Or(out.ConsumerExpiry, ConsumerExpiryDefault)
+	out.ProjectionTarget = cmp.Or(out.ProjectionTarget, ProjectionTargetDefault)
+	out.LockTimeout = cmp.Or(out.LockTimeout, LockTimeoutDefault)
+	out.StatementTimeout = cmp.Or(out.StatementTimeout, StatementTimeoutDefault)
+	out.ReplayRate = cmp.Or(out.ReplayRate, ReplayRateDefault)
+	if out.ReplayLimiter == nil {
+		out.ReplayLimiter = NewReplayLimiter(out.ReplayRate)
+	}
 	out.Projector = cmp.Or[Projector](out.Projector, readmodel.NewProjector())
 	if out.Now == nil {
 		out.Now = time.Now
@@ -206,5 +272,28 @@ func (c *Config) validate() error {
 	if c.StreakLimit < 1 {
 		errs = append(errs, fmt.Errorf("StreakLimit must be at least 1 (got %d)", c.StreakLimit))
 	}
+	if c.ProjectionTarget < ProjectionTargetShortest || c.ProjectionTarget > ProjectionTargetLongest {
+		errs = append(errs, fmt.Errorf("ProjectionTarget must be between %s and %s (got %s)", ProjectionTargetShortest, ProjectionTargetLongest, c.ProjectionTarget))
+	}
+	for name, d := range map[string]time.Duration{"LockTimeout": c.LockTimeout, "StatementTimeout": c.StatementTimeout} {
+		if d != TimeoutOff && d < time.Millisecond {
+			errs = append(errs, fmt.Errorf("%s must be at least 1ms, or TimeoutOff (got %s)", name, d))
+		}
+	}
+	if c.ReplayRate <= 0 {
+		errs = append(errs, fmt.Errorf("ReplayRate must be positive, or rate.Inf for no bound (got %v)", c.ReplayRate))
+	}
 	return errors.Join(errs...)
+}
+
+// NewReplayLimiter returns the bound of a replay lane read at r entries
+// per second (rate.Inf: no bound), to share between the Workers of a
+// process (Config.ReplayLimiter). Its burst is a twentieth of a second of r
+// (at least one entry), so that a batch of the lane holds the live stream
+// up for little longer than the projection of that many entries.
+func NewReplayLimiter(r rate.Limit) *rate.Limiter {
+	if r == rate.Inf {
+		return rate.NewLimiter(rate.Inf, 0)
+	}
+	return rate.NewLimiter(r, max(1, int(math.Ceil(float64(r)/20))))
 }

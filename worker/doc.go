@@ -24,6 +24,34 @@
 // than Config.ClaimIdle. A missing consumer group (NOGROUP: Redis restarted
 // empty) is recreated.
 //
+// # The replay lane
+//
+// Replays (the operator's, package operator) arrive in a stream of their
+// own, the replay lane stream.Keys.Replay, which the worker consumes with
+// the same group and consumer name: only when the stream has no backlog for
+// it (a read of the stream came back with less than a batch: the lane then
+// gets the next turn, so that a trickle of live events does not starve it),
+// and at most Config.ReplayRate entries a second
+// (Config.ReplayLimiter, shared by the Workers of a process), in batches
+// of a twentieth of a second of that rate. A worker with nothing to do waits
+// on both streams in one XREADGROUP (stream.ReadNew). Everything else
+// holds on the lane as on the stream: its own pending entries drained at
+// start, XAUTOCLAIM, touches, delivery budgets (a hash of its own,
+// stream.Keys.ReplayLane().Failures) and the one dead-letter stream.
+// outboxd_worker_replay_acked_total counts the lane's acknowledged
+// entries.
+//
+// # Batch size and PostgreSQL timeouts
+//
+// Config.AutoBatch is seed 002's tuning loop: the batch size moves between
+// AutoBatchMin and AutoBatchMax (500 and 2,000) to keep the p95 of the
+// projection transactions of full batches under Config.ProjectionTarget
+// (outboxd_worker_batch_size). Every projection transaction begins with
+// SET LOCAL lock_timeout and statement_timeout (Config.LockTimeout,
+// Config.StatementTimeout) in its BEGIN round trip; one that ends on
+// either is counted in outboxd_worker_pg_timeouts_total{kind} and retried
+// as an infrastructure failure, and with AutoBatch halves the batch.
+//
 // # Failure policy (seeds 002 and 004)
 //
 // Every failure is classified in one place (classify.go) as infrastructure,
@@ -64,10 +92,11 @@
 // code}.
 //
 // The error-streak rule (seed 002) watches every failure: the same code
-// Config.StreakLimit (50) times in a row halts automatic retries of its
-// class and raises an alarm until it clears (outboxd_error_streak,
-// outboxd_retries_halted, an error log); see Worker.ResumeRetries for what
-// halted means and how it clears.
+// Config.StreakLimit (50) times in a row, counted for the whole consumer
+// group in Redis (stream.Streak), halts automatic retries of its class in
+// every worker of the group and raises an alarm until it clears
+// (outboxd_error_streak, outboxd_retries_halted, an error log); see
+// Worker.ResumeRetries for what halted means and how it clears.
 //
 // # Tracing
 //

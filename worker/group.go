@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/outboxd/outboxd/stream"
 )
 
 // touchMax bounds how many held entries one touch refreshes; a worker holds
@@ -35,8 +37,10 @@ func (w *Worker) keepHeld(ctx context.Context, stop <-chan struct{}) {
 		if time.Since(time.Unix(0, w.beat.Load())) > wedged {
 			continue
 		}
-		if err := w.group.Touch(ctx, every, touchMax); err != nil && ctx.Err() == nil {
-			w.logger.Debug("error touching held entries", zap.Error(err))
+		for _, g := range w.groups() {
+			if err := g.Touch(ctx, every, touchMax); err != nil && ctx.Err() == nil {
+				w.logger.Debug("error touching held entries", zap.String("lane", w.lane(g)), zap.Error(err))
+			}
 		}
 	}
 }
@@ -46,11 +50,18 @@ func (w *Worker) housekeepingEvery() time.Duration {
 	return min(max(w.cfg.ConsumerExpiry/4, time.Millisecond), time.Hour)
 }
 
-// housekeep removes from the group the other consumers idle longer than
-// ConsumerExpiry with nothing pending. Failures are logged and left for the
-// next round.
+// housekeep removes from the group, on the stream and on its replay lane,
+// the other consumers idle longer than ConsumerExpiry with nothing
+// pending. Failures are logged and left for the next round.
 func (w *Worker) housekeep(ctx context.Context) {
-	consumers, err := w.group.Consumers(ctx)
+	for _, g := range w.groups() {
+		w.housekeepOn(ctx, g)
+	}
+}
+
+// housekeepOn is housekeep on the stream of g.
+func (w *Worker) housekeepOn(ctx context.Context, g *stream.Group) {
+	consumers, err := g.Consumers(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			w.logger.Debug("error listing consumers", zap.Error(err))
@@ -61,7 +72,7 @@ func (w *Worker) housekeep(ctx context.Context) {
 		if c.Name == w.cfg.Consumer || c.Pending > 0 || c.Idle < w.cfg.ConsumerExpiry {
 			continue
 		}
-		removed, err := w.group.RemoveConsumer(ctx, c.Name)
+		removed, err := g.RemoveConsumer(ctx, c.Name)
 		if err != nil {
 			if ctx.Err() == nil {
 				w.logger.Debug("error removing an expired consumer", zap.String("expired", c.Name), zap.Error(err))

@@ -30,6 +30,11 @@ type metrics struct {
 	consumersDeleted prometheus.Counter
 	breakerState     *prometheus.GaugeVec
 	streak           *failpolicy.StreakMetrics
+	batchSizeNow     *prometheus.GaugeVec
+	projectionTarget prometheus.Gauge
+	pgTimeouts       *prometheus.CounterVec
+	replayAcked      prometheus.Counter
+	replayRateLimit  prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer, stream string) (*metrics, error) {
@@ -67,9 +72,22 @@ func newMetrics(reg prometheus.Registerer, stream string) (*metrics, error) {
 			"Consumers removed from the group (XGROUP DELCONSUMER) after ConsumerExpiry idle with nothing pending."),
 		breakerState: f.GaugeVec("breaker_state",
 			"State of the worker's circuit breakers (breaker: postgres, store): 0 closed, 1 half-open, 2 open.", "breaker"),
+		batchSizeNow: f.GaugeVec("batch_size",
+			"The batch size each worker (consumer) reads with now: --batch-size, or with --batch-size auto the size the tuning loop chose (500 to 2,000).", "consumer"),
+		projectionTarget: f.Gauge("projection_target_seconds",
+			"The projection time whose p95 --batch-size auto keeps under it (--projection-target)."),
+		pgTimeouts: f.CounterVec("pg_timeouts_total",
+			"Projection transactions that ended on a PostgreSQL timeout, by kind: lock (lock_timeout, 55P03) or statement (statement_timeout, 57014); retried as infrastructure failures.", "kind"),
+		replayAcked: f.Counter("replay_acked_total",
+			"Entries of the replay lane acknowledged (synced or dead-lettered): its rate is the lane's."),
+		replayRateLimit: f.Gauge("replay_rate_limit",
+			"The bound on entries per second a worker process reads from the replay lane (--replay-rate; 0: none)."),
 	}
 	if err := f.Err(); err != nil {
 		return nil, err
+	}
+	for _, kind := range []string{timeoutLock, timeoutStatement} {
+		m.pgTimeouts.WithLabelValues(kind) // from 0, for rate()
 	}
 	if err := pipeline.Err(); err != nil {
 		return nil, err

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sony/gobreaker/v2"
 	"go.uber.org/zap"
+	"golang.org/x/time/rate"
 
 	"github.com/outboxd/outboxd/internal/failpolicy"
 	"github.com/outboxd/outboxd/internal/startstop"
@@ -51,9 +52,13 @@ var ErrRecord = errors.New("record cannot be projected")
 type Worker struct {
 	life startstop.Base
 
-	st           store.Store
-	rc           *stream.Client
-	group        *stream.Group
+	st    store.Store
+	rc    *stream.Client
+	group *stream.Group
+	// replay is the consumer on the replay lane (stream.Keys.ReplayLane),
+	// read only when the stream has no backlog, at most at limiter's rate.
+	replay       *stream.Group
+	limiter      *rate.Limiter
 	pool         *pgxpool.Pool
 	cfg          *Config
 	logger       *zap.Logger
@@ -61,13 +66,25 @@ type Worker struct {
 	pgBreaker    *gobreaker.CircuitBreaker[struct{}]
 	storeBreaker *gobreaker.CircuitBreaker[struct{}]
 	streak       *failpolicy.Streak
+	// beginSQL begins a projection transaction with its timeouts.
+	beginSQL string
+
+	// size is the current batch size (Config.BatchSize, or the choice of
+	// tune when Config.AutoBatch is set); tune is nil without AutoBatch
+	// and only the run goroutine calls it.
+	size atomic.Int64
+	tune *autoBatch
 
 	// held are the entries this worker keeps pending for a later delivery,
-	// by entry id; only the run goroutine touches it.
+	// by heldKey; only the run goroutine touches it.
 	held map[string]heldEntry
 	// ahead delivers the batch a read-ahead is reading, or is nil; only the
 	// run goroutine touches it.
 	ahead chan aheadBatch
+	// laneTurn is set when the last read of the stream found no backlog:
+	// the replay lane gets the next turn. Only the run goroutine touches
+	// it.
+	laneTurn bool
 	// wake tells the run goroutine that ResumeRetries was called.
 	wake chan struct{}
 	// beat is when the run goroutine last showed a sign of life (Unix
@@ -75,11 +92,16 @@ type Worker struct {
 	beat atomic.Int64
 }
 
-// heldEntry is an entry kept pending until due.
+// heldEntry is an entry of g kept pending until due.
 type heldEntry struct {
+	g   *stream.Group
 	msg stream.Entry
 	due time.Time
 }
+
+// heldKey is the key of entry id of g in held: the ids of two streams may
+// be equal.
+func heldKey(g *stream.Group, id string) string { return g.Keys().Stream() + "\x00" + id }
 
 // New returns a Worker reading cfg.Stream as cfg.Group through rc. A nil
 // cfg means all defaults. It does not touch the stores; Start does.
@@ -98,10 +120,24 @@ func New(st store.Store, rc *stream.Client, pool *pgxpool.Pool, cfg *Config, log
 	if err != nil {
 		return nil, fmt.Errorf("error registering worker metrics: %w", err)
 	}
+	keys := stream.NewKeys(c.Stream, c.Group)
 	w := &Worker{
-		st: st, rc: rc, group: rc.Group(stream.NewKeys(c.Stream, c.Group), c.Consumer), pool: pool, cfg: c, metrics: m, wake: make(chan struct{}, 1),
+		st: st, rc: rc, group: rc.Group(keys, c.Consumer), replay: rc.Group(keys.ReplayLane(), c.Consumer), limiter: c.ReplayLimiter,
+		pool: pool, cfg: c, metrics: m, wake: make(chan struct{}, 1), beginSQL: beginSQL(c.LockTimeout, c.StatementTimeout),
 		logger: logger.Named("worker").With(zap.String("stream", c.Stream), zap.String("group", c.Group), zap.String("consumer", c.Consumer)),
 	}
+	w.size.Store(int64(c.BatchSize))
+	if c.AutoBatch {
+		w.tune = newAutoBatch(AutoBatchMin, AutoBatchMax, c.BatchSize, c.ProjectionTarget)
+		w.size.Store(int64(w.tune.size))
+	}
+	m.batchSizeNow.WithLabelValues(c.Consumer).Set(float64(w.size.Load()))
+	m.projectionTarget.Set(c.ProjectionTarget.Seconds())
+	limit := float64(w.limiter.Limit())
+	if w.limiter.Limit() == rate.Inf {
+		limit = 0
+	}
+	m.replayRateLimit.Set(limit)
 	// Only infrastructure failures open a circuit; a bad record, or an
 	// error nobody recognises, does not (the streak rule bounds those).
 	infra := func(err error) bool { return classify(err) == classInfra }
@@ -114,6 +150,7 @@ func New(st store.Store, rc *stream.Client, pool *pgxpool.Pool, cfg *Config, log
 		}, w.logger)
 	}
 	w.streak = failpolicy.NewStreak("worker", c.StreakLimit, m.streak, w.logger)
+	w.streak.Share(rc.Streak(keys, stream.ComponentWorker), w.wakeUp)
 	w.life.Init(w.preflight, w.run)
 	return w, nil
 }
@@ -151,14 +188,28 @@ func (w *Worker) Consumer() string { return w.cfg.Consumer }
 //     stream, the store, PostgreSQL, acknowledging) are tried again once
 //     per Config.BreakerTimeout instead of the jittered backoff.
 //
-// A halt clears by itself on a success of its class: for infrastructure
-// and unknown failures, the dependency that failed answering again; for
-// record failures, a record projected. ResumeRetries clears every halt at
-// once and makes the held entries due now; restarting the worker does the
-// same (the rule's state lives in the process). Either is logged at info
-// level.
+// The rule counts for the whole consumer group: its run and its halts are
+// kept in Redis (stream.Keys.Streak), so the workers of every process
+// count into one run and halt together (failures of Redis itself, and
+// every failure while Redis cannot be reached, count in the process).
+//
+// A halt clears by itself on a success of its class, in any worker of the
+// group: for infrastructure and unknown failures, the dependency that
+// failed answering again; for record failures, a record projected.
+// ResumeRetries clears every halt of the group at once and makes the held
+// entries due now; so does `outboxd retries resume --class C` (the admin
+// API, operator.ResumeRetries) for one class, which every worker sees
+// within about a second (failpolicy.RefreshEvery). Restarting a worker no
+// longer clears a halt: the group's state outlives it. Either is logged at
+// info level.
 func (w *Worker) ResumeRetries() {
 	w.streak.Resume()
+	w.wakeUp()
+}
+
+// wakeUp tells the run goroutine that retries were resumed: its held
+// entries become due now.
+func (w *Worker) wakeUp() {
 	select {
 	case w.wake <- struct{}{}:
 	default:
@@ -190,7 +241,7 @@ func (w *Worker) run(fetchCtx, workCtx context.Context) error {
 		if err == nil && a.err == nil {
 			// Read before the stop: in flight like the batch before it. After
 			// an abrupt stop its entries stay pending, as after a crash.
-			err = w.process(fetchCtx, workCtx, a.msgs, a.pre)
+			err = w.process(fetchCtx, workCtx, w.group, a.msgs, a.pre)
 		}
 	}
 	close(stop)
@@ -217,13 +268,14 @@ func (w *Worker) loop(fetchCtx, workCtx context.Context) error {
 	nextHousekeeping := time.Now().Add(housekeeping)
 	for fetchCtx.Err() == nil {
 		w.alive()
+		w.streak.Refresh(fetchCtx)
 		select {
 		case <-w.wake:
 			w.makeDue()
 		default:
 		}
-		if due := w.takeDue(time.Now()); len(due) > 0 {
-			if err := w.process(fetchCtx, workCtx, due, nil); err != nil {
+		if g, due := w.takeDue(time.Now()); len(due) > 0 {
+			if err := w.process(fetchCtx, workCtx, g, due, nil); err != nil {
 				return err
 			}
 			continue
@@ -247,19 +299,22 @@ func (w *Worker) loop(fetchCtx, workCtx context.Context) error {
 		if next, ok := w.nextDue(); ok {
 			block = min(block, max(time.Until(next), time.Millisecond))
 		}
-		msgs, pre, err := w.next(fetchCtx, block)
+		g, msgs, pre, err := w.next(fetchCtx, block)
 		if err != nil {
 			return err
 		}
-		if len(msgs) == w.cfg.BatchSize && !w.paused() {
+		if g == w.group && len(msgs) == w.batchSize() && !w.paused() {
 			w.readAhead(fetchCtx, workCtx)
 		}
-		if err := w.process(fetchCtx, workCtx, msgs, pre); err != nil {
+		if err := w.process(fetchCtx, workCtx, g, msgs, pre); err != nil {
 			return err
 		}
 	}
 	return nil
 }
+
+// batchSize is the current batch size.
+func (w *Worker) batchSize() int { return int(w.size.Load()) }
 
 // aheadBatch is what a read-ahead read and prepared.
 type aheadBatch struct {
@@ -278,7 +333,7 @@ func (w *Worker) readAhead(fetchCtx, workCtx context.Context) {
 	ch := make(chan aheadBatch, 1)
 	w.ahead = ch
 	go func() {
-		msgs, err := w.read(fetchCtx, ">", -1)
+		msgs, err := w.read(fetchCtx, w.group, ">", w.batchSize(), -1)
 		var pre *batch
 		if err == nil && len(msgs) > 0 {
 			pre, _ = w.prepare(workCtx, msgs) // on failure process prepares again, through its retries
@@ -295,7 +350,7 @@ func (w *Worker) holdAhead() {
 	a, _ := w.takeAhead()
 	now := time.Now()
 	for _, m := range a.msgs {
-		w.hold(heldEntry{msg: m, due: now})
+		w.hold(heldEntry{g: w.group, msg: m, due: now})
 	}
 }
 
@@ -310,14 +365,90 @@ func (w *Worker) takeAhead() (aheadBatch, bool) {
 	return a, true
 }
 
-// next returns the batch a read-ahead prepared, or else reads new entries,
-// waiting at most block for some.
-func (w *Worker) next(fetchCtx context.Context, block time.Duration) ([]stream.Entry, *batch, error) {
+// next returns the batch a read-ahead prepared, or else new entries of the
+// stream, or else, when the stream has no backlog for the worker, new
+// entries of the replay lane within the lane's rate; with neither it waits
+// at most block for entries of the stream or, when the rate allows, of the
+// lane (one XREADGROUP over both: entries of the lane that come with
+// entries of the stream are held, due now, for the next turn). It returns
+// the consumer whose entries it returns.
+//
+// The stream has no backlog when a read of it comes back empty, or with
+// less than a batch: then the lane gets the next turn (w.laneTurn), so
+// that a trickle of live events, which leaves the stream empty only for
+// moments, does not starve the lane. A live event then waits for at most
+// one batch of the lane (a twentieth of a second of the rate).
+func (w *Worker) next(fetchCtx context.Context, block time.Duration) (*stream.Group, []stream.Entry, *batch, error) {
 	if a, ok := w.takeAhead(); ok && (a.err != nil || len(a.msgs) > 0) {
-		return a.msgs, a.pre, a.err
+		w.laneTurn = len(a.msgs) < w.batchSize()
+		return w.group, a.msgs, a.pre, a.err
 	}
-	msgs, err := w.read(fetchCtx, ">", block)
-	return msgs, nil, err
+	if w.laneTurn {
+		w.laneTurn = false
+		if n, _ := w.replayAllowance(); n > 0 {
+			msgs, err := w.read(fetchCtx, w.replay, ">", n, -1)
+			if err != nil || len(msgs) > 0 {
+				w.spendReplay(len(msgs))
+				return w.replay, msgs, nil, err
+			}
+		}
+	}
+	msgs, err := w.read(fetchCtx, w.group, ">", w.batchSize(), -1)
+	if err != nil || len(msgs) > 0 {
+		w.laneTurn = len(msgs) < w.batchSize()
+		return w.group, msgs, nil, err
+	}
+	n, wait := w.replayAllowance()
+	if n == 0 {
+		msgs, err = w.read(fetchCtx, w.group, ">", w.batchSize(), min(block, max(wait, time.Millisecond)))
+		return w.group, msgs, nil, err
+	}
+	if msgs, err = w.read(fetchCtx, w.replay, ">", n, -1); err != nil || len(msgs) > 0 {
+		w.spendReplay(len(msgs))
+		return w.replay, msgs, nil, err
+	}
+	var both [][]stream.Entry
+	err = w.retry(fetchCtx, "reading the stream and the replay lane", func() error {
+		var err error
+		both, err = stream.ReadNew(fetchCtx, n, block, w.group, w.replay)
+		return w.redisDone(err)
+	})
+	if err != nil {
+		return w.group, nil, nil, err
+	}
+	w.spendReplay(len(both[1]))
+	if len(both[0]) == 0 {
+		return w.replay, both[1], nil, nil
+	}
+	now := time.Now()
+	for _, m := range both[1] {
+		w.hold(heldEntry{g: w.replay, msg: m, due: now})
+	}
+	return w.group, both[0], nil, nil
+}
+
+// replayAllowance returns how many entries of the replay lane the rate
+// allows now: a batch of the lane (a batch, at most the limiter's burst:
+// a twentieth of a second of the rate), or 0 and how long until one. Reading
+// whatever the rate allowed since the last read would read the lane an
+// entry at a time.
+func (w *Worker) replayAllowance() (int, time.Duration) {
+	size := w.batchSize()
+	if w.limiter.Limit() == rate.Inf {
+		return size, 0
+	}
+	want := float64(min(size, max(w.limiter.Burst(), 1)))
+	if tokens := w.limiter.TokensAt(time.Now()); tokens < want {
+		return 0, time.Duration((want - tokens) / float64(w.limiter.Limit()) * float64(time.Second))
+	}
+	return int(want), 0
+}
+
+// spendReplay takes n entries of the replay lane from its rate.
+func (w *Worker) spendReplay(n int) {
+	if n > 0 && w.limiter.Limit() != rate.Inf {
+		w.limiter.ReserveN(time.Now(), n)
+	}
 }
 
 // alive records a sign of life of the loop (see keepHeld).
@@ -330,21 +461,24 @@ func (w *Worker) paused() bool {
 	return len(w.held) > 0 && (w.streak.Halted(failpolicy.ClassRecord) || w.streak.Halted(failpolicy.ClassUnknown))
 }
 
-// takeDue removes from held, and returns in id order, at most BatchSize
-// entries due at now.
-func (w *Worker) takeDue(now time.Time) []stream.Entry {
+// takeDue removes from held, and returns in id order, at most a batch of
+// entries due at now, all of one consumer (the stream's first), and that
+// consumer.
+func (w *Worker) takeDue(now time.Time) (*stream.Group, []stream.Entry) {
+	var g *stream.Group
 	var due []stream.Entry
-	for _, id := range slices.Sorted(maps.Keys(w.held)) {
-		if len(due) == w.cfg.BatchSize {
+	for _, k := range slices.Sorted(maps.Keys(w.held)) {
+		if len(due) == w.batchSize() {
 			break
 		}
-		if h := w.held[id]; !h.due.After(now) {
+		if h := w.held[k]; !h.due.After(now) && (g == nil || h.g == g) {
+			g = h.g
 			due = append(due, h.msg)
-			delete(w.held, id)
+			delete(w.held, k)
 		}
 	}
 	w.metrics.held.Sub(float64(len(due)))
-	return due
+	return g, due
 }
 
 // nextDue returns when the next held entry is due.
@@ -368,10 +502,11 @@ func (w *Worker) makeDue() {
 }
 
 // waitHeld waits until the next held entry is due, ResumeRetries is
-// called or fetchCtx ends.
+// called or fetchCtx ends, at most failpolicy.RefreshEvery (the loop then
+// reads the group's streak: another process may have resumed).
 func (w *Worker) waitHeld(fetchCtx context.Context) {
 	next, _ := w.nextDue()
-	t := time.NewTimer(max(time.Until(next), time.Millisecond))
+	t := time.NewTimer(min(max(time.Until(next), time.Millisecond), failpolicy.RefreshEvery))
 	defer t.Stop()
 	select {
 	case <-fetchCtx.Done():
@@ -382,22 +517,35 @@ func (w *Worker) waitHeld(fetchCtx context.Context) {
 }
 
 // drainOwn processes the entries this consumer left pending (a restart under
-// the same name), reading its PEL history from the start once.
+// the same name) on the stream, then on the replay lane, reading its PEL
+// history from the start once.
 func (w *Worker) drainOwn(fetchCtx, workCtx context.Context) error {
-	start := "0"
-	for fetchCtx.Err() == nil {
-		msgs, err := w.read(fetchCtx, start, -1)
-		if err != nil || len(msgs) == 0 {
-			return err
-		}
-		start = msgs[len(msgs)-1].ID
-		w.logger.Info("draining own pending entries", zap.Int("entries", len(msgs)))
-		if err := w.process(fetchCtx, workCtx, msgs, nil); err != nil {
-			return err
+	for _, g := range w.groups() {
+		start := "0"
+		for fetchCtx.Err() == nil {
+			msgs, err := w.read(fetchCtx, g, start, w.batchSize(), -1)
+			if err != nil {
+				return err
+			}
+			if len(msgs) == 0 {
+				break
+			}
+			start = msgs[len(msgs)-1].ID
+			w.logger.Info("draining own pending entries", zap.Int("entries", len(msgs)), zap.String("lane", w.lane(g)))
+			if err := w.process(fetchCtx, workCtx, g, msgs, nil); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
 }
+
+// groups are the consumers of the worker: on the stream, then on its
+// replay lane.
+func (w *Worker) groups() []*stream.Group { return []*stream.Group{w.group, w.replay} }
+
+// lane names the lane of g for logs: "live" or "replay".
+func (w *Worker) lane(g *stream.Group) string { return g.Keys().Lane() }
 
 // reclaim takes over entries pending and untouched longer than ClaimIdle,
 // whichever consumer holds them (a live worker touches its own: see
@@ -405,24 +553,34 @@ func (w *Worker) drainOwn(fetchCtx, workCtx context.Context) error {
 // deleted ids (Redis 7 has already removed them from the PEL); they are
 // dead-lettered with reason trimmed.
 func (w *Worker) reclaim(fetchCtx, workCtx context.Context) error {
+	for _, g := range w.groups() {
+		if err := w.reclaimFrom(fetchCtx, workCtx, g); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// reclaimFrom is reclaim on the stream of g.
+func (w *Worker) reclaimFrom(fetchCtx, workCtx context.Context, g *stream.Group) error {
 	start := "0-0"
 	for fetchCtx.Err() == nil {
 		var msgs []stream.Entry
 		var next string
 		err := w.retry(fetchCtx, "claiming idle entries", func() error {
 			var err error
-			msgs, next, err = w.group.Reclaim(fetchCtx, start, w.cfg.ClaimIdle, w.cfg.BatchSize)
+			msgs, next, err = g.Reclaim(fetchCtx, start, w.cfg.ClaimIdle, w.batchSize())
 			return w.redisDone(err)
 		})
 		if err != nil {
 			return err
 		}
 		// This worker's own held entries are due later, not now.
-		msgs = slices.DeleteFunc(msgs, func(m stream.Entry) bool { _, held := w.held[m.ID]; return held })
+		msgs = slices.DeleteFunc(msgs, func(m stream.Entry) bool { _, held := w.held[heldKey(g, m.ID)]; return held })
 		if len(msgs) > 0 {
 			w.metrics.claimed.Add(float64(len(msgs)))
-			w.logger.Info("reclaimed idle entries", zap.Int("entries", len(msgs)))
-			if err := w.process(fetchCtx, workCtx, msgs, nil); err != nil {
+			w.logger.Info("reclaimed idle entries", zap.Int("entries", len(msgs)), zap.String("lane", w.lane(g)))
+			if err := w.process(fetchCtx, workCtx, g, msgs, nil); err != nil {
 				return err
 			}
 		}
@@ -434,13 +592,14 @@ func (w *Worker) reclaim(fetchCtx, workCtx context.Context) error {
 	return nil
 }
 
-// read runs XREADGROUP from id (">" for new entries, or a PEL position);
-// block < 0 sends no BLOCK. An empty read returns no messages and no error.
-func (w *Worker) read(fetchCtx context.Context, id string, block time.Duration) ([]stream.Entry, error) {
+// read runs XREADGROUP as g from id (">" for new entries, or a PEL
+// position) for at most count entries; block < 0 sends no BLOCK. An empty
+// read returns no messages and no error.
+func (w *Worker) read(fetchCtx context.Context, g *stream.Group, id string, count int, block time.Duration) ([]stream.Entry, error) {
 	var msgs []stream.Entry
 	err := w.retry(fetchCtx, "reading the stream", func() error {
 		var err error
-		msgs, err = w.group.Read(fetchCtx, id, w.cfg.BatchSize, block)
+		msgs, err = g.Read(fetchCtx, id, count, block)
 		return w.redisDone(err)
 	})
 	return msgs, err
@@ -455,20 +614,20 @@ func (w *Worker) redisDone(err error) error {
 	return from(failpolicy.SourceRedis, err)
 }
 
-// process handles a batch until it succeeds, retrying infrastructure
-// failures with backoff, then keeps what the batch holds for later. pre is
-// the batch as a read-ahead prepared it, or nil. It
+// process handles a batch of g's entries until it succeeds, retrying
+// infrastructure failures with backoff, then keeps what the batch holds
+// for later. pre is the batch as a read-ahead prepared it, or nil. It
 // returns nil when the batch is done or when a stop was requested while
 // waiting (the entries then stay pending), and an error when the worker
 // must stop abruptly.
-func (w *Worker) process(fetchCtx, workCtx context.Context, msgs []stream.Entry, pre *batch) error {
+func (w *Worker) process(fetchCtx, workCtx context.Context, g *stream.Group, msgs []stream.Entry, pre *batch) error {
 	if len(msgs) == 0 {
 		return nil
 	}
 	var out outcome
 	err := w.retry(fetchCtx, "processing a batch", func() error {
 		var err error
-		out, err = w.handle(workCtx, msgs, pre)
+		out, err = w.handle(workCtx, g, msgs, pre)
 		pre = nil // a retry reads the originals again
 		return err
 	})
@@ -478,7 +637,7 @@ func (w *Worker) process(fetchCtx, workCtx context.Context, msgs []stream.Entry,
 		}
 		return err
 	}
-	w.apply(out)
+	w.apply(g, out)
 	return nil
 }
 
@@ -537,12 +696,18 @@ func (w *Worker) retry(fetchCtx context.Context, what string, op func() error) e
 }
 
 // ensureGroup creates the consumer group, and the stream when missing, at
-// the start of the stream so that entries added before the group are read.
+// the start of the stream so that entries added before the group are read;
+// and the same on the replay lane.
 func (w *Worker) ensureGroup(ctx context.Context) error {
-	created, err := w.group.Ensure(ctx)
-	if created {
-		w.metrics.groupsCreated.Inc()
-		w.logger.Info("created consumer group")
+	for _, g := range w.groups() {
+		created, err := g.Ensure(ctx)
+		if created {
+			w.metrics.groupsCreated.Inc()
+			w.logger.Info("created consumer group", zap.String("lane", w.lane(g)))
+		}
+		if err != nil {
+			return err
+		}
 	}
-	return err
+	return nil
 }

@@ -212,15 +212,19 @@ func TestWorker(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		for field, cfg := range map[string]*worker.Config{
-			"BatchSize":       {BatchSize: -1},
-			"Block":           {Block: -time.Second},
-			"ClaimIdle":       {ClaimIdle: -time.Second},
-			"MaxDeliveries":   {MaxDeliveries: -1},
-			"RecordBackoff":   {RecordBackoff: -time.Second},
-			"BreakerFailures": {BreakerFailures: -1},
-			"BreakerTimeout":  {BreakerTimeout: -time.Second},
-			"StreakLimit":     {StreakLimit: -1},
-			"ConsumerExpiry":  {ConsumerExpiry: -time.Second},
+			"BatchSize":        {BatchSize: -1},
+			"Block":            {Block: -time.Second},
+			"ClaimIdle":        {ClaimIdle: -time.Second},
+			"MaxDeliveries":    {MaxDeliveries: -1},
+			"RecordBackoff":    {RecordBackoff: -time.Second},
+			"BreakerFailures":  {BreakerFailures: -1},
+			"BreakerTimeout":   {BreakerTimeout: -time.Second},
+			"StreakLimit":      {StreakLimit: -1},
+			"ConsumerExpiry":   {ConsumerExpiry: -time.Second},
+			"ProjectionTarget": {ProjectionTarget: time.Hour},
+			"LockTimeout":      {LockTimeout: -time.Second},
+			"StatementTimeout": {StatementTimeout: time.Microsecond},
+			"ReplayRate":       {ReplayRate: -1},
 		} {
 			_, err := worker.New(b.st, b.rc, b.pg.Pool, cfg, nil)
 			require.ErrorContains(t, err, field)

@@ -38,6 +38,8 @@ func main() {
 		err = runLoad(ctx, os.Stdout, os.Args[2:])
 	case "soak":
 		err = runSoak(ctx, os.Stdout, os.Args[2:])
+	case "replay":
+		err = runReplay(ctx, os.Stdout, os.Args[2:])
 	case "soak-lock":
 		err = runSoakLock(ctx, os.Args[2:])
 	default:

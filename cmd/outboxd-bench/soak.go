@@ -503,16 +503,11 @@ func (s *soak) waitConverged(ctx context.Context, until time.Time) (checker.Verd
 		defer func() { _ = st.Close(context.Background()) }()
 	}
 	keys := stream.NewKeys(outbox.StreamDefault, stream.GroupDefault)
-	pending := func(ctx context.Context) (int64, error) {
-		p, err := s.rdb.XPending(ctx, keys.Stream(), stream.GroupDefault).Result()
-		if err != nil && !redis.HasErrorPrefix(err, "NOGROUP") {
-			return 0, err
-		}
-		if p == nil {
-			return 0, nil
-		}
-		return p.Count, nil
+	rc, err := stream.NewClient(s.rdb, nil)
+	if err != nil {
+		return checker.Verdict{}, err
 	}
+	pending := func(ctx context.Context) (int64, error) { return rc.GroupPending(ctx, keys) }
 	var v checker.Verdict
 	var last error
 	tick := time.NewTicker(time.Second)

@@ -276,13 +276,13 @@ func (b *bench) relayAndWork(ctx context.Context) error {
 
 // startDev starts `outboxd dev` on a fresh file with a stream and group
 // of its own, on an empty read model.
-func (b *bench) startDev(ctx context.Context, name string) (p *proc, path, stream, group string, err error) {
+func (b *bench) startDev(ctx context.Context, name string, extra ...string) (p *proc, path, stream, group string, err error) {
 	path, stream, group = b.be.file(name+".db"), b.be.stream(name), name
 	if err = b.be.truncateReadModel(ctx); err != nil {
 		return
 	}
-	p, err = b.l.start(ctx, name, "dev", "--store", storeFlag(path), "--redis-url", b.be.redisURL,
-		"--postgres-url", b.be.pgURL, "--stream", stream, "--group", group)
+	p, err = b.l.start(ctx, name, "dev", append([]string{"--store", storeFlag(path), "--redis-url", b.be.redisURL,
+		"--postgres-url", b.be.pgURL, "--stream", stream, "--group", group}, extra...)...)
 	return
 }
 

@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -16,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
+	"golang.org/x/time/rate"
 
 	"github.com/outboxd/outboxd/dispatcher"
 	"github.com/outboxd/outboxd/httpapi"
@@ -140,6 +143,11 @@ func (a *app) open(ctx context.Context) error {
 			return fmt.Errorf("error opening PostgreSQL at %s: %w", redact.DSN(a.o.postgresURL), err)
 		}
 		instrument.Postgres(cfg)
+		// One connection per batch loop (--concurrency) and a few to
+		// spare, unless the URL sizes the pool itself (pool_max_conns).
+		if a.o.concurrency > 0 && !strings.Contains(a.o.postgresURL, "pool_max_conns") {
+			cfg.MaxConns = max(cfg.MaxConns, int32(a.o.concurrency+poolSpare))
+		}
 		pool, err := pgxpool.NewWithConfig(ctx, cfg)
 		if err != nil {
 			return fmt.Errorf("error opening PostgreSQL at %s: %w", redact.DSN(a.o.postgresURL), err)
@@ -209,14 +217,74 @@ func (a *app) build(ctors ...func() (service, error)) ([]service, error) {
 	return out, nil
 }
 
+// newWorker returns the process's workers: --concurrency batch loops,
+// each a consumer of the group (--consumer, then --consumer-2, … when it
+// is given), sharing the PostgreSQL pool, the metrics and one bound on the
+// replay lane's rate.
 func (a *app) newWorker() (service, error) {
-	return worker.New(a.st, a.rc, a.pg, &worker.Config{
-		Stream: a.o.stream, Group: a.o.group, Consumer: a.o.consumer,
-		BatchSize: a.o.batchSize, ClaimIdle: a.o.claimIdle, MaxDeliveries: a.o.maxDeliveries,
-		RecordBackoff: a.o.retryBackoff, ConsumerExpiry: a.o.consumerExpiry,
-		BreakerFailures: a.o.breakerFailures, BreakerTimeout: a.o.breakerTimeout, StreakLimit: a.o.streakLimit,
-		Registerer: a.reg,
-	}, a.log)
+	replayRate := rate.Limit(a.o.replayRate)
+	if a.o.replayRate == 0 {
+		replayRate = rate.Inf
+	}
+	limiter := worker.NewReplayLimiter(replayRate)
+	timeout := func(d time.Duration) time.Duration {
+		if d == 0 {
+			return worker.TimeoutOff
+		}
+		return d
+	}
+	workers := make(serviceGroup, a.o.concurrency)
+	for i := range workers {
+		consumer := a.o.consumer
+		if consumer != "" && i > 0 {
+			consumer = fmt.Sprintf("%s-%d", consumer, i+1)
+		}
+		w, err := worker.New(a.st, a.rc, a.pg, &worker.Config{
+			Stream: a.o.stream, Group: a.o.group, Consumer: consumer,
+			BatchSize: a.o.batchSize.n, AutoBatch: a.o.batchSize.auto, ProjectionTarget: a.o.projectionTarget,
+			LockTimeout: timeout(a.o.lockTimeout), StatementTimeout: timeout(a.o.statementTimeout),
+			ReplayRate: replayRate, ReplayLimiter: limiter,
+			ClaimIdle: a.o.claimIdle, MaxDeliveries: a.o.maxDeliveries,
+			RecordBackoff: a.o.retryBackoff, ConsumerExpiry: a.o.consumerExpiry,
+			BreakerFailures: a.o.breakerFailures, BreakerTimeout: a.o.breakerTimeout, StreakLimit: a.o.streakLimit,
+			Registerer: a.reg,
+		}, a.log)
+		if err != nil {
+			return nil, err
+		}
+		workers[i] = w
+	}
+	if len(workers) == 1 {
+		return workers[0], nil
+	}
+	return workers, nil
+}
+
+// serviceGroup runs several services as one: Start starts each in turn
+// (and stops those it started when one fails), Stop stops them all at
+// once, so that each finishes its work in flight in parallel.
+type serviceGroup []service
+
+// Start starts every service.
+func (g serviceGroup) Start(ctx context.Context) error {
+	for i, s := range g {
+		if err := s.Start(ctx); err != nil {
+			_ = g[:i].Stop(ctx)
+			return err
+		}
+	}
+	return nil
+}
+
+// Stop stops every service at once and returns their errors.
+func (g serviceGroup) Stop(ctx context.Context) error {
+	errs := make([]error, len(g))
+	var wg sync.WaitGroup
+	for i, s := range g {
+		wg.Go(func() { errs[i] = s.Stop(ctx) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 func (a *app) newDispatcher() (service, error) {

@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/testkit"
+	"github.com/outboxd/outboxd/stream"
 )
 
 // TestReplayAndVerifyConfirmProgressResume drives replay and verify over a
@@ -50,9 +51,10 @@ func TestReplayAndVerifyConfirmProgressResume(t *testing.T) {
 		require.NoError(t, b.pg.Pool.QueryRow(ctx, `SELECT count(*) FROM events`).Scan(&n))
 		return n
 	}
+	// streamLen is the length of the replay lane, where replays go.
 	streamLen := func() int64 {
 		rdb, _ := testkit.NewRedis(t)
-		return rdb.XLen(ctx, b.stream).Val()
+		return rdb.XLen(ctx, stream.NewKeys(b.stream, "").Replay()).Val()
 	}
 
 	t.Run("RebuildNeedsYes", func(t *testing.T) {

@@ -71,6 +71,18 @@ func TestUsageErrors(t *testing.T) {
 		{"LeaseWithoutEvery", nil, []string{"reconcile", "--store", "mongodb://h", "--lease"}, []string{"--lease", "needs --every"}},
 		{"ExpectedEveryTooShort", nil, []string{"reconcile", "--store", "mongodb://h", "--expected-every", "0s"}, []string{"--expected-every", "at least 1s"}},
 		{"ExpectedEveryWithEvery", nil, []string{"reconcile", "--store", "mongodb://h", "--every", "1m", "--expected-every", "10m"}, []string{"--expected-every", "with --every"}},
+		{"BatchSizeNeitherNumberNorAuto", nil, []string{"work", "--store", "mongodb://h", "--batch-size", "big"}, []string{"batch-size", "a number of entries or auto"}},
+		{"BatchSizeTooLarge", map[string]string{"OUTBOXD_BATCH_SIZE": "10001"}, []string{"work", "--store", "mongodb://h"}, []string{"--batch-size", "auto or between 1 and 10000"}},
+		{"ProjectionTargetTooShort", nil, []string{"work", "--store", "mongodb://h", "--batch-size", "auto", "--projection-target", "1ms"}, []string{"--projection-target", "between 10ms and 1m0s"}},
+		{"ProjectionTargetTooLong", map[string]string{"OUTBOXD_PROJECTION_TARGET": "2m"}, []string{"dev"}, []string{"--projection-target", "between"}},
+		{"NegativeLockTimeout", nil, []string{"work", "--store", "mongodb://h", "--lock-timeout", "-1s"}, []string{"--lock-timeout", "0 (the server's setting) or at least 1ms"}},
+		{"StatementTimeoutUnderAMillisecond", nil, []string{"work", "--store", "mongodb://h", "--statement-timeout", "10us"}, []string{"--statement-timeout", "at least 1ms"}},
+		{"NegativeReplayRate", nil, []string{"work", "--store", "mongodb://h", "--replay-rate", "-5"}, []string{"--replay-rate", "0 (no bound)"}},
+		{"ReplayRateFromEnv", map[string]string{"OUTBOXD_REPLAY_RATE": "-1"}, []string{"dev"}, []string{"--replay-rate"}},
+		{"ZeroConcurrency", nil, []string{"work", "--store", "mongodb://h", "--concurrency", "0"}, []string{"--concurrency", "between 1 and 64"}},
+		{"ConcurrencyTooHigh", map[string]string{"OUTBOXD_CONCURRENCY": "65"}, []string{"work", "--store", "mongodb://h"}, []string{"--concurrency", "between 1 and 64"}},
+		{"RetriesResumeWithoutClass", nil, []string{"retries", "resume"}, []string{"--class is required", "infrastructure, record, unknown"}},
+		{"RetriesResumeUnknownClass", nil, []string{"retries", "resume", "--class", "poison"}, []string{"--class"}},
 		{"ResumeWithDryRun", nil, []string{"replay", "--from", "2026-11-01T00:00:00Z", "--to", "2026-11-02T00:00:00Z", "--dry-run", "--resume", "x"}, []string{"--resume", "--dry-run"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -302,6 +302,8 @@ func TestConsoleInBrowser(t *testing.T) {
 		b.untilText(`[data-field="dlqLength"]`, "3")
 		b.untilText("#nav-dlq-count", "(3)")
 		b.untilText(`[data-field="dAlive"]`, "alive")
+		b.untilText(`[data-field="replayName"]`, ":replay")
+		b.untilText(`[data-field="replayLag"]`, "0")
 		b.until(`document.querySelectorAll('#breakers tbody tr').length === 3`)
 		b.until(`document.querySelectorAll('#chart-throughput svg polyline').length > 0`)
 		b.until(`document.querySelectorAll('#sweeps tbody tr th').length > 0`)
@@ -447,6 +449,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		b.open("/ui/")
 		b.untilText(`[data-field="synced"]`, "7")
 		b.untilText(`[data-field="dlqLength"]`, "1")
+		b.untilText(`[data-field="replayPending"]`, "0") // the replays went through the lane
 		b.until(`document.querySelectorAll('#chart-throughput svg polyline').length > 0`)
 		b.screenshot("overview", false)
 	})

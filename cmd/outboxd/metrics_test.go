@@ -104,7 +104,8 @@ func TestMetricsOfEveryRole(t *testing.T) {
 	}
 	startRole(t, addrs["ingest"], append([]string{"ingest", "--stream", stream}, common...)...)
 	startRole(t, addrs["dispatch"], append(append([]string{"dispatch"}, common...), redisFlags...)...)
-	startRole(t, addrs["work"], append(append([]string{"work", "--postgres-url", pg.URL, "--group", "g"}, common...), redisFlags...)...)
+	startRole(t, addrs["work"], append(append([]string{"work", "--postgres-url", pg.URL, "--group", "g",
+		"--concurrency", "2", "--consumer", "w", "--batch-size", "auto"}, common...), redisFlags...)...)
 	startRole(t, addrs["reconcile"], append(append([]string{"reconcile", "--every", "100ms", "--postgres-url", pg.URL, "--audit-every", "1s"}, common...), redisFlags...)...)
 
 	b := &devBundle{base: "http://" + addrs["ingest"], stream: stream, pg: pg, group: "g"}
@@ -127,7 +128,8 @@ func TestMetricsOfEveryRole(t *testing.T) {
 
 	status := []string{"outboxd_events", "outboxd_events_failed", "outboxd_oldest_unsynced_age_seconds",
 		"outboxd_outbox_undispatched", "outboxd_http_requests_total", "outboxd_http_request_duration_seconds"}
-	stream3 := []string{"outboxd_stream_length", "outboxd_stream_pending", "outboxd_dlq_length"}
+	stream3 := []string{"outboxd_stream_length", "outboxd_stream_pending", "outboxd_dlq_length",
+		"outboxd_replay_length", "outboxd_replay_pending", "outboxd_replay_lag"}
 	want := map[string][]string{
 		"ingest": slices.Concat(status, []string{"outboxd_ingest_group_events", "outboxd_ingest_created_total",
 			"outboxd_ingest_duplicates_total", "outboxd_ingest_key_mismatches_total"}),
@@ -137,7 +139,8 @@ func TestMetricsOfEveryRole(t *testing.T) {
 		"work": slices.Concat(status, stream3, []string{"outboxd_worker_processed_total", "outboxd_pipeline_latency_seconds",
 			"outboxd_worker_projection_seconds", "outboxd_worker_claimed_total", "outboxd_worker_dead_letters_total",
 			"outboxd_error_streak", "outboxd_retries_halted", "outboxd_worker_breaker_state",
-			"outboxd_reconciler_requeue_to_synced_seconds"}),
+			"outboxd_reconciler_requeue_to_synced_seconds", "outboxd_worker_batch_size", "outboxd_worker_projection_target_seconds",
+			"outboxd_worker_pg_timeouts_total", "outboxd_worker_replay_acked_total", "outboxd_worker_replay_rate_limit"}),
 		"reconcile": slices.Concat(status, stream3, []string{"outboxd_reconciler_sweeps_total", "outboxd_reconciler_leader",
 			"outboxd_reconciler_requeue_count", "outboxd_reconciler_requeue_exhausted_total",
 			"outboxd_reconciler_last_sweep_timestamp_seconds", "outboxd_reconciler_min_age_seconds",
@@ -164,6 +167,18 @@ func TestMetricsOfEveryRole(t *testing.T) {
 	// first retry.
 	exported["outboxd_admin_published_total"] = true
 	exported["outboxd_worker_retries_total"] = true
+
+	// --concurrency 2: two batch loops, each a consumer with its batch
+	// size (auto: it starts at 2,000).
+	res, err := http.Get("http://" + addrs["work"] + "/metrics")
+	require.NoError(t, err)
+	text, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	require.NoError(t, err)
+	for _, consumer := range []string{"w", "w-2"} {
+		require.Regexp(t, `outboxd_worker_batch_size\{consumer="`+consumer+`",stream="[^"]+"\} 2000\n`, string(text))
+	}
+	require.Regexp(t, `outboxd_worker_replay_rate_limit\{stream="[^"]+"\} 5000\n`, string(text))
 
 	// Every metric the alert rules and the dashboard use is exported by
 	// some role, and the latency bucket the completion SLO reads exists.

@@ -90,6 +90,17 @@ func (a *app) printStatus(ctx context.Context) error {
 	if st := s.Stream; st != nil {
 		row("STREAM", "%s: length %d, pending %d", st.Name, st.Length, st.Pending)
 	}
+	if r := s.Replay; r != nil {
+		lag := "unknown"
+		if r.Lag != nil {
+			lag = strconv.FormatInt(*r.Lag, 10)
+		}
+		rate := ""
+		if r.RatePerSecond != nil {
+			rate = fmt.Sprintf(", %.0f/s", *r.RatePerSecond)
+		}
+		row("REPLAY LANE", "%s: length %d, lag %s unread, pending %d, read %d%s", r.Name, r.Length, lag, r.Pending, r.Read, rate)
+	}
 	if d := s.DLQ; d != nil {
 		oldest := ""
 		if d.OldestAgeSeconds != nil {
@@ -149,9 +160,13 @@ func (a *app) printStatus(ctx context.Context) error {
 	if len(s.RetriesHalted) > 0 {
 		var parts []string
 		for _, h := range s.RetriesHalted {
-			parts = append(parts, h.Component+"/"+h.Class)
+			part := h.Component + "/" + h.Class
+			if h.Code != "" {
+				part += " (" + h.Code + ")"
+			}
+			parts = append(parts, part)
 		}
-		row("RETRIES HALTED", "%s (the same error code 50 times in a row; see docs/operations.md)", strings.Join(parts, ", "))
+		row("RETRIES HALTED", "%s (the same error code 50 times in a row; outboxd retries resume --class C, or see docs/operations.md)", strings.Join(parts, ", "))
 	}
 	if len(s.Unavailable) > 0 {
 		row("UNAVAILABLE", "%s (could not be read)", strings.Join(s.Unavailable, ", "))
@@ -271,7 +286,7 @@ func (a *app) dlqAct(ctx context.Context, action dlqAction) error {
 			return err
 		}
 		if action == dlqReplay {
-			fmt.Fprintf(a.stdout, "replayed %d (re-published with origin dlq-replay, entries removed)", total.Replayed)
+			fmt.Fprintf(a.stdout, "replayed %d (re-published into the replay lane with origin dlq-replay, entries removed)", total.Replayed)
 		} else {
 			fmt.Fprintf(a.stdout, "dropped %d", total.Dropped)
 		}
@@ -392,7 +407,7 @@ func (a *app) replay(ctx context.Context) error {
 	if a.o.jsonOut {
 		return a.printJSON(tot)
 	}
-	fmt.Fprintf(a.stdout, "replay: %d of the window's %d originals re-published with origin replay, %d parked ones re-driven", tot.Published, tot.Count, tot.Redriven)
+	fmt.Fprintf(a.stdout, "replay: %d of the window's %d originals re-published into the replay lane with origin replay, %d parked ones re-driven", tot.Published, tot.Count, tot.Redriven)
 	if a.o.rebuild {
 		fmt.Fprintf(a.stdout, ", %d rows removed from the read model first", tot.RemovedRows)
 	}
@@ -606,4 +621,29 @@ func anyDrift(tot verifyTotals) bool {
 		}
 	}
 	return false
+}
+
+// resumeRetries resumes the halted retries of --class through the admin
+// API and prints which halts it cleared.
+func (a *app) resumeRetries(ctx context.Context) error {
+	var raw []byte
+	var res operator.RetriesResult
+	if err := a.client().do(ctx, http.MethodPost, "/v1/admin/retries:resume", httpapi.RetriesRequest{Class: a.o.class}, &res, &raw); err != nil {
+		return err
+	}
+	if a.o.jsonOut {
+		_, err := a.stdout.Write(raw)
+		return err
+	}
+	if len(res.Resumed) == 0 {
+		fmt.Fprintf(a.stdout, "retries resume: no worker or dispatcher had its retries of class %s halted; nothing changed\n", res.Class)
+		return nil
+	}
+	var parts []string
+	for _, h := range res.Resumed {
+		parts = append(parts, fmt.Sprintf("%s (halted by %s)", h.Component, h.Code))
+	}
+	fmt.Fprintf(a.stdout, "retries resume: automatic retries of class %s resumed for %s; every process sees it within a second\n",
+		res.Class, strings.Join(parts, ", "))
+	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/httpapi"
+	"github.com/outboxd/outboxd/internal/failpolicy"
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/operator"
 	"github.com/outboxd/outboxd/outbox"
@@ -163,10 +164,49 @@ func TestOperatorCommands(t *testing.T) {
 		code, out, _ = op(append([]string{"replay", "--rebuild", "--yes"}, window...)...)
 		require.Equal(t, ExitOK, code)
 		require.Contains(t, out, "3 rows removed")
+		require.Contains(t, out, "into the replay lane")
 		require.Eventually(t, func() bool {
 			code, _, _ := op("verify")
 			return code == ExitOK
 		}, 30*time.Second, 100*time.Millisecond)
+		// The replays went through the replay lane: the group read the one
+		// the repair above published and the six of these replays, and
+		// nothing is left in it.
+		code, out, errOut = op("status")
+		require.Equal(t, ExitOK, code, errOut)
+		require.Contains(t, out, "REPLAY LANE")
+		require.Contains(t, out, b.stream+":replay: length 7, lag 0 unread, pending 0, read 7")
+	})
+
+	// retries resume: a halt of the group's workers (the rule's state is
+	// in Redis) shows in status, and the command clears it for every
+	// worker.
+	t.Run("RetriesResume", func(t *testing.T) {
+		ctx := context.Background()
+		rdb, _ := testkit.NewRedis(t)
+		rc, err := stream.NewClient(rdb, nil)
+		require.NoError(t, err)
+		keys := stream.NewKeys(b.stream, b.group)
+		poison := failpolicy.Failure{Code: "projection_failed", Class: failpolicy.ClassRecord, Source: failpolicy.SourcePostgres}
+		_, err = rc.Streak(keys, stream.ComponentWorker).Fail(ctx, poison, 1)
+		require.NoError(t, err)
+		code, out, errOut := op("status")
+		require.Equal(t, ExitOK, code, errOut)
+		require.Contains(t, out, "RETRIES HALTED")
+		require.Contains(t, out, "worker/record (projection_failed)")
+
+		code, out, errOut = op("retries", "resume", "--class", "record")
+		require.Equal(t, ExitOK, code, errOut)
+		require.Equal(t, "retries resume: automatic retries of class record resumed for worker (halted by projection_failed); every process sees it within a second\n", out)
+		code, out, _ = op("status")
+		require.Equal(t, ExitOK, code)
+		require.NotContains(t, out, "RETRIES HALTED")
+		code, out, errOut = op("retries", "resume", "--class", "record", "--json")
+		require.Equal(t, ExitOK, code, errOut)
+		require.JSONEq(t, `{"class":"record","resumed":[]}`, out)
+		code, out, _ = op("retries", "resume", "--class", "unknown")
+		require.Equal(t, ExitOK, code)
+		require.Contains(t, out, "nothing changed")
 	})
 
 	t.Run("UsageErrors", func(t *testing.T) {

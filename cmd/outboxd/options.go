@@ -8,12 +8,14 @@ import (
 	"net"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/outboxd/outboxd/dispatcher"
 	"github.com/outboxd/outboxd/httpapi"
 	"github.com/outboxd/outboxd/internal/config"
+	"github.com/outboxd/outboxd/internal/failpolicy"
 	"github.com/outboxd/outboxd/internal/redact"
 	"github.com/outboxd/outboxd/operator"
 	"github.com/outboxd/outboxd/outbox"
@@ -93,8 +95,18 @@ type options struct {
 	relayBatch     int
 
 	// work
-	consumer       string
-	batchSize      int
+	consumer string
+	// batchSize is --batch-size: a number, or auto (the tuning loop).
+	batchSize        batchSize
+	projectionTarget time.Duration
+	// lockTimeout and statementTimeout are PostgreSQL's on the worker's
+	// transactions (0: the server's).
+	lockTimeout, statementTimeout time.Duration
+	// replayRate bounds the replay lane's entries per second in one work
+	// process (0: no bound).
+	replayRate int
+	// concurrency is the number of batch loops (workers) of the process.
+	concurrency    int
 	claimIdle      time.Duration
 	maxDeliveries  int
 	retryBackoff   time.Duration
@@ -123,6 +135,7 @@ type options struct {
 
 	// operator commands
 	server                  string
+	class                   string
 	category, code          string
 	ids                     idList
 	all, yes                bool
@@ -196,7 +209,15 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 		case gWork:
 			o.eventRetentionFlag(fs)
 			fs.StringVar(&o.consumer, "consumer", "", "consumer name (default: host-pid)")
-			fs.IntVar(&o.batchSize, "batch-size", worker.BatchSizeDefault, "stream entries per batch")
+			o.batchSize.n = worker.BatchSizeDefault
+			fs.Var(&o.batchSize, "batch-size", fmt.Sprintf("stream entries per batch (1 to %d), or auto: between %d and %d, tuned to keep the p95 of the projection under --projection-target",
+				worker.BatchSizeMax, worker.AutoBatchMin, worker.AutoBatchMax))
+			fs.DurationVar(&o.projectionTarget, "projection-target", worker.ProjectionTargetDefault, fmt.Sprintf("with --batch-size auto, the projection time whose p95 the batch size keeps under (%s to %s)",
+				worker.ProjectionTargetShortest, worker.ProjectionTargetLongest))
+			fs.DurationVar(&o.lockTimeout, "lock-timeout", worker.LockTimeoutDefault, "PostgreSQL lock_timeout of every projection transaction; one that waits longer for a lock is counted and retried (0: the server's setting)")
+			fs.DurationVar(&o.statementTimeout, "statement-timeout", worker.StatementTimeoutDefault, "PostgreSQL statement_timeout of every projection transaction (0: the server's setting)")
+			fs.IntVar(&o.replayRate, "replay-rate", int(worker.ReplayRateDefault), "most entries per second this process reads from the replay lane, which it reads only when the stream has nothing for it (0: no bound)")
+			fs.IntVar(&o.concurrency, "concurrency", 1, fmt.Sprintf("batch loops (workers, each a consumer of the group) in this process, sharing one PostgreSQL pool of this many connections plus %d (1 to %d)", poolSpare, ConcurrencyMax))
 			fs.DurationVar(&o.claimIdle, "claim-idle", worker.ClaimIdleDefault, "take over pending entries untouched this long (a dead or wedged consumer's; live workers touch theirs)")
 			fs.IntVar(&o.maxDeliveries, "max-deliveries", worker.MaxDeliveriesDefault, "failed deliveries of a record before it is dead-lettered (outages never count)")
 			fs.DurationVar(&o.retryBackoff, "retry-backoff", worker.RecordBackoffDefault, "pause before a failing record's second delivery, doubled for each further one (with jitter)")
@@ -230,6 +251,8 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 		case gDLQSelect:
 			fs.Var(&o.ids, "id", "a dead letter's id (repeat it, or separate ids with commas)")
 			fs.BoolVar(&o.all, "all", false, "every dead letter (of --category and --code when given)")
+		case gRetries:
+			fs.StringVar(&o.class, "class", "", "the failure class whose halted retries to resume: "+strings.Join(failpolicy.Classes, ", "))
 		case gConfirm:
 			fs.BoolVar(&o.yes, "yes", false, "confirm: dropped dead letters are gone")
 		case gWindow:
@@ -276,6 +299,43 @@ func (o *options) eventRetentionFlag(fs *flag.FlagSet) {
 // EventRetentionShortest is the shortest --event-retention: below it a client
 // still retrying could find its key forgotten.
 const EventRetentionShortest = time.Hour
+
+// ConcurrencyMax is the largest --concurrency.
+const ConcurrencyMax = 64
+
+// poolSpare is how many PostgreSQL connections a work process keeps beside
+// one per batch loop: the admin API's verify and journey, /readyz.
+const poolSpare = 2
+
+// batchSize is the value of --batch-size: a number of entries, or auto.
+type batchSize struct {
+	n    int
+	auto bool
+}
+
+// batchAuto is the --batch-size that turns the tuning loop on.
+const batchAuto = "auto"
+
+func (b *batchSize) String() string {
+	if b.auto {
+		return batchAuto
+	}
+	return strconv.Itoa(b.n)
+}
+
+// Set reads a number or auto.
+func (b *batchSize) Set(v string) error {
+	if v == batchAuto {
+		b.auto = true
+		return nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return fmt.Errorf("must be a number of entries or %s (got %q)", batchAuto, v)
+	}
+	b.n, b.auto = n, false
+	return nil
+}
 
 // storeKind tells the store a --store value selects: "sqlite" or "mongodb".
 func storeKind(uri string) (string, string, error) {
@@ -385,7 +445,14 @@ func (o *options) validate() error {
 			fmt.Sprintf("must be 0 (keep originals forever) or at least %s", EventRetentionShortest)},
 		{"lease-ttl", o.leaseTTL < dispatcher.MinLeaseTTL, fmt.Sprintf("must be at least %s", dispatcher.MinLeaseTTL)},
 		{"relay-batch", o.relayBatch <= 0 || o.relayBatch > dispatcher.BatchSizeMax, fmt.Sprintf("must be between 1 and %d", dispatcher.BatchSizeMax)},
-		{"batch-size", o.batchSize <= 0 || o.batchSize > worker.BatchSizeMax, fmt.Sprintf("must be between 1 and %d", worker.BatchSizeMax)},
+		{"batch-size", !o.batchSize.auto && (o.batchSize.n <= 0 || o.batchSize.n > worker.BatchSizeMax), fmt.Sprintf("must be auto or between 1 and %d", worker.BatchSizeMax)},
+		{"projection-target", o.projectionTarget < worker.ProjectionTargetShortest || o.projectionTarget > worker.ProjectionTargetLongest,
+			fmt.Sprintf("must be between %s and %s", worker.ProjectionTargetShortest, worker.ProjectionTargetLongest)},
+		{"lock-timeout", o.lockTimeout < 0 || (o.lockTimeout > 0 && o.lockTimeout < time.Millisecond), "must be 0 (the server's setting) or at least 1ms"},
+		{"statement-timeout", o.statementTimeout < 0 || (o.statementTimeout > 0 && o.statementTimeout < time.Millisecond), "must be 0 (the server's setting) or at least 1ms"},
+		{"replay-rate", o.replayRate < 0, "must be 0 (no bound) or a positive number of entries per second"},
+		{"concurrency", o.concurrency < 1 || o.concurrency > ConcurrencyMax, fmt.Sprintf("must be between 1 and %d", ConcurrencyMax)},
+		{"class", !slices.Contains(failpolicy.Classes, o.class), "is required: one of " + strings.Join(failpolicy.Classes, ", ")},
 		{"max-deliveries", o.maxDeliveries <= 0, "must be positive"},
 		{"claim-idle", o.claimIdle <= 0, "must be positive"},
 		{"retry-backoff", o.retryBackoff < time.Millisecond, "must be at least 1ms"},

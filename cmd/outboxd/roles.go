@@ -29,6 +29,7 @@ const (
 	gWindow    // --from, --to, --chunk
 	gReplay    // --by, --source, --device, --state, --dry-run, --rebuild
 	gVerify    // --repair
+	gRetries   // --class
 )
 
 // role is one subcommand: what it reads, what it opens, what it runs. This
@@ -98,6 +99,8 @@ var roles = []*role{
 		flags: []flagGroup{gClient, gWindow, gReplay}, once: func(ctx context.Context, a *app) error { return a.replay(ctx) }},
 	{name: "verify", summary: "compare originals with the read model [--from T --to T] (exit 1 on drift), --repair",
 		flags: []flagGroup{gClient, gWindow, gVerify}, once: func(ctx context.Context, a *app) error { return a.verify(ctx) }},
+	{name: "retries resume", summary: "resume the automatic retries of a class halted by the error-streak rule (--class C), for every worker and dispatcher",
+		flags: []flagGroup{gClient, gRetries}, once: func(ctx context.Context, a *app) error { return a.resumeRetries(ctx) }},
 }
 
 // lookupRole returns the role args start with and the arguments after its

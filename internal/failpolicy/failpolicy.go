@@ -9,7 +9,10 @@
 //     half-open (NewBreaker);
 //   - the error-streak rule (Streak): the same error code
 //     StreakLimitDefault (50) times in a row halts automatic retries of its
-//     class and raises an alarm until it clears.
+//     class and raises an alarm until it clears. With a SharedStreak
+//     (package stream keeps one in Redis) the run and the halts are the
+//     whole component's: every process of the consumer group counts into
+//     one run and sees the same halts.
 //
 // The numbers are defaults; each component's Config can change them.
 package failpolicy
@@ -20,6 +23,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -198,6 +202,48 @@ func NewStreakMetrics(reg prometheus.Registerer, stream string) (*StreakMetrics,
 	return m, f.Err()
 }
 
+// Timing of a shared Streak.
+const (
+	// SharedTimeout bounds each call of a Streak to its SharedStreak.
+	SharedTimeout = time.Second
+	// RefreshEvery is how often Streak.Refresh reads the shared state: how
+	// soon a process sees a halt, a resume or a success of another.
+	RefreshEvery = time.Second
+)
+
+// SharedState is the state of a streak rule that every process of a
+// component shares.
+type SharedState struct {
+	// Run is the failure of the current run (a zero Failure: none), N how
+	// many times in a row it came, in every process together.
+	Run Failure
+	N   int
+	// Halts are the halted classes and the failure that halted each.
+	Halts map[string]Failure
+	// Resumes counts the operator's resumes so far: a change tells every
+	// process that an operator cleared halts (Streak's onResume).
+	Resumes int64
+}
+
+// SharedStreak keeps a Streak's state where every process of a component
+// sees it (stream.Streak: a hash in Redis, one per consumer group). Each
+// call changes the state in one step and returns the state after it.
+type SharedStreak interface {
+	// Fail counts f into the run (a new run when its code differs) and
+	// halts f's class when the run reaches limit.
+	Fail(ctx context.Context, f Failure, limit int) (SharedState, error)
+	// Succeed ends a run of infrastructure or unknown failures of source
+	// and clears their halts; source "" says a record went through (it
+	// ends a run of record failures and clears their halt).
+	Succeed(ctx context.Context, source string) (SharedState, error)
+	// Resume is the operator's action: it clears the halt of class (every
+	// halt for ""), ends the run of that class and counts a resume; it
+	// returns the halts it cleared.
+	Resume(ctx context.Context, class string) ([]Failure, SharedState, error)
+	// Load reads the state.
+	Load(ctx context.Context) (SharedState, error)
+}
+
 // Streak is the error-streak rule of one component (seed 002: "the same
 // error code 50 times in a row stops automatic retries and raises the
 // alarm").
@@ -213,6 +259,13 @@ func NewStreakMetrics(reg prometheus.Registerer, stream string) (*StreakMetrics,
 // failures), or on an operator action (Resume), and that is logged at info
 // level.
 //
+// Shared (Share), the run and the halts are the whole component's: every
+// failure and every success that ends a run or clears a halt goes to the
+// SharedStreak, and the answer becomes this process's view; Refresh reads
+// what the other processes did. Failures of Redis itself (SourceRedis) are
+// counted in the process only, and so is everything while the SharedStreak
+// cannot be reached: the rule still holds in each process.
+//
 // A Streak is safe for concurrent use.
 type Streak struct {
 	component string
@@ -224,6 +277,15 @@ type Streak struct {
 	cur   Failure
 	n     int
 	halts map[string]Failure // class -> the failure that halted it
+
+	shared   SharedStreak
+	onResume func()
+	// resumes is the shared resume count last seen (known once read).
+	resumes      int64
+	resumesKnown bool
+	// tried is when the shared state was last read or written (Unix
+	// nanoseconds).
+	tried atomic.Int64
 }
 
 // NewStreak returns the rule for component ("worker", "dispatcher") with
@@ -236,11 +298,26 @@ func NewStreak(component string, limit int, m *StreakMetrics, logger *zap.Logger
 	return s
 }
 
+// Share makes the rule the whole component's, kept in shared (see the
+// type). onResume, when set, is called when an operator's resume is seen,
+// whichever process ran it. Call it before the Streak is used.
+func (s *Streak) Share(shared SharedStreak, onResume func()) {
+	s.shared, s.onResume = shared, onResume
+}
+
 // Fail records one failure. A refused call of an open circuit
 // (CodeBreakerOpen) is not an observation and is ignored.
 func (s *Streak) Fail(f Failure) {
 	if f.Code == CodeBreakerOpen || f.Code == "" {
 		return
+	}
+	if s.shared != nil && f.Source != SourceRedis {
+		st, err := call(func(ctx context.Context) (SharedState, error) { return s.shared.Fail(ctx, f, s.limit) })
+		if s.tried.Store(time.Now().UnixNano()); err == nil {
+			s.adopt(st)
+			return
+		}
+		// Not reachable: count in this process, on from the last run seen.
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -250,31 +327,48 @@ func (s *Streak) Fail(f Failure) {
 	}
 	s.n++
 	s.metrics.streak.WithLabelValues(s.component, f.Code).Set(float64(s.n))
-	if s.n < s.limit {
+	if s.n >= s.limit {
+		s.halt(f.Class, f)
+	}
+}
+
+// call runs op with a context bounded by SharedTimeout.
+func call[T any](op func(ctx context.Context) (T, error)) (T, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), SharedTimeout)
+	defer cancel()
+	return op(ctx)
+}
+
+// halt halts class because of f, unless it is halted already.
+func (s *Streak) halt(class string, f Failure) {
+	if _, halted := s.halts[class]; halted {
 		return
 	}
-	if _, halted := s.halts[f.Class]; halted {
-		return
-	}
-	s.halts[f.Class] = f
-	s.metrics.halted.WithLabelValues(s.component, f.Class).Set(1)
+	s.halts[class] = f
+	s.metrics.halted.WithLabelValues(s.component, class).Set(1)
 	s.logger.Error("error code repeated; automatic retries of its class halted until it clears",
-		zap.String("component", s.component), zap.String("class", f.Class), zap.String("code", f.Code),
-		zap.Int("streak", s.n), zap.String("source", f.Source))
+		zap.String("component", s.component), zap.String("class", class), zap.String("code", f.Code),
+		zap.Int("streak", s.n), zap.String("source", f.Source), zap.Bool("shared", s.shared != nil))
 }
 
 // Succeed records that source answered: it ends a run of infrastructure or
 // unknown failures of source and clears their halts.
 func (s *Streak) Succeed(source string) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	shared := false
 	if s.n > 0 && s.cur.Class != ClassRecord && s.cur.Source == source {
 		s.endRun()
+		shared = true
 	}
 	for _, class := range []string{ClassInfrastructure, ClassUnknown} {
 		if f, ok := s.halts[class]; ok && f.Source == source {
 			s.clear(class, "a success of "+source)
+			shared = true
 		}
+	}
+	s.mu.Unlock()
+	if shared && source != SourceRedis {
+		s.share(func(ctx context.Context) (SharedState, error) { return s.shared.Succeed(ctx, source) })
 	}
 }
 
@@ -282,12 +376,84 @@ func (s *Streak) Succeed(source string) {
 // record failures and clears their halt.
 func (s *Streak) SucceedRecord() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	shared := false
 	if s.n > 0 && s.cur.Class == ClassRecord {
 		s.endRun()
+		shared = true
 	}
 	if _, ok := s.halts[ClassRecord]; ok {
 		s.clear(ClassRecord, "a record went through")
+		shared = true
+	}
+	s.mu.Unlock()
+	if shared {
+		s.share(func(ctx context.Context) (SharedState, error) { return s.shared.Succeed(ctx, "") })
+	}
+}
+
+// share runs op on the SharedStreak, when there is one, and adopts its
+// answer.
+func (s *Streak) share(op func(ctx context.Context) (SharedState, error)) {
+	if s.shared == nil {
+		return
+	}
+	st, err := call(op)
+	if s.tried.Store(time.Now().UnixNano()); err == nil {
+		s.adopt(st)
+	}
+}
+
+// Refresh reads the shared state, when the last read or write is older
+// than RefreshEvery, and adopts it: a halt another process reached, a
+// resume, a run another process ended. The component calls it from its
+// loop. Without a SharedStreak it does nothing.
+func (s *Streak) Refresh(ctx context.Context) {
+	if s.shared == nil || time.Since(time.Unix(0, s.tried.Load())) < RefreshEvery {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, SharedTimeout)
+	defer cancel()
+	st, err := s.shared.Load(ctx)
+	if s.tried.Store(time.Now().UnixNano()); err == nil {
+		s.adopt(st)
+	}
+}
+
+// adopt makes st this process's view: the run, the halts (a halt of a
+// Redis failure, which only this process can see, stays) and the resumes.
+func (s *Streak) adopt(st SharedState) {
+	s.mu.Lock()
+	resumed := s.resumesKnown && st.Resumes != s.resumes
+	s.resumes, s.resumesKnown = st.Resumes, true
+	// A run of Redis failures is this process's alone: the shared state,
+	// which cannot hold it, does not end it.
+	ownRedisRun := s.cur.Source == SourceRedis && s.n > 0 && st.Run.Code == ""
+	if !ownRedisRun {
+		if st.Run.Code != s.cur.Code {
+			s.endRun()
+			s.cur = st.Run
+		}
+		if s.n = st.N; s.cur.Code != "" && s.n > 0 {
+			s.metrics.streak.WithLabelValues(s.component, s.cur.Code).Set(float64(s.n))
+		}
+	}
+	for _, class := range Classes {
+		f, shared := st.Halts[class]
+		mine, local := s.halts[class]
+		switch {
+		case shared && !local:
+			s.halt(class, f)
+		case !shared && local && mine.Source != SourceRedis:
+			why := "a success in another process"
+			if resumed {
+				why = "an operator action"
+			}
+			s.clear(class, why)
+		}
+	}
+	s.mu.Unlock()
+	if resumed && s.onResume != nil {
+		s.onResume()
 	}
 }
 
@@ -306,14 +472,19 @@ func (s *Streak) AnyHalted() bool {
 	return len(s.halts) > 0
 }
 
-// Resume is the operator's action: it ends the run and clears every halt.
+// Resume is the operator's action: it ends the run and clears every halt,
+// for the whole component when the rule is shared.
 func (s *Streak) Resume() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.endRun()
 	for class := range s.halts {
 		s.clear(class, "an operator action")
 	}
+	s.mu.Unlock()
+	s.share(func(ctx context.Context) (SharedState, error) {
+		_, st, err := s.shared.Resume(ctx, "")
+		return st, err
+	})
 }
 
 // Run returns the current code and how many times in a row it came.

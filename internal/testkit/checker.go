@@ -8,6 +8,7 @@ import (
 
 	"github.com/outboxd/outboxd/internal/checker"
 	"github.com/outboxd/outboxd/store"
+	streampkg "github.com/outboxd/outboxd/stream"
 )
 
 // Verdict is the checker's count (package internal/checker).
@@ -20,7 +21,12 @@ type Verdict = checker.Verdict
 func Check(ctx context.Context, st store.Store, pool *pgxpool.Pool, rdb redis.UniversalClient, stream, group string, accepted []string) (Verdict, error) {
 	in := checker.Input{Store: st, Pool: pool, Accepted: accepted}
 	if rdb != nil {
-		in.PendingEntries = func(ctx context.Context) (int64, error) { return PendingEntries(ctx, rdb, stream, group) }
+		rc, err := streampkg.NewClient(rdb, nil)
+		if err != nil {
+			return Verdict{}, err
+		}
+		keys := streampkg.NewKeys(stream, group)
+		in.PendingEntries = func(ctx context.Context) (int64, error) { return rc.GroupPending(ctx, keys) }
 	}
 	return checker.Check(ctx, in)
 }

@@ -40,6 +40,12 @@
     set('streamName', s.stream ? s.stream.name : '');
     set('streamLength', s.stream ? o.fmtNum(s.stream.length) : (gone('stream') ? 'unavailable' : 'no Redis here'));
     set('streamPending', s.stream ? o.fmtNum(s.stream.pending) : (gone('stream') ? 'unavailable' : 'no Redis here'));
+    const rp = s.replay;
+    const noReplay = gone('replay') ? 'unavailable' : 'no Redis here';
+    set('replayName', rp ? rp.name : '');
+    set('replayLag', rp ? (rp.lag === undefined ? 'unknown' : o.fmtNum(rp.lag)) : noReplay);
+    set('replayPending', rp ? o.fmtNum(rp.pending) : noReplay);
+    set('replayRate', rp ? (rp.ratePerSecond === undefined ? 'measuring' : `${Math.round(rp.ratePerSecond)}/s`) : noReplay);
     set('dlqLength', s.dlq ? o.fmtNum(s.dlq.length) : (gone('dlq') ? 'unavailable' : 'no Redis here'));
     set('dlqOldest', s.dlq && s.dlq.oldestAgeSeconds !== undefined ? o.fmtAge(s.dlq.oldestAgeSeconds) : (s.dlq ? 'none' : '–'));
     o.showDLQCount(s.dlq ? s.dlq.length : null);
@@ -201,6 +207,7 @@
     chart(document.getElementById('chart-throughput'), [
       { name: 'Ingested', cls: 's1', points: samples.map((sm) => [at(sm), val(sm.ingestedPerSecond)]) },
       { name: 'Synced', cls: 's2', points: samples.map((sm) => [at(sm), val(sm.syncedPerSecond)]) },
+      { name: 'Replayed (read from the replay lane)', cls: 's3', points: samples.map((sm) => [at(sm), val(sm.replayedPerSecond)]) },
     ], rate);
     chart(document.getElementById('chart-latency'), [
       { name: 'p50', cls: 's1', points: samples.map((sm) => [at(sm), sm.latency ? sm.latency.p50Seconds : null]) },
