@@ -313,8 +313,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.inFlight.WithLabelValues(route).Inc()
 		defer h.inFlight.WithLabelValues(route).Dec()
 	}
-	if r, ok := h.admit(rec, r); ok {
-		h.mux.ServeHTTP(rec, r)
+	if admitted, ok := h.admit(rec, r); ok {
+		h.mux.ServeHTTP(rec, admitted)
+		// The mux records the route on the request it served, a copy
+		// carrying the scope; hand it back so that a middleware outside
+		// (the tracing one names its span by it) sees the route too.
+		r.Pattern = admitted.Pattern
 	}
 	if h.requests != nil {
 		h.requests.WithLabelValues(route, strconv.Itoa(cmp.Or(rec.code, http.StatusOK))).Inc()
