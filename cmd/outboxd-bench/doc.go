@@ -76,6 +76,13 @@
 // polled with deadlines on the store's Counts; a stage that does not
 // complete fails the run (exit 1, with the tail of the process's log).
 //
+// Last, the MongoDB store's commands per path (mongostore.MeasureCommands,
+// the table of docs/mongodb.md: an ingest group of 500, a worker batch and
+// a dispatcher batch of 2,000, a reconciler sweep of 1,000) are counted on
+// lungo, and also on a replica set when BENCH_MONGO_URI (or
+// OUTBOXD_TEST_MONGO_URI) names one, in a database of the run's own that is
+// dropped afterwards (JSON key "mongoCommands").
+//
 // peakRssBytes is the largest VmHWM (/proc/PID/status, read just before a
 // process is stopped) of every stage process, and peakRssStage names its
 // stage.
@@ -91,6 +98,9 @@
 //     writes a CPU profile of the stage to DIR/<stage>.pprof (one-second
 //     profiles back to back, merged; a stage with two processes merges
 //     both). Profiling costs the stages a few percent;
+//   - BENCH_MONGO_URI: a MongoDB replica set whose commands per path are
+//     counted too (default OUTBOXD_TEST_MONGO_URI; none: lungo only);
+//     BENCH_MONGO=off skips the count;
 //   - BENCH_REDIS_URL, BENCH_POSTGRES_URL: the servers (default: the
 //     variables of the tests, OUTBOXD_TEST_REDIS_URL and
 //     OUTBOXD_TEST_POSTGRES_URL, then outboxd's defaults). The PostgreSQL

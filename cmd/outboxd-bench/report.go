@@ -9,6 +9,8 @@ import (
 	"slices"
 	"text/tabwriter"
 	"time"
+
+	"github.com/outboxd/outboxd/store/mongostore"
 )
 
 // Limit is the measured raw rate of one part.
@@ -73,6 +75,9 @@ type Results struct {
 	Chunks       []Chunk   `json:"chunks,omitempty"`
 	PeakRssBytes int64     `json:"peakRssBytes"`
 	PeakRssStage string    `json:"peakRssStage"`
+	// MongoCommands are the MongoDB store's commands per path: on lungo,
+	// then on a replica set when one was given.
+	MongoCommands []mongostore.CommandTable `json:"mongoCommands,omitempty"`
 }
 
 // limit returns the rate of the limit name (0 when it was not measured).
@@ -145,6 +150,15 @@ func (r *Results) Print(w io.Writer) {
 		_ = tw.Flush()
 	}
 	fmt.Fprintf(w, "\npeak RSS %s (%s)\n", mib(r.PeakRssBytes), r.PeakRssStage)
+	for _, t := range r.MongoCommands {
+		fmt.Fprintf(w, "\nMongoDB store, commands per path (%s):\n", t.Engine)
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "path\tevents\tcommands\ttotal\t")
+		for _, row := range t.Rows {
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t\n", row.Path, row.Events, row.CommandList(), row.Total)
+		}
+		_ = tw.Flush()
+	}
 }
 
 // Write writes the results as JSON to path.

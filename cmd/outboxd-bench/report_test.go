@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outboxd/store/mongostore"
 )
 
 func TestPercentile(t *testing.T) {
@@ -101,4 +104,44 @@ func TestParseChunks(t *testing.T) {
 		_, err := parseChunks(bad)
 		require.Error(t, err, bad)
 	}
+}
+
+// TestMongoCommands: the bench counts the MongoDB store's commands per path
+// (on lungo here) and prints and writes the table.
+func TestMongoCommands(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	b := &bench{out: &out, res: &Results{}, be: &backends{id: newID()},
+		mongoSizes: mongostore.MeasureConfig{IngestGroup: 10, WorkerBatch: 20, DispatcherBatch: 20, ReconcilerSweep: 10}}
+	require.NoError(t, b.mongoCommands(context.Background()))
+	require.NotEmpty(t, b.res.MongoCommands)
+	lungo := b.res.MongoCommands[0]
+	require.Equal(t, "lungo", lungo.Engine)
+	paths := map[string]int{}
+	for _, r := range lungo.Rows {
+		paths[r.Path] = r.Total
+		require.Positive(t, r.Total, r.Path)
+	}
+	require.Contains(t, paths, "ingest group")
+	require.Contains(t, paths, "dispatcher batch, feed")
+
+	b.res.Print(&out)
+	require.Contains(t, out.String(), "MongoDB store, commands per path (lungo):")
+	require.Contains(t, out.String(), "ingest group")
+	path := filepath.Join(t.TempDir(), "bench-results.json")
+	require.NoError(t, b.res.Write(path))
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var got struct {
+		MongoCommands []struct {
+			Engine string `json:"engine"`
+			Rows   []struct {
+				Path  string `json:"path"`
+				Total int    `json:"total"`
+			} `json:"rows"`
+		} `json:"mongoCommands"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &got))
+	require.Equal(t, "lungo", got.MongoCommands[0].Engine)
+	require.Len(t, got.MongoCommands[0].Rows, len(lungo.Rows))
 }

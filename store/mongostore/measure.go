@@ -31,22 +31,32 @@ type MeasureConfig struct {
 // CommandRow is one path's commands.
 type CommandRow struct {
 	// Path names the path and Events its size.
-	Path   string
-	Events int
+	Path   string `json:"path"`
+	Events int    `json:"events"`
 	// Calls are the store calls the path makes, as its component makes
 	// them.
-	Calls string
+	Calls string `json:"calls"`
 	// Commands counts the commands by name; Total sums them.
-	Commands map[string]int
-	Total    int
+	Commands map[string]int `json:"commands"`
+	Total    int            `json:"total"`
+}
+
+// CommandList renders the commands as "name n, …", by name.
+func (r CommandRow) CommandList() string {
+	names := slices.Sorted(maps.Keys(r.Commands))
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = fmt.Sprintf("%s %d", n, r.Commands[n])
+	}
+	return strings.Join(parts, ", ")
 }
 
 // CommandTable is what MeasureCommands measured, and on which engine.
 type CommandTable struct {
 	// Engine is "lungo" (counted at the engine's boundary) or "driver"
 	// (counted by the driver's command monitor).
-	Engine string
-	Rows   []CommandRow
+	Engine string       `json:"engine"`
+	Rows   []CommandRow `json:"rows"`
 }
 
 // String renders the table as Markdown.
@@ -54,12 +64,7 @@ func (t CommandTable) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "| path (%s) | events | store calls | commands | total |\n| --- | --- | --- | --- | --- |\n", t.Engine)
 	for _, r := range t.Rows {
-		names := slices.Sorted(maps.Keys(r.Commands))
-		parts := make([]string, len(names))
-		for i, n := range names {
-			parts[i] = fmt.Sprintf("%s %d", n, r.Commands[n])
-		}
-		fmt.Fprintf(&b, "| %s | %d | %s | %s | %d |\n", r.Path, r.Events, r.Calls, strings.Join(parts, ", "), r.Total)
+		fmt.Fprintf(&b, "| %s | %d | %s | %s | %d |\n", r.Path, r.Events, r.Calls, r.CommandList(), r.Total)
 	}
 	return b.String()
 }
