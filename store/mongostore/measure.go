@@ -219,16 +219,14 @@ func (m *measurer) worker(ctx context.Context, n int) error {
 }
 
 // relay is the dispatcher's store work for a batch it relayed: the entries
-// marked under its lease, then the checkpoint (dispatcher/relay.go).
+// marked and the checkpoint written under its lease, in one transaction
+// (MarkRelayed, dispatcher/relay.go).
 func (m *measurer) relay(ctx context.Context, lease store.Lease, entries []outbox.Entry, pos store.Position) error {
 	ids := make([]string, len(entries))
 	for i, e := range entries {
 		ids[i] = e.ID
 	}
-	if err := m.s.MarkDispatched(ctx, lease, ids, time.Now()); err != nil {
-		return err
-	}
-	return m.s.SaveCheckpoint(ctx, lease, store.Checkpoint{Position: pos, At: time.Now()})
+	return m.s.MarkRelayed(ctx, lease, ids, store.Checkpoint{Position: pos, At: time.Now()})
 }
 
 // lease takes the dispatcher's lease of the measured stream.
@@ -261,7 +259,7 @@ func (m *measurer) dispatcherCatchUp(ctx context.Context, n int) error {
 	if err := m.relay(ctx, lease, entries, nil); err != nil {
 		return err
 	}
-	m.record("dispatcher batch, catch-up", "Undispatched, MarkDispatched, SaveCheckpoint", len(entries))
+	m.record("dispatcher batch, catch-up", "Undispatched, MarkRelayed", len(entries))
 	return nil
 }
 
@@ -296,7 +294,7 @@ func (m *measurer) dispatcherFeed(ctx context.Context, n int) error {
 	if err := m.relay(ctx, lease, entries, f.Position()); err != nil {
 		return err
 	}
-	m.record("dispatcher batch, feed", "Feed.Next, MarkDispatched, SaveCheckpoint", n)
+	m.record("dispatcher batch, feed", "Feed.Next, MarkRelayed", n)
 	return nil
 }
 
