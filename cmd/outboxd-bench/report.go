@@ -33,6 +33,8 @@ type Stage struct {
 	P50Ms        float64 `json:"p50Ms,omitempty"`
 	P99Ms        float64 `json:"p99Ms,omitempty"`
 	PeakRssBytes int64   `json:"peakRssBytes"`
+	// GroupSizes is the group commit's histogram (stages that post).
+	GroupSizes *GroupSizes `json:"groupSizes,omitempty"`
 }
 
 // Latency is ingest → syncedAt at a steady offered load.
@@ -48,6 +50,8 @@ type Latency struct {
 	// RequestP99Ms is the p99 of the POST requests themselves.
 	RequestP99Ms float64 `json:"requestP99Ms"`
 	PeakRssBytes int64   `json:"peakRssBytes"`
+	// GroupSizes is the group commit's histogram.
+	GroupSizes *GroupSizes `json:"groupSizes,omitempty"`
 }
 
 // Chunk is the dispatcher and one worker at one batch size.
@@ -135,9 +139,17 @@ func (r *Results) Print(w io.Writer) {
 			s.EventsPerSecond, s.LimitName, s.LimitEventsPerSecond, s.Ratio, ms(s.P50Ms), ms(s.P99Ms), mib(s.PeakRssBytes))
 	}
 	_ = tw.Flush()
+	for _, s := range r.Stages {
+		if s.GroupSizes != nil {
+			fmt.Fprintf(w, "%s group commit: %s\n", s.Name, s.GroupSizes)
+		}
+	}
 	if l := r.Latency; l != nil {
 		fmt.Fprintf(w, "\ningest → syncedAt at %.0f/s offered (%.0f/s achieved, %d events): p50 %.1f ms, p95 %.1f ms, p99 %.1f ms, max %.1f ms; request p99 %.1f ms; peak RSS %s\n",
 			l.OfferedEventsPerSecond, l.AchievedEventsPerSecond, l.Events, l.P50Ms, l.P95Ms, l.P99Ms, l.MaxMs, l.RequestP99Ms, mib(l.PeakRssBytes))
+		if l.GroupSizes != nil {
+			fmt.Fprintf(w, "latency group commit: %s\n", l.GroupSizes)
+		}
 	}
 	if len(r.Chunks) > 0 {
 		fmt.Fprintln(w)

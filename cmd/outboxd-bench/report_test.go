@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -144,4 +145,29 @@ func TestMongoCommands(t *testing.T) {
 	require.NoError(t, json.Unmarshal(raw, &got))
 	require.Equal(t, "lungo", got.MongoCommands[0].Engine)
 	require.Len(t, got.MongoCommands[0].Rows, len(lungo.Rows))
+}
+
+// TestParseGroupSizes reads the group commit's histogram from the text
+// format of /metrics, as counts per range.
+func TestParseGroupSizes(t *testing.T) {
+	t.Parallel()
+	const text = `# HELP outboxd_ingest_group_events Events per shared store transaction of POST /v1/events (group commit).
+# TYPE outboxd_ingest_group_events histogram
+outboxd_ingest_group_events_bucket{stream="s",le="1"} 10
+outboxd_ingest_group_events_bucket{stream="s",le="2"} 10
+outboxd_ingest_group_events_bucket{stream="s",le="4"} 25
+outboxd_ingest_group_events_bucket{stream="s",le="+Inf"} 30
+outboxd_ingest_group_events_sum{stream="s"} 120
+outboxd_ingest_group_events_count{stream="s"} 30
+outboxd_other_total 3
+`
+	g, err := parseGroupSizes(strings.NewReader(text))
+	require.NoError(t, err)
+	require.Equal(t, &GroupSizes{Groups: 30, Events: 120, Mean: 4, Buckets: []GroupBucket{
+		{Le: "1", Groups: 10}, {Le: "2", Groups: 0}, {Le: "4", Groups: 15}, {Le: "+Inf", Groups: 5}}}, g)
+	require.Equal(t, "30 groups, mean 4.0 events: ≤1 10, ≤4 15, ≤+Inf 5", g.String())
+
+	none, err := parseGroupSizes(strings.NewReader("outboxd_other_total 3\n"))
+	require.NoError(t, err)
+	require.Nil(t, none, "a process without group commit")
 }
