@@ -83,13 +83,21 @@
 // OUTBOXD_TEST_MONGO_URI) names one, in a database of the run's own that is
 // dropped afterwards (JSON key "mongoCommands").
 //
+// Every stage that posts, and the latency stage, also reports the group
+// commit's histogram (outboxd_ingest_group_events, read from the process's
+// /metrics before it stops: groups, mean events per group, groups per
+// size range; JSON key "groupSizes").
+//
 // peakRssBytes is the largest VmHWM (/proc/PID/status, read just before a
 // process is stopped) of every stage process, and peakRssStage names its
 // stage.
 //
 // Environment:
 //   - BENCH_EVENTS: the backlog (default 100,000);
-//   - BENCH_OUT: where the results go (default bench-results.json);
+//   - BENCH_OUT: where the results go (default bench-results.json); the
+//     chart goes beside it, with .svg for .json (bench-results.svg): each
+//     stage's events/s beside its limit's, and the latency stage's
+//     histogram of ingest → syncedAt with its p50 and p99;
 //   - BENCH_CHUNKS: batch sizes, e.g. "250,500,1000,2000": the dispatcher
 //     (--relay-batch) and worker-1 (--batch-size) stages run again at each,
 //     with redis-xadd and redis-to-pg measured at the same size, into a

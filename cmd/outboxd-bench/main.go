@@ -132,7 +132,11 @@ func runBench(ctx context.Context, out io.Writer, args []string) error {
 	if err := b.res.Write(outPath); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "results in %s\n", outPath)
+	chart := strings.TrimSuffix(outPath, ".json") + ".svg"
+	if err := b.res.WriteSVG(chart); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "results in %s, chart in %s\n", outPath, chart)
 	return nil
 }
 

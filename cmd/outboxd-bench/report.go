@@ -52,6 +52,8 @@ type Latency struct {
 	PeakRssBytes int64   `json:"peakRssBytes"`
 	// GroupSizes is the group commit's histogram.
 	GroupSizes *GroupSizes `json:"groupSizes,omitempty"`
+	// Histogram counts the events by latency range (the chart's).
+	Histogram []LatencyBucket `json:"histogram"`
 }
 
 // Chunk is the dispatcher and one worker at one batch size.

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"encoding/xml"
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -170,4 +173,51 @@ outboxd_other_total 3
 	none, err := parseGroupSizes(strings.NewReader("outboxd_other_total 3\n"))
 	require.NoError(t, err)
 	require.Nil(t, none, "a process without group commit")
+}
+
+// TestSVG: the chart is well-formed XML that shows every stage with its
+// limit, and the latency histogram with its percentiles.
+func TestSVG(t *testing.T) {
+	t.Parallel()
+	r := &Results{Events: 1000, Machine: "test <&> machine", StartedAt: time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC)}
+	var out bytes.Buffer
+	r.addLimit(&out, limitXAdd, 1000, 100*time.Millisecond)
+	r.addStage(&out, Stage{Name: stageDispatcher, Events: 1000, LimitName: limitXAdd}, time.Second)
+	r.addStage(&out, Stage{Name: stageWorker1, Events: 1000, LimitName: "not-measured"}, 2*time.Second)
+	lat := []time.Duration{500 * time.Microsecond, 3 * time.Millisecond, 4 * time.Millisecond, 40 * time.Millisecond, 9 * time.Second}
+	hist := latencyHistogram(lat)
+	require.Len(t, hist, len(latencyBucketsMs)+1)
+	require.Equal(t, LatencyBucket{UpToMs: 1, Events: 1}, hist[0])
+	require.Equal(t, LatencyBucket{UpToMs: 5, Events: 2}, hist[2])
+	require.Equal(t, LatencyBucket{UpToMs: 50, Events: 1}, hist[5])
+	require.Equal(t, LatencyBucket{UpToMs: 0, Events: 1}, hist[len(hist)-1], "the rest")
+	r.Latency = &Latency{OfferedEventsPerSecond: 2000, AchievedEventsPerSecond: 1990, Events: len(lat), P50Ms: 4, P99Ms: 9000, Histogram: hist}
+
+	svg := r.SVG()
+	dec := xml.NewDecoder(bytes.NewReader(svg))
+	var texts []string
+	for {
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		require.NoError(t, err, "well-formed:\n%s", svg)
+		if c, ok := tok.(xml.CharData); ok {
+			texts = append(texts, string(c))
+		}
+	}
+	all := strings.Join(texts, "\n")
+	require.Contains(t, all, "test <&> machine")
+	require.Contains(t, all, stageDispatcher)
+	require.Contains(t, all, "1,000 of 10,000 ev/s (redis-xadd), ratio 0.10")
+	require.Contains(t, all, stageWorker1)
+	require.Contains(t, all, "p50 4.0 ms")
+	require.Contains(t, all, "p99 9000.0 ms")
+	require.Contains(t, all, ">5s")
+
+	path := filepath.Join(t.TempDir(), "bench-results.svg")
+	require.NoError(t, r.WriteSVG(path))
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Equal(t, svg, b)
 }
