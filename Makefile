@@ -56,8 +56,20 @@ run: services build ## Run every role in one process (outboxd dev) on the SQLite
 	./$(BIN) dev
 
 .PHONY: test
-test: test-services rules ## Run the alert rules' unit tests, then the Go tests with -race against the local PostgreSQL and Redis
+test: test-services rules ## Run the alert rules' unit tests, then the Go tests with -race against the local PostgreSQL and Redis, then the allocation tests without it
 	$(GO) test $(TEST_FLAGS) $(PKGS)
+	$(MAKE) --no-print-directory test-allocs
+
+# The allocation tests (testing.AllocsPerRun; their names end in
+# Allocations) skip themselves under -race, which allocates on its own and
+# makes sync.Pool drop items: test-allocs runs them without it, in every
+# package that has one, so that a regression on the hot path fails.
+ALLOC_PKGS = $(sort $(dir $(shell grep -rl --include='*_test.go' 'testing.AllocsPerRun' .)))
+
+.PHONY: test-allocs
+test-allocs: ## Run the allocation tests (TestXxxAllocations) without -race, which they skip under
+	@test -n "$(ALLOC_PKGS)" || { echo "test-allocs: no test calls testing.AllocsPerRun" >&2; exit 1; }
+	$(GO) test -count=1 -run 'Allocations$$' $(ALLOC_PKGS)
 
 .PHONY: rules
 rules: test-services ## Check the Prometheus rules and run their unit tests with promtool (make test-services installs it)
@@ -65,7 +77,7 @@ rules: test-services ## Check the Prometheus rules and run their unit tests with
 	cd deploy/prometheus && promtool test rules outboxd.rules.test.yml
 
 .PHONY: bench
-bench: services build ## Run the benchmark harness (cmd/outboxd-bench): raw limits, every stage and its ratio, latency, peak RSS; BENCH_EVENTS, BENCH_OUT, BENCH_CHUNKS, BENCH_PROFILE
+bench: services build ## Run the benchmark harness (cmd/outboxd-bench): raw limits, every stage and its ratio, latency, group sizes, peak RSS, the MongoDB store's commands per path, a chart (bench-results.svg); BENCH_EVENTS, BENCH_OUT, BENCH_CHUNKS, BENCH_PROFILE, BENCH_MONGO_URI
 	$(GO) run ./cmd/outboxd-bench -bin $(BIN)
 
 .PHONY: bench-replay

@@ -61,8 +61,8 @@ type Config struct {
 	// stream equals it are relayed, and it names the dispatcher's lease and
 	// checkpoint. Defaults to outbox.StreamDefault.
 	Stream string
-	// BatchSize is the most entries relayed by one pipelined XADD, one
-	// MarkDispatched and one checkpoint. Defaults to BatchSizeDefault
+	// BatchSize is the most entries relayed by one pipelined XADD and one
+	// store write (MarkRelayed: the marks and the checkpoint). Defaults to BatchSizeDefault
 	// (2,000: the fastest of 250, 500, 1,000 and 2,000 in the chunk-size
 	// table of docs/benchmarks.md; a checkpoint per batch stays within the
 	// 1,000 to 10,000 records between checkpoints of seed 002); at most

@@ -22,8 +22,9 @@ const (
 	// FaultAfterXAdd fires after a batch was added to the stream, before
 	// its entries are marked dispatched and before the checkpoint.
 	FaultAfterXAdd = "dispatcher.after-xadd"
-	// FaultAfterMark fires after the batch was marked dispatched, before
-	// the checkpoint.
+	// FaultAfterMark fires after the batch was marked dispatched and its
+	// checkpoint written (one store write, store.Store.MarkRelayed), before
+	// the batch is counted.
 	FaultAfterMark = "dispatcher.after-mark"
 )
 

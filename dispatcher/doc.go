@@ -4,12 +4,13 @@
 // A Dispatcher follows the store's feed of the outbox (store.Store.OpenFeed:
 // the outbox sequence on SQLite, a change stream on MongoDB) and relays
 // entries in batches: one pipelined XADD per batch through a
-// stream.Publisher (field "payload" carries the entry's message), then one MarkDispatched of the batch (fenced by the
-// lease), then a checkpoint of the feed position in the lease's state. The
-// order of the three steps is the delivery guarantee: nothing is marked
-// dispatched and no checkpoint moves past an entry that is not in the
-// stream, so a crash anywhere yields duplicates (which workers absorb),
-// never loss.
+// stream.Publisher (field "payload" carries the entry's message), then one
+// store write (store.Store.MarkRelayed, fenced by the lease) that marks the
+// batch dispatched and checkpoints the feed position in the lease's state
+// together. The order of the two steps is the delivery guarantee: nothing
+// is marked dispatched and no checkpoint moves past an entry that is not
+// in the stream, so a crash anywhere yields duplicates (which workers
+// absorb), never loss.
 //
 // # Start-up and lost positions
 //
@@ -48,8 +49,8 @@
 // store keeps a lease (owner, expiry) with a fencing term under the stream's
 // name. A dispatcher takes an expired or released lease, incrementing the
 // term, renews it every third of Config.LeaseTTL (each renewal bounded by
-// the time the lease has left), and writes every MarkDispatched and
-// checkpoint under its owner and term, so a paused former leader can never
+// the time the lease has left), and writes every mark and checkpoint
+// under its owner and term, so a paused former leader can never
 // move the checkpoint after another took over; when fenced out it stops
 // relaying and goes back to standby. Standbys poll the lease at the same
 // interval.

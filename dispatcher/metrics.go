@@ -29,7 +29,7 @@ func newMetrics(reg prometheus.Registerer, stream string) (*metrics, error) {
 	f := ometrics.NewFactory(reg, "dispatcher", stream)
 	m := &metrics{
 		relayed:      f.Counter("relayed_total", "Outbox entries added to the stream (XADD), duplicates after a crash included."),
-		batches:      f.Counter("batches_total", "Batches relayed: one pipelined XADD, one MarkDispatched, one checkpoint."),
+		batches:      f.Counter("batches_total", "Batches relayed: one pipelined XADD, then one store write that marks them dispatched and checkpoints."),
 		swept:        f.Counter("swept_total", "Undispatched entries the feed did not deliver, relayed by the periodic sweep."),
 		purged:       f.Counter("events_deleted_total", "Synced originals the leader deleted because they were older than --event-retention."),
 		historyLost:  f.Counter("history_lost_total", "Times the feed position was lost (out of the store's history, or unreadable) and the dispatcher caught up from the outbox."),

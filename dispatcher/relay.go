@@ -15,9 +15,9 @@ import (
 )
 
 // relay moves one batch: XADD (retried until Redis answers or the
-// dispatcher stops), then dispatchedAt, then the checkpoint (pos nil keeps
-// the saved position). Nothing is marked or checkpointed unless the XADD
-// succeeded. Once the XADD went through, the rest runs on workCtx so that a
+// dispatcher stops), then dispatchedAt and the checkpoint in one store
+// write (MarkRelayed; pos nil keeps the saved position). Nothing is marked
+// or checkpointed unless the XADD succeeded. Once the XADD went through, the rest runs on workCtx so that a
 // stop request lets the batch finish.
 func (d *Dispatcher) relay(ctx, workCtx context.Context, lease store.Lease, entries []outbox.Entry, pos store.Position) (err error) {
 	spans, entries := d.startRelaySpans(ctx, entries)
@@ -36,16 +36,18 @@ func (d *Dispatcher) relay(ctx, workCtx context.Context, lease store.Lease, entr
 	for i, e := range entries {
 		ids[i] = e.ID
 	}
-	if err := d.st.MarkDispatched(workCtx, lease, ids, d.cfg.Now()); err != nil {
+	now := d.cfg.Now()
+	if err := d.st.MarkRelayed(workCtx, lease, ids, store.Checkpoint{Position: pos, At: now}); err != nil {
 		return fmt.Errorf("error marking %d outbox entries dispatched: %w", len(entries), err)
 	}
+	d.checkpointed(now)
 	if err := d.cfg.faults.Check(FaultAfterMark); err != nil {
 		return err
 	}
 	d.dispatched.Add(int64(len(entries)))
 	d.batches.Add(1)
 	d.metrics.batches.Inc()
-	return d.checkpoint(workCtx, lease, pos, false)
+	return nil
 }
 
 // checkpoint records that everything up to pos is in the stream (pos nil
@@ -55,9 +57,14 @@ func (d *Dispatcher) checkpoint(ctx context.Context, lease store.Lease, pos stor
 	if err := d.st.SaveCheckpoint(ctx, lease, store.Checkpoint{Position: pos, Forget: forget, At: now}); err != nil {
 		return err
 	}
+	d.checkpointed(now)
+	return nil
+}
+
+// checkpointed notes a checkpoint written at now.
+func (d *Dispatcher) checkpointed(now time.Time) {
 	d.streak.Succeed(failpolicy.SourceStore)
 	d.metrics.checkpoint.Set(float64(now.UnixMilli()) / 1e3)
-	return nil
 }
 
 // xadd adds entries to the stream in one pipeline through the circuit

@@ -120,6 +120,11 @@ type Store interface {
 	// dispatched yet, only while lease (the stream's lease) is still held
 	// with its term; otherwise it changes nothing and returns ErrFenced.
 	MarkDispatched(ctx context.Context, lease Lease, ids []string, at time.Time) error
+	// MarkRelayed is MarkDispatched(ids, cp.At) and SaveCheckpoint(cp) of
+	// one relayed batch in one write (one transaction): both happen or
+	// neither, only while lease is held with its term (else ErrFenced,
+	// nothing changed). The dispatcher writes each batch with it.
+	MarkRelayed(ctx context.Context, lease Lease, ids []string, cp Checkpoint) error
 	// DeleteDispatched removes entries dispatched before before and
 	// returns how many. Positions before a removed entry may be lost.
 	DeleteDispatched(ctx context.Context, before time.Time) (int64, error)

@@ -176,7 +176,7 @@ func TestTraceFollowsOneEvent(t *testing.T) {
 			requireChild(t, server, write, all)
 			require.Equal(t, st.Kind(), testkit.SpanAttr(write, "db.system.name"))
 			require.Subset(t, children(write, all), []string{"store.LookupKeys", "store.InsertEvents", "store.InsertEntries"})
-			require.Subset(t, children(relay, all), []string{"store.MarkDispatched"})
+			require.Subset(t, children(relay, all), []string{"store.MarkRelayed"})
 			require.Subset(t, children(project, all), []string{"store.LoadEvents", "BEGIN", "WITH", "COMMIT", "store.MarkSynced"})
 			for _, s := range all {
 				if s.Parent.SpanID() == project.SpanContext.SpanID() && s.Name == "WITH" {

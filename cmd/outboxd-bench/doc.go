@@ -76,13 +76,28 @@
 // polled with deadlines on the store's Counts; a stage that does not
 // complete fails the run (exit 1, with the tail of the process's log).
 //
+// Last, the MongoDB store's commands per path (mongostore.MeasureCommands,
+// the table of docs/mongodb.md: an ingest group of 500, a worker batch and
+// a dispatcher batch of 2,000, a reconciler sweep of 1,000) are counted on
+// lungo, and also on a replica set when BENCH_MONGO_URI (or
+// OUTBOXD_TEST_MONGO_URI) names one, in a database of the run's own that is
+// dropped afterwards (JSON key "mongoCommands").
+//
+// Every stage that posts, and the latency stage, also reports the group
+// commit's histogram (outboxd_ingest_group_events, read from the process's
+// /metrics before it stops: groups, mean events per group, groups per
+// size range; JSON key "groupSizes").
+//
 // peakRssBytes is the largest VmHWM (/proc/PID/status, read just before a
 // process is stopped) of every stage process, and peakRssStage names its
 // stage.
 //
 // Environment:
 //   - BENCH_EVENTS: the backlog (default 100,000);
-//   - BENCH_OUT: where the results go (default bench-results.json);
+//   - BENCH_OUT: where the results go (default bench-results.json); the
+//     chart goes beside it, with .svg for .json (bench-results.svg): each
+//     stage's events/s beside its limit's, and the latency stage's
+//     histogram of ingest → syncedAt with its p50 and p99;
 //   - BENCH_CHUNKS: batch sizes, e.g. "250,500,1000,2000": the dispatcher
 //     (--relay-batch) and worker-1 (--batch-size) stages run again at each,
 //     with redis-xadd and redis-to-pg measured at the same size, into a
@@ -91,6 +106,9 @@
 //     writes a CPU profile of the stage to DIR/<stage>.pprof (one-second
 //     profiles back to back, merged; a stage with two processes merges
 //     both). Profiling costs the stages a few percent;
+//   - BENCH_MONGO_URI: a MongoDB replica set whose commands per path are
+//     counted too (default OUTBOXD_TEST_MONGO_URI; none: lungo only);
+//     BENCH_MONGO=off skips the count;
 //   - BENCH_REDIS_URL, BENCH_POSTGRES_URL: the servers (default: the
 //     variables of the tests, OUTBOXD_TEST_REDIS_URL and
 //     OUTBOXD_TEST_POSTGRES_URL, then outboxd's defaults). The PostgreSQL

@@ -16,6 +16,7 @@ import (
 	"github.com/outboxd/outboxd/dispatcher"
 	"github.com/outboxd/outboxd/migrations"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/store/mongostore"
 	"github.com/outboxd/outboxd/worker"
 )
 
@@ -73,6 +74,9 @@ type bench struct {
 	timeout time.Duration
 	// rawEvents are the originals of the raw limits.
 	rawEvents []*outbox.Event
+	// mongoSizes size the paths whose MongoDB commands are counted (zero:
+	// mongostore's defaults).
+	mongoSizes mongostore.MeasureConfig
 }
 
 // runBench runs the benchmark with the environment's settings.
@@ -114,7 +118,7 @@ func runBench(ctx context.Context, out io.Writer, args []string) error {
 	// The latency stage first: it measures a steady load, and after the
 	// bulk stages PostgreSQL still has their writes to checkpoint (its
 	// fsyncs stall commits; the harness's role may not run CHECKPOINT).
-	steps := []func(context.Context) error{b.latency, b.rawLimits, b.ingest, b.relayAndWork, b.endToEnd}
+	steps := []func(context.Context) error{b.latency, b.rawLimits, b.ingest, b.relayAndWork, b.endToEnd, b.mongoCommands}
 	if len(b.chunks) > 0 {
 		steps = append(steps, b.chunkTable)
 	}
@@ -128,7 +132,11 @@ func runBench(ctx context.Context, out io.Writer, args []string) error {
 	if err := b.res.Write(outPath); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "results in %s\n", outPath)
+	chart := strings.TrimSuffix(outPath, ".json") + ".svg"
+	if err := b.res.WriteSVG(chart); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "results in %s, chart in %s\n", outPath, chart)
 	return nil
 }
 

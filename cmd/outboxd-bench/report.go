@@ -9,6 +9,8 @@ import (
 	"slices"
 	"text/tabwriter"
 	"time"
+
+	"github.com/outboxd/outboxd/store/mongostore"
 )
 
 // Limit is the measured raw rate of one part.
@@ -31,6 +33,8 @@ type Stage struct {
 	P50Ms        float64 `json:"p50Ms,omitempty"`
 	P99Ms        float64 `json:"p99Ms,omitempty"`
 	PeakRssBytes int64   `json:"peakRssBytes"`
+	// GroupSizes is the group commit's histogram (stages that post).
+	GroupSizes *GroupSizes `json:"groupSizes,omitempty"`
 }
 
 // Latency is ingest → syncedAt at a steady offered load.
@@ -46,6 +50,10 @@ type Latency struct {
 	// RequestP99Ms is the p99 of the POST requests themselves.
 	RequestP99Ms float64 `json:"requestP99Ms"`
 	PeakRssBytes int64   `json:"peakRssBytes"`
+	// GroupSizes is the group commit's histogram.
+	GroupSizes *GroupSizes `json:"groupSizes,omitempty"`
+	// Histogram counts the events by latency range (the chart's).
+	Histogram []LatencyBucket `json:"histogram"`
 }
 
 // Chunk is the dispatcher and one worker at one batch size.
@@ -73,6 +81,9 @@ type Results struct {
 	Chunks       []Chunk   `json:"chunks,omitempty"`
 	PeakRssBytes int64     `json:"peakRssBytes"`
 	PeakRssStage string    `json:"peakRssStage"`
+	// MongoCommands are the MongoDB store's commands per path: on lungo,
+	// then on a replica set when one was given.
+	MongoCommands []mongostore.CommandTable `json:"mongoCommands,omitempty"`
 }
 
 // limit returns the rate of the limit name (0 when it was not measured).
@@ -130,9 +141,17 @@ func (r *Results) Print(w io.Writer) {
 			s.EventsPerSecond, s.LimitName, s.LimitEventsPerSecond, s.Ratio, ms(s.P50Ms), ms(s.P99Ms), mib(s.PeakRssBytes))
 	}
 	_ = tw.Flush()
+	for _, s := range r.Stages {
+		if s.GroupSizes != nil {
+			fmt.Fprintf(w, "%s group commit: %s\n", s.Name, s.GroupSizes)
+		}
+	}
 	if l := r.Latency; l != nil {
 		fmt.Fprintf(w, "\ningest → syncedAt at %.0f/s offered (%.0f/s achieved, %d events): p50 %.1f ms, p95 %.1f ms, p99 %.1f ms, max %.1f ms; request p99 %.1f ms; peak RSS %s\n",
 			l.OfferedEventsPerSecond, l.AchievedEventsPerSecond, l.Events, l.P50Ms, l.P95Ms, l.P99Ms, l.MaxMs, l.RequestP99Ms, mib(l.PeakRssBytes))
+		if l.GroupSizes != nil {
+			fmt.Fprintf(w, "latency group commit: %s\n", l.GroupSizes)
+		}
 	}
 	if len(r.Chunks) > 0 {
 		fmt.Fprintln(w)
@@ -145,6 +164,15 @@ func (r *Results) Print(w io.Writer) {
 		_ = tw.Flush()
 	}
 	fmt.Fprintf(w, "\npeak RSS %s (%s)\n", mib(r.PeakRssBytes), r.PeakRssStage)
+	for _, t := range r.MongoCommands {
+		fmt.Fprintf(w, "\nMongoDB store, commands per path (%s):\n", t.Engine)
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "path\tevents\tcommands\ttotal\t")
+		for _, row := range t.Rows {
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t\n", row.Path, row.Events, row.CommandList(), row.Total)
+		}
+		_ = tw.Flush()
+	}
 }
 
 // Write writes the results as JSON to path.

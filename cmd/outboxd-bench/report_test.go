@@ -2,13 +2,20 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"encoding/xml"
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outboxd/store/mongostore"
 )
 
 func TestPercentile(t *testing.T) {
@@ -101,4 +108,116 @@ func TestParseChunks(t *testing.T) {
 		_, err := parseChunks(bad)
 		require.Error(t, err, bad)
 	}
+}
+
+// TestMongoCommands: the bench counts the MongoDB store's commands per path
+// (on lungo here) and prints and writes the table.
+func TestMongoCommands(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	b := &bench{out: &out, res: &Results{}, be: &backends{id: newID()},
+		mongoSizes: mongostore.MeasureConfig{IngestGroup: 10, WorkerBatch: 20, DispatcherBatch: 20, ReconcilerSweep: 10}}
+	require.NoError(t, b.mongoCommands(context.Background()))
+	require.NotEmpty(t, b.res.MongoCommands)
+	lungo := b.res.MongoCommands[0]
+	require.Equal(t, "lungo", lungo.Engine)
+	paths := map[string]int{}
+	for _, r := range lungo.Rows {
+		paths[r.Path] = r.Total
+		require.Positive(t, r.Total, r.Path)
+	}
+	require.Contains(t, paths, "ingest group")
+	require.Contains(t, paths, "dispatcher batch, feed")
+
+	b.res.Print(&out)
+	require.Contains(t, out.String(), "MongoDB store, commands per path (lungo):")
+	require.Contains(t, out.String(), "ingest group")
+	path := filepath.Join(t.TempDir(), "bench-results.json")
+	require.NoError(t, b.res.Write(path))
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var got struct {
+		MongoCommands []struct {
+			Engine string `json:"engine"`
+			Rows   []struct {
+				Path  string `json:"path"`
+				Total int    `json:"total"`
+			} `json:"rows"`
+		} `json:"mongoCommands"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &got))
+	require.Equal(t, "lungo", got.MongoCommands[0].Engine)
+	require.Len(t, got.MongoCommands[0].Rows, len(lungo.Rows))
+}
+
+// TestParseGroupSizes reads the group commit's histogram from the text
+// format of /metrics, as counts per range.
+func TestParseGroupSizes(t *testing.T) {
+	t.Parallel()
+	const text = `# HELP outboxd_ingest_group_events Events per shared store transaction of POST /v1/events (group commit).
+# TYPE outboxd_ingest_group_events histogram
+outboxd_ingest_group_events_bucket{stream="s",le="1"} 10
+outboxd_ingest_group_events_bucket{stream="s",le="2"} 10
+outboxd_ingest_group_events_bucket{stream="s",le="4"} 25
+outboxd_ingest_group_events_bucket{stream="s",le="+Inf"} 30
+outboxd_ingest_group_events_sum{stream="s"} 120
+outboxd_ingest_group_events_count{stream="s"} 30
+outboxd_other_total 3
+`
+	g, err := parseGroupSizes(strings.NewReader(text))
+	require.NoError(t, err)
+	require.Equal(t, &GroupSizes{Groups: 30, Events: 120, Mean: 4, Buckets: []GroupBucket{
+		{Le: "1", Groups: 10}, {Le: "2", Groups: 0}, {Le: "4", Groups: 15}, {Le: "+Inf", Groups: 5}}}, g)
+	require.Equal(t, "30 groups, mean 4.0 events: ≤1 10, ≤4 15, ≤+Inf 5", g.String())
+
+	none, err := parseGroupSizes(strings.NewReader("outboxd_other_total 3\n"))
+	require.NoError(t, err)
+	require.Nil(t, none, "a process without group commit")
+}
+
+// TestSVG: the chart is well-formed XML that shows every stage with its
+// limit, and the latency histogram with its percentiles.
+func TestSVG(t *testing.T) {
+	t.Parallel()
+	r := &Results{Events: 1000, Machine: "test <&> machine", StartedAt: time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC)}
+	var out bytes.Buffer
+	r.addLimit(&out, limitXAdd, 1000, 100*time.Millisecond)
+	r.addStage(&out, Stage{Name: stageDispatcher, Events: 1000, LimitName: limitXAdd}, time.Second)
+	r.addStage(&out, Stage{Name: stageWorker1, Events: 1000, LimitName: "not-measured"}, 2*time.Second)
+	lat := []time.Duration{500 * time.Microsecond, 3 * time.Millisecond, 4 * time.Millisecond, 40 * time.Millisecond, 9 * time.Second}
+	hist := latencyHistogram(lat)
+	require.Len(t, hist, len(latencyBucketsMs)+1)
+	require.Equal(t, LatencyBucket{UpToMs: 1, Events: 1}, hist[0])
+	require.Equal(t, LatencyBucket{UpToMs: 5, Events: 2}, hist[2])
+	require.Equal(t, LatencyBucket{UpToMs: 50, Events: 1}, hist[5])
+	require.Equal(t, LatencyBucket{UpToMs: 0, Events: 1}, hist[len(hist)-1], "the rest")
+	r.Latency = &Latency{OfferedEventsPerSecond: 2000, AchievedEventsPerSecond: 1990, Events: len(lat), P50Ms: 4, P99Ms: 9000, Histogram: hist}
+
+	svg := r.SVG()
+	dec := xml.NewDecoder(bytes.NewReader(svg))
+	var texts []string
+	for {
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		require.NoError(t, err, "well-formed:\n%s", svg)
+		if c, ok := tok.(xml.CharData); ok {
+			texts = append(texts, string(c))
+		}
+	}
+	all := strings.Join(texts, "\n")
+	require.Contains(t, all, "test <&> machine")
+	require.Contains(t, all, stageDispatcher)
+	require.Contains(t, all, "1,000 of 10,000 ev/s (redis-xadd), ratio 0.10")
+	require.Contains(t, all, stageWorker1)
+	require.Contains(t, all, "p50 4.0 ms")
+	require.Contains(t, all, "p99 9000.0 ms")
+	require.Contains(t, all, ">5s")
+
+	path := filepath.Join(t.TempDir(), "bench-results.svg")
+	require.NoError(t, r.WriteSVG(path))
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Equal(t, svg, b)
 }

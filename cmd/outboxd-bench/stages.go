@@ -115,6 +115,9 @@ func (b *bench) driveStage(ctx context.Context, p *proc, s Stage, d drive, until
 		err = until(ctx)
 	}
 	elapsed := time.Since(began)
+	if err == nil {
+		s.GroupSizes, err = scrapeGroupSizes(ctx, p)
+	}
 	if err != nil {
 		abort(p)
 		return fmt.Errorf("%s: %w", s.Name, err)
@@ -330,6 +333,10 @@ func (b *bench) latency(ctx context.Context) error {
 	if err == nil {
 		err = b.waitSynced(ctx, stageLatency, path, stream, group, n, p)
 	}
+	var groups *GroupSizes
+	if err == nil {
+		groups, err = scrapeGroupSizes(ctx, p)
+	}
 	if err != nil {
 		abort(p)
 		return fmt.Errorf("%s: %w", stageLatency, err)
@@ -345,7 +352,7 @@ func (b *bench) latency(ctx context.Context) error {
 	}
 	s, req := summarize(lat), summarize(res.latencies)
 	b.res.Latency = &Latency{OfferedEventsPerSecond: latencyRate, AchievedEventsPerSecond: perSecond(n, res.elapsed), Events: n,
-		P50Ms: s.p50, P95Ms: s.p95, P99Ms: s.p99, MaxMs: s.maxValue, RequestP99Ms: req.p99, PeakRssBytes: rss}
+		P50Ms: s.p50, P95Ms: s.p95, P99Ms: s.p99, MaxMs: s.maxValue, RequestP99Ms: req.p99, PeakRssBytes: rss, GroupSizes: groups, Histogram: latencyHistogram(lat)}
 	fmt.Fprintf(b.out, "  stage %-14s p50 %.1f ms, p95 %.1f ms, p99 %.1f ms ingest → syncedAt at %.0f/s offered (%.0f/s achieved)\n",
 		stageLatency, s.p50, s.p95, s.p99, float64(latencyRate), b.res.Latency.AchievedEventsPerSecond)
 	return nil

@@ -307,6 +307,7 @@ func TestEveryCommandCarriesATimeLimit(t *testing.T) {
 		"ReleaseLease":     func() error { _, err := s.ReleaseLease(ctx, lease); return err },
 		"ReadLease":        func() error { _, err := s.ReadLease(ctx, "stream"); return err },
 		"SaveCheckpoint":   func() error { return s.SaveCheckpoint(ctx, lease, store.Checkpoint{At: now}) },
+		"MarkRelayed":      func() error { return s.MarkRelayed(ctx, lease, []string{id}, store.Checkpoint{At: now}) },
 		"Ping":             func() error { return s.Ping(ctx) },
 		"CheckSchema":      func() error { return s.CheckSchema(ctx) },
 		"Feed": func() error {

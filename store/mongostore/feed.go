@@ -249,14 +249,20 @@ func (s *Store) OutboxEntries(ctx context.Context, eventID string) ([]outbox.Ent
 // sets dispatchedAt on the entries.
 func (s *Store) MarkDispatched(ctx context.Context, lease store.Lease, ids []string, at time.Time) error {
 	oids := objectIDs(ids)
-	return s.fencedTx(ctx, lease, at, func(sc lungo.ISessionContext) error {
-		if len(oids) == 0 {
-			return nil
-		}
-		_, err := s.outbox.UpdateMany(sc, bson.D{{Key: "_id", Value: idsIn(oids)}, {Key: "dispatchedAt", Value: nil}},
-			bson.M{"$set": bson.M{"dispatchedAt": at.UTC()}})
-		return wrap(err, "marking %d outbox entries dispatched", len(oids))
+	return s.fencedTx(ctx, lease, bson.M{"$set": bson.M{"fencedAt": at.UTC()}}, func(sc lungo.ISessionContext) error {
+		return s.markDispatched(sc, oids, at)
 	})
+}
+
+// markDispatched sets dispatchedAt = at on those of oids not dispatched
+// yet, in the transaction of sc.
+func (s *Store) markDispatched(sc lungo.ISessionContext, oids []primitive.ObjectID, at time.Time) error {
+	if len(oids) == 0 {
+		return nil
+	}
+	_, err := s.outbox.UpdateMany(sc, bson.D{{Key: "_id", Value: idsIn(oids)}, {Key: "dispatchedAt", Value: nil}},
+		bson.M{"$set": bson.M{"dispatchedAt": at.UTC()}})
+	return wrap(err, "marking %d outbox entries dispatched", len(oids))
 }
 
 // DeleteDispatched removes entries dispatched before before (the TTL index

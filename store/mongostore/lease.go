@@ -158,16 +158,7 @@ func (s *Store) ReadLease(ctx context.Context, name string) (*store.LeaseState, 
 func (s *Store) SaveCheckpoint(ctx context.Context, lease store.Lease, cp store.Checkpoint) error {
 	ctx, cancel := s.opctx(ctx)
 	defer cancel()
-	update := bson.M{}
-	set := bson.M{"checkpointAt": cp.At.UTC()}
-	switch {
-	case cp.Position != nil:
-		set["resumeToken"] = bson.Raw(cp.Position)
-	case cp.Forget:
-		update["$unset"] = bson.M{"resumeToken": ""}
-	}
-	update["$set"] = set
-	res, err := s.leases.UpdateOne(ctx, bson.M{"_id": lease.Name, "owner": lease.Owner, "term": lease.Term}, update)
+	res, err := s.leases.UpdateOne(ctx, bson.M{"_id": lease.Name, "owner": lease.Owner, "term": lease.Term}, checkpointUpdate(cp, bson.M{}))
 	if err != nil {
 		return wrap(err, "writing the checkpoint of %s", lease.Name)
 	}
@@ -177,13 +168,28 @@ func (s *Store) SaveCheckpoint(ctx context.Context, lease store.Lease, cp store.
 	return nil
 }
 
+// checkpointUpdate is the update of the lease document that records cp,
+// setting the fields of set too.
+func checkpointUpdate(cp store.Checkpoint, set bson.M) bson.M {
+	update := bson.M{}
+	set["checkpointAt"] = cp.At.UTC()
+	switch {
+	case cp.Position != nil:
+		set["resumeToken"] = bson.Raw(cp.Position)
+	case cp.Forget:
+		update["$unset"] = bson.M{"resumeToken": ""}
+	}
+	update["$set"] = set
+	return update
+}
+
 // fencedTx runs fn in a transaction that first writes the lease document
-// under its owner and term: a take-over committed before fails it with
-// ErrFenced, one running at the same time conflicts with it.
-func (s *Store) fencedTx(ctx context.Context, lease store.Lease, at time.Time, fn func(sc lungo.ISessionContext) error) error {
+// under its owner and term (leaseUpdate: at least a field of its own, such
+// as fencedAt): a take-over committed before fails it with ErrFenced, one
+// running at the same time conflicts with it.
+func (s *Store) fencedTx(ctx context.Context, lease store.Lease, leaseUpdate bson.M, fn func(sc lungo.ISessionContext) error) error {
 	return s.runTx(ctx, "writing under lease "+lease.Name, func(sc lungo.ISessionContext) error {
-		res, err := s.leases.UpdateOne(sc, bson.M{"_id": lease.Name, "owner": lease.Owner, "term": lease.Term},
-			bson.M{"$set": bson.M{"fencedAt": at.UTC()}})
+		res, err := s.leases.UpdateOne(sc, bson.M{"_id": lease.Name, "owner": lease.Owner, "term": lease.Term}, leaseUpdate)
 		if err != nil {
 			return wrap(err, "fencing lease %s", lease.Name)
 		}

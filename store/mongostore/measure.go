@@ -31,22 +31,32 @@ type MeasureConfig struct {
 // CommandRow is one path's commands.
 type CommandRow struct {
 	// Path names the path and Events its size.
-	Path   string
-	Events int
+	Path   string `json:"path"`
+	Events int    `json:"events"`
 	// Calls are the store calls the path makes, as its component makes
 	// them.
-	Calls string
+	Calls string `json:"calls"`
 	// Commands counts the commands by name; Total sums them.
-	Commands map[string]int
-	Total    int
+	Commands map[string]int `json:"commands"`
+	Total    int            `json:"total"`
+}
+
+// CommandList renders the commands as "name n, …", by name.
+func (r CommandRow) CommandList() string {
+	names := slices.Sorted(maps.Keys(r.Commands))
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = fmt.Sprintf("%s %d", n, r.Commands[n])
+	}
+	return strings.Join(parts, ", ")
 }
 
 // CommandTable is what MeasureCommands measured, and on which engine.
 type CommandTable struct {
 	// Engine is "lungo" (counted at the engine's boundary) or "driver"
 	// (counted by the driver's command monitor).
-	Engine string
-	Rows   []CommandRow
+	Engine string       `json:"engine"`
+	Rows   []CommandRow `json:"rows"`
 }
 
 // String renders the table as Markdown.
@@ -54,12 +64,7 @@ func (t CommandTable) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "| path (%s) | events | store calls | commands | total |\n| --- | --- | --- | --- | --- |\n", t.Engine)
 	for _, r := range t.Rows {
-		names := slices.Sorted(maps.Keys(r.Commands))
-		parts := make([]string, len(names))
-		for i, n := range names {
-			parts[i] = fmt.Sprintf("%s %d", n, r.Commands[n])
-		}
-		fmt.Fprintf(&b, "| %s | %d | %s | %s | %d |\n", r.Path, r.Events, r.Calls, strings.Join(parts, ", "), r.Total)
+		fmt.Fprintf(&b, "| %s | %d | %s | %s | %d |\n", r.Path, r.Events, r.Calls, r.CommandList(), r.Total)
 	}
 	return b.String()
 }
@@ -214,16 +219,14 @@ func (m *measurer) worker(ctx context.Context, n int) error {
 }
 
 // relay is the dispatcher's store work for a batch it relayed: the entries
-// marked under its lease, then the checkpoint (dispatcher/relay.go).
+// marked and the checkpoint written under its lease, in one transaction
+// (MarkRelayed, dispatcher/relay.go).
 func (m *measurer) relay(ctx context.Context, lease store.Lease, entries []outbox.Entry, pos store.Position) error {
 	ids := make([]string, len(entries))
 	for i, e := range entries {
 		ids[i] = e.ID
 	}
-	if err := m.s.MarkDispatched(ctx, lease, ids, time.Now()); err != nil {
-		return err
-	}
-	return m.s.SaveCheckpoint(ctx, lease, store.Checkpoint{Position: pos, At: time.Now()})
+	return m.s.MarkRelayed(ctx, lease, ids, store.Checkpoint{Position: pos, At: time.Now()})
 }
 
 // lease takes the dispatcher's lease of the measured stream.
@@ -256,7 +259,7 @@ func (m *measurer) dispatcherCatchUp(ctx context.Context, n int) error {
 	if err := m.relay(ctx, lease, entries, nil); err != nil {
 		return err
 	}
-	m.record("dispatcher batch, catch-up", "Undispatched, MarkDispatched, SaveCheckpoint", len(entries))
+	m.record("dispatcher batch, catch-up", "Undispatched, MarkRelayed", len(entries))
 	return nil
 }
 
@@ -291,7 +294,7 @@ func (m *measurer) dispatcherFeed(ctx context.Context, n int) error {
 	if err := m.relay(ctx, lease, entries, f.Position()); err != nil {
 		return err
 	}
-	m.record("dispatcher batch, feed", "Feed.Next, MarkDispatched, SaveCheckpoint", n)
+	m.record("dispatcher batch, feed", "Feed.Next, MarkRelayed", n)
 	return nil
 }
 

@@ -277,27 +277,41 @@ const qMarkDispatched = `UPDATE outbox SET dispatched_at = ?
 // An id that is not an entry id of this store is an error.
 func (s *Store) MarkDispatched(ctx context.Context, lease store.Lease, ids []string, at time.Time) error {
 	what := fmt.Sprintf("marking entries of lease %s dispatched", lease.Name)
-	for _, id := range ids {
-		if _, err := parseEntryID(id); err != nil {
-			return fmt.Errorf("error %s: %w", what, err)
-		}
+	if err := checkEntryIDs(what, ids); err != nil {
+		return err
 	}
 	return s.inWriteTx(ctx, what, func(tx *sql.Tx) error {
 		if err := s.checkLease(ctx, tx, lease); err != nil {
 			return fmt.Errorf("error %s: %w", what, err)
 		}
-		for _, chunk := range chunks(ids, idChunk) {
-			list, err := jsonArray(chunk)
-			if err != nil {
-				return fmt.Errorf("error %s: %w", what, err)
-			}
-			_, err = tx.ExecContext(ctx, qMarkDispatched, millis(at), list)
-			if err != nil {
-				return s.fail(what, err)
-			}
-		}
-		return nil
+		return s.markDispatched(ctx, tx, what, ids, at)
 	})
+}
+
+// checkEntryIDs returns an error naming what unless every id is an entry
+// id of this store.
+func checkEntryIDs(what string, ids []string) error {
+	for _, id := range ids {
+		if _, err := parseEntryID(id); err != nil {
+			return fmt.Errorf("error %s: %w", what, err)
+		}
+	}
+	return nil
+}
+
+// markDispatched sets dispatched_at = at on those of ids (entry ids,
+// checked by the caller) not dispatched yet, in tx.
+func (s *Store) markDispatched(ctx context.Context, tx *sql.Tx, what string, ids []string, at time.Time) error {
+	for _, chunk := range chunks(ids, idChunk) {
+		list, err := jsonArray(chunk)
+		if err != nil {
+			return fmt.Errorf("error %s: %w", what, err)
+		}
+		if _, err := tx.ExecContext(ctx, qMarkDispatched, millis(at), list); err != nil {
+			return s.fail(what, err)
+		}
+	}
+	return nil
 }
 
 // DeleteDispatched's statements: the oldest dispatched entries, from index

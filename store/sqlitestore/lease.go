@@ -132,6 +132,17 @@ func (s *Store) ReadLease(ctx context.Context, name string) (*store.LeaseState, 
 // cp.Position when not nil, NULL when cp.Forget, and stays otherwise;
 // checkpoint_at becomes cp.At.
 func (s *Store) SaveCheckpoint(ctx context.Context, lease store.Lease, cp store.Checkpoint) error {
+	return s.saveCheckpoint(ctx, s.write, lease, cp)
+}
+
+// execer is a write connection pool or one of its transactions.
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// saveCheckpoint is SaveCheckpoint on db (the write pool, or a write
+// transaction).
+func (s *Store) saveCheckpoint(ctx context.Context, db execer, lease store.Lease, cp store.Checkpoint) error {
 	var q string
 	args := []any{millis(cp.At)}
 	switch {
@@ -144,7 +155,7 @@ func (s *Store) SaveCheckpoint(ctx context.Context, lease store.Lease, cp store.
 		q = qCheckpointKeep
 	}
 	args = append(args, lease.Name, lease.Owner, lease.Term)
-	res, err := s.write.ExecContext(ctx, q, args...)
+	res, err := db.ExecContext(ctx, q, args...)
 	if err != nil {
 		return s.fail(fmt.Sprintf("saving checkpoint of lease %s", lease.Name), err)
 	}

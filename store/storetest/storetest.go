@@ -81,6 +81,7 @@ func Checks() []Check {
 		{"UndispatchedInOrderWithPaging", checkUndispatched},
 		{"LeaseIsExclusiveAndFenced", checkLeaseExclusive},
 		{"MarkDispatchedOnlyByLeaseHolder", checkMarkDispatchedFenced},
+		{"MarkRelayedMarksAndCheckpointsTogether", checkMarkRelayed},
 		{"ReleaseLetsAnotherTakeOver", checkRelease},
 		{"CheckpointKeepsReplacesAndForgets", checkCheckpoint},
 		{"MarkSyncedOnce", checkMarkSynced},
@@ -583,6 +584,71 @@ func checkMarkDispatchedFenced(t testing.TB, h Harness) {
 	require.NoError(t, b.s.MarkDispatched(ctx, newer, []string{entries[0].ID}, now))
 	require.Len(t, b.undispatched(), 1)
 	require.NoError(t, b.s.MarkDispatched(ctx, newer, []string{entries[0].ID}, now.Add(time.Minute)), "marking again is harmless")
+}
+
+// checkMarkRelayed: MarkRelayed marks the batch dispatched at the
+// checkpoint's time and records the checkpoint, both or neither: a fenced
+// holder changes neither.
+func checkMarkRelayed(t testing.TB, h Harness) {
+	b := setup(t, h, Options{})
+	ctx := context.Background()
+	f, err := b.s.OpenFeed(ctx, b.stream, nil, store.FeedOptions{PollInterval: 10 * time.Millisecond})
+	require.NoError(t, err)
+	defer f.Close(ctx)
+	ids := b.write(3)
+	entries := drain(t, f, 3)
+	require.Len(t, entries, 3)
+	pos := f.Position()
+	require.NotNil(t, pos)
+	entryIDs := make([]string, len(entries))
+	for i, e := range entries {
+		entryIDs[i] = e.ID
+	}
+
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	old := b.lease("a", now)
+	newer := b.lease("b", now.Add(2*time.Hour))
+	require.True(t, newer.Held())
+	err = b.s.MarkRelayed(ctx, old, entryIDs[:2], store.Checkpoint{Position: pos, At: now})
+	require.ErrorIs(t, err, store.ErrFenced)
+	require.Len(t, b.undispatched(), 3, "a fenced holder marks nothing")
+	st, err := b.s.ReadLease(ctx, b.stream)
+	require.NoError(t, err)
+	require.Nil(t, st.Position, "a fenced holder writes no checkpoint")
+	require.Nil(t, st.CheckpointAt)
+
+	require.NoError(t, b.s.MarkRelayed(ctx, newer, entryIDs[:2], store.Checkpoint{Position: pos, At: now}))
+	require.Equal(t, ids[2:], eventIDs(b.undispatched()))
+	got, err := b.s.OutboxEntries(ctx, ids[0])
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.NotNil(t, got[0].DispatchedAt)
+	require.True(t, now.Equal(*got[0].DispatchedAt), "dispatchedAt is the checkpoint's time: %v", got[0].DispatchedAt)
+	st, err = b.s.ReadLease(ctx, b.stream)
+	require.NoError(t, err)
+	require.Equal(t, []byte(pos), []byte(st.Position))
+	require.NotNil(t, st.CheckpointAt)
+	require.True(t, now.Equal(*st.CheckpointAt))
+
+	// No position keeps the saved one (the catch-up's batches); marking
+	// again keeps the first dispatchedAt.
+	later := now.Add(time.Second)
+	require.NoError(t, b.s.MarkRelayed(ctx, newer, entryIDs, store.Checkpoint{At: later}))
+	require.Empty(t, b.undispatched())
+	got, err = b.s.OutboxEntries(ctx, ids[0])
+	require.NoError(t, err)
+	require.True(t, now.Equal(*got[0].DispatchedAt), "marking again is harmless")
+	st, err = b.s.ReadLease(ctx, b.stream)
+	require.NoError(t, err)
+	require.Equal(t, []byte(pos), []byte(st.Position), "no position keeps the saved one")
+	require.True(t, later.Equal(*st.CheckpointAt))
+
+	// An empty batch still checkpoints, under the lease only.
+	require.NoError(t, b.s.MarkRelayed(ctx, newer, nil, store.Checkpoint{Forget: true, At: later}))
+	st, err = b.s.ReadLease(ctx, b.stream)
+	require.NoError(t, err)
+	require.Nil(t, st.Position, "forget clears it")
+	require.ErrorIs(t, b.s.MarkRelayed(ctx, old, nil, store.Checkpoint{At: later}), store.ErrFenced)
 }
 
 func checkRelease(t testing.TB, h Harness) {

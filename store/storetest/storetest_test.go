@@ -27,6 +27,16 @@ func (b brokenClaim) Claim(ctx context.Context, id string, at, _ time.Time) (*ou
 	return b.Store.Claim(ctx, id, at, at.Add(time.Hour)) // every earlier claim counts as void
 }
 
+// markOnly breaks MarkRelayed: it marks the batch but writes no
+// checkpoint.
+type markOnly struct {
+	store.Store
+}
+
+func (m markOnly) MarkRelayed(ctx context.Context, lease store.Lease, ids []string, cp store.Checkpoint) error {
+	return m.MarkDispatched(ctx, lease, ids, cp.At)
+}
+
 // recorder is a testing.TB that records a failure instead of failing the
 // test, so a check can be run against a store that must fail it.
 type recorder struct {
@@ -77,4 +87,15 @@ func TestSuiteCanFail(t *testing.T) {
 		require.False(t, runCheck(t, name, good), "%s fails on the real store", name)
 		require.True(t, runCheck(t, name, broken), "%s does not catch a claim that ignores its conditions", name)
 	}
+}
+
+// TestSuiteCatchesARelayWithoutItsCheckpoint: MarkRelayed must write the
+// checkpoint with the marks.
+func TestSuiteCatchesARelayWithoutItsCheckpoint(t *testing.T) {
+	t.Parallel()
+	good := storetest.Harness{Open: func(t testing.TB, _ storetest.Options) store.Store { return testkit.NewSQLite(t) }}
+	broken := storetest.Harness{Open: func(t testing.TB, _ storetest.Options) store.Store { return markOnly{testkit.NewSQLite(t)} }}
+	const name = "MarkRelayedMarksAndCheckpointsTogether"
+	require.False(t, runCheck(t, name, good), "%s fails on the real store", name)
+	require.True(t, runCheck(t, name, broken), "%s does not catch a relay without its checkpoint", name)
 }

@@ -202,6 +202,15 @@ func (s *Store) MarkDispatched(ctx context.Context, lease store.Lease, ids []str
 	return err
 }
 
+// MarkRelayed traces store.Store.MarkRelayed; the ids are the entries'.
+func (s *Store) MarkRelayed(ctx context.Context, lease store.Lease, ids []string, cp store.Checkpoint) error {
+	_, err := call(ctx, s, "MarkRelayed", collOutbox, nil, func(ctx context.Context) (struct{}, error) {
+		trace.SpanFromContext(ctx).SetAttributes(semconv.DBOperationBatchSize(len(ids)))
+		return struct{}{}, s.Store.MarkRelayed(ctx, lease, ids, cp)
+	})
+	return err
+}
+
 // SaveCheckpoint traces store.Store.SaveCheckpoint.
 func (s *Store) SaveCheckpoint(ctx context.Context, lease store.Lease, cp store.Checkpoint) error {
 	_, err := call(ctx, s, "SaveCheckpoint", collLeases, nil, func(ctx context.Context) (struct{}, error) {

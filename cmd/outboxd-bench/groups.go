@@ -1,0 +1,113 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// groupMetric is the histogram of ingest's group commit: events per shared
+// store transaction (cmd/outboxd, outbox.Committer).
+const groupMetric = "outboxd_ingest_group_events"
+
+// GroupSizes is the histogram of a stage's group commit: how many store
+// transactions (groups) wrote its single-event requests, and how many
+// events each held.
+type GroupSizes struct {
+	Groups int64   `json:"groups"`
+	Events float64 `json:"events"`
+	// Mean is Events / Groups.
+	Mean float64 `json:"mean"`
+	// Buckets count the groups of each size range (not cumulative): Le is
+	// the range's upper bound ("+Inf" for the last).
+	Buckets []GroupBucket `json:"buckets"`
+}
+
+// GroupBucket is one range of GroupSizes.
+type GroupBucket struct {
+	Le     string `json:"le"`
+	Groups int64  `json:"groups"`
+}
+
+// String renders the histogram on one line: "groups 1,234, mean 3.1
+// events: ≤1 100, ≤2 300, …" (empty ranges left out).
+func (g *GroupSizes) String() string {
+	parts := make([]string, 0, len(g.Buckets))
+	for _, b := range g.Buckets {
+		if b.Groups > 0 {
+			parts = append(parts, fmt.Sprintf("≤%s %d", b.Le, b.Groups))
+		}
+	}
+	return fmt.Sprintf("%d groups, mean %.1f events: %s", g.Groups, g.Mean, strings.Join(parts, ", "))
+}
+
+// scrapeGroupSizes reads the group-commit histogram from the process's
+// /metrics; nil when the process has none or wrote no group.
+func scrapeGroupSizes(ctx context.Context, p *proc) (*GroupSizes, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.url("/metrics"), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("error reading the metrics of %s: %w", p.name, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("error reading the metrics of %s: %s", p.name, resp.Status)
+	}
+	return parseGroupSizes(resp.Body)
+}
+
+// parseGroupSizes reads groupMetric from Prometheus's text format (one
+// series: the stage's stream).
+func parseGroupSizes(r io.Reader) (*GroupSizes, error) {
+	g := &GroupSizes{}
+	var cumulative []int64
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, groupMetric+"_") {
+			continue
+		}
+		name, rest, _ := strings.Cut(line, "{")
+		labels, value, ok := strings.Cut(rest, "} ")
+		if !ok {
+			labels, value = "", rest
+			name, value, _ = strings.Cut(line, " ")
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if err != nil {
+			return nil, fmt.Errorf("error parsing %q: %w", line, err)
+		}
+		switch name {
+		case groupMetric + "_bucket":
+			_, le, _ := strings.Cut(labels, `le="`)
+			le, _, _ = strings.Cut(le, `"`)
+			g.Buckets = append(g.Buckets, GroupBucket{Le: le})
+			cumulative = append(cumulative, int64(v))
+		case groupMetric + "_sum":
+			g.Events = v
+		case groupMetric + "_count":
+			g.Groups = int64(v)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if g.Groups == 0 {
+		return nil, nil
+	}
+	var below int64
+	for i, c := range cumulative {
+		g.Buckets[i].Groups = c - below
+		below = c
+	}
+	g.Mean = g.Events / float64(g.Groups)
+	return g, nil
+}
