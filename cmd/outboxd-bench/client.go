@@ -122,6 +122,30 @@ func (c *client) postEvent(ctx context.Context, source string, i int) (string, e
 	return res.ID, nil
 }
 
+// refused is singleClients posting, for d, single events the API refuses
+// with 422 (no deviceKey): the whole request path (HTTP, decoding,
+// validation, the answer) without the store.
+func (c *client) refused(d time.Duration) drive {
+	return drive{clients: singleClients, duration: d, do: func(ctx context.Context, i int) (int, error) {
+		body := []byte(`{"sourceKey":"refused","occurredAt":"2026-01-01T00:00:00Z","payload":{"n":` + strconv.Itoa(i) + `}}`)
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/v1/events", bytes.NewReader(body))
+		if err != nil {
+			return 0, err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := c.http.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		if resp.StatusCode != http.StatusUnprocessableEntity {
+			return 0, fmt.Errorf("POST /v1/events without deviceKey: %s, not 422", resp.Status)
+		}
+		return 1, nil
+	}}
+}
+
 // batches is batchClients posting n events of source in batches of
 // batchEvents (n = 0: until the drive's duration passes).
 func (c *client) batches(source string, n int) drive {

@@ -38,6 +38,11 @@
 //   - redis-to-pg: the serial combination of redis-read-ack and pg-project,
 //     1/(1/a + 1/b): the time one worker needs per event if it did nothing
 //     but read, acknowledge and project. It is computed, not measured.
+//   - http-refused-1, measured on the ingest-single process after its
+//     stage: 8 clients post, for 2 seconds, single events the API refuses
+//     (422, no deviceKey: decoded and validated, no store call). It is the
+//     ceiling of single-event ingest's request path on this machine (the
+//     load generator included), beside the store's (store-insert-1).
 //
 // Stages, each on its own subprocess(es):
 //   - ingest-batch: `outboxd ingest`; 4 clients post batches of 500 until

@@ -75,10 +75,11 @@ func parseGroupSizes(r io.Reader) (*GroupSizes, error) {
 		if !strings.HasPrefix(line, groupMetric+"_") {
 			continue
 		}
-		name, rest, _ := strings.Cut(line, "{")
-		labels, value, ok := strings.Cut(rest, "} ")
-		if !ok {
-			labels, value = "", rest
+		var name, labels, value string
+		if i := strings.IndexByte(line, '{'); i >= 0 {
+			name = line[:i]
+			labels, value, _ = strings.Cut(line[i+1:], "} ")
+		} else {
 			name, value, _ = strings.Cut(line, " ")
 		}
 		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)

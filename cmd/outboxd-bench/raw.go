@@ -25,6 +25,9 @@ const (
 	limitProject     = "pg-project"
 	limitRedisToPG   = "redis-to-pg"
 	limitSlowestPart = "slowest-part"
+	// limitHTTP1 is measured on the ingest-single process after its stage
+	// (httpCeiling).
+	limitHTTP1 = "http-refused-1"
 )
 
 // Sizes of the raw measurements.

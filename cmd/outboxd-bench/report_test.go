@@ -160,8 +160,8 @@ outboxd_ingest_group_events_bucket{stream="s",le="1"} 10
 outboxd_ingest_group_events_bucket{stream="s",le="2"} 10
 outboxd_ingest_group_events_bucket{stream="s",le="4"} 25
 outboxd_ingest_group_events_bucket{stream="s",le="+Inf"} 30
-outboxd_ingest_group_events_sum{stream="s"} 120
-outboxd_ingest_group_events_count{stream="s"} 30
+outboxd_ingest_group_events_sum 120
+outboxd_ingest_group_events_count 30
 outboxd_other_total 3
 `
 	g, err := parseGroupSizes(strings.NewReader(text))

@@ -82,15 +82,16 @@ func (b *bench) ingest(ctx context.Context) error {
 	for _, s := range []struct {
 		stage Stage
 		drive func(c *client) drive
+		after func(context.Context, *proc) error
 	}{
-		{Stage{Name: stageIngestBatch, Events: n, LimitName: limitInsert500}, func(c *client) drive { return c.batches(stageIngestBatch, n) }},
-		{Stage{Name: stageIngestSingle, Events: singles, LimitName: limitInsert1}, func(c *client) drive { return c.singles(stageIngestSingle, singles) }},
+		{Stage{Name: stageIngestBatch, Events: n, LimitName: limitInsert500}, func(c *client) drive { return c.batches(stageIngestBatch, n) }, nil},
+		{Stage{Name: stageIngestSingle, Events: singles, LimitName: limitInsert1}, func(c *client) drive { return c.singles(stageIngestSingle, singles) }, b.httpCeiling},
 	} {
 		p, err := b.l.start(ctx, s.stage.Name, "ingest", "--store", storeFlag(path), "--stream", b.stream)
 		if err != nil {
 			return err
 		}
-		if err := b.driveStage(ctx, p, s.stage, s.drive(newClient(p.url(""), "", singleClients)), nil); err != nil {
+		if err := b.driveStage(ctx, p, s.stage, s.drive(newClient(p.url(""), "", singleClients)), nil, s.after); err != nil {
 			return err
 		}
 	}
@@ -107,8 +108,9 @@ func (b *bench) ingest(ctx context.Context) error {
 
 // driveStage drives the API of p, waits for until when set, stops p and
 // records stage s, timed from the first request until the end of the
-// wait, with the requests' latency.
-func (b *bench) driveStage(ctx context.Context, p *proc, s Stage, d drive, until func(context.Context) error) error {
+// wait, with the requests' latency and the group commit's histogram.
+// after, when set, runs on p after the stage, before p stops (untimed).
+func (b *bench) driveStage(ctx context.Context, p *proc, s Stage, d drive, until func(context.Context) error, after func(context.Context, *proc) error) error {
 	began := time.Now()
 	res, err := d.run(ctx)
 	if err == nil && until != nil {
@@ -117,6 +119,9 @@ func (b *bench) driveStage(ctx context.Context, p *proc, s Stage, d drive, until
 	elapsed := time.Since(began)
 	if err == nil {
 		s.GroupSizes, err = scrapeGroupSizes(ctx, p)
+	}
+	if err == nil && after != nil {
+		err = after(ctx, p)
 	}
 	if err != nil {
 		abort(p)
@@ -298,7 +303,7 @@ func (b *bench) endToEnd(ctx context.Context) error {
 	}
 	return b.driveStage(ctx, p, Stage{Name: stageEndToEnd, Events: b.n, LimitName: limitSlowestPart},
 		newClient(p.url(""), "", batchClients).batches(stageEndToEnd, b.n),
-		func(ctx context.Context) error { return b.waitSynced(ctx, stageEndToEnd, path, stream, group, b.n, p) })
+		func(ctx context.Context) error { return b.waitSynced(ctx, stageEndToEnd, path, stream, group, b.n, p) }, nil)
 }
 
 // waitSynced waits until the n originals of path are synced.
@@ -355,6 +360,25 @@ func (b *bench) latency(ctx context.Context) error {
 		P50Ms: s.p50, P95Ms: s.p95, P99Ms: s.p99, MaxMs: s.maxValue, RequestP99Ms: req.p99, PeakRssBytes: rss, GroupSizes: groups, Histogram: latencyHistogram(lat)}
 	fmt.Fprintf(b.out, "  stage %-14s p50 %.1f ms, p95 %.1f ms, p99 %.1f ms ingest → syncedAt at %.0f/s offered (%.0f/s achieved)\n",
 		stageLatency, s.p50, s.p95, s.p99, float64(latencyRate), b.res.Latency.AchievedEventsPerSecond)
+	return nil
+}
+
+// httpCeilingFor is how long httpCeiling posts.
+const httpCeilingFor = 2 * time.Second
+
+// httpCeiling measures limit http-refused-1 on p: singleClients post
+// single events that p refuses (422, before any store call) for
+// httpCeilingFor. It is the ceiling of ingest-single's request path (the
+// load generator, HTTP, decoding, validation) on this machine, beside the
+// store's (store-insert-1).
+func (b *bench) httpCeiling(ctx context.Context, p *proc) error {
+	c := newClient(p.url(""), "", singleClients)
+	d := c.refused(httpCeilingFor)
+	res, err := d.run(ctx)
+	if err != nil {
+		return fmt.Errorf("%s: %w", limitHTTP1, err)
+	}
+	b.res.addLimit(b.out, limitHTTP1, res.events, res.elapsed)
 	return nil
 }
 
