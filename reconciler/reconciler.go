@@ -369,6 +369,9 @@ func (r *Reconciler) Sweep(ctx context.Context) (rep Report, err error) {
 		if err := r.reconcile(ctx, id, &rep); err != nil {
 			return rep, err
 		}
+		if rep.RedisFull {
+			break
+		}
 	}
 	if err := r.measure(ctx, now, &rep); err != nil {
 		return rep, err
@@ -412,7 +415,13 @@ func (r *Reconciler) reconcile(ctx context.Context, id string, rep *Report) erro
 		return nil
 	}
 	rep.PublishFailed++
-	logger.Warn("error publishing event, rolling back its claim", zap.Error(err), tracing.LogFieldOf(ev.TraceParent))
+	if rep.PublishError == "" {
+		rep.PublishError = err.Error()
+	}
+	// Redis full: the next candidates would fail the same way.
+	rep.RedisFull = stream.IsOOM(err)
+	// One line per sweep says it (sweepAndLog), not one per document.
+	logger.Debug("error publishing event, rolling back its claim", zap.Error(err), tracing.LogFieldOf(ev.TraceParent))
 
 	if r.cfg.beforeRollback != nil {
 		r.cfg.beforeRollback(id)

@@ -291,7 +291,7 @@ func (a *app) newDispatcher() (service, error) {
 	return dispatcher.New(a.st, a.rc, &dispatcher.Config{
 		Stream: a.o.stream, BatchSize: a.o.relayBatch, LeaseTTL: a.o.leaseTTL, Retention: a.o.outboxRetention, EventRetention: a.o.eventRetention,
 		BreakerFailures: a.o.breakerFailures, BreakerTimeout: a.o.breakerTimeout, StreakLimit: a.o.streakLimit,
-		Registerer: a.reg,
+		StreamRetention: a.o.streamRetention, MemoryHigh: a.o.memoryHigh, Registerer: a.reg,
 	}, a.log)
 }
 
