@@ -38,6 +38,8 @@ func (g *Group) Ensure(ctx context.Context) (created bool, err error) {
 		return true, nil
 	case redis.HasErrorPrefix(err, "BUSYGROUP"):
 		return false, nil
+	case IsOOM(err) && g.c.hasGroup(ctx, g.keys):
+		return false, nil // Redis is full, and the group is there (memory.go)
 	}
 	return false, fmt.Errorf("error creating consumer group %q on stream %q: %w", g.keys.Group(), g.keys.Stream(), err)
 }

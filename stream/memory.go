@@ -97,3 +97,19 @@ func (c *Client) Lags(ctx context.Context, keys Keys) ([]GroupLag, error) {
 func IsOOM(err error) bool {
 	return redis.HasErrorPrefix(err, "OOM") || redis.HasErrorPrefix(err, "EXECABORT")
 }
+
+// hasGroup reports whether the consumer group of keys exists on its stream
+// (false when that cannot be read): Ensure's answer when Redis, over its
+// maxmemory, refuses XGROUP CREATE before it could say BUSYGROUP.
+func (c *Client) hasGroup(ctx context.Context, keys Keys) bool {
+	groups, err := c.rdb.XInfoGroups(ctx, keys.Stream()).Result()
+	if err != nil {
+		return false
+	}
+	for _, g := range groups {
+		if g.Name == keys.Group() {
+			return true
+		}
+	}
+	return false
+}
