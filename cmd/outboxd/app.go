@@ -136,6 +136,7 @@ func (a *app) open(ctx context.Context) error {
 			return err
 		}
 		a.rc = rc
+		a.checkEviction(ctx)
 	}
 	if r.postgres {
 		cfg, err := pgxpool.ParseConfig(a.o.postgresURL)
@@ -595,4 +596,25 @@ func (a *app) readyChecks() []httpapi.Check {
 		checks = append(checks, httpapi.Check{Name: "postgres", Func: a.pg.Ping})
 	}
 	return checks
+}
+
+// evictionCheckTimeout bounds the start's look at Redis's memory policy.
+const evictionCheckTimeout = 2 * time.Second
+
+// checkEviction logs an error when Redis's maxmemory-policy lets it evict
+// keys (anything but noeviction): outboxd's stream, consumer group and dead
+// letters must not be evicted (docs/operations.md, "Redis memory"). The
+// status shows it too. A Redis that cannot be read now is the role's own
+// start to report.
+func (a *app) checkEviction(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, evictionCheckTimeout)
+	defer cancel()
+	m, err := a.rc.Memory(ctx)
+	if err != nil {
+		return
+	}
+	if m.Evicts() {
+		a.log.Error("redis's maxmemory-policy lets it evict outboxd's keys (the stream, its consumer group, the dead letters); set maxmemory-policy noeviction",
+			zap.String("maxmemory_policy", m.Policy), zap.Int64("maxmemory", m.Max))
+	}
 }
