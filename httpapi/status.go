@@ -498,7 +498,7 @@ func (s *Status) streamCounts(ctx context.Context, now time.Time) streamParts {
 	}
 	if m, err := s.Redis.Memory(ctx); err == nil {
 		parts.redis = &RedisCounts{UsedMemoryBytes: m.Used, MaxMemoryBytes: m.Max, MaxMemoryPolicy: m.Policy,
-			EvictionMisconfigured: m.Evicts(), Full: m.Max > 0 && m.Used >= m.Max}
+			EvictionMisconfigured: m.Evicts(), Full: m.Full()}
 	}
 	for _, h := range f.Halts {
 		parts.halts = append(parts.halts, HaltedRetries{Component: h.Component, Class: h.Class, Code: h.Code})

@@ -2,6 +2,7 @@ package stream
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -33,6 +34,26 @@ func (m Memory) Above(percent int) bool {
 		return false
 	}
 	return m.Used >= m.Max/100*int64(percent)
+}
+
+// Full reports whether used memory is at or above maxmemory: Redis (with
+// noeviction) refuses every write that adds memory.
+func (m Memory) Full() bool { return m.Max > 0 && m.Used >= m.Max }
+
+// ErrFull is Writable's error while Redis is full.
+var ErrFull = errors.New("redis refuses writes: used_memory at maxmemory")
+
+// Writable checks that Redis answers and has room for writes (Memory.Full
+// is not set): the readiness of the roles that write to it.
+func (c *Client) Writable(ctx context.Context) error {
+	m, err := c.Memory(ctx)
+	if err != nil {
+		return err
+	}
+	if m.Full() {
+		return fmt.Errorf("%w (%d of %d bytes)", ErrFull, m.Used, m.Max)
+	}
+	return nil
 }
 
 // Memory reads Redis's used memory, maxmemory and maxmemory-policy (INFO

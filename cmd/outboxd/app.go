@@ -590,7 +590,9 @@ func (a *app) readyChecks() []httpapi.Check {
 		checks = append(checks, httpapi.Check{Name: "store", Func: a.st.Ping})
 	}
 	if a.rc != nil {
-		checks = append(checks, httpapi.Check{Name: "redis", Func: a.rc.Ping})
+		// Reachable and with room for writes: a dispatcher or a worker
+		// cannot do its job while Redis refuses writes.
+		checks = append(checks, httpapi.Check{Name: "redis", Func: a.rc.Writable})
 	}
 	if a.pg != nil && !a.role.postgresAside {
 		checks = append(checks, httpapi.Check{Name: "postgres", Func: a.pg.Ping})
