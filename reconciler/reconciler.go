@@ -268,24 +268,24 @@ func (r *Reconciler) run(fetchCtx, workCtx context.Context) error {
 }
 
 // schedule sweeps at once and then every Config.Every until ctx ends,
-// recording each sweep with record.
+// recording each sweep with record; a sweep that reached its limit is
+// followed by the next one as soon as the workers have read what it
+// published (waitNext).
 func (r *Reconciler) schedule(ctx context.Context, record func(ctx context.Context)) {
 	ticker := time.NewTicker(r.cfg.Every)
 	defer ticker.Stop()
 	for {
-		r.sweepAndLog(ctx)
+		rep, err := r.sweepAndLog(ctx)
 		if ctx.Err() == nil {
 			record(ctx)
 		}
-		select {
-		case <-ctx.Done():
+		if !r.waitNext(ctx, ticker.C, rep, err) {
 			return
-		case <-ticker.C:
 		}
 	}
 }
 
-func (r *Reconciler) sweepAndLog(ctx context.Context) {
+func (r *Reconciler) sweepAndLog(ctx context.Context) (Report, error) {
 	rep, err := r.Sweep(ctx)
 	switch {
 	case err != nil && ctx.Err() != nil:
@@ -299,6 +299,7 @@ func (r *Reconciler) sweepAndLog(ctx context.Context) {
 	default:
 		r.logger.Debug("sweep done", zap.Object("report", rep))
 	}
+	return rep, err
 }
 
 // record writes the end of the last sweep into the reconciler's lease (its
