@@ -355,8 +355,18 @@ func (r *Reconciler) Sweep(ctx context.Context) (rep Report, err error) {
 		r.last.Store(&saved)
 	}()
 
+	createdBefore := now.Add(-r.cfg.MinAge)
+	// After a reset of Redis's data (store.RecordReset), every original
+	// created before it is a candidate at once, whatever its age.
+	reset, err := store.LastReset(ctx, r.st, r.cfg.Stream)
+	if err != nil {
+		return rep, fmt.Errorf("error reading the last reset of the stream: %w", err)
+	}
+	if reset != nil && reset.After(createdBefore) && !reset.After(now) {
+		createdBefore = *reset
+	}
 	ids, err := r.st.Candidates(ctx, store.CandidateQuery{
-		CreatedBefore: now.Add(-r.cfg.MinAge), ClaimedBefore: now.Add(-r.cfg.RequeueAfter), Limit: r.cfg.Limit,
+		CreatedBefore: createdBefore, ClaimedBefore: now.Add(-r.cfg.RequeueAfter), Limit: r.cfg.Limit,
 	})
 	if err != nil {
 		return rep, fmt.Errorf("error querying reconciler candidates: %w", err)
