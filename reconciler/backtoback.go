@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/outboxd/outboxd/store"
 	"github.com/outboxd/outboxd/stream"
 )
 
@@ -11,13 +12,19 @@ import (
 // reconciler looks whether the workers have read what it published.
 const lagPoll = 100 * time.Millisecond
 
+// resetPoll is how often, between two sweeps, the reconciler looks for a
+// new reset of Redis's data (store.RecordReset), which calls for a sweep
+// at once.
+const resetPoll = time.Second
+
 // waitNext waits for the next sweep after rep: the next tick of the
 // schedule or, when rep reached its limit and published (more candidates
 // wait: after Redis lost data, thousands), as soon as the stream's
 // consumer groups have read nearly all of it (their lag under half of
 // Limit), so that a large loss is re-published sweep after sweep while the
 // cap of Limit per sweep still keeps live traffic from waiting behind it.
-// It returns false when ctx ended.
+// A new reset of Redis's data (store.RecordReset) calls for a sweep at
+// once too. It returns false when ctx ended.
 func (r *Reconciler) waitNext(ctx context.Context, tick <-chan time.Time, rep Report, err error) bool {
 	var poll <-chan time.Time
 	if err == nil && rep.LimitReached && rep.Published > 0 && !rep.RedisFull {
@@ -25,6 +32,9 @@ func (r *Reconciler) waitNext(ctx context.Context, tick <-chan time.Time, rep Re
 		defer t.Stop()
 		poll = t.C
 	}
+	resets := time.NewTicker(resetPoll)
+	defer resets.Stop()
+	seen, _ := store.LastReset(ctx, r.st, r.cfg.Stream)
 	for {
 		select {
 		case <-ctx.Done():
@@ -33,6 +43,10 @@ func (r *Reconciler) waitNext(ctx context.Context, tick <-chan time.Time, rep Re
 			return true
 		case <-poll:
 			if r.lagLow(ctx) {
+				return true
+			}
+		case <-resets.C:
+			if at, err := store.LastReset(ctx, r.st, r.cfg.Stream); err == nil && at != nil && (seen == nil || at.After(*seen)) {
 				return true
 			}
 		}
