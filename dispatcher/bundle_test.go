@@ -203,6 +203,14 @@ func (b *testBundle) waitRelayed(ids []string, timeout time.Duration) {
 		timeout, 10*time.Millisecond, "not every entry was relayed")
 }
 
+// waitDispatched waits until nothing is left undispatched (the store says
+// so: cheaper than reading a long stream back, and still true once it is
+// trimmed).
+func (b *testBundle) waitDispatched(timeout time.Duration) {
+	b.t.Helper()
+	require.Eventually(b.t, func() bool { return b.undispatched() == 0 }, timeout, 10*time.Millisecond, "not every entry was relayed")
+}
+
 // unique returns ids without repetitions, first occurrence kept.
 func unique(ids []string) []string {
 	seen := map[string]bool{}

@@ -41,8 +41,8 @@ func TestBackpressure(t *testing.T) {
 	cfg.Registerer, cfg.TrimInterval, cfg.StreamRetention = reg, 20*time.Millisecond, time.Millisecond
 	d := b.start(cfg)
 
-	first := b.write(4000, 500)
-	b.waitRelayed(first, 30*time.Second)
+	b.write(4000, 500)
+	b.waitDispatched(30 * time.Second)
 	mem, err := b.rc.Memory(ctx)
 	require.NoError(t, err)
 	require.NoError(t, b.rdb.ConfigSet(ctx, "maxmemory", fmt.Sprint(mem.Used)).Err())

@@ -41,7 +41,8 @@ func TestRecoveryAfterRedisLostData(t *testing.T) {
 	if v, err := strconv.Atoi(os.Getenv(envRecoveryEvents)); err == nil && v > 0 {
 		n = v // the figure of docs/operations.md: 34,000
 	}
-	b.waitRelayed(b.write(n, 500), 5*time.Minute) // relayed, not consumed
+	b.write(n, 500)
+	b.waitDispatched(5 * time.Minute) // relayed, not consumed
 	srv.Stop()
 	srv.Start() // empty
 	back := time.Now()
