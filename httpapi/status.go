@@ -102,7 +102,8 @@ type Snapshot struct {
 	// commands that repair them.
 	Audit *operator.AuditReport `json:"audit,omitempty"`
 	// Unavailable names the parts that could not be read: "events",
-	// "outbox", "stream", "replay", "dlq", "dispatcher", "reconciler", "audit".
+	// "outbox", "stream", "replay", "dlq", "redis", "dispatcher",
+	// "reconciler", "audit".
 	Unavailable []string `json:"unavailable,omitempty"`
 	// ReadAt is when the store's figures were read (they may come from a
 	// short cache, see the store); absent when they could not be read.
@@ -284,6 +285,7 @@ func (s *Status) counts(ctx context.Context, leases bool) *Snapshot {
 	now := s.now
 	timeout := cmp.Or(s.ReadTimeout, StatusReadTimeout)
 	withAudit := leases && s.Audit != nil // the snapshot's, not the collector's
+	withRedis := leases && s.Redis != nil // the same
 	leases = leases && (s.DispatcherLease != "" || s.ReconcilerLease != "")
 	var (
 		wg        sync.WaitGroup
@@ -294,12 +296,17 @@ func (s *Status) counts(ctx context.Context, leases bool) *Snapshot {
 		lsErr     error
 		audit     *operator.AuditReport
 		auditErr  error
+		rparts    redisParts
+		rpartsErr error
 	)
 	wg.Go(func() { counts, countsErr = within(ctx, timeout, s.Store.Counts) })
 	if s.Redis != nil {
 		wg.Go(func() {
 			parts, _ = within(ctx, timeout, func(ctx context.Context) (streamParts, error) { return s.streamCounts(ctx, now()), nil })
 		})
+		if withRedis {
+			wg.Go(func() { rparts, rpartsErr = within(ctx, timeout, s.redisCounts) })
+		}
 	}
 	if leases {
 		wg.Go(func() {
@@ -333,7 +340,16 @@ func (s *Status) counts(ctx context.Context, leases bool) *Snapshot {
 		snap.Outbox = &OutboxCounts{Undispatched: c.Undispatched}
 	}
 	if s.Redis != nil {
-		snap.Stream, snap.Replay, snap.DLQ, snap.Redis, snap.RetriesHalted = parts.stream, parts.replay, parts.dlq, parts.redis, parts.halts
+		snap.Stream, snap.Replay, snap.DLQ, snap.RetriesHalted = parts.stream, parts.replay, parts.dlq, parts.halts
+		if withRedis {
+			snap.Redis = rparts.redis
+			if rpartsErr != nil {
+				snap.Unavailable = append(snap.Unavailable, "redis")
+			}
+			if snap.Stream != nil {
+				snap.Stream.Groups = rparts.groups
+			}
+		}
 		if parts.stream == nil {
 			snap.Unavailable = append(snap.Unavailable, "stream")
 		}
@@ -468,8 +484,36 @@ type streamParts struct {
 	stream *StreamCounts
 	replay *ReplayCounts
 	dlq    *DLQCounts
-	redis  *RedisCounts
 	halts  []HaltedRetries
+}
+
+// redisParts are Redis's memory and the stream's consumer groups, read
+// apart from streamParts (so that they cannot delay those).
+type redisParts struct {
+	redis  *RedisCounts
+	groups []GroupCounts
+}
+
+// redisCounts reads Redis's memory and policy and every consumer group of
+// the stream; an error when either cannot be read.
+func (s *Status) redisCounts(ctx context.Context) (redisParts, error) {
+	keys := stream.NewKeys(s.Stream, s.Group)
+	m, err := s.Redis.Memory(ctx)
+	if err != nil {
+		return redisParts{}, err
+	}
+	lags, err := s.Redis.Lags(ctx, keys)
+	if err != nil {
+		return redisParts{}, err
+	}
+	rp := redisParts{redis: &RedisCounts{UsedMemoryBytes: m.Used, MaxMemoryBytes: m.Max, MaxMemoryPolicy: m.Policy,
+		EvictionMisconfigured: m.Evicts(), Full: m.Full()}}
+	for _, l := range lags {
+		if l.Key == keys.Stream() {
+			rp.groups = append(rp.groups, GroupCounts{Name: l.Group, Pending: l.Pending, Lag: l.Lag, EntriesRead: l.Read})
+		}
+	}
+	return rp, nil
 }
 
 // streamCounts reads the stream's length and pending count, the replay
@@ -488,17 +532,6 @@ func (s *Status) streamCounts(ctx context.Context, now time.Time) streamParts {
 	}
 	if f.DLQErr == nil {
 		parts.dlq = &DLQCounts{Name: keys.DLQ(), Length: f.DLQLength, OldestAgeSeconds: ageOf(f.DLQOldest, now)}
-	}
-	if lags, err := s.Redis.Lags(ctx, keys); err == nil && parts.stream != nil {
-		for _, l := range lags {
-			if l.Key == keys.Stream() {
-				parts.stream.Groups = append(parts.stream.Groups, GroupCounts{Name: l.Group, Pending: l.Pending, Lag: l.Lag, EntriesRead: l.Read})
-			}
-		}
-	}
-	if m, err := s.Redis.Memory(ctx); err == nil {
-		parts.redis = &RedisCounts{UsedMemoryBytes: m.Used, MaxMemoryBytes: m.Max, MaxMemoryPolicy: m.Policy,
-			EvictionMisconfigured: m.Evicts(), Full: m.Full()}
 	}
 	for _, h := range f.Halts {
 		parts.halts = append(parts.halts, HaltedRetries{Component: h.Component, Class: h.Class, Code: h.Code})
