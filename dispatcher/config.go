@@ -13,6 +13,7 @@ import (
 	"github.com/outboxd/outboxd/internal/fault"
 	"github.com/outboxd/outboxd/internal/instance"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/stream"
 )
 
 // Defaults of Config.
@@ -45,6 +46,12 @@ const (
 	BreakerTimeoutDefault = failpolicy.BreakerTimeoutDefault
 	// StreakLimitDefault is the default Config.StreakLimit.
 	StreakLimitDefault = failpolicy.StreakLimitDefault
+	// StreamRetentionDefault is the default Config.StreamRetention.
+	StreamRetentionDefault = stream.StreamRetentionDefault
+	// MemoryHighDefault is the default Config.MemoryHigh (percent).
+	MemoryHighDefault = 85
+	// TrimIntervalDefault is the default Config.TrimInterval.
+	TrimIntervalDefault = time.Second
 )
 
 // Bounds checked by validate.
@@ -116,6 +123,28 @@ type Config struct {
 	// before the dispatcher halts automatic retries of its class (see
 	// Dispatcher.ResumeRetries). Defaults to StreakLimitDefault (50).
 	StreakLimit int
+	// StreamRetention is how long an acknowledged entry stays in the
+	// stream (--stream-retention): every TrimInterval the leader trims the
+	// stream and its replay lane below the lowest id any consumer group
+	// still needs and below now minus StreamRetention
+	// (stream.Client.Trim). An entry some group has not acknowledged is
+	// never trimmed. Defaults to StreamRetentionDefault (1m).
+	StreamRetention time.Duration
+	// MemoryHigh is the high-water mark of Redis's memory, in percent of
+	// its maxmemory (--redis-memory-high): while used_memory is at or
+	// above it, or Redis answers an XADD with OOM, the relay holds
+	// (nothing added, marked or checkpointed; the gauge
+	// outboxd_dispatcher_backpressure says so) and resumes by itself once
+	// memory is back. 100 holds on OOM replies only; without a maxmemory
+	// only those can come. Defaults to MemoryHighDefault (85); between 1
+	// and 100.
+	MemoryHigh int
+	// TrimInterval is how often the leader trims the stream, reads Redis's
+	// memory and the groups' lag. Defaults to TrimIntervalDefault (1s).
+	TrimInterval time.Duration
+	// TrimOff turns trimming off (the benchmark's "before"; no flag sets
+	// it: a bounded stream needs none). Defaults to false.
+	TrimOff bool
 	// Now tells the time for dispatchedAt, checkpoints and lease expiries.
 	// Defaults to time.Now; tests set a fake clock.
 	Now func() time.Time
@@ -151,6 +180,9 @@ func (c *Config) withDefaults() *Config {
 	out.BreakerFailures = cmp.Or(out.BreakerFailures, BreakerFailuresDefault)
 	out.BreakerTimeout = cmp.Or(out.BreakerTimeout, BreakerTimeoutDefault)
 	out.StreakLimit = cmp.Or(out.StreakLimit, StreakLimitDefault)
+	out.StreamRetention = cmp.Or(out.StreamRetention, StreamRetentionDefault)
+	out.MemoryHigh = cmp.Or(out.MemoryHigh, MemoryHighDefault)
+	out.TrimInterval = cmp.Or(out.TrimInterval, TrimIntervalDefault)
 	if out.Now == nil {
 		out.Now = time.Now
 	}
@@ -171,7 +203,7 @@ func (c *Config) validate() error {
 	}
 	for name, d := range map[string]time.Duration{"IdleCheckpoint": c.IdleCheckpoint, "PollInterval": c.PollInterval,
 		"SweepInterval": c.SweepInterval, "BackoffMax": c.BackoffMax, "Retention": c.Retention,
-		"BreakerTimeout": c.BreakerTimeout} {
+		"BreakerTimeout": c.BreakerTimeout, "StreamRetention": c.StreamRetention, "TrimInterval": c.TrimInterval} {
 		if d < time.Millisecond {
 			errs = append(errs, fmt.Errorf("%s must be at least 1ms (got %s)", name, d))
 		}
@@ -184,6 +216,9 @@ func (c *Config) validate() error {
 	}
 	if c.BreakerFailures < 1 {
 		errs = append(errs, fmt.Errorf("BreakerFailures must be at least 1 (got %d)", c.BreakerFailures))
+	}
+	if c.MemoryHigh < 1 || c.MemoryHigh > 100 {
+		errs = append(errs, fmt.Errorf("MemoryHigh must be between 1 and 100 percent (got %d)", c.MemoryHigh))
 	}
 	if c.StreakLimit < 1 {
 		errs = append(errs, fmt.Errorf("StreakLimit must be at least 1 (got %d)", c.StreakLimit))

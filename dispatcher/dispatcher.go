@@ -47,6 +47,9 @@ type Stats struct {
 	RedisRetries int64
 	// Fenced counts leaderships lost to a newer term or an expired lease.
 	Fenced int64
+	// Trimmed counts acknowledged entries this dispatcher trimmed from the
+	// stream and its replay lane.
+	Trimmed int64
 	// Leader is true while this dispatcher holds the lease.
 	Leader bool
 	// Term is the fencing term of the lease held most recently (0: never).
@@ -75,8 +78,11 @@ type Dispatcher struct {
 	elector   *leader.Elector
 	streak    *failpolicy.Streak
 
-	relayed, caughtUp, dispatched, batches, historyLost, invalidated, redisRetries, fenced, term atomic.Int64
-	leader                                                                                       atomic.Bool
+	pressure     pressure
+	watchMetrics *watchMetrics
+
+	relayed, caughtUp, dispatched, batches, historyLost, invalidated, redisRetries, fenced, term, trimmed atomic.Int64
+	leader                                                                                                atomic.Bool
 }
 
 // New returns a Dispatcher that relays the outbox of st into the stream
@@ -94,15 +100,22 @@ func New(st store.Store, rc *stream.Client, cfg *Config, logger *zap.Logger) (*D
 	if err != nil {
 		return nil, fmt.Errorf("error registering dispatcher metrics: %w", err)
 	}
+	wm, err := newWatchMetrics(c.Registerer, c.Stream)
+	if err != nil {
+		return nil, fmt.Errorf("error registering dispatcher metrics: %w", err)
+	}
 	if logger == nil {
 		logger = zap.NewNop()
 	}
 	d := &Dispatcher{
-		st: st, rc: rc, cfg: c, metrics: m,
+		st: st, rc: rc, cfg: c, metrics: m, watchMetrics: wm,
 		logger: logger.Named("dispatcher").With(zap.String("stream", c.Stream), zap.String("owner", c.Owner)),
 	}
 	d.publisher = rc.Publisher(stream.NewKeys(c.Stream, ""), &stream.PublisherConfig{Breaker: &failpolicy.BreakerConfig{
 		Name: failpolicy.SourceRedis, Failures: c.BreakerFailures, Timeout: c.BreakerTimeout, State: m.breaker,
+		// A full Redis answers: it does not open the circuit, the hold
+		// (pressure.go) waits for room instead.
+		IsFailure: func(err error) bool { return err != nil && !stream.IsOOM(err) },
 	}}, d.logger)
 	d.streak = failpolicy.NewStreak(component, c.StreakLimit, m.streak, d.logger)
 	d.streak.Share(rc.Streak(stream.NewKeys(c.Stream, ""), component), nil)
@@ -173,6 +186,7 @@ func (d *Dispatcher) Stats() Stats {
 		Relayed: d.relayed.Load(), CaughtUp: d.caughtUp.Load(), Dispatched: d.dispatched.Load(),
 		Batches: d.batches.Load(), HistoryLost: d.historyLost.Load(), Invalidated: d.invalidated.Load(),
 		RedisRetries: d.redisRetries.Load(), Fenced: d.fenced.Load(), Leader: d.leader.Load(), Term: d.term.Load(),
+		Trimmed: d.trimmed.Load(),
 	}
 }
 

@@ -77,12 +77,22 @@
 // under the first traced entry's span. Entries without a context are
 // relayed as they are.
 //
-// # Stream length
+// # Stream length and Redis's memory
 //
-// The stream's length policy is the stream.Client's (stream.Config.MaxLen),
-// 0 (no trimming) by default: trimming can delete entries that a consumer
-// group has not acknowledged yet, so the stream length is an operator's
-// decision (XTRIM, or a MAXLEN chosen well above the worst-case backlog);
-// the worker counts trimmed pending entries and the reconciler
-// re-publishes them.
+// The leader trims (pressure.go): every Config.TrimInterval (1s) it trims
+// the stream and its replay lane below the lowest id any consumer group
+// still needs and older than Config.StreamRetention
+// (stream.Client.Trim), reads Redis's memory and the groups' lag, and
+// exports them. The leader does it because there is one per stream, it
+// holds the lease already, and it is the role that fills the stream; the
+// watch runs beside the relay, so it goes on trimming, and freeing
+// memory, while the relay holds. While used_memory is at or above
+// Config.MemoryHigh percent of maxmemory, or Redis answers an XADD with
+// OOM, the relay holds (Backpressure): no XADD, nothing marked, no
+// checkpoint, outboxd_dispatcher_backpressure = 1; a full Redis does not
+// open the breaker nor count for the streak rule, so the relay resumes by
+// itself once memory is back. The stream.Client's MAXLEN policy
+// (stream.Config.MaxLen, 0 by default) stays an operator's option; it can
+// delete unacknowledged entries, which the worker counts as trimmed and
+// the reconciler re-publishes.
 package dispatcher

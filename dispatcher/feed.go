@@ -25,6 +25,7 @@ var errPositionUnreadable = errors.New("the saved feed position cannot be read")
 // after a lost position, the feed's end or a failure. It returns when ctx
 // ends, on a fenced write and on a fault point.
 func (d *Dispatcher) lead(ctx, workCtx context.Context, lease store.Lease) error {
+	defer d.startWatch(ctx)() // trimming, Redis's memory, the groups' lag
 	bo := &failpolicy.HaltBackOff{Inner: d.newBackoff(), Streak: d.streak, Probe: d.cfg.BreakerTimeout}
 	var lost error // why the previous feed cannot be resumed
 	for {

@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -80,7 +81,12 @@ func (d *Dispatcher) xadd(ctx, workCtx context.Context, entries []outbox.Entry) 
 		msgs[i] = e.Message
 	}
 	err := backoff.RetryNotify(func() error {
+		if err := d.hold(); err != nil { // Redis is full (pressure.go)
+			bo.Class = failpolicy.ClassInfrastructure
+			return err
+		}
 		if err := d.publisher.Publish(workCtx, msgs); err != nil {
+			d.refused(err)
 			if ctx.Err() == nil { // a stop is not Redis's failure
 				f := stream.Failure(err)
 				d.streak.Fail(f)
@@ -94,6 +100,9 @@ func (d *Dispatcher) xadd(ctx, workCtx context.Context, entries []outbox.Entry) 
 		attempts++
 		d.redisRetries.Add(1)
 		d.metrics.redisRetries.Inc()
+		if errors.Is(err, errBackpressure) {
+			return // hold logs its start and end
+		}
 		if attempts == 1 || attempts%10 == 0 {
 			d.logger.Warn("redis unavailable; holding the checkpoint and retrying", zap.String("code", stream.Failure(err).Code),
 				zap.Int("attempts", attempts), zap.Duration("wait", wait), zap.Error(err))

@@ -71,6 +71,17 @@ type Snapshot struct {
 	// workers only when the stream has nothing for them.
 	Replay *ReplayCounts `json:"replay,omitempty"`
 	DLQ    *DLQCounts    `json:"dlq,omitempty"`
+	// Redis is Redis's memory and policy (absent when it could not be
+	// read, or this role has no Redis).
+	Redis *RedisCounts `json:"redis,omitempty"`
+	// Backpressure is "redis full" while this process's dispatcher holds
+	// the relay because Redis is full (outboxd_dispatcher_backpressure;
+	// absent when it does not, or none runs here).
+	Backpressure string `json:"backpressure,omitempty"`
+	// Stalled lists why the pipeline cannot make progress now (Redis
+	// full, a breaker open, retries halted, the relay holding); `outboxd
+	// status` exits 1 while it is not empty.
+	Stalled []string `json:"stalled,omitempty"`
 	// Dispatcher is the state of the dispatcher's lease (absent when it
 	// never existed: no dispatcher ever ran on this store and stream).
 	Dispatcher *DispatcherState `json:"dispatcher,omitempty"`
@@ -91,7 +102,8 @@ type Snapshot struct {
 	// commands that repair them.
 	Audit *operator.AuditReport `json:"audit,omitempty"`
 	// Unavailable names the parts that could not be read: "events",
-	// "outbox", "stream", "replay", "dlq", "dispatcher", "reconciler", "audit".
+	// "outbox", "stream", "replay", "dlq", "redis", "dispatcher",
+	// "reconciler", "audit".
 	Unavailable []string `json:"unavailable,omitempty"`
 	// ReadAt is when the store's figures were read (they may come from a
 	// short cache, see the store); absent when they could not be read.
@@ -122,6 +134,36 @@ type StreamCounts struct {
 	// Pending counts entries delivered to the group and not acknowledged
 	// (the Redis pending entries list).
 	Pending int64 `json:"pending"`
+	// Groups are every consumer group of the stream, outboxd's and any
+	// other (XINFO GROUPS): the trim keeps what the slowest still needs.
+	Groups []GroupCounts `json:"groups,omitempty"`
+}
+
+// GroupCounts is where one consumer group of the stream stands.
+type GroupCounts struct {
+	Name string `json:"name"`
+	// Pending counts its entries delivered and not acknowledged; Lag
+	// those it has not read yet (absent when Redis cannot tell);
+	// EntriesRead those it has read since it was created.
+	Pending     int64  `json:"pending"`
+	Lag         *int64 `json:"lag,omitempty"`
+	EntriesRead int64  `json:"entriesRead"`
+}
+
+// RedisCounts is Redis's memory (INFO memory) and what it means for the
+// pipeline.
+type RedisCounts struct {
+	UsedMemoryBytes int64 `json:"usedMemoryBytes"`
+	// MaxMemoryBytes is maxmemory (0: no limit).
+	MaxMemoryBytes  int64  `json:"maxMemoryBytes"`
+	MaxMemoryPolicy string `json:"maxMemoryPolicy"`
+	// EvictionMisconfigured is set when the policy lets Redis evict keys
+	// (anything but noeviction): outboxd's stream, group or dead letters
+	// could vanish (docs/operations.md, "Redis memory").
+	EvictionMisconfigured bool `json:"evictionMisconfigured,omitempty"`
+	// Full is set while used memory is at or above maxmemory: Redis
+	// refuses writes.
+	Full bool `json:"full,omitempty"`
 }
 
 // ReplayCounts describes the replay lane and the group's progress on it.
@@ -198,7 +240,29 @@ type HaltedRetries struct {
 func (s *Status) Snapshot(ctx context.Context) *Snapshot {
 	snap := s.counts(ctx, true)
 	s.addProcess(snap)
+	snap.Stalled = stalled(snap)
 	return snap
+}
+
+// stalled lists why the pipeline cannot make progress now, from what the
+// snapshot shows.
+func stalled(snap *Snapshot) []string {
+	var why []string
+	if r := snap.Redis; r != nil && r.Full {
+		why = append(why, "redis refuses writes (used_memory at maxmemory)")
+	}
+	if snap.Backpressure != "" {
+		why = append(why, "the relay holds: "+snap.Backpressure)
+	}
+	for _, b := range snap.Breakers {
+		if b.State == "open" {
+			why = append(why, fmt.Sprintf("breaker %s/%s open", b.Component, b.Name))
+		}
+	}
+	for _, h := range snap.RetriesHalted {
+		why = append(why, fmt.Sprintf("retries halted: %s/%s", h.Component, h.Class))
+	}
+	return why
 }
 
 func (s *Status) now() time.Time {
@@ -221,6 +285,7 @@ func (s *Status) counts(ctx context.Context, leases bool) *Snapshot {
 	now := s.now
 	timeout := cmp.Or(s.ReadTimeout, StatusReadTimeout)
 	withAudit := leases && s.Audit != nil // the snapshot's, not the collector's
+	withRedis := leases && s.Redis != nil // the same
 	leases = leases && (s.DispatcherLease != "" || s.ReconcilerLease != "")
 	var (
 		wg        sync.WaitGroup
@@ -231,12 +296,17 @@ func (s *Status) counts(ctx context.Context, leases bool) *Snapshot {
 		lsErr     error
 		audit     *operator.AuditReport
 		auditErr  error
+		rparts    redisParts
+		rpartsErr error
 	)
 	wg.Go(func() { counts, countsErr = within(ctx, timeout, s.Store.Counts) })
 	if s.Redis != nil {
 		wg.Go(func() {
 			parts, _ = within(ctx, timeout, func(ctx context.Context) (streamParts, error) { return s.streamCounts(ctx, now()), nil })
 		})
+		if withRedis {
+			wg.Go(func() { rparts, rpartsErr = within(ctx, timeout, s.redisCounts) })
+		}
 	}
 	if leases {
 		wg.Go(func() {
@@ -271,6 +341,15 @@ func (s *Status) counts(ctx context.Context, leases bool) *Snapshot {
 	}
 	if s.Redis != nil {
 		snap.Stream, snap.Replay, snap.DLQ, snap.RetriesHalted = parts.stream, parts.replay, parts.dlq, parts.halts
+		if withRedis {
+			snap.Redis = rparts.redis
+			if rpartsErr != nil {
+				snap.Unavailable = append(snap.Unavailable, "redis")
+			}
+			if snap.Stream != nil {
+				snap.Stream.Groups = rparts.groups
+			}
+		}
 		if parts.stream == nil {
 			snap.Unavailable = append(snap.Unavailable, "stream")
 		}
@@ -379,6 +458,10 @@ func (s *Status) addProcess(snap *Snapshot) {
 				snap.Breakers = append(snap.Breakers, Breaker{Component: "worker", Name: labels["breaker"], State: breakerState(v)})
 			case "outboxd_dispatcher_breaker_state":
 				snap.Breakers = append(snap.Breakers, Breaker{Component: "dispatcher", Name: cmp.Or(labels["breaker"], "redis"), State: breakerState(v)})
+			case "outboxd_dispatcher_backpressure":
+				if v == 1 {
+					snap.Backpressure = "redis full"
+				}
 			case "outboxd_retries_halted":
 				halted := func(h HaltedRetries) bool { return h.Component == labels["component"] && h.Class == labels["class"] }
 				if v == 1 && !slices.ContainsFunc(snap.RetriesHalted, halted) {
@@ -402,6 +485,35 @@ type streamParts struct {
 	replay *ReplayCounts
 	dlq    *DLQCounts
 	halts  []HaltedRetries
+}
+
+// redisParts are Redis's memory and the stream's consumer groups, read
+// apart from streamParts (so that they cannot delay those).
+type redisParts struct {
+	redis  *RedisCounts
+	groups []GroupCounts
+}
+
+// redisCounts reads Redis's memory and policy and every consumer group of
+// the stream; an error when either cannot be read.
+func (s *Status) redisCounts(ctx context.Context) (redisParts, error) {
+	keys := stream.NewKeys(s.Stream, s.Group)
+	m, err := s.Redis.Memory(ctx)
+	if err != nil {
+		return redisParts{}, err
+	}
+	lags, err := s.Redis.Lags(ctx, keys)
+	if err != nil {
+		return redisParts{}, err
+	}
+	rp := redisParts{redis: &RedisCounts{UsedMemoryBytes: m.Used, MaxMemoryBytes: m.Max, MaxMemoryPolicy: m.Policy,
+		EvictionMisconfigured: m.Evicts(), Full: m.Full()}}
+	for _, l := range lags {
+		if l.Key == keys.Stream() {
+			rp.groups = append(rp.groups, GroupCounts{Name: l.Group, Pending: l.Pending, Lag: l.Lag, EntriesRead: l.Read})
+		}
+	}
+	return rp, nil
 }
 
 // streamCounts reads the stream's length and pending count, the replay

@@ -78,7 +78,7 @@ func TestStatusFrozenRedis(t *testing.T) {
 	require.NotContains(t, v, "stream", "a figure that could not be read is absent, not zero")
 	require.NotContains(t, v, "dlq")
 	require.NotContains(t, v, "replay")
-	require.Equal(t, []any{"dlq", "replay", "stream"}, v["unavailable"])
+	require.Equal(t, []any{"dlq", "redis", "replay", "stream"}, v["unavailable"])
 	require.Equal(t, 0.0, v["events"].(map[string]any)["total"], "the store's figures are read")
 	require.Contains(t, v, "readAt")
 

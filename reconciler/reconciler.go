@@ -268,24 +268,24 @@ func (r *Reconciler) run(fetchCtx, workCtx context.Context) error {
 }
 
 // schedule sweeps at once and then every Config.Every until ctx ends,
-// recording each sweep with record.
+// recording each sweep with record; a sweep that reached its limit is
+// followed by the next one as soon as the workers have read what it
+// published (waitNext).
 func (r *Reconciler) schedule(ctx context.Context, record func(ctx context.Context)) {
 	ticker := time.NewTicker(r.cfg.Every)
 	defer ticker.Stop()
 	for {
-		r.sweepAndLog(ctx)
+		rep, err := r.sweepAndLog(ctx)
 		if ctx.Err() == nil {
 			record(ctx)
 		}
-		select {
-		case <-ctx.Done():
+		if !r.waitNext(ctx, ticker.C, rep, err) {
 			return
-		case <-ticker.C:
 		}
 	}
 }
 
-func (r *Reconciler) sweepAndLog(ctx context.Context) {
+func (r *Reconciler) sweepAndLog(ctx context.Context) (Report, error) {
 	rep, err := r.Sweep(ctx)
 	switch {
 	case err != nil && ctx.Err() != nil:
@@ -299,6 +299,7 @@ func (r *Reconciler) sweepAndLog(ctx context.Context) {
 	default:
 		r.logger.Debug("sweep done", zap.Object("report", rep))
 	}
+	return rep, err
 }
 
 // record writes the end of the last sweep into the reconciler's lease (its
@@ -354,8 +355,18 @@ func (r *Reconciler) Sweep(ctx context.Context) (rep Report, err error) {
 		r.last.Store(&saved)
 	}()
 
+	createdBefore := now.Add(-r.cfg.MinAge)
+	// After a reset of Redis's data (store.RecordReset), every original
+	// created before it is a candidate at once, whatever its age.
+	reset, err := store.LastReset(ctx, r.st, r.cfg.Stream)
+	if err != nil {
+		return rep, fmt.Errorf("error reading the last reset of the stream: %w", err)
+	}
+	if reset != nil && reset.After(createdBefore) && !reset.After(now) {
+		createdBefore = *reset
+	}
 	ids, err := r.st.Candidates(ctx, store.CandidateQuery{
-		CreatedBefore: now.Add(-r.cfg.MinAge), ClaimedBefore: now.Add(-r.cfg.RequeueAfter), Limit: r.cfg.Limit,
+		CreatedBefore: createdBefore, ClaimedBefore: now.Add(-r.cfg.RequeueAfter), Limit: r.cfg.Limit,
 	})
 	if err != nil {
 		return rep, fmt.Errorf("error querying reconciler candidates: %w", err)
@@ -368,6 +379,9 @@ func (r *Reconciler) Sweep(ctx context.Context) (rep Report, err error) {
 		}
 		if err := r.reconcile(ctx, id, &rep); err != nil {
 			return rep, err
+		}
+		if rep.RedisFull {
+			break
 		}
 	}
 	if err := r.measure(ctx, now, &rep); err != nil {
@@ -412,7 +426,13 @@ func (r *Reconciler) reconcile(ctx context.Context, id string, rep *Report) erro
 		return nil
 	}
 	rep.PublishFailed++
-	logger.Warn("error publishing event, rolling back its claim", zap.Error(err), tracing.LogFieldOf(ev.TraceParent))
+	if rep.PublishError == "" {
+		rep.PublishError = err.Error()
+	}
+	// Redis full: the next candidates would fail the same way.
+	rep.RedisFull = stream.IsOOM(err)
+	// One line per sweep says it (sweepAndLog), not one per document.
+	logger.Debug("error publishing event, rolling back its claim", zap.Error(err), tracing.LogFieldOf(ev.TraceParent))
 
 	if r.cfg.beforeRollback != nil {
 		r.cfg.beforeRollback(id)

@@ -35,6 +35,13 @@ type Report struct {
 	Published int `json:"published"`
 	// PublishFailed is how many claimed documents could not be added.
 	PublishFailed int `json:"publishFailed"`
+	// PublishError is the first publish failure of the sweep ("" when
+	// none): the sweep logs one line with it, not one per document.
+	PublishError string `json:"publishError,omitempty"`
+	// RedisFull is set when the sweep stopped early because Redis refused
+	// a publish for lack of memory (OOM): the remaining candidates would
+	// fail the same way, so they wait for the next sweep unclaimed.
+	RedisFull bool `json:"redisRefused,omitempty"`
 	// RolledBack is how many claims of failed publishes were undone.
 	RolledBack int `json:"rolledBack"`
 	// RollbackSkipped is how many claims of failed publishes were left
@@ -126,6 +133,10 @@ func (r Report) MarshalLogObject(enc zapcore.ObjectEncoder) error {
 	enc.AddInt("claim_failed", r.ClaimFailed)
 	enc.AddInt("published", r.Published)
 	enc.AddInt("publish_failed", r.PublishFailed)
+	if r.PublishError != "" {
+		enc.AddString("publish_error", r.PublishError)
+		enc.AddBool("redis_full", r.RedisFull)
+	}
 	enc.AddInt("rolled_back", r.RolledBack)
 	enc.AddInt("rollback_skipped", r.RollbackSkipped)
 	enc.AddInt("rollback_failed", r.RollbackFailed)

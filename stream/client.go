@@ -43,6 +43,8 @@ func (c *Config) validate() error {
 type Client struct {
 	rdb    redis.UniversalClient
 	maxLen int64
+	// version is the server's, read once (Trim's choice of XTRIM … ACKED).
+	version serverVersion
 }
 
 // NewClient returns a Client over rdb. A nil cfg means all defaults; an

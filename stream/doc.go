@@ -13,7 +13,9 @@
 //     partitions, each partition's keys under one hash tag.
 //   - Client: the pipeline's Redis, over a go-redis universal client (a
 //     single node, Sentinel or a Cluster), with the stream's length policy
-//     (Config.MaxLen). Its reads: Len, ScanBack (a bounded look back in a
+//     (Config.MaxLen). Trim removes what every consumer group has
+//     acknowledged (trim.go); Memory, Lags, Writable and IsOOM tell how full
+//     Redis is (memory.go). Its reads: Len, ScanBack (a bounded look back in a
 //     stream), Figures (the status's lengths and pending count),
 //     Deliveries (where entries stand in the group), and the dead-letter
 //     stream's DeadLetters, DeadLettersByID and DeleteDeadLetters.

@@ -12,9 +12,13 @@ import (
 // an outage (the network, a closed client, an exhausted pool, a server
 // loading, read-only, without its master, out of clients, busy, a cluster
 // down, a refusing circuit) or an unknown reply (WRONGTYPE, a syntax error,
-// …). It is the one place that reads go-redis's errors for the policy.
+// …), or a hold: Redis over its maxmemory refusing writes (IsOOM,
+// failpolicy.Full: infrastructure, never counted by the streak rule). It
+// is the one place that reads go-redis's errors for the policy.
 func Failure(err error) failpolicy.Failure {
 	switch {
+	case IsOOM(err):
+		return failpolicy.Full()
 	case failpolicy.BreakerOpen(err):
 		return failpolicy.Failure{Code: failpolicy.CodeBreakerOpen, Class: failpolicy.ClassInfrastructure, Source: failpolicy.SourceRedis}
 	case failpolicy.Unavailable(err), errors.Is(err, redis.ErrClosed), errors.Is(err, redis.ErrPoolTimeout),

@@ -38,6 +38,8 @@ func (g *Group) Ensure(ctx context.Context) (created bool, err error) {
 		return true, nil
 	case redis.HasErrorPrefix(err, "BUSYGROUP"):
 		return false, nil
+	case IsOOM(err) && g.c.hasGroup(ctx, g.keys):
+		return false, nil // Redis is full, and the group is there (memory.go)
 	}
 	return false, fmt.Errorf("error creating consumer group %q on stream %q: %w", g.keys.Group(), g.keys.Stream(), err)
 }
@@ -173,12 +175,17 @@ type Finish struct {
 // nor a failure charged to an entry that was not. (A command that fails,
 // say WRONGTYPE, does not undo the others: MULTI/EXEC has no rollback;
 // Finish returns its error and the caller runs the batch again, which
-// converges.) It returns how many
+// converges.) A batch with only entries to acknowledge goes without
+// MULTI/EXEC, in one script (see ackScript), so that it is not refused
+// while Redis is over its maxmemory. It returns how many
 // entries the XACK acknowledged: fewer than f.Ack when another consumer
 // took some over and acknowledged them, or they were trimmed.
 func (g *Group) Finish(ctx context.Context, f Finish) (acked int64, err error) {
 	if len(f.DeadLetters) == 0 && len(f.Ack) == 0 && len(f.Charge) == 0 {
 		return 0, nil
+	}
+	if len(f.DeadLetters) == 0 && len(f.Charge) == 0 {
+		return g.ack(ctx, f.Ack) // nothing else to write: no MULTI/EXEC (ack.go)
 	}
 	var ackCmd *redis.IntCmd
 	cmds, err := g.c.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {

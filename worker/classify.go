@@ -180,6 +180,8 @@ func failureOf(err error) failpolicy.Failure {
 		return failpolicy.Failure{Code: failpolicy.CodeBreakerOpen, Class: failpolicy.ClassInfrastructure, Source: source}
 	case stream.IsNoGroup(err):
 		return failpolicy.Failure{Code: "redis_nogroup", Class: failpolicy.ClassInfrastructure, Source: failpolicy.SourceRedis}
+	case stream.IsOOM(err):
+		return failpolicy.Full() // Redis full: hold, never halting
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {

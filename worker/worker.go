@@ -697,13 +697,24 @@ func (w *Worker) retry(fetchCtx context.Context, what string, op func() error) e
 
 // ensureGroup creates the consumer group, and the stream when missing, at
 // the start of the stream so that entries added before the group are read;
-// and the same on the replay lane.
+// and the same on the replay lane. Creating the stream's group records a
+// reset in the store (store.RecordReset): a group that was not there may
+// have vanished with entries (the first start of a deployment records one
+// too, which only lets the reconciler re-publish a few in-flight originals
+// early, without a duplicate effect).
 func (w *Worker) ensureGroup(ctx context.Context) error {
 	for _, g := range w.groups() {
 		created, err := g.Ensure(ctx)
 		if created {
 			w.metrics.groupsCreated.Inc()
 			w.logger.Info("created consumer group", zap.String("lane", w.lane(g)))
+			if g == w.group {
+				// Redis may have lost entries with the group: the
+				// reconciler takes the unsynced originals at once.
+				if err := store.RecordReset(ctx, w.st, w.cfg.Stream, w.cfg.Consumer, w.cfg.Now()); err != nil {
+					w.logger.Warn("error recording the consumer group's reset in the store", zap.Error(err))
+				}
+			}
 		}
 		if err != nil {
 			return err

@@ -136,6 +136,7 @@ func (a *app) open(ctx context.Context) error {
 			return err
 		}
 		a.rc = rc
+		a.checkEviction(ctx)
 	}
 	if r.postgres {
 		cfg, err := pgxpool.ParseConfig(a.o.postgresURL)
@@ -291,7 +292,7 @@ func (a *app) newDispatcher() (service, error) {
 	return dispatcher.New(a.st, a.rc, &dispatcher.Config{
 		Stream: a.o.stream, BatchSize: a.o.relayBatch, LeaseTTL: a.o.leaseTTL, Retention: a.o.outboxRetention, EventRetention: a.o.eventRetention,
 		BreakerFailures: a.o.breakerFailures, BreakerTimeout: a.o.breakerTimeout, StreakLimit: a.o.streakLimit,
-		Registerer: a.reg,
+		StreamRetention: a.o.streamRetention, MemoryHigh: a.o.memoryHigh, Registerer: a.reg,
 	}, a.log)
 }
 
@@ -589,10 +590,33 @@ func (a *app) readyChecks() []httpapi.Check {
 		checks = append(checks, httpapi.Check{Name: "store", Func: a.st.Ping})
 	}
 	if a.rc != nil {
-		checks = append(checks, httpapi.Check{Name: "redis", Func: a.rc.Ping})
+		// Reachable and with room for writes: a dispatcher or a worker
+		// cannot do its job while Redis refuses writes.
+		checks = append(checks, httpapi.Check{Name: "redis", Func: a.rc.Writable})
 	}
 	if a.pg != nil && !a.role.postgresAside {
 		checks = append(checks, httpapi.Check{Name: "postgres", Func: a.pg.Ping})
 	}
 	return checks
+}
+
+// evictionCheckTimeout bounds the start's look at Redis's memory policy.
+const evictionCheckTimeout = 2 * time.Second
+
+// checkEviction logs an error when Redis's maxmemory-policy lets it evict
+// keys (anything but noeviction): outboxd's stream, consumer group and dead
+// letters must not be evicted (docs/operations.md, "Redis memory"). The
+// status shows it too. A Redis that cannot be read now is the role's own
+// start to report.
+func (a *app) checkEviction(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, evictionCheckTimeout)
+	defer cancel()
+	m, err := a.rc.Memory(ctx)
+	if err != nil {
+		return
+	}
+	if m.Evicts() {
+		a.log.Error("redis's maxmemory-policy lets it evict outboxd's keys (the stream, its consumer group, the dead letters); set maxmemory-policy noeviction",
+			zap.String("maxmemory_policy", m.Policy), zap.Int64("maxmemory", m.Max))
+	}
 }

@@ -50,8 +50,13 @@ func (a *app) printStatus(ctx context.Context) error {
 		return err
 	}
 	if a.o.jsonOut {
-		_, err := a.stdout.Write(raw)
-		return err
+		if _, err := a.stdout.Write(raw); err != nil {
+			return err
+		}
+		if len(s.Stalled) > 0 {
+			return errDrift
+		}
+		return nil
 	}
 	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 	row := func(label, format string, args ...any) {
@@ -89,6 +94,23 @@ func (a *app) printStatus(ctx context.Context) error {
 	}
 	if st := s.Stream; st != nil {
 		row("STREAM", "%s: length %d, pending %d", st.Name, st.Length, st.Pending)
+		for _, g := range st.Groups {
+			lag := "unknown"
+			if g.Lag != nil {
+				lag = strconv.FormatInt(*g.Lag, 10)
+			}
+			row("  GROUP", "%s: lag %s unread, pending %d, read %d", g.Name, lag, g.Pending, g.EntriesRead)
+		}
+	}
+	if r := s.Redis; r != nil {
+		limit := "no maxmemory"
+		if r.MaxMemoryBytes > 0 {
+			limit = fmt.Sprintf("%.0f%% of maxmemory %d", 100*float64(r.UsedMemoryBytes)/float64(r.MaxMemoryBytes), r.MaxMemoryBytes)
+		}
+		row("REDIS", "used_memory %d (%s), policy %s", r.UsedMemoryBytes, limit, r.MaxMemoryPolicy)
+		if r.EvictionMisconfigured {
+			row("", "ERROR: maxmemory-policy %s can evict outboxd's keys; set noeviction (docs/operations.md, \"Redis memory\")", r.MaxMemoryPolicy)
+		}
 	}
 	if r := s.Replay; r != nil {
 		lag := "unknown"
@@ -171,7 +193,16 @@ func (a *app) printStatus(ctx context.Context) error {
 	if len(s.Unavailable) > 0 {
 		row("UNAVAILABLE", "%s (could not be read)", strings.Join(s.Unavailable, ", "))
 	}
-	return tw.Flush()
+	if len(s.Stalled) > 0 {
+		row("STALLED", "%s", strings.Join(s.Stalled, "; "))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(s.Stalled) > 0 {
+		return errDrift // exit 1: the pipeline cannot make progress now
+	}
+	return nil
 }
 
 // auditSummary is the AUDIT line of status: the last run's age, what it

@@ -191,9 +191,10 @@ func TestOperatorCommands(t *testing.T) {
 		_, err = rc.Streak(keys, stream.ComponentWorker).Fail(ctx, poison, 1)
 		require.NoError(t, err)
 		code, out, errOut := op("status")
-		require.Equal(t, ExitOK, code, errOut)
+		require.Equal(t, ExitFailure, code, "a stalled pipeline: exit 1 %s", errOut)
 		require.Contains(t, out, "RETRIES HALTED")
 		require.Contains(t, out, "worker/record (projection_failed)")
+		require.Contains(t, out, "STALLED")
 
 		code, out, errOut = op("retries", "resume", "--class", "record")
 		require.Equal(t, ExitOK, code, errOut)

@@ -93,6 +93,12 @@ type options struct {
 	eventRetention time.Duration
 	leaseTTL       time.Duration
 	relayBatch     int
+	// streamRetention keeps acknowledged stream entries this long before
+	// the dispatcher's leader trims them; memoryHigh is the high-water
+	// mark of Redis's memory, in percent of maxmemory, above which the
+	// relay holds.
+	streamRetention time.Duration
+	memoryHigh      int
 
 	// work
 	consumer string
@@ -205,6 +211,8 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 			if r.serve {
 				fs.DurationVar(&o.leaseTTL, "lease-ttl", dispatcher.LeaseTTLDefault, "dispatcher lease: a standby takes over this long after the leader stops renewing")
 				fs.IntVar(&o.relayBatch, "relay-batch", dispatcher.BatchSizeDefault, "outbox entries relayed by one pipelined XADD, one dispatchedAt write and one checkpoint")
+				fs.DurationVar(&o.streamRetention, "stream-retention", dispatcher.StreamRetentionDefault, "keep acknowledged stream entries this long, then trim them (never one a consumer group has not acknowledged)")
+				fs.IntVar(&o.memoryHigh, "redis-memory-high", dispatcher.MemoryHighDefault, "percent of Redis's maxmemory above which the relay holds until trimming frees memory (100: only when Redis refuses a write)")
 			}
 		case gWork:
 			o.eventRetentionFlag(fs)
@@ -444,6 +452,8 @@ func (o *options) validate() error {
 		{"event-retention", o.eventRetention < 0 || (o.eventRetention > 0 && o.eventRetention < EventRetentionShortest),
 			fmt.Sprintf("must be 0 (keep originals forever) or at least %s", EventRetentionShortest)},
 		{"lease-ttl", o.leaseTTL < dispatcher.MinLeaseTTL, fmt.Sprintf("must be at least %s", dispatcher.MinLeaseTTL)},
+		{"stream-retention", o.streamRetention < time.Millisecond, "must be at least 1ms"},
+		{"redis-memory-high", o.memoryHigh < 1 || o.memoryHigh > 100, "must be between 1 and 100 (percent of maxmemory)"},
 		{"relay-batch", o.relayBatch <= 0 || o.relayBatch > dispatcher.BatchSizeMax, fmt.Sprintf("must be between 1 and %d", dispatcher.BatchSizeMax)},
 		{"batch-size", !o.batchSize.auto && (o.batchSize.n <= 0 || o.batchSize.n > worker.BatchSizeMax), fmt.Sprintf("must be auto or between 1 and %d", worker.BatchSizeMax)},
 		{"projection-target", o.projectionTarget < worker.ProjectionTargetShortest || o.projectionTarget > worker.ProjectionTargetLongest,

@@ -87,7 +87,7 @@ var roles = []*role{
 	{name: "migrate", summary: "apply the PostgreSQL schema and the store's schema (tables or indexes)",
 		flags: []flagGroup{gStore, gPostgres, gDispatch}, store: true, postgres: true,
 		once: func(ctx context.Context, a *app) error { return a.applyMigrations(ctx) }},
-	{name: "status", summary: "the pipeline at a glance, from a running instance",
+	{name: "status", summary: "the pipeline at a glance, from a running instance (exit 1 while it is stalled)",
 		flags: []flagGroup{gClient}, once: func(ctx context.Context, a *app) error { return a.printStatus(ctx) }},
 	{name: "dlq list", summary: "list dead letters (--category C, --code X, --limit N)",
 		flags: []flagGroup{gClient, gDLQFilter, gDLQList}, once: func(ctx context.Context, a *app) error { return a.dlqList(ctx) }},

@@ -89,11 +89,25 @@ type Failure struct {
 	// SourcePostgres, or "" for a record's own failure found before any
 	// dependency answered (an unreadable message).
 	Source string
+	// Hold marks a dependency that answers but refuses writes for lack of
+	// room (Redis over its maxmemory): the caller holds and retries at its
+	// usual pace, and the streak rule never counts it (room comes back by
+	// itself as entries are trimmed; halting would only slow that down).
+	Hold bool
 }
 
 // Infrastructure returns the Failure of source being unavailable.
 func Infrastructure(source string) Failure {
 	return Failure{Code: source + "_unavailable", Class: ClassInfrastructure, Source: source}
+}
+
+// CodeRedisOOM is the code of Redis refusing a write over its maxmemory.
+const CodeRedisOOM = SourceRedis + "_oom"
+
+// Full returns the Failure of Redis refusing writes for lack of memory: an
+// infrastructure failure that holds (Failure.Hold), never a record's.
+func Full() Failure {
+	return Failure{Code: CodeRedisOOM, Class: ClassInfrastructure, Source: SourceRedis, Hold: true}
 }
 
 // Unknown returns the Failure of an unrecognised error from source.
@@ -306,9 +320,10 @@ func (s *Streak) Share(shared SharedStreak, onResume func()) {
 }
 
 // Fail records one failure. A refused call of an open circuit
-// (CodeBreakerOpen) is not an observation and is ignored.
+// (CodeBreakerOpen) is not an observation and is ignored, nor is a hold
+// (Failure.Hold: a full Redis).
 func (s *Streak) Fail(f Failure) {
-	if f.Code == CodeBreakerOpen || f.Code == "" {
+	if f.Code == CodeBreakerOpen || f.Code == "" || f.Hold {
 		return
 	}
 	if s.shared != nil && f.Source != SourceRedis {

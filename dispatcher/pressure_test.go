@@ -1,0 +1,92 @@
+package dispatcher_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outboxd/httpapi"
+	"github.com/outboxd/outboxd/internal/testkit"
+	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/stream"
+)
+
+// TestBackpressure runs the pipeline on a Redis of the test's own with a
+// maxmemory that the stream fills (noeviction): ingest goes on answering,
+// the relay holds and says so (nothing marked or checkpointed), the worker
+// goes on acknowledging, the leader's trim frees memory, and the pipeline
+// drains by itself, without an operator; once memory is raised everything
+// converges.
+func TestBackpressure(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := testkit.NewRedisServer(t)
+	b := setup(t, &setupOpts{redis: srv.Client()})
+	keys := stream.NewKeys(b.stream, stream.GroupDefault)
+	// The groups exist before Redis fills (XGROUP CREATE is refused over
+	// maxmemory; a worker that starts then finds them).
+	for _, k := range []stream.Keys{keys, keys.ReplayLane()} {
+		require.NoError(t, b.rdb.XGroupCreateMkStream(ctx, k.Stream(), k.Group(), "0").Err())
+	}
+	reg := prometheus.NewRegistry()
+	cfg := b.config()
+	cfg.Registerer, cfg.TrimInterval, cfg.StreamRetention = reg, 20*time.Millisecond, time.Millisecond
+	d := b.start(cfg)
+
+	b.write(4000, 500)
+	b.waitDispatched(30 * time.Second)
+	mem, err := b.rc.Memory(ctx)
+	require.NoError(t, err)
+	require.NoError(t, b.rdb.ConfigSet(ctx, "maxmemory", fmt.Sprint(mem.Used)).Err())
+	require.Eventually(t, func() bool { return d.Backpressure() != "" }, 10*time.Second, 5*time.Millisecond)
+	require.Equal(t, 1.0, testkit.Metric(t, reg, "outboxd_dispatcher_backpressure"))
+	require.Positive(t, testkit.Metric(t, reg, "outboxd_redis_maxmemory_bytes"))
+	require.Positive(t, testkit.Metric(t, reg, "outboxd_redis_used_memory_bytes"))
+
+	second := b.write(1500, 500) // ingest does not need Redis
+	h, err := httpapi.New(&httpapi.Config{Writer: b.writer}, nil)
+	require.NoError(t, err)
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest(http.MethodPost, "/v1/events", strings.NewReader(
+		`{"sourceKey":"`+b.source+`","deviceKey":"http","occurredAt":"2026-11-01T10:00:00Z"}`))
+	req.Header.Set("Content-Type", "application/json")
+	h.ServeHTTP(rec, req)
+	require.Equal(t, http.StatusCreated, rec.Code, rec.Body.String())
+	var created outbox.Result
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &created))
+	second = append(second, created.ID)
+	b.keys.Store(created.IdempotencyKey, true)
+
+	held := b.state()
+	require.Never(t, func() bool { return b.undispatched() < int64(len(second)) }, 500*time.Millisecond, 20*time.Millisecond,
+		"nothing is marked dispatched while the relay holds")
+	require.Equal(t, held.Position, b.state().Position, "the checkpoint is held")
+	require.NotEmpty(t, d.Backpressure())
+	require.Equal(t, 0.0, testkit.Metric(t, reg, "outboxd_dispatcher_breaker_state"), "a full Redis does not open the circuit")
+
+	// The worker drains the stream; the trim frees memory; the relay
+	// resumes by itself.
+	p := b.startWorker()
+	b.requireConverged(p) // (the stream is trimmed: the store and the read model tell)
+	require.Eventually(t, func() bool { return d.Backpressure() == "" }, 10*time.Second, 5*time.Millisecond)
+	require.Equal(t, 0.0, testkit.Metric(t, reg, "outboxd_dispatcher_backpressure"))
+	require.Positive(t, testkit.Metric(t, reg, "outboxd_stream_trimmed_total"))
+	require.Positive(t, d.Stats().Trimmed)
+	require.Equal(t, 0.0, testkit.Metric(t, reg, "outboxd_retries_halted", "component", "dispatcher", "class", "infrastructure"))
+
+	// Memory raised: more events flow at once.
+	require.NoError(t, b.rdb.ConfigSet(ctx, "maxmemory", "0").Err())
+	b.write(100, 50)
+	b.requireConverged(p)
+	require.Eventually(t, func() bool {
+		return testkit.Metric(t, reg, "outboxd_stream_lag", "group", stream.GroupDefault) == 0
+	}, 10*time.Second, 5*time.Millisecond)
+}
