@@ -123,7 +123,7 @@ func (d *Dispatcher) catchUp(ctx, workCtx context.Context, lease store.Lease, ol
 	after := ""
 	n := 0
 	for {
-		entries, err := d.st.Undispatched(ctx, d.cfg.Stream, after, d.cfg.BatchSize)
+		entries, err := d.st.Undispatched(ctx, d.cfg.Stream, store.Partition{}, after, d.cfg.BatchSize)
 		if err != nil {
 			return n, nil, fmt.Errorf("error reading undispatched outbox entries: %w", err)
 		}

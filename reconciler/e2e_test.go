@@ -14,6 +14,7 @@ import (
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/reconciler"
+	"github.com/outboxd/outboxd/store"
 	"github.com/outboxd/outboxd/stream"
 	"github.com/outboxd/outboxd/worker"
 )
@@ -57,7 +58,7 @@ func TestEndToEndRedisRestartedEmpty(t *testing.T) {
 	lease, err := st.AcquireLease(ctx, name, "test", time.Now(), time.Hour)
 	require.NoError(t, err)
 	dispatch := func(rdb redis.UniversalClient) {
-		entries, err := st.Undispatched(ctx, name, "", 1000)
+		entries, err := st.Undispatched(ctx, name, store.Partition{}, "", 1000)
 		require.NoError(t, err)
 		var ids []string
 		for _, e := range entries {
