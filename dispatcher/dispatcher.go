@@ -96,7 +96,7 @@ func New(st store.Store, rc *stream.Client, cfg *Config, logger *zap.Logger) (*D
 	if c.Partitions > 1 && c.part.Count == 0 {
 		return newSharing(st, rc, c, logger)
 	}
-	m, err := newMetrics(c.Registerer, c.Stream)
+	m, err := newMetrics(c.Registerer, c.Stream, c.part)
 	if err != nil {
 		return nil, fmt.Errorf("error registering dispatcher metrics: %w", err)
 	}

@@ -1,10 +1,13 @@
 package dispatcher
 
 import (
+	"strconv"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/outboxd/outboxd/internal/failpolicy"
 	ometrics "github.com/outboxd/outboxd/internal/metrics"
+	"github.com/outboxd/outboxd/store"
 )
 
 // metrics of the Dispatchers of one stream registered on one Registerer are
@@ -25,8 +28,15 @@ type metrics struct {
 	streak       *failpolicy.StreakMetrics
 }
 
-func newMetrics(reg prometheus.Registerer, stream string) (*metrics, error) {
-	f := ometrics.NewFactory(reg, "dispatcher", stream)
+// newMetrics registers the metrics of stream's dispatcher (of part, which
+// labels them with its partition when it is one of several; the streak's
+// are the whole stream's, shared with the workers' on one Registerer).
+func newMetrics(reg prometheus.Registerer, stream string, part store.Partition) (*metrics, error) {
+	dreg := reg
+	if !part.Whole() && reg != nil {
+		dreg = prometheus.WrapRegistererWith(prometheus.Labels{"partition": strconv.Itoa(part.Index)}, reg)
+	}
+	f := ometrics.NewFactory(dreg, "dispatcher", stream)
 	m := &metrics{
 		relayed:      f.Counter("relayed_total", "Outbox entries added to the stream (XADD), duplicates after a crash included."),
 		batches:      f.Counter("batches_total", "Batches relayed: one pipelined XADD, one MarkDispatched, one checkpoint."),

@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/outboxd/outboxd/store"
@@ -69,9 +68,6 @@ func newSharing(st store.Store, rc *stream.Client, c *Config, logger *zap.Logger
 		pc := *c
 		pc.part = store.Partition{Index: p, Count: c.Partitions}
 		pc.gate = s.gate
-		if c.Registerer != nil {
-			pc.Registerer = prometheus.WrapRegistererWith(prometheus.Labels{"partition": strconv.Itoa(p)}, c.Registerer)
-		}
 		inner, err := New(st, rc, &pc, logger.With(zap.Int("partition", p)))
 		if err != nil {
 			return nil, fmt.Errorf("error creating the dispatcher of partition %d: %w", p, err)

@@ -33,6 +33,11 @@ type Status struct {
 	// status shows (dispatcher.LeaseName, reconciler.LeaseName); "" leaves
 	// that part out.
 	DispatcherLease, ReconcilerLease string
+	// PartitionLeases name the dispatcher leases of the partitions of a
+	// partitioned stream, in partition order (dispatcher.PartitionLeaseName
+	// of each); the status then shows dispatcher.partitions in place of
+	// DispatcherLease's state. nil for one partition.
+	PartitionLeases []string
 	// LastSweep returns the report of the last sweep of a reconciler that
 	// runs in this process (nil: none ran here). Defaults to none.
 	LastSweep func() *reconciler.Report
@@ -162,6 +167,22 @@ type DispatcherState struct {
 	// after every relayed batch and while idle); absent when never.
 	CheckpointAt         *time.Time `json:"checkpointAt,omitempty"`
 	CheckpointAgeSeconds *float64   `json:"checkpointAgeSeconds,omitempty"`
+	// Partitions are the leases of a partitioned stream's partitions, one
+	// per partition in order (absent for one partition); Leader, Term and
+	// the checkpoint above are then empty, and LeaderAlive says whether
+	// every partition has a live leader.
+	Partitions []PartitionState `json:"partitions,omitempty"`
+}
+
+// PartitionState is the dispatcher lease of one partition: which
+// dispatcher relays it, with which fencing term, and how old its
+// checkpoint is. Leader is "" while no dispatcher ever took it.
+type PartitionState struct {
+	Partition            int      `json:"partition"`
+	Leader               string   `json:"leader"`
+	LeaderAlive          bool     `json:"leaderAlive"`
+	Term                 int64    `json:"term"`
+	CheckpointAgeSeconds *float64 `json:"checkpointAgeSeconds,omitempty"`
 }
 
 // ReconcilerState is the periodic reconciler's lease and last sweep.
@@ -301,6 +322,7 @@ func (s *Status) counts(ctx context.Context, leases bool) *Snapshot {
 		}
 	}
 	slices.Sort(snap.Unavailable)
+	snap.Unavailable = slices.Compact(snap.Unavailable)
 	return snap
 }
 
@@ -321,9 +343,20 @@ func (s *Status) leases(ctx context.Context, now time.Time) leaseParts {
 	var d *DispatcherState
 	var r *ReconcilerState
 	alive := func(st *store.LeaseState) bool { return st.Owner != "" && st.Expires.After(now) }
-	if st := read(s.DispatcherLease, "dispatcher"); st != nil {
+	if st := read(s.DispatcherLease, "dispatcher"); st != nil && len(s.PartitionLeases) == 0 {
 		d = &DispatcherState{Leader: st.Owner, LeaderAlive: alive(st), Term: st.Term, LeaseExpiresAt: st.Expires.UTC(),
 			CheckpointAt: utc(st.CheckpointAt), CheckpointAgeSeconds: ageOf(st.CheckpointAt, now)}
+	}
+	if len(s.PartitionLeases) > 0 {
+		d = &DispatcherState{LeaderAlive: true, Partitions: make([]PartitionState, len(s.PartitionLeases))}
+		for p, name := range s.PartitionLeases {
+			ps := PartitionState{Partition: p}
+			if st := read(name, "dispatcher"); st != nil {
+				ps.Leader, ps.LeaderAlive, ps.Term, ps.CheckpointAgeSeconds = st.Owner, alive(st), st.Term, ageOf(st.CheckpointAt, now)
+			}
+			d.LeaderAlive = d.LeaderAlive && ps.LeaderAlive
+			d.Partitions[p] = ps
+		}
 	}
 	if st := read(s.ReconcilerLease, "reconciler"); st != nil {
 		r = &ReconcilerState{Leader: st.Owner, LeaderAlive: alive(st), LeaseExpiresAt: st.Expires.UTC(),

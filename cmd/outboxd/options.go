@@ -47,6 +47,8 @@ type options struct {
 
 	store, mongoDB, redisURL, postgresURL string
 	stream, group, httpAddr, logLevel     string
+	// partitions is --partitions: the stream's number of partitions.
+	partitions int
 	shutdownTimeout                       time.Duration
 	// mongoMaxPool is the MongoDB driver's pool size per server.
 	mongoMaxPool int
@@ -169,6 +171,7 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 			fs.StringVar(&o.redisCAFile, "redis-ca-file", "", "PEM certificates of the authorities a rediss:// --redis-url is trusted by, besides the system's")
 			fs.StringVar(&o.stream, "stream", outbox.StreamDefault, "Redis stream")
 			fs.StringVar(&o.group, "group", stream.GroupDefault, "Redis consumer group")
+			o.partitionsFlag(fs)
 		case gPostgres:
 			fs.StringVar(&o.postgresURL, "postgres-url", PostgresURLDefault, "PostgreSQL URL of the read model")
 		case gHTTP:
@@ -192,6 +195,7 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 		case gIngest:
 			if fs.Lookup("stream") == nil { // the stream the outbox entries are for
 				fs.StringVar(&o.stream, "stream", outbox.StreamDefault, "Redis stream the outbox entries are relayed to")
+				o.partitionsFlag(fs)
 			}
 			fs.Int64Var(&o.maxBody, "max-body", httpapi.MaxBodyDefault, fmt.Sprintf("request body limit in bytes (at most %d: no body may become a MongoDB document over 16 MiB)", httpapi.MaxBodyMax))
 			fs.IntVar(&o.maxBatch, "max-batch", httpapi.MaxBatchDefault, "most events in one batch request")
@@ -443,6 +447,7 @@ func (o *options) validate() error {
 		{"outbox-retention", o.outboxRetention < time.Second, "must be at least 1s"},
 		{"event-retention", o.eventRetention < 0 || (o.eventRetention > 0 && o.eventRetention < EventRetentionShortest),
 			fmt.Sprintf("must be 0 (keep originals forever) or at least %s", EventRetentionShortest)},
+		{"partitions", outbox.ValidatePartitions(o.partitions) != nil, fmt.Sprintf("must be between 1 and %d", outbox.PartitionsMax)},
 		{"lease-ttl", o.leaseTTL < dispatcher.MinLeaseTTL, fmt.Sprintf("must be at least %s", dispatcher.MinLeaseTTL)},
 		{"relay-batch", o.relayBatch <= 0 || o.relayBatch > dispatcher.BatchSizeMax, fmt.Sprintf("must be between 1 and %d", dispatcher.BatchSizeMax)},
 		{"batch-size", !o.batchSize.auto && (o.batchSize.n <= 0 || o.batchSize.n > worker.BatchSizeMax), fmt.Sprintf("must be auto or between 1 and %d", worker.BatchSizeMax)},
@@ -607,4 +612,10 @@ func (l *idList) Set(v string) error {
 func (o *options) String() string {
 	return fmt.Sprintf("role=%s store=%s redis=%s postgres=%s", o.role.name,
 		redact.DSN(o.store), redact.DSN(o.redisURL), redact.DSN(o.postgresURL))
+}
+
+// partitionsFlag registers --partitions, where the stream is named.
+func (o *options) partitionsFlag(fs *flag.FlagSet) {
+	fs.IntVar(&o.partitions, "partitions", outbox.PartitionsDefault, fmt.Sprintf(
+		"partitions of the stream (1 to %d): each device's events go to one, each has its own dispatcher lease and Redis stream; every role of a deployment must use the number the store records (see docs/operations.md, Changing the number of partitions)", outbox.PartitionsMax))
 }
