@@ -55,3 +55,35 @@ func EnsurePartitions(ctx context.Context, st Store, stream string, n int) error
 	}
 	return fmt.Errorf("error recording the number of partitions of stream %s: %w", stream, ErrPartitionsChanged)
 }
+
+// ErrNotDrained is wrapped by the error of SwitchPartitions when the
+// outbox still holds undispatched entries or originals are still pending.
+var ErrNotDrained = errors.New("the pipeline is not drained")
+
+// SwitchPartitions changes the number of partitions recorded for stream to
+// n, the "switch" step of the procedure (PartitionsProcedure): it refuses,
+// with an error wrapping ErrNotDrained, while an outbox entry is
+// undispatched or an original pending (not yet synced), since those were
+// hashed into the old partitions and would be read by no one; it returns
+// the number it replaced (1 when none was recorded). The figures come from
+// Counts, so a store that caches them (MongoDB, CountsTTL) may need its
+// cache to expire after the drain. Stop ingest before: a write after the
+// check is hashed with the old number.
+func SwitchPartitions(ctx context.Context, st Store, stream string, n int) (int, error) {
+	recorded, err := st.Partitions(ctx, stream)
+	if err != nil {
+		return 0, fmt.Errorf("error reading the number of partitions of stream %s: %w", stream, err)
+	}
+	c, err := st.Counts(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("error counting the undispatched and pending: %w", err)
+	}
+	if c.Undispatched > 0 || c.Pending > 0 {
+		return 0, fmt.Errorf("%w: %d outbox entries undispatched and %d originals pending; stop ingest, let the dispatchers and workers finish, then switch (%s)",
+			ErrNotDrained, c.Undispatched, c.Pending, PartitionsProcedure)
+	}
+	if err := st.RecordPartitions(ctx, stream, recorded, n); err != nil {
+		return 0, err
+	}
+	return max(recorded, 1), nil
+}

@@ -627,3 +627,16 @@ func (a *app) checkPartitions(ctx context.Context) error {
 	}
 	return err
 }
+
+// switchPartitions is `outboxd partitions switch --to N`: the switch step
+// of changing the number of partitions (store.SwitchPartitions); it exits
+// 1 while the pipeline is not drained.
+func (a *app) switchPartitions(ctx context.Context) error {
+	was, err := store.SwitchPartitions(ctx, a.st, a.o.stream, a.o.partitionsTo)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(a.stdout, "stream %s: %d partitions recorded (was %d); start every role with --partitions %d\n",
+		a.o.stream, a.o.partitionsTo, was, a.o.partitionsTo)
+	return err
+}

@@ -49,6 +49,8 @@ type options struct {
 	stream, group, httpAddr, logLevel     string
 	// partitions is --partitions: the stream's number of partitions.
 	partitions int
+	// partitionsTo is `partitions switch --to`.
+	partitionsTo int
 	shutdownTimeout                       time.Duration
 	// mongoMaxPool is the MongoDB driver's pool size per server.
 	mongoMaxPool int
@@ -255,6 +257,11 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 		case gDLQSelect:
 			fs.Var(&o.ids, "id", "a dead letter's id (repeat it, or separate ids with commas)")
 			fs.BoolVar(&o.all, "all", false, "every dead letter (of --category and --code when given)")
+		case gSwitch:
+			if fs.Lookup("stream") == nil {
+				fs.StringVar(&o.stream, "stream", outbox.StreamDefault, "Redis stream whose number of partitions to change")
+			}
+			fs.IntVar(&o.partitionsTo, "to", 0, fmt.Sprintf("the new number of partitions (1 to %d)", outbox.PartitionsMax))
 		case gRetries:
 			fs.StringVar(&o.class, "class", "", "the failure class whose halted retries to resume: "+strings.Join(failpolicy.Classes, ", "))
 		case gConfirm:
@@ -448,6 +455,7 @@ func (o *options) validate() error {
 		{"event-retention", o.eventRetention < 0 || (o.eventRetention > 0 && o.eventRetention < EventRetentionShortest),
 			fmt.Sprintf("must be 0 (keep originals forever) or at least %s", EventRetentionShortest)},
 		{"partitions", outbox.ValidatePartitions(o.partitions) != nil, fmt.Sprintf("must be between 1 and %d", outbox.PartitionsMax)},
+		{"to", outbox.ValidatePartitions(o.partitionsTo) != nil, fmt.Sprintf("is required: the new number of partitions, 1 to %d", outbox.PartitionsMax)},
 		{"lease-ttl", o.leaseTTL < dispatcher.MinLeaseTTL, fmt.Sprintf("must be at least %s", dispatcher.MinLeaseTTL)},
 		{"relay-batch", o.relayBatch <= 0 || o.relayBatch > dispatcher.BatchSizeMax, fmt.Sprintf("must be between 1 and %d", dispatcher.BatchSizeMax)},
 		{"batch-size", !o.batchSize.auto && (o.batchSize.n <= 0 || o.batchSize.n > worker.BatchSizeMax), fmt.Sprintf("must be auto or between 1 and %d", worker.BatchSizeMax)},

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/testkit"
+	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store"
 	"github.com/outboxd/outboxd/stream"
 )
@@ -62,6 +63,37 @@ func TestDevPartitions(t *testing.T) {
 		"--stream", b.stream, "--http-addr", "", "--partitions", "2"}, &stderr, &stderr)
 	require.Equal(t, ExitUsage, code, stderr.String())
 	require.Contains(t, stderr.String(), store.PartitionsProcedure)
+
+	// Drained: the switch records 2, and the old number is refused now.
+	var out bytes.Buffer
+	code = run(context.Background(), []string{"partitions", "switch", "--store", "sqlite:" + path, "--stream", b.stream, "--to", "2"}, &out, &out)
+	require.Equal(t, ExitOK, code, out.String())
+	require.Contains(t, out.String(), "2 partitions recorded (was 4)")
+	stderr.Reset()
+	code = run(context.Background(), []string{"dispatch", "--store", "sqlite:" + path, "--redis-url", testkit.RedisURL(),
+		"--stream", b.stream, "--http-addr", "", "--partitions", "4"}, &stderr, &stderr)
+	require.Equal(t, ExitUsage, code, stderr.String())
+}
+
+// TestPartitionsSwitchRefusesUndrained: with an undispatched entry the
+// switch exits 1, says why, and records nothing.
+func TestPartitionsSwitchRefusesUndrained(t *testing.T) {
+	t.Parallel()
+	st := testkit.NewSQLite(t)
+	name := testkit.Name("stream")
+	w := outbox.NewWriter(st, &outbox.WriterConfig{Stream: name})
+	_, err := w.Write(context.Background(), []outbox.Input{{SourceKey: "s", DeviceKey: "d", OccurredAt: "2026-11-01T10:00:00Z"}})
+	require.NoError(t, err)
+	var out bytes.Buffer
+	code := run(context.Background(), []string{"partitions", "switch", "--store", "sqlite:" + st.Path(), "--stream", name, "--to", "4"}, &out, &out)
+	require.Equal(t, ExitFailure, code, out.String())
+	require.Contains(t, out.String(), "not drained")
+	n, err := st.Partitions(context.Background(), name)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	out.Reset()
+	code = run(context.Background(), []string{"partitions", "switch", "--store", "sqlite:" + st.Path(), "--stream", name, "--to", "0"}, &out, &out)
+	require.Equal(t, ExitUsage, code, out.String())
 }
 
 // TestPartitionsFlagBounds: --partitions outside 1..1024 is a usage error.
