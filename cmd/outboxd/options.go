@@ -47,13 +47,13 @@ type options struct {
 
 	store, mongoDB, redisURL, postgresURL string
 	stream, group, httpAddr, logLevel     string
+	shutdownTimeout                       time.Duration
+	// mongoMaxPool is the MongoDB driver's pool size per server.
+	mongoMaxPool int
 	// partitions is --partitions: the stream's number of partitions.
 	partitions int
 	// partitionsTo is `partitions switch --to`.
 	partitionsTo int
-	shutdownTimeout                       time.Duration
-	// mongoMaxPool is the MongoDB driver's pool size per server.
-	mongoMaxPool int
 
 	// http
 	httpBodyTimeout, httpIdleTimeout time.Duration
