@@ -441,18 +441,24 @@ type streamParts struct {
 // lane's figures, the halted retries and the DLQ's length and oldest
 // entry in one round trip; a part that failed is nil.
 func (s *Status) streamCounts(ctx context.Context, now time.Time) streamParts {
-	keys := stream.NewKeys(s.Stream, s.Group)
-	f := s.Redis.Figures(ctx, keys)
+	keys := stream.NewKeys(s.Stream, s.Group).Split(len(s.PartitionLeases))
+	f := s.Redis.AllFigures(ctx, keys)
+	names := func(one string) string {
+		if n := keys.Partitions(); n > 1 { // the figures are the sum of every partition's
+			return fmt.Sprintf("%s (%d partitions)", one, n)
+		}
+		return one
+	}
 	var parts streamParts
 	if f.StreamErr == nil {
-		parts.stream = &StreamCounts{Name: keys.Stream(), Length: f.Length, Pending: f.Pending}
+		parts.stream = &StreamCounts{Name: names(keys.Stream()), Length: f.Length, Pending: f.Pending}
 	}
 	if r := f.Replay; r.Err == nil {
-		parts.replay = &ReplayCounts{Name: keys.Replay(), Length: r.Length, Pending: r.Pending, Lag: r.Lag, Read: r.Read,
+		parts.replay = &ReplayCounts{Name: names(keys.Replay()), Length: r.Length, Pending: r.Pending, Lag: r.Lag, Read: r.Read,
 			RatePerSecond: s.replayRate.observe(now, r.Read)}
 	}
 	if f.DLQErr == nil {
-		parts.dlq = &DLQCounts{Name: keys.DLQ(), Length: f.DLQLength, OldestAgeSeconds: ageOf(f.DLQOldest, now)}
+		parts.dlq = &DLQCounts{Name: names(keys.DLQ()), Length: f.DLQLength, OldestAgeSeconds: ageOf(f.DLQOldest, now)}
 	}
 	for _, h := range f.Halts {
 		parts.halts = append(parts.halts, HaltedRetries{Component: h.Component, Class: h.Class, Code: h.Code})

@@ -91,3 +91,52 @@ func (p *Publisher) publishByPartition(ctx context.Context, events []*outbox.Eve
 	}
 	return &PublishError{Errs: errs}
 }
+
+// AllFigures returns Figures summed over every partition of keys' stream
+// (Figures of keys itself when it is not split): lengths, pending counts,
+// lags and reads add up, the oldest dead letter is the oldest of all, the
+// halts are every partition's, and an error of any partition is the part's
+// error. One round trip per partition (each in its own slot).
+func (c *Client) AllFigures(ctx context.Context, keys Keys) Figures {
+	all := keys.AllPartitions()
+	if len(all) == 1 {
+		return c.Figures(ctx, keys)
+	}
+	var out Figures
+	lag := int64(0)
+	lagKnown := true
+	for _, k := range all {
+		f := c.Figures(ctx, k)
+		out.Length += f.Length
+		out.Pending += f.Pending
+		out.StreamErr = cmpErr(out.StreamErr, f.StreamErr)
+		out.Replay.Length += f.Replay.Length
+		out.Replay.Pending += f.Replay.Pending
+		out.Replay.Read += f.Replay.Read
+		out.Replay.Err = cmpErr(out.Replay.Err, f.Replay.Err)
+		if f.Replay.Lag == nil {
+			lagKnown = false
+		} else {
+			lag += *f.Replay.Lag
+		}
+		out.Halts = append(out.Halts, f.Halts...)
+		out.HaltsErr = cmpErr(out.HaltsErr, f.HaltsErr)
+		out.DLQLength += f.DLQLength
+		if f.DLQOldest != nil && (out.DLQOldest == nil || f.DLQOldest.Before(*out.DLQOldest)) {
+			out.DLQOldest = f.DLQOldest
+		}
+		out.DLQErr = cmpErr(out.DLQErr, f.DLQErr)
+	}
+	if lagKnown {
+		out.Replay.Lag = &lag
+	}
+	return out
+}
+
+// cmpErr keeps the first error.
+func cmpErr(first, next error) error {
+	if first != nil {
+		return first
+	}
+	return next
+}

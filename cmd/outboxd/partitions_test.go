@@ -39,6 +39,9 @@ func TestDevPartitions(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, s.Dispatcher)
 	require.Len(t, s.Dispatcher.Partitions, 4)
+	require.NotNil(t, s.Stream)
+	require.EqualValues(t, total, s.Stream.Length, "the stream's figures sum every partition's")
+	require.Zero(t, s.Stream.Pending)
 	for p, ps := range s.Dispatcher.Partitions {
 		require.Equal(t, p, ps.Partition)
 		require.True(t, ps.LeaderAlive, "partition %d has a live leader", p)
