@@ -632,6 +632,10 @@ func (a *app) checkPartitions(ctx context.Context) error {
 // of changing the number of partitions (store.SwitchPartitions); it exits
 // 1 while the pipeline is not drained.
 func (a *app) switchPartitions(ctx context.Context) error {
+	// --to is also the window's end of replay and verify: checked here.
+	if outbox.ValidatePartitions(a.o.partitionsTo) != nil {
+		return config.Invalid("to", "is required: the new number of partitions, 1 to %d", outbox.PartitionsMax)
+	}
 	was, err := store.SwitchPartitions(ctx, a.st, a.o.stream, a.o.partitionsTo)
 	if err != nil {
 		return err

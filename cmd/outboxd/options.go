@@ -455,7 +455,6 @@ func (o *options) validate() error {
 		{"event-retention", o.eventRetention < 0 || (o.eventRetention > 0 && o.eventRetention < EventRetentionShortest),
 			fmt.Sprintf("must be 0 (keep originals forever) or at least %s", EventRetentionShortest)},
 		{"partitions", outbox.ValidatePartitions(o.partitions) != nil, fmt.Sprintf("must be between 1 and %d", outbox.PartitionsMax)},
-		{"to", outbox.ValidatePartitions(o.partitionsTo) != nil, fmt.Sprintf("is required: the new number of partitions, 1 to %d", outbox.PartitionsMax)},
 		{"lease-ttl", o.leaseTTL < dispatcher.MinLeaseTTL, fmt.Sprintf("must be at least %s", dispatcher.MinLeaseTTL)},
 		{"relay-batch", o.relayBatch <= 0 || o.relayBatch > dispatcher.BatchSizeMax, fmt.Sprintf("must be between 1 and %d", dispatcher.BatchSizeMax)},
 		{"batch-size", !o.batchSize.auto && (o.batchSize.n <= 0 || o.batchSize.n > worker.BatchSizeMax), fmt.Sprintf("must be auto or between 1 and %d", worker.BatchSizeMax)},
