@@ -13,6 +13,7 @@ import (
 	"github.com/outboxd/outboxd/internal/fault"
 	"github.com/outboxd/outboxd/internal/instance"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/store"
 	"github.com/outboxd/outboxd/stream"
 )
 
@@ -151,6 +152,19 @@ type Config struct {
 	// Registerer receives the dispatcher's metrics. Defaults to none
 	// (metrics are kept but not exported).
 	Registerer prometheus.Registerer
+	// Partitions is the stream's number of partitions (--partitions, 1 to
+	// outbox.PartitionsMax): with more than one the Dispatcher relays the
+	// partitions it holds a lease of, at most its fair share of the
+	// dispatchers of the stream (see the package documentation). Defaults
+	// to 1: one lease, the stream's, as before partitions.
+	Partitions int
+
+	// part is the one partition a Dispatcher of a partitioned stream's
+	// relays (set by the Dispatcher that shares them out); the zero
+	// Partition is the whole stream.
+	part store.Partition
+	// gate tells part's Dispatcher whether it may take its lease.
+	gate func() bool
 
 	// faults arms fault points in tests (export_test.go).
 	faults *fault.Set
@@ -183,6 +197,7 @@ func (c *Config) withDefaults() *Config {
 	out.StreamRetention = cmp.Or(out.StreamRetention, StreamRetentionDefault)
 	out.MemoryHigh = cmp.Or(out.MemoryHigh, MemoryHighDefault)
 	out.TrimInterval = cmp.Or(out.TrimInterval, TrimIntervalDefault)
+	out.Partitions = cmp.Or(out.Partitions, outbox.PartitionsDefault)
 	if out.Now == nil {
 		out.Now = time.Now
 	}
@@ -219,6 +234,9 @@ func (c *Config) validate() error {
 	}
 	if c.MemoryHigh < 1 || c.MemoryHigh > 100 {
 		errs = append(errs, fmt.Errorf("MemoryHigh must be between 1 and 100 percent (got %d)", c.MemoryHigh))
+	}
+	if err := outbox.ValidatePartitions(c.Partitions); err != nil {
+		errs = append(errs, fmt.Errorf("Partitions: %w", err))
 	}
 	if c.StreakLimit < 1 {
 		errs = append(errs, fmt.Errorf("StreakLimit must be at least 1 (got %d)", c.StreakLimit))

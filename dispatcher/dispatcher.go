@@ -83,6 +83,10 @@ type Dispatcher struct {
 
 	relayed, caughtUp, dispatched, batches, historyLost, invalidated, redisRetries, fenced, term, trimmed atomic.Int64
 	leader                                                                                                atomic.Bool
+
+	// sharing is set on the Dispatcher of a partitioned stream, which
+	// runs one Dispatcher per partition (partitions.go).
+	sharing *sharing
 }
 
 // New returns a Dispatcher that relays the outbox of st into the stream
@@ -96,11 +100,14 @@ func New(st store.Store, rc *stream.Client, cfg *Config, logger *zap.Logger) (*D
 	if err := c.validate(); err != nil {
 		return nil, fmt.Errorf("invalid dispatcher config: %w", err)
 	}
-	m, err := newMetrics(c.Registerer, c.Stream)
+	if c.Partitions > 1 && c.part.Count == 0 {
+		return newSharing(st, rc, c, logger)
+	}
+	m, err := newMetrics(c.Registerer, c.Stream, c.part)
 	if err != nil {
 		return nil, fmt.Errorf("error registering dispatcher metrics: %w", err)
 	}
-	wm, err := newWatchMetrics(c.Registerer, c.Stream)
+	wm, err := newWatchMetrics(partitionRegisterer(c.Registerer, c.part), c.Stream)
 	if err != nil {
 		return nil, fmt.Errorf("error registering dispatcher metrics: %w", err)
 	}
@@ -111,17 +118,18 @@ func New(st store.Store, rc *stream.Client, cfg *Config, logger *zap.Logger) (*D
 		st: st, rc: rc, cfg: c, metrics: m, watchMetrics: wm,
 		logger: logger.Named("dispatcher").With(zap.String("stream", c.Stream), zap.String("owner", c.Owner)),
 	}
-	d.publisher = rc.Publisher(stream.NewKeys(c.Stream, ""), &stream.PublisherConfig{Breaker: &failpolicy.BreakerConfig{
+	keys := stream.NewKeys(c.Stream, "").Partition(c.part.Index, c.part.Count)
+	d.publisher = rc.Publisher(keys, &stream.PublisherConfig{Breaker: &failpolicy.BreakerConfig{
 		Name: failpolicy.SourceRedis, Failures: c.BreakerFailures, Timeout: c.BreakerTimeout, State: m.breaker,
 		// A full Redis answers: it does not open the circuit, the hold
 		// (pressure.go) waits for room instead.
 		IsFailure: func(err error) bool { return err != nil && !stream.IsOOM(err) },
 	}}, d.logger)
 	d.streak = failpolicy.NewStreak(component, c.StreakLimit, m.streak, d.logger)
-	d.streak.Share(rc.Streak(stream.NewKeys(c.Stream, ""), component), nil)
+	d.streak.Share(rc.Streak(keys, component), nil)
 	d.elector = leader.New(st, leader.Config{
-		Name: LeaseName(c.Stream), Owner: c.Owner, TTL: c.LeaseTTL, Now: c.Now, BackoffMax: c.BackoffMax,
-		Hooks: leader.Hooks{Elected: d.elected, Demoted: d.demoted},
+		Name: PartitionLeaseName(c.Stream, c.part), Owner: c.Owner, TTL: c.LeaseTTL, Now: c.Now, BackoffMax: c.BackoffMax,
+		Hooks: leader.Hooks{Elected: d.elected, Demoted: d.demoted}, Gate: c.gate,
 	}, d.logger)
 	d.life.Init(d.preflight, d.run)
 	return d, nil
@@ -157,7 +165,15 @@ func (d *Dispatcher) Err() error { return d.life.Err() }
 // takes over inherits the run and a restart does not clear a halt;
 // failures of Redis itself count in the process. Either is logged at info
 // level.
-func (d *Dispatcher) ResumeRetries() { d.streak.Resume() }
+func (d *Dispatcher) ResumeRetries() {
+	if d.sharing != nil {
+		for _, p := range d.sharing.parts {
+			p.ResumeRetries()
+		}
+		return
+	}
+	d.streak.Resume()
+}
 
 // component names the dispatcher for the streak rule (its metrics and its
 // shared state, stream.Keys.Streak).
@@ -180,8 +196,12 @@ func (d *Dispatcher) preflight(ctx context.Context) error {
 	return nil
 }
 
-// Stats returns the dispatcher's counts.
+// Stats returns the dispatcher's counts (of every partition it relays;
+// Leader when it holds at least one, Term the highest of theirs).
 func (d *Dispatcher) Stats() Stats {
+	if d.sharing != nil {
+		return d.sharing.stats()
+	}
 	return Stats{
 		Relayed: d.relayed.Load(), CaughtUp: d.caughtUp.Load(), Dispatched: d.dispatched.Load(),
 		Batches: d.batches.Load(), HistoryLost: d.historyLost.Load(), Invalidated: d.invalidated.Load(),

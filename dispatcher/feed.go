@@ -69,7 +69,7 @@ func (d *Dispatcher) follow(ctx, workCtx context.Context, lease store.Lease, los
 			}
 		}
 	}
-	opts := store.FeedOptions{PollInterval: d.cfg.PollInterval}
+	opts := store.FeedOptions{PollInterval: d.cfg.PollInterval, Partition: d.cfg.part}
 	feed, err := d.st.OpenFeed(ctx, d.cfg.Stream, from, opts)
 	if errors.Is(err, store.ErrPositionLost) && from != nil {
 		lost = err
@@ -124,7 +124,7 @@ func (d *Dispatcher) catchUp(ctx, workCtx context.Context, lease store.Lease, ol
 	after := ""
 	n := 0
 	for {
-		entries, err := d.st.Undispatched(ctx, d.cfg.Stream, after, d.cfg.BatchSize)
+		entries, err := d.st.Undispatched(ctx, d.cfg.Stream, d.cfg.part, after, d.cfg.BatchSize)
 		if err != nil {
 			return n, nil, fmt.Errorf("error reading undispatched outbox entries: %w", err)
 		}
@@ -227,6 +227,9 @@ func (d *Dispatcher) sweep(ctx, workCtx context.Context, lease store.Lease) (map
 	if n > 0 {
 		d.metrics.swept.Add(float64(n))
 		d.logger.Warn("relayed undispatched entries the feed did not deliver", zap.Int("entries", n))
+	}
+	if d.cfg.part.Index > 0 {
+		return seen, nil // the retentions are the whole outbox's: partition 0's leader runs them
 	}
 	deleted, err := d.st.DeleteDispatched(ctx, now.Add(-d.cfg.Retention))
 	if err != nil {

@@ -1,10 +1,13 @@
 package dispatcher
 
 import (
+	"strconv"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/outboxd/outboxd/internal/failpolicy"
 	ometrics "github.com/outboxd/outboxd/internal/metrics"
+	"github.com/outboxd/outboxd/store"
 )
 
 // metrics of the Dispatchers of one stream registered on one Registerer are
@@ -25,8 +28,20 @@ type metrics struct {
 	streak       *failpolicy.StreakMetrics
 }
 
-func newMetrics(reg prometheus.Registerer, stream string) (*metrics, error) {
-	f := ometrics.NewFactory(reg, "dispatcher", stream)
+// partitionRegisterer labels what is registered on reg with part's index
+// when part is one of several partitions (reg as it is otherwise).
+func partitionRegisterer(reg prometheus.Registerer, part store.Partition) prometheus.Registerer {
+	if part.Whole() || reg == nil {
+		return reg
+	}
+	return prometheus.WrapRegistererWith(prometheus.Labels{"partition": strconv.Itoa(part.Index)}, reg)
+}
+
+// newMetrics registers the metrics of stream's dispatcher (of part, which
+// labels them with its partition when it is one of several; the streak's
+// are the whole stream's, shared with the workers' on one Registerer).
+func newMetrics(reg prometheus.Registerer, stream string, part store.Partition) (*metrics, error) {
+	f := ometrics.NewFactory(partitionRegisterer(reg, part), "dispatcher", stream)
 	m := &metrics{
 		relayed:      f.Counter("relayed_total", "Outbox entries added to the stream (XADD), duplicates after a crash included."),
 		batches:      f.Counter("batches_total", "Batches relayed: one pipelined XADD, then one store write that marks them dispatched and checkpoints."),

@@ -127,7 +127,7 @@ func (d *Dispatcher) startWatch(ctx context.Context) (stop func()) {
 func (d *Dispatcher) watch(ctx context.Context) {
 	t := time.NewTicker(d.cfg.TrimInterval)
 	defer t.Stop()
-	keys := stream.NewKeys(d.cfg.Stream, "")
+	keys := stream.NewKeys(d.cfg.Stream, "").Partition(d.cfg.part.Index, d.cfg.part.Count)
 	for {
 		d.watchOnce(ctx, keys)
 		select {

@@ -33,6 +33,11 @@ type Status struct {
 	// status shows (dispatcher.LeaseName, reconciler.LeaseName); "" leaves
 	// that part out.
 	DispatcherLease, ReconcilerLease string
+	// PartitionLeases name the dispatcher leases of the partitions of a
+	// partitioned stream, in partition order (dispatcher.PartitionLeaseName
+	// of each); the status then shows dispatcher.partitions in place of
+	// DispatcherLease's state. nil for one partition.
+	PartitionLeases []string
 	// LastSweep returns the report of the last sweep of a reconciler that
 	// runs in this process (nil: none ran here). Defaults to none.
 	LastSweep func() *reconciler.Report
@@ -204,6 +209,22 @@ type DispatcherState struct {
 	// after every relayed batch and while idle); absent when never.
 	CheckpointAt         *time.Time `json:"checkpointAt,omitempty"`
 	CheckpointAgeSeconds *float64   `json:"checkpointAgeSeconds,omitempty"`
+	// Partitions are the leases of a partitioned stream's partitions, one
+	// per partition in order (absent for one partition); Leader, Term and
+	// the checkpoint above are then empty, and LeaderAlive says whether
+	// every partition has a live leader.
+	Partitions []PartitionState `json:"partitions,omitempty"`
+}
+
+// PartitionState is the dispatcher lease of one partition: which
+// dispatcher relays it, with which fencing term, and how old its
+// checkpoint is. Leader is "" while no dispatcher ever took it.
+type PartitionState struct {
+	Partition            int      `json:"partition"`
+	Leader               string   `json:"leader"`
+	LeaderAlive          bool     `json:"leaderAlive"`
+	Term                 int64    `json:"term"`
+	CheckpointAgeSeconds *float64 `json:"checkpointAgeSeconds,omitempty"`
 }
 
 // ReconcilerState is the periodic reconciler's lease and last sweep.
@@ -380,6 +401,7 @@ func (s *Status) counts(ctx context.Context, leases bool) *Snapshot {
 		}
 	}
 	slices.Sort(snap.Unavailable)
+	snap.Unavailable = slices.Compact(snap.Unavailable)
 	return snap
 }
 
@@ -400,9 +422,20 @@ func (s *Status) leases(ctx context.Context, now time.Time) leaseParts {
 	var d *DispatcherState
 	var r *ReconcilerState
 	alive := func(st *store.LeaseState) bool { return st.Owner != "" && st.Expires.After(now) }
-	if st := read(s.DispatcherLease, "dispatcher"); st != nil {
+	if st := read(s.DispatcherLease, "dispatcher"); st != nil && len(s.PartitionLeases) == 0 {
 		d = &DispatcherState{Leader: st.Owner, LeaderAlive: alive(st), Term: st.Term, LeaseExpiresAt: st.Expires.UTC(),
 			CheckpointAt: utc(st.CheckpointAt), CheckpointAgeSeconds: ageOf(st.CheckpointAt, now)}
+	}
+	if len(s.PartitionLeases) > 0 {
+		d = &DispatcherState{LeaderAlive: true, Partitions: make([]PartitionState, len(s.PartitionLeases))}
+		for p, name := range s.PartitionLeases {
+			ps := PartitionState{Partition: p}
+			if st := read(name, "dispatcher"); st != nil {
+				ps.Leader, ps.LeaderAlive, ps.Term, ps.CheckpointAgeSeconds = st.Owner, alive(st), st.Term, ageOf(st.CheckpointAt, now)
+			}
+			d.LeaderAlive = d.LeaderAlive && ps.LeaderAlive
+			d.Partitions[p] = ps
+		}
 	}
 	if st := read(s.ReconcilerLease, "reconciler"); st != nil {
 		r = &ReconcilerState{Leader: st.Owner, LeaderAlive: alive(st), LeaseExpiresAt: st.Expires.UTC(),
@@ -520,18 +553,24 @@ func (s *Status) redisCounts(ctx context.Context) (redisParts, error) {
 // lane's figures, the halted retries and the DLQ's length and oldest
 // entry in one round trip; a part that failed is nil.
 func (s *Status) streamCounts(ctx context.Context, now time.Time) streamParts {
-	keys := stream.NewKeys(s.Stream, s.Group)
-	f := s.Redis.Figures(ctx, keys)
+	keys := stream.NewKeys(s.Stream, s.Group).Split(len(s.PartitionLeases))
+	f := s.Redis.AllFigures(ctx, keys)
+	names := func(one string) string {
+		if n := keys.Partitions(); n > 1 { // the figures are the sum of every partition's
+			return fmt.Sprintf("%s (%d partitions)", one, n)
+		}
+		return one
+	}
 	var parts streamParts
 	if f.StreamErr == nil {
-		parts.stream = &StreamCounts{Name: keys.Stream(), Length: f.Length, Pending: f.Pending}
+		parts.stream = &StreamCounts{Name: names(keys.Stream()), Length: f.Length, Pending: f.Pending}
 	}
 	if r := f.Replay; r.Err == nil {
-		parts.replay = &ReplayCounts{Name: keys.Replay(), Length: r.Length, Pending: r.Pending, Lag: r.Lag, Read: r.Read,
+		parts.replay = &ReplayCounts{Name: names(keys.Replay()), Length: r.Length, Pending: r.Pending, Lag: r.Lag, Read: r.Read,
 			RatePerSecond: s.replayRate.observe(now, r.Read)}
 	}
 	if f.DLQErr == nil {
-		parts.dlq = &DLQCounts{Name: keys.DLQ(), Length: f.DLQLength, OldestAgeSeconds: ageOf(f.DLQOldest, now)}
+		parts.dlq = &DLQCounts{Name: names(keys.DLQ()), Length: f.DLQLength, OldestAgeSeconds: ageOf(f.DLQOldest, now)}
 	}
 	for _, h := range f.Halts {
 		parts.halts = append(parts.halts, HaltedRetries{Component: h.Component, Class: h.Class, Code: h.Code})

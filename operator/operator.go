@@ -58,6 +58,10 @@ type Config struct {
 	// Group)) and the worker's consumer group. Default to
 	// outbox.StreamDefault and stream.GroupDefault.
 	Stream, Group string
+	// Partitions is the stream's number of partitions (--partitions):
+	// replays and DLQ replays go into the replay lane of each original's
+	// partition. Defaults to 1.
+	Partitions int
 	// Role names this instance's role in the detail of ErrNotAvailable, so
 	// the operator knows to ask another. Defaults to "this role".
 	Role string
@@ -115,7 +119,7 @@ func New(cfg *Config, logger *zap.Logger) (*Operator, error) {
 		// Replays go into the replay lane, which the workers read only when
 		// the stream has nothing for them, at a bounded rate: live events
 		// keep their latency.
-		o.publisher = c.Redis.Publisher(o.keys.ReplayLane(), nil, nil)
+		o.publisher = c.Redis.Publisher(o.keys.Split(c.Partitions).ReplayLane(), nil, nil)
 	}
 	return o, nil
 }

@@ -195,7 +195,7 @@ func testCommitter(t *testing.T, kind string) {
 		require.Len(t, ids, n, "every request has its own original")
 		require.LessOrEqual(t, b.st.txs.Load(), int64(n/4), "transactions for %d requests", n)
 		testkit.RequireStored(t, b.st, n)
-		entries, err := b.st.Undispatched(ctx, outbox.StreamDefault, "", 2*n)
+		entries, err := b.st.Undispatched(ctx, outbox.StreamDefault, store.Partition{}, "", 2*n)
 		require.NoError(t, err)
 		perEvent := map[string]int{}
 		for _, e := range entries {

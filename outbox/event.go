@@ -104,6 +104,10 @@ type Entry struct {
 	ID      string
 	EventID string
 	Stream  string
+	// Partition is the entry's partition of Stream (0 ≤ Partition <
+	// partitions), fixed at ingest by PartitionOf from the original's
+	// sourceKey and deviceKey; always 0 with one partition.
+	Partition int
 	// Message is the JSON that goes into the stream entry's payload field.
 	Message      string
 	CreatedAt    time.Time

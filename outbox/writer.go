@@ -111,6 +111,10 @@ type Transactor interface {
 type WriterConfig struct {
 	// Stream is recorded in each outbox entry. Defaults to StreamDefault.
 	Stream string
+	// Partitions is the stream's number of partitions (--partitions): each
+	// entry records PartitionOf its original's sourceKey and deviceKey.
+	// Defaults to PartitionsDefault.
+	Partitions int
 	// Now stamps createdAt. Defaults to time.Now; tests set a fake clock.
 	Now func() time.Time
 
@@ -120,11 +124,12 @@ type WriterConfig struct {
 
 // Writer stores originals and their outbox entries atomically.
 type Writer struct {
-	db     Transactor
-	stream string
-	now    func() time.Time
-	faults *fault.Set
-	sizer  PayloadSizer // nil: the payload's JSON
+	db         Transactor
+	stream     string
+	partitions int
+	now        func() time.Time
+	faults     *fault.Set
+	sizer      PayloadSizer // nil: the payload's JSON
 }
 
 // NewWriter returns a Writer that writes through db (a store of the storage
@@ -138,7 +143,8 @@ func NewWriter(db Transactor, cfg *WriterConfig) *Writer {
 		now = time.Now
 	}
 	sizer, _ := db.(PayloadSizer)
-	return &Writer{db: db, stream: cmp.Or(cfg.Stream, StreamDefault), now: now, faults: cfg.faults, sizer: sizer}
+	return &Writer{db: db, stream: cmp.Or(cfg.Stream, StreamDefault), partitions: max(cfg.Partitions, PartitionsDefault),
+		now: now, faults: cfg.faults, sizer: sizer}
 }
 
 // Stream returns the stream the writer's outbox entries name.
@@ -385,8 +391,8 @@ func (w *Writer) record(p prepared, now time.Time, traceParent string) (Event, E
 		Type: p.typ, OccurredAt: p.occurredAt, Payload: p.payload, ContentHash: p.hash, CreatedAt: now,
 		TraceParent: traceParent,
 	}
-	return ev, Entry{EventID: ev.ID, Stream: w.stream, Message: ev.Message(OriginOutbox).Encode(), CreatedAt: now,
-		TraceParent: traceParent}
+	return ev, Entry{EventID: ev.ID, Stream: w.stream, Partition: PartitionOf(ev.SourceKey, ev.DeviceKey, w.partitions),
+		Message: ev.Message(OriginOutbox).Encode(), CreatedAt: now, TraceParent: traceParent}
 }
 
 // Records validates inputs and returns the originals and outbox entries that

@@ -60,7 +60,7 @@ func TestWriter(t *testing.T) {
 		require.Equal(t, outbox.StatePending, ev.State())
 		require.JSONEq(t, `{"n":3,"t":21.5}`, string(ev.Payload))
 		require.Equal(t, time.Date(2026, 11, 1, 10, 0, 0, 123e6, time.UTC), ev.OccurredAt.UTC())
-		entries, err := b.st.Undispatched(ctx, outbox.StreamDefault, "", 10)
+		entries, err := b.st.Undispatched(ctx, outbox.StreamDefault, store.Partition{}, "", 10)
 		require.NoError(t, err)
 		require.Len(t, entries, 1)
 		require.Equal(t, ev.ID, entries[0].EventID)

@@ -53,17 +53,19 @@ func (r *Reconciler) waitNext(ctx context.Context, tick <-chan time.Time, rep Re
 	}
 }
 
-// lagLow reports whether every consumer group of the stream has less than
-// half of Limit entries unread (false when Redis cannot tell).
+// lagLow reports whether every consumer group has less than half of Limit
+// entries unread on every partition's stream (false when Redis cannot
+// tell).
 func (r *Reconciler) lagLow(ctx context.Context) bool {
-	lags, err := r.rc.Lags(ctx, stream.NewKeys(r.cfg.Stream, ""))
-	if err != nil || len(lags) == 0 {
-		return false
-	}
-	live := stream.NewKeys(r.cfg.Stream, "").Stream()
-	for _, l := range lags {
-		if l.Key == live && (l.Lag == nil || *l.Lag >= int64(r.cfg.Limit/2)) {
+	for _, keys := range stream.NewKeys(r.cfg.Stream, "").Split(r.cfg.Partitions).AllPartitions() {
+		lags, err := r.rc.Lags(ctx, keys)
+		if err != nil || len(lags) == 0 {
 			return false
+		}
+		for _, l := range lags {
+			if l.Key == keys.Stream() && (l.Lag == nil || *l.Lag >= int64(r.cfg.Limit/2)) {
+				return false
+			}
 		}
 	}
 	return true

@@ -59,7 +59,7 @@ func TestEndToEndRedisRestartedEmpty(t *testing.T) {
 	lease, err := st.AcquireLease(ctx, name, "test", time.Now(), time.Hour)
 	require.NoError(t, err)
 	dispatch := func(rdb redis.UniversalClient) {
-		entries, err := st.Undispatched(ctx, name, "", 1000)
+		entries, err := st.Undispatched(ctx, name, store.Partition{}, "", 1000)
 		require.NoError(t, err)
 		var ids []string
 		for _, e := range entries {

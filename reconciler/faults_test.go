@@ -15,6 +15,7 @@ import (
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/reconciler"
+	"github.com/outboxd/outboxd/store"
 	"github.com/outboxd/outboxd/stream"
 	"github.com/outboxd/outboxd/worker"
 )
@@ -169,7 +170,7 @@ func TestReconcilerFaults(t *testing.T) {
 func (b *testBundle) relay(t *testing.T) {
 	t.Helper()
 	ctx := context.Background()
-	entries, err := b.st.Undispatched(ctx, b.stream, "", 10_000)
+	entries, err := b.st.Undispatched(ctx, b.stream, store.Partition{}, "", 10_000)
 	require.NoError(t, err)
 	for _, e := range entries {
 		require.NoError(t, b.rdb.XAdd(ctx, &redis.XAddArgs{Stream: b.stream, Values: map[string]any{outbox.PayloadField: e.Message}}).Err())
@@ -181,7 +182,7 @@ func (b *testBundle) relay(t *testing.T) {
 // it to the stream: the dispatcher relayed them, then Redis lost them.
 func (b *testBundle) relayedAndLost(t *testing.T) {
 	t.Helper()
-	entries, err := b.st.Undispatched(context.Background(), b.stream, "", 10_000)
+	entries, err := b.st.Undispatched(context.Background(), b.stream, store.Partition{}, "", 10_000)
 	require.NoError(t, err)
 	b.markDispatched(t, entries)
 }

@@ -61,6 +61,9 @@ type Config struct {
 	// Stream is the stream the originals' messages are added to, the one
 	// the dispatcher feeds. Defaults to outbox.StreamDefault.
 	Stream string
+	// Partitions is the stream's number of partitions (--partitions): each
+	// original is re-published into its partition's stream. Defaults to 1.
+	Partitions int
 	// MinAge is how old (by createdAt) an unsynced original must be to be a
 	// candidate, so events still flowing through the pipeline are left
 	// alone. Defaults to MinAgeDefault (5 minutes).
@@ -208,7 +211,7 @@ func New(st store.Store, rc *stream.Client, cfg *Config, logger *zap.Logger) (*R
 	if err != nil {
 		return nil, fmt.Errorf("error registering reconciler metrics: %w", err)
 	}
-	r := &Reconciler{st: st, rc: rc, publisher: rc.Publisher(stream.NewKeys(c.Stream, ""), nil, nil), cfg: c, metrics: m,
+	r := &Reconciler{st: st, rc: rc, publisher: rc.Publisher(stream.NewKeys(c.Stream, "").Split(c.Partitions), nil, nil), cfg: c, metrics: m,
 		logger: logger.Named("reconciler").With(zap.String("stream", c.Stream))}
 	r.elector = leader.New(st, leader.Config{Name: LeaseName(c.Stream), Owner: c.Owner, TTL: c.LeaseTTL, Now: c.Now,
 		Hooks: leader.Hooks{

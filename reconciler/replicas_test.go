@@ -11,6 +11,7 @@ import (
 
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/reconciler"
+	"github.com/outboxd/outboxd/store"
 	"github.com/outboxd/outboxd/stream"
 	"github.com/outboxd/outboxd/worker"
 )
@@ -32,7 +33,7 @@ func TestEveryReplicaSweepsWithoutTheLease(t *testing.T) {
 	// reconciler brings them back.
 	lease, err := b.st.AcquireLease(ctx, b.stream, "dispatcher", time.Now(), time.Hour)
 	require.NoError(t, err)
-	entries, err := b.st.Undispatched(ctx, b.stream, "", n)
+	entries, err := b.st.Undispatched(ctx, b.stream, store.Partition{}, "", n)
 	require.NoError(t, err)
 	require.Len(t, entries, n)
 	relayed := make([]string, len(entries))

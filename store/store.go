@@ -109,13 +109,15 @@ type Store interface {
 	Counts(ctx context.Context) (Counts, error)
 
 	// OpenFeed opens the outbox feed of stream after from (nil: from now):
-	// the entries inserted later, in commit order. A position the store no
-	// longer has fails with an error wrapping ErrPositionLost.
+	// the entries inserted later, in commit order; only those of
+	// opts.Partition when the stream has partitions. A position the store
+	// no longer has fails with an error wrapping ErrPositionLost.
 	OpenFeed(ctx context.Context, stream string, from Position, opts FeedOptions) (Feed, error)
-	// Undispatched returns at most limit entries of stream whose
+	// Undispatched returns at most limit entries of stream (of its
+	// partition part; the zero Partition is the whole stream) whose
 	// dispatchedAt is null and whose id sorts after after ("" for the
 	// start), in id order.
-	Undispatched(ctx context.Context, stream, after string, limit int) ([]outbox.Entry, error)
+	Undispatched(ctx context.Context, stream string, part Partition, after string, limit int) ([]outbox.Entry, error)
 	// MarkDispatched sets dispatchedAt = at on those of ids that are not
 	// dispatched yet, only while lease (the stream's lease) is still held
 	// with its term; otherwise it changes nothing and returns ErrFenced.
@@ -158,6 +160,15 @@ type Store interface {
 	// ReadLease returns the state of lease name, or nil when it never
 	// existed.
 	ReadLease(ctx context.Context, name string) (*LeaseState, error)
+	// Partitions returns the number of partitions recorded for stream
+	// (see RecordPartitions), or 0 when none was recorded.
+	Partitions(ctx context.Context, stream string) (int, error)
+	// RecordPartitions records n partitions for stream only while the
+	// recorded number is was (0: none recorded), in one conditional write;
+	// otherwise it changes nothing and returns an error wrapping
+	// ErrPartitionsChanged.
+	RecordPartitions(ctx context.Context, stream string, was, n int) error
+
 	// SaveCheckpoint records, in lease's state, the feed position up to
 	// which every entry is in the stream, only while lease is held with its
 	// term (else ErrFenced).
@@ -286,7 +297,21 @@ type FeedOptions struct {
 	// PollInterval is how long Next waits between two looks at the store
 	// when nothing arrived. Defaults to the store's choice (100ms).
 	PollInterval time.Duration
+	// Partition is the part of the stream the feed delivers; the zero
+	// Partition is the whole stream.
+	Partition Partition
 }
+
+// Partition names one partition of a stream's outbox: the entries whose
+// outbox.Entry.Partition is Index, of Count partitions. With Count ≤ 1 it
+// is the whole stream (every entry, whatever partition it records), so a
+// deployment with one partition reads its outbox as before partitions.
+type Partition struct {
+	Index, Count int
+}
+
+// Whole reports whether p is the whole stream (one partition).
+func (p Partition) Whole() bool { return p.Count <= 1 }
 
 // Feed delivers a stream's outbox entries in commit order.
 type Feed interface {
@@ -385,6 +410,9 @@ var (
 	ErrUnavailable = errors.New("store unavailable")
 	// ErrCorrupt: a stored document cannot be decoded.
 	ErrCorrupt = errors.New("stored document is corrupt")
+	// ErrPartitionsChanged: the number of partitions recorded for a stream
+	// is not the one expected (RecordPartitions).
+	ErrPartitionsChanged = errors.New("the recorded number of partitions changed")
 	// ErrSchema: the schema is missing or out of date; run migrate.
 	ErrSchema = errors.New("store schema missing or out of date")
 )

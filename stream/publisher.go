@@ -110,10 +110,15 @@ func (p *Publisher) Publish(ctx context.Context, msgs []string) error {
 	if len(msgs) == 0 {
 		return nil
 	}
+	return p.publish(ctx, p.keys, msgs)
+}
+
+// publish adds msgs to the stream of keys through the breaker.
+func (p *Publisher) publish(ctx context.Context, keys Keys, msgs []string) error {
 	if p.breaker == nil {
-		return p.pipeline(ctx, msgs)
+		return p.pipeline(ctx, keys, msgs)
 	}
-	_, err := p.breaker.Execute(func() (struct{}, error) { return struct{}{}, p.pipeline(ctx, msgs) })
+	_, err := p.breaker.Execute(func() (struct{}, error) { return struct{}{}, p.pipeline(ctx, keys, msgs) })
 	return err
 }
 
@@ -131,6 +136,9 @@ func (p *Publisher) PublishEvents(ctx context.Context, events []*outbox.Event, o
 		m := ev.Message(origin)
 		m.TraceParent = traceParent
 		msgs[i] = m.Encode()
+	}
+	if p.keys.Partitions() > 1 {
+		return p.publishByPartition(ctx, events, msgs)
 	}
 	return p.Publish(ctx, msgs)
 }
@@ -157,13 +165,13 @@ func (p *Publisher) startPublishSpan(ctx context.Context, events []*outbox.Event
 		trace.WithLinks(tracing.Links(links...)...), trace.WithAttributes(attrs...))
 }
 
-func (p *Publisher) pipeline(ctx context.Context, msgs []string) error {
+func (p *Publisher) pipeline(ctx context.Context, keys Keys, msgs []string) error {
 	maxLen := p.c.maxLen
 	cmds := make([]*redis.StringCmd, len(msgs))
 	_, err := p.c.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
 		for i, m := range msgs {
 			cmds[i] = pl.XAdd(ctx, &redis.XAddArgs{
-				Stream: p.keys.Stream(), MaxLen: maxLen, Approx: maxLen > 0,
+				Stream: keys.Stream(), MaxLen: maxLen, Approx: maxLen > 0,
 				Values: []any{outbox.PayloadField, m},
 			})
 		}

@@ -86,6 +86,12 @@ type Config struct {
 	Stream string
 	// Group is the consumer group. Defaults to stream.GroupDefault.
 	Group string
+	// Partitions is the stream's number of partitions (--partitions), and
+	// Partition the one this Worker reads (0 ≤ Partition < Partitions):
+	// its stream, replay lane, dead-letter stream and budgets are that
+	// partition's (stream.Keys.Partition). A process reads every
+	// partition with one Worker per partition. Defaults to one partition.
+	Partition, Partitions int
 	// Consumer names this worker in the group; give a restarted worker the
 	// same name to let it drain its own pending entries first. Defaults to
 	// "<hostname>-<pid>", with "-<n>" appended for the second and later
@@ -242,6 +248,12 @@ func (c *Config) withDefaults() *Config {
 // validate checks a defaulted config and names the offending field.
 func (c *Config) validate() error {
 	var errs []error
+	if err := outbox.ValidatePartitions(max(c.Partitions, 1)); err != nil {
+		errs = append(errs, fmt.Errorf("Partitions: %w", err))
+	}
+	if c.Partition < 0 || c.Partition >= max(c.Partitions, 1) {
+		errs = append(errs, fmt.Errorf("Partition must be between 0 and Partitions-1 (got %d of %d)", c.Partition, c.Partitions))
+	}
 	if c.BatchSize < 1 || c.BatchSize > BatchSizeMax {
 		errs = append(errs, fmt.Errorf("BatchSize must be between 1 and %d (got %d)", BatchSizeMax, c.BatchSize))
 	}

@@ -120,7 +120,7 @@ func New(st store.Store, rc *stream.Client, pool *pgxpool.Pool, cfg *Config, log
 	if err != nil {
 		return nil, fmt.Errorf("error registering worker metrics: %w", err)
 	}
-	keys := stream.NewKeys(c.Stream, c.Group)
+	keys := stream.NewKeys(c.Stream, c.Group).Partition(c.Partition, c.Partitions)
 	w := &Worker{
 		st: st, rc: rc, group: rc.Group(keys, c.Consumer), replay: rc.Group(keys.ReplayLane(), c.Consumer), limiter: c.ReplayLimiter,
 		pool: pool, cfg: c, metrics: m, wake: make(chan struct{}, 1), beginSQL: beginSQL(c.LockTimeout, c.StatementTimeout),

@@ -90,6 +90,9 @@ func (a *app) run(ctx context.Context) error {
 			return err
 		}
 	}
+	if err := a.checkPartitions(ctx); err != nil {
+		return err
+	}
 	if r.once != nil && (r.onceWhen == nil || r.onceWhen(a.o)) {
 		return r.once(ctx, a)
 	}
@@ -147,7 +150,7 @@ func (a *app) open(ctx context.Context) error {
 		// One connection per batch loop (--concurrency) and a few to
 		// spare, unless the URL sizes the pool itself (pool_max_conns).
 		if a.o.concurrency > 0 && !strings.Contains(a.o.postgresURL, "pool_max_conns") {
-			cfg.MaxConns = max(cfg.MaxConns, int32(a.o.concurrency+poolSpare))
+			cfg.MaxConns = max(cfg.MaxConns, int32(a.o.concurrency*a.partitions()+poolSpare))
 		}
 		pool, err := pgxpool.NewWithConfig(ctx, cfg)
 		if err != nil {
@@ -234,26 +237,30 @@ func (a *app) newWorker() (service, error) {
 		}
 		return d
 	}
-	workers := make(serviceGroup, a.o.concurrency)
-	for i := range workers {
+	// One Worker per partition (each reads its partition's stream and
+	// replay lane), --concurrency of them per partition.
+	workers := make(serviceGroup, 0, a.o.concurrency*a.partitions())
+	for i := range a.o.concurrency {
 		consumer := a.o.consumer
 		if consumer != "" && i > 0 {
 			consumer = fmt.Sprintf("%s-%d", consumer, i+1)
 		}
-		w, err := worker.New(a.st, a.rc, a.pg, &worker.Config{
-			Stream: a.o.stream, Group: a.o.group, Consumer: consumer,
-			BatchSize: a.o.batchSize.n, AutoBatch: a.o.batchSize.auto, ProjectionTarget: a.o.projectionTarget,
-			LockTimeout: timeout(a.o.lockTimeout), StatementTimeout: timeout(a.o.statementTimeout),
-			ReplayRate: replayRate, ReplayLimiter: limiter,
-			ClaimIdle: a.o.claimIdle, MaxDeliveries: a.o.maxDeliveries,
-			RecordBackoff: a.o.retryBackoff, ConsumerExpiry: a.o.consumerExpiry,
-			BreakerFailures: a.o.breakerFailures, BreakerTimeout: a.o.breakerTimeout, StreakLimit: a.o.streakLimit,
-			Registerer: a.reg,
-		}, a.log)
-		if err != nil {
-			return nil, err
+		for p := range a.partitions() {
+			w, err := worker.New(a.st, a.rc, a.pg, &worker.Config{
+				Stream: a.o.stream, Group: a.o.group, Consumer: consumer, Partition: p, Partitions: a.partitions(),
+				BatchSize: a.o.batchSize.n, AutoBatch: a.o.batchSize.auto, ProjectionTarget: a.o.projectionTarget,
+				LockTimeout: timeout(a.o.lockTimeout), StatementTimeout: timeout(a.o.statementTimeout),
+				ReplayRate: replayRate, ReplayLimiter: limiter,
+				ClaimIdle: a.o.claimIdle, MaxDeliveries: a.o.maxDeliveries,
+				RecordBackoff: a.o.retryBackoff, ConsumerExpiry: a.o.consumerExpiry,
+				BreakerFailures: a.o.breakerFailures, BreakerTimeout: a.o.breakerTimeout, StreakLimit: a.o.streakLimit,
+				Registerer: a.reg,
+			}, a.log)
+			if err != nil {
+				return nil, err
+			}
+			workers = append(workers, w)
 		}
-		workers[i] = w
 	}
 	if len(workers) == 1 {
 		return workers[0], nil
@@ -290,7 +297,7 @@ func (g serviceGroup) Stop(ctx context.Context) error {
 
 func (a *app) newDispatcher() (service, error) {
 	return dispatcher.New(a.st, a.rc, &dispatcher.Config{
-		Stream: a.o.stream, BatchSize: a.o.relayBatch, LeaseTTL: a.o.leaseTTL, Retention: a.o.outboxRetention, EventRetention: a.o.eventRetention,
+		Stream: a.o.stream, Partitions: a.partitions(), BatchSize: a.o.relayBatch, LeaseTTL: a.o.leaseTTL, Retention: a.o.outboxRetention, EventRetention: a.o.eventRetention,
 		BreakerFailures: a.o.breakerFailures, BreakerTimeout: a.o.breakerTimeout, StreakLimit: a.o.streakLimit,
 		StreamRetention: a.o.streamRetention, MemoryHigh: a.o.memoryHigh, Registerer: a.reg,
 	}, a.log)
@@ -298,7 +305,7 @@ func (a *app) newDispatcher() (service, error) {
 
 func (a *app) reconcilerConfig() *reconciler.Config {
 	cfg := &reconciler.Config{
-		Stream: a.o.stream, MinAge: a.o.minAge, RequeueAfter: a.o.requeueAfter, Limit: a.o.limit,
+		Stream: a.o.stream, Partitions: a.partitions(), MinAge: a.o.minAge, RequeueAfter: a.o.requeueAfter, Limit: a.o.limit,
 		MaxRequeues: a.o.maxRequeues, Every: a.o.every, Lease: a.o.reconcileLease, Registerer: a.reg,
 	}
 	if a.o.every == 0 { // one sweep, run by a schedule
@@ -511,6 +518,11 @@ func (a *app) httpHandler() (http.Handler, error) {
 	if a.st != nil {
 		status := &httpapi.Status{Store: a.st, Stream: a.o.stream, Group: a.o.group, Gatherer: a.reg,
 			DispatcherLease: dispatcher.LeaseName(a.o.stream), ReconcilerLease: reconciler.LeaseName(a.o.stream)}
+		if n := a.partitions(); n > 1 {
+			for p := range n {
+				status.PartitionLeases = append(status.PartitionLeases, dispatcher.PartitionLeaseName(a.o.stream, store.Partition{Index: p, Count: n}))
+			}
+		}
 		if a.rc != nil {
 			status.Redis = a.rc
 		}
@@ -538,7 +550,7 @@ func (a *app) httpHandler() (http.Handler, error) {
 		cfg.History, cfg.Console = a.history, true
 	}
 	if a.role.api {
-		cfg.Writer = outbox.NewWriter(a.st, &outbox.WriterConfig{Stream: a.o.stream})
+		cfg.Writer = outbox.NewWriter(a.st, &outbox.WriterConfig{Stream: a.o.stream, Partitions: a.partitions()})
 		committer, err := a.newCommitter(cfg.Writer)
 		if err != nil {
 			return nil, err
@@ -571,7 +583,7 @@ func (a *app) newCommitter(w *outbox.Writer) (*outbox.Committer, error) {
 // newAdmin returns the operator actions over the backends this role has
 // (the admin API answers 501 for an action that needs one it lacks).
 func (a *app) newAdmin() (*operator.Operator, error) {
-	cfg := &operator.Config{Store: a.st, Stream: a.o.stream, Group: a.o.group,
+	cfg := &operator.Config{Store: a.st, Stream: a.o.stream, Group: a.o.group, Partitions: a.partitions(),
 		Role: a.role.name, EventRetention: a.o.eventRetention, Registerer: a.reg}
 	if a.rc != nil {
 		cfg.Redis = a.rc
@@ -619,4 +631,40 @@ func (a *app) checkEviction(ctx context.Context) {
 		a.log.Error("redis's maxmemory-policy lets it evict outboxd's keys (the stream, its consumer group, the dead letters); set maxmemory-policy noeviction",
 			zap.String("maxmemory_policy", m.Policy), zap.Int64("maxmemory", m.Max))
 	}
+}
+
+// partitions is --partitions (1 for a role without the flag).
+func (a *app) partitions() int { return max(a.o.partitions, 1) }
+
+// checkPartitions makes sure that the store records --partitions for the
+// stream (store.EnsurePartitions: the first role to start on a store
+// records it), for every role with the flag and a store; another number is
+// a configuration error (exit 2) that names the procedure.
+func (a *app) checkPartitions(ctx context.Context) error {
+	if a.st == nil || a.o.partitions == 0 {
+		return nil
+	}
+	err := store.EnsurePartitions(ctx, a.st, a.o.stream, a.o.partitions)
+	var mismatch *store.PartitionsMismatchError
+	if errors.As(err, &mismatch) {
+		return config.Invalid("partitions", "%d: %v", a.o.partitions, err)
+	}
+	return err
+}
+
+// switchPartitions is `outboxd partitions switch --to N`: the switch step
+// of changing the number of partitions (store.SwitchPartitions); it exits
+// 1 while the pipeline is not drained.
+func (a *app) switchPartitions(ctx context.Context) error {
+	// --to is also the window's end of replay and verify: checked here.
+	if outbox.ValidatePartitions(a.o.partitionsTo) != nil {
+		return config.Invalid("to", "is required: the new number of partitions, 1 to %d", outbox.PartitionsMax)
+	}
+	was, err := store.SwitchPartitions(ctx, a.st, a.o.stream, a.o.partitionsTo)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(a.stdout, "stream %s: %d partitions recorded (was %d); start every role with --partitions %d\n",
+		a.o.stream, a.o.partitionsTo, was, a.o.partitionsTo)
+	return err
 }

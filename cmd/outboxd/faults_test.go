@@ -21,6 +21,7 @@ import (
 	"github.com/outboxd/outboxd/dispatcher"
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/store"
 	"github.com/outboxd/outboxd/store/sqlitestore"
 	"github.com/outboxd/outboxd/stream"
 	"github.com/outboxd/outboxd/worker"
@@ -269,7 +270,7 @@ func TestReconcileExitsOneAfterFailedPublish(t *testing.T) {
 		keys = append(keys, r.IdempotencyKey)
 	}
 	// Relayed, then lost with Redis: only the reconciler brings them back.
-	entries, err := st.Undispatched(ctx, b.stream, "", 10)
+	entries, err := st.Undispatched(ctx, b.stream, store.Partition{}, "", 10)
 	require.NoError(t, err)
 	lease, err := st.AcquireLease(ctx, dispatcher.LeaseName(b.stream), "gone", time.Now(), time.Minute)
 	require.NoError(t, err)

@@ -134,7 +134,19 @@ func (a *app) printStatus(ctx context.Context) error {
 	if now.IsZero() {
 		now = time.Now()
 	}
-	if d := s.Dispatcher; d != nil {
+	if d := s.Dispatcher; d != nil && len(d.Partitions) > 0 {
+		for _, p := range d.Partitions {
+			leader := "none (lease expired or never taken)"
+			if p.LeaderAlive {
+				leader = fmt.Sprintf("%s, term %d", p.Leader, p.Term)
+			}
+			checkpoint := "never"
+			if p.CheckpointAgeSeconds != nil {
+				checkpoint = ago(*p.CheckpointAgeSeconds) + " ago"
+			}
+			row(fmt.Sprintf("DISPATCHER %d", p.Partition), "leader %s; checkpoint %s", leader, checkpoint)
+		}
+	} else if d != nil {
 		leader := "none (lease expired " + ago(now.Sub(d.LeaseExpiresAt).Seconds()) + " ago)"
 		if d.LeaderAlive {
 			leader = fmt.Sprintf("%s, term %d", d.Leader, d.Term)

@@ -50,6 +50,10 @@ type options struct {
 	shutdownTimeout                       time.Duration
 	// mongoMaxPool is the MongoDB driver's pool size per server.
 	mongoMaxPool int
+	// partitions is --partitions: the stream's number of partitions.
+	partitions int
+	// partitionsTo is `partitions switch --to`.
+	partitionsTo int
 
 	// http
 	httpBodyTimeout, httpIdleTimeout time.Duration
@@ -175,6 +179,7 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 			fs.StringVar(&o.redisCAFile, "redis-ca-file", "", "PEM certificates of the authorities a rediss:// --redis-url is trusted by, besides the system's")
 			fs.StringVar(&o.stream, "stream", outbox.StreamDefault, "Redis stream")
 			fs.StringVar(&o.group, "group", stream.GroupDefault, "Redis consumer group")
+			o.partitionsFlag(fs)
 		case gPostgres:
 			fs.StringVar(&o.postgresURL, "postgres-url", PostgresURLDefault, "PostgreSQL URL of the read model")
 		case gHTTP:
@@ -198,6 +203,7 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 		case gIngest:
 			if fs.Lookup("stream") == nil { // the stream the outbox entries are for
 				fs.StringVar(&o.stream, "stream", outbox.StreamDefault, "Redis stream the outbox entries are relayed to")
+				o.partitionsFlag(fs)
 			}
 			fs.Int64Var(&o.maxBody, "max-body", httpapi.MaxBodyDefault, fmt.Sprintf("request body limit in bytes (at most %d: no body may become a MongoDB document over 16 MiB)", httpapi.MaxBodyMax))
 			fs.IntVar(&o.maxBatch, "max-batch", httpapi.MaxBatchDefault, "most events in one batch request")
@@ -259,6 +265,11 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 		case gDLQSelect:
 			fs.Var(&o.ids, "id", "a dead letter's id (repeat it, or separate ids with commas)")
 			fs.BoolVar(&o.all, "all", false, "every dead letter (of --category and --code when given)")
+		case gSwitch:
+			if fs.Lookup("stream") == nil {
+				fs.StringVar(&o.stream, "stream", outbox.StreamDefault, "Redis stream whose number of partitions to change")
+			}
+			fs.IntVar(&o.partitionsTo, "to", 0, fmt.Sprintf("the new number of partitions (1 to %d)", outbox.PartitionsMax))
 		case gRetries:
 			fs.StringVar(&o.class, "class", "", "the failure class whose halted retries to resume: "+strings.Join(failpolicy.Classes, ", "))
 		case gConfirm:
@@ -451,6 +462,7 @@ func (o *options) validate() error {
 		{"outbox-retention", o.outboxRetention < time.Second, "must be at least 1s"},
 		{"event-retention", o.eventRetention < 0 || (o.eventRetention > 0 && o.eventRetention < EventRetentionShortest),
 			fmt.Sprintf("must be 0 (keep originals forever) or at least %s", EventRetentionShortest)},
+		{"partitions", outbox.ValidatePartitions(o.partitions) != nil, fmt.Sprintf("must be between 1 and %d", outbox.PartitionsMax)},
 		{"lease-ttl", o.leaseTTL < dispatcher.MinLeaseTTL, fmt.Sprintf("must be at least %s", dispatcher.MinLeaseTTL)},
 		{"stream-retention", o.streamRetention < time.Millisecond, "must be at least 1ms"},
 		{"redis-memory-high", o.memoryHigh < 1 || o.memoryHigh > 100, "must be between 1 and 100 (percent of maxmemory)"},
@@ -617,4 +629,10 @@ func (l *idList) Set(v string) error {
 func (o *options) String() string {
 	return fmt.Sprintf("role=%s store=%s redis=%s postgres=%s", o.role.name,
 		redact.DSN(o.store), redact.DSN(o.redisURL), redact.DSN(o.postgresURL))
+}
+
+// partitionsFlag registers --partitions, where the stream is named.
+func (o *options) partitionsFlag(fs *flag.FlagSet) {
+	fs.IntVar(&o.partitions, "partitions", outbox.PartitionsDefault, fmt.Sprintf(
+		"partitions of the stream (1 to %d): each device's events go to one, each has its own dispatcher lease and Redis stream; every role of a deployment must use the number the store records (see docs/operations.md, Changing the number of partitions)", outbox.PartitionsMax))
 }

@@ -30,6 +30,7 @@ const (
 	gReplay    // --by, --source, --device, --state, --dry-run, --rebuild
 	gVerify    // --repair
 	gRetries   // --class
+	gSwitch    // --stream, --to
 )
 
 // role is one subcommand: what it reads, what it opens, what it runs. This
@@ -101,6 +102,8 @@ var roles = []*role{
 		flags: []flagGroup{gClient, gWindow, gVerify}, once: func(ctx context.Context, a *app) error { return a.verify(ctx) }},
 	{name: "retries resume", summary: "resume the automatic retries of a class halted by the error-streak rule (--class C), for every worker and dispatcher",
 		flags: []flagGroup{gClient, gRetries}, once: func(ctx context.Context, a *app) error { return a.resumeRetries(ctx) }},
+	{name: "partitions switch", summary: "record another number of partitions (--to N) once the pipeline is drained (refuses while entries are undispatched or pending)",
+		flags: []flagGroup{gStore, gSwitch}, store: true, once: func(ctx context.Context, a *app) error { return a.switchPartitions(ctx) }},
 }
 
 // lookupRole returns the role args start with and the arguments after its

@@ -58,6 +58,7 @@ type Elector struct {
 	now        func() time.Time
 	backoffMax time.Duration
 	hooks      Hooks
+	gate       func() bool
 	logger     *zap.Logger
 }
 
@@ -74,6 +75,10 @@ type Config struct {
 	// 5 seconds.
 	BackoffMax time.Duration
 	Hooks      Hooks
+	// Gate, when set, is asked before each attempt to take the lease; while
+	// it says no the Elector stands by without asking the store (the
+	// dispatcher's fair share of partitions).
+	Gate func() bool
 }
 
 // New returns an Elector for cfg.
@@ -88,7 +93,7 @@ func New(leases Leases, cfg Config, logger *zap.Logger) *Elector {
 		logger = zap.NewNop()
 	}
 	return &Elector{leases: leases, name: cfg.Name, owner: cfg.Owner, ttl: cfg.TTL, now: cfg.Now,
-		backoffMax: cfg.BackoffMax, hooks: cfg.Hooks, logger: logger.With(zap.String("lease", cfg.Name))}
+		backoffMax: cfg.BackoffMax, hooks: cfg.Hooks, gate: cfg.Gate, logger: logger.With(zap.String("lease", cfg.Name))}
 }
 
 // Interval is how often the lease is renewed and standbys look at it.
@@ -106,6 +111,10 @@ func (e *Elector) Run(ctx, releaseCtx context.Context, lead func(ctx context.Con
 		backoff.WithMaxInterval(e.backoffMax), backoff.WithMaxElapsedTime(0))
 	standby := false
 	for ctx.Err() == nil {
+		if e.gate != nil && !e.gate() {
+			_ = clock.Sleep(ctx, e.Interval())
+			continue
+		}
 		lease, err := e.leases.AcquireLease(ctx, e.name, e.owner, e.now(), e.ttl)
 		switch {
 		case err != nil:

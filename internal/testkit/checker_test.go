@@ -9,6 +9,7 @@ import (
 
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/store"
 )
 
 // TestCheckerCanFail proves the checker sees each kind of damage.
@@ -44,7 +45,7 @@ func TestCheckerCanFail(t *testing.T) {
 	require.NoError(t, err)
 	lease, err := st.AcquireLease(ctx, outbox.StreamDefault, "test", time.Now(), time.Minute)
 	require.NoError(t, err)
-	entries, err := st.Undispatched(ctx, outbox.StreamDefault, "", 10)
+	entries, err := st.Undispatched(ctx, outbox.StreamDefault, store.Partition{}, "", 10)
 	require.NoError(t, err)
 	require.NoError(t, st.MarkDispatched(ctx, lease, []string{entries[0].ID, entries[1].ID}, time.Now()))
 

@@ -133,7 +133,7 @@ func TestClassify(t *testing.T) {
 // no pipeline: it panics on one, and the feed filters in Go there).
 func TestFeedPipeline(t *testing.T) {
 	t.Parallel()
-	p := FeedPipeline("s1")
+	p := FeedPipeline("s1", store.Partition{})
 	require.Len(t, p, 1)
 	match, err := bson.MarshalExtJSON(p[0], false, false)
 	require.NoError(t, err)

@@ -49,12 +49,15 @@ type failureDoc struct {
 
 // entryDoc is an outbox entry as stored.
 type entryDoc struct {
-	ID           primitive.ObjectID `bson:"_id"`
-	EventID      primitive.ObjectID `bson:"eventId"`
-	Stream       string             `bson:"stream"`
-	Message      string             `bson:"message"`
-	CreatedAt    time.Time          `bson:"createdAt"`
-	DispatchedAt *time.Time         `bson:"dispatchedAt"`
+	ID      primitive.ObjectID `bson:"_id"`
+	EventID primitive.ObjectID `bson:"eventId"`
+	Stream  string             `bson:"stream"`
+	// Partition is absent for partition 0 (and for every entry written
+	// before partitions), so an unpartitioned outbox keeps its documents.
+	Partition    int        `bson:"partition,omitempty"`
+	Message      string     `bson:"message"`
+	CreatedAt    time.Time  `bson:"createdAt"`
+	DispatchedAt *time.Time `bson:"dispatchedAt"`
 	// TraceParent is the trace context the relay continues; absent when
 	// the ingest request was not traced.
 	TraceParent string `bson:"traceparent,omitempty"`
@@ -108,7 +111,7 @@ func (d *eventDoc) event() (*outbox.Event, error) {
 
 func (d *entryDoc) entry() outbox.Entry {
 	return outbox.Entry{
-		ID: d.ID.Hex(), EventID: d.EventID.Hex(), Stream: d.Stream, Message: d.Message,
+		ID: d.ID.Hex(), EventID: d.EventID.Hex(), Stream: d.Stream, Partition: d.Partition, Message: d.Message,
 		CreatedAt: d.CreatedAt.UTC(), DispatchedAt: utcp(d.DispatchedAt), TraceParent: d.TraceParent,
 	}
 }

@@ -298,7 +298,7 @@ func TestEveryCommandCarriesATimeLimit(t *testing.T) {
 		"ListEvents":       func() error { _, err := s.ListEvents(ctx, store.EventQuery{Limit: 10}); return err },
 		"CountEvents":      func() error { _, err := s.CountEvents(ctx, store.EventQuery{}); return err },
 		"Redrive":          func() error { _, err := s.Redrive(ctx, []string{id}); return err },
-		"Undispatched":     func() error { _, err := s.Undispatched(ctx, "stream", "", 10); return err },
+		"Undispatched":     func() error { _, err := s.Undispatched(ctx, "stream", store.Partition{}, "", 10); return err },
 		"OutboxEntries":    func() error { _, err := s.OutboxEntries(ctx, id); return err },
 		"MarkDispatched":   func() error { return s.MarkDispatched(ctx, lease, []string{id}, now) },
 		"DeleteDispatched": func() error { _, err := s.DeleteDispatched(ctx, now); return err },

@@ -27,14 +27,28 @@ const pollDefault = 100 * time.Millisecond
 var endOfFeed = []string{"invalidate", "drop", "rename", "dropDatabase"}
 
 // FeedPipeline is the change-stream pipeline on a server: inserts into
-// stream and the end-of-feed events, so the dispatcher's own dispatchedAt
-// updates and the TTL deletes never travel back. lungo panics on any
-// pipeline, so on lungo the same filter runs in Go (accept).
-func FeedPipeline(stream string) mongo.Pipeline {
+// stream (into its partition part, when it is one of several) and the
+// end-of-feed events, so the dispatcher's own dispatchedAt updates and the
+// TTL deletes never travel back. lungo panics on any pipeline, so on lungo
+// the same filter runs in Go (accept).
+func FeedPipeline(stream string, part store.Partition) mongo.Pipeline {
+	insert := bson.D{{Key: "operationType", Value: "insert"}, {Key: "fullDocument.stream", Value: stream}}
+	if !part.Whole() {
+		insert = append(insert, bson.E{Key: "fullDocument.partition", Value: partitionValue(part)})
+	}
 	return mongo.Pipeline{{{Key: "$match", Value: bson.D{{Key: "$or", Value: bson.A{
-		bson.D{{Key: "operationType", Value: "insert"}, {Key: "fullDocument.stream", Value: stream}},
+		insert,
 		bson.D{{Key: "operationType", Value: bson.D{{Key: "$in", Value: endOfFeed}}}},
 	}}}}}}
+}
+
+// partitionValue matches the partition field of part's entries: partition
+// 0 is stored absent (entryDoc), so it matches a missing field too.
+func partitionValue(part store.Partition) any {
+	if part.Index == 0 {
+		return bson.D{{Key: "$in", Value: bson.A{nil, 0}}}
+	}
+	return part.Index
 }
 
 // OpenFeed opens a change stream on the outbox after from (resumeAfter),
@@ -46,7 +60,7 @@ func FeedPipeline(stream string) mongo.Pipeline {
 func (s *Store) OpenFeed(ctx context.Context, stream string, from store.Position, opts store.FeedOptions) (store.Feed, error) {
 	poll := cmp.Or(opts.PollInterval, pollDefault)
 	csOpts := options.ChangeStream().SetMaxAwaitTime(poll).SetBatchSize(1000)
-	pipeline := FeedPipeline(stream)
+	pipeline := FeedPipeline(stream, opts.Partition)
 	if s.lungo {
 		pipeline = mongo.Pipeline{}
 	}
@@ -62,13 +76,14 @@ func (s *Store) OpenFeed(ctx context.Context, stream string, from store.Position
 	if err != nil {
 		return nil, wrap(err, "opening the change stream on %s", OutboxCollection)
 	}
-	return &feed{cs: cs, stream: stream, poll: poll, opTimeout: s.opts.OpTimeout, pos: from}, nil
+	return &feed{cs: cs, stream: stream, part: opts.Partition, poll: poll, opTimeout: s.opts.OpTimeout, pos: from}, nil
 }
 
 // feed is a change stream read as batches of entries.
 type feed struct {
 	cs     lungo.IChangeStream
 	stream string
+	part   store.Partition
 	poll   time.Duration
 	// opTimeout is how long a getMore may take beyond the await time.
 	opTimeout time.Duration
@@ -163,7 +178,8 @@ func (f *feed) accept(ev changeEvent) (outbox.Entry, bool) {
 	if err := bson.Unmarshal(ev.FullDocument, &d); err != nil {
 		return outbox.Entry{}, false // relayed by the next catch-up
 	}
-	return d.entry(), d.Stream == f.stream && d.DispatchedAt == nil
+	inPart := f.part.Whole() || d.Partition == f.part.Index
+	return d.entry(), d.Stream == f.stream && inPart && d.DispatchedAt == nil
 }
 
 func isEndOfFeed(op string) bool {
@@ -181,10 +197,14 @@ func (f *feed) Position() store.Position { return f.pos }
 // Close closes the change stream.
 func (f *feed) Close(ctx context.Context) error { return f.cs.Close(ctx) }
 
-// Undispatched reads the undispatched entries of stream after the given id,
-// served by the undispatched index.
-func (s *Store) Undispatched(ctx context.Context, stream, after string, limit int) ([]outbox.Entry, error) {
+// Undispatched reads the undispatched entries of stream (of part) after the
+// given id, served by the undispatched index (IndexUndispatchedPartition
+// for one partition of several).
+func (s *Store) Undispatched(ctx context.Context, stream string, part store.Partition, after string, limit int) ([]outbox.Entry, error) {
 	filter := bson.D{{Key: "stream", Value: stream}, {Key: "dispatchedAt", Value: nil}}
+	if !part.Whole() {
+		filter = bson.D{{Key: "stream", Value: stream}, {Key: "partition", Value: partitionValue(part)}, {Key: "dispatchedAt", Value: nil}}
+	}
 	if after != "" {
 		oid, err := primitive.ObjectIDFromHex(after)
 		if err != nil {

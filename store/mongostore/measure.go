@@ -238,7 +238,7 @@ func (m *measurer) lease(ctx context.Context) (store.Lease, error) {
 // undispatched entries read, marked and checkpointed.
 func (m *measurer) dispatcherCatchUp(ctx context.Context, n int) error {
 	// The worker's originals left their entries undispatched; top up.
-	have, err := m.s.Undispatched(ctx, m.stream, "", n)
+	have, err := m.s.Undispatched(ctx, m.stream, store.Partition{}, "", n)
 	if err != nil {
 		return err
 	}
@@ -252,7 +252,7 @@ func (m *measurer) dispatcherCatchUp(ctx context.Context, n int) error {
 		return err
 	}
 	m.c.Reset()
-	entries, err := m.s.Undispatched(ctx, m.stream, "", n)
+	entries, err := m.s.Undispatched(ctx, m.stream, store.Partition{}, "", n)
 	if err != nil {
 		return err
 	}

@@ -20,7 +20,9 @@ const (
 	IndexIdempotencyKey = "idempotencyKey_unique"
 	IndexReconciler     = "reconciler"
 	IndexUndispatched   = "undispatched"
-	IndexOutboxTTL      = "dispatched_ttl"
+	// IndexUndispatchedPartition serves the catch-up of one partition.
+	IndexUndispatchedPartition = "undispatched_partition"
+	IndexOutboxTTL             = "dispatched_ttl"
 	// IndexEventsTTL expires synced originals --event-retention after
 	// their createdAt (a partial TTL index: pending and parked originals
 	// never match). It exists only while a retention is set.
@@ -69,6 +71,9 @@ func (s *Store) indexSpecs(retention time.Duration) []indexSpec {
 		// The catch-up: a stream's undispatched entries in id order.
 		{OutboxCollection, mongo.IndexModel{Keys: bson.D{{Key: "stream", Value: 1}, {Key: "dispatchedAt", Value: 1}, {Key: "_id", Value: 1}},
 			Options: options.Index().SetName(IndexUndispatched)}},
+		// The catch-up of one partition of a partitioned stream.
+		{OutboxCollection, mongo.IndexModel{Keys: bson.D{{Key: "stream", Value: 1}, {Key: "partition", Value: 1},
+			{Key: "dispatchedAt", Value: 1}, {Key: "_id", Value: 1}}, Options: options.Index().SetName(IndexUndispatchedPartition)}},
 		// The event journey: an original's entries in _id order.
 		{OutboxCollection, mongo.IndexModel{Keys: bson.D{{Key: "eventId", Value: 1}, {Key: "_id", Value: 1}},
 			Options: options.Index().SetName(IndexOutboxEvent)}},

@@ -36,6 +36,9 @@ const (
 	// ClockCollection holds the document whose writes read the server's
 	// clock (leases, readiness).
 	ClockCollection = "clock"
+	// SettingsCollection holds what the store records of each stream: its
+	// number of partitions (store.Store.Partitions).
+	SettingsCollection = "settings"
 )
 
 // Defaults of Options.
@@ -101,9 +104,11 @@ type Store struct {
 	outbox lungo.ICollection
 	leases lungo.ICollection
 	clock  lungo.ICollection
-	opts   Options
-	lungo  bool
-	mongos bool // a sharded cluster's router
+	// settings is SettingsCollection.
+	settings lungo.ICollection
+	opts     Options
+	lungo    bool
+	mongos   bool // a sharded cluster's router
 
 	countsMu    sync.Mutex
 	counts      *store.Counts
@@ -178,6 +183,7 @@ func Open(ctx context.Context, uri string, opts *Options) (*Store, error) {
 	s.outbox = s.collection(OutboxCollection)
 	s.leases = s.collection(LeasesCollection)
 	s.clock = s.collection(ClockCollection)
+	s.settings = s.collection(SettingsCollection)
 	return s, nil
 }
 

@@ -80,7 +80,7 @@ func (t *tx) InsertEntries(ctx context.Context, entries []outbox.Entry) error {
 		if err != nil {
 			return fmt.Errorf("entry of event %q: not an ObjectID: %w", e.EventID, err)
 		}
-		docs[i] = entryDoc{ID: primitive.NewObjectID(), EventID: eid, Stream: e.Stream, Message: e.Message, CreatedAt: e.CreatedAt.UTC(),
+		docs[i] = entryDoc{ID: primitive.NewObjectID(), EventID: eid, Stream: e.Stream, Partition: e.Partition, Message: e.Message, CreatedAt: e.CreatedAt.UTC(),
 			TraceParent: e.TraceParent}
 	}
 	if _, err := t.s.outbox.InsertMany(t.ctx(ctx), docs); err != nil {

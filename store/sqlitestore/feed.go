@@ -13,7 +13,7 @@ import (
 )
 
 // entryColumns are the columns scanEntries reads, in its order.
-const entryColumns = `seq, event_id, stream, message, created_at, dispatched_at, traceparent`
+const entryColumns = `seq, event_id, stream, message, created_at, dispatched_at, traceparent, partition`
 
 // deleteChunk bounds the entries DeleteDispatched removes per transaction,
 // so retention never holds the write lock for long.
@@ -40,7 +40,7 @@ func (s *Store) OpenFeed(ctx context.Context, stream string, from store.Position
 	if opts.PollInterval < 0 {
 		return nil, fmt.Errorf("invalid FeedOptions.PollInterval %s: must not be negative", opts.PollInterval)
 	}
-	f := &feed{s: s, stream: stream, poll: opts.PollInterval, closed: make(chan struct{})}
+	f := &feed{s: s, stream: stream, part: opts.Partition, poll: opts.PollInterval, closed: make(chan struct{})}
 	if f.poll == 0 {
 		f.poll = PollIntervalDefault
 	}
@@ -106,6 +106,7 @@ func (s *Store) floor(ctx context.Context, q querier, stream string) (int64, err
 type feed struct {
 	s      *Store
 	stream string
+	part   store.Partition
 	poll   time.Duration
 
 	mu  sync.Mutex
@@ -165,6 +166,22 @@ func (f *feed) Next(ctx context.Context, max int, wait time.Duration) ([]outbox.
 // equality on stream, range and order on seq.
 const qFeed = `SELECT ` + entryColumns + ` FROM outbox WHERE stream = ? AND seq > ? ORDER BY seq LIMIT ?`
 
+// qFeedPartition reads a partition's entries after a seq. Index
+// outbox_partition_seq: equality on stream and partition, range and order
+// on seq.
+const qFeedPartition = `SELECT ` + entryColumns + ` FROM outbox
+	WHERE stream = ? AND partition = ? AND seq > ? ORDER BY seq LIMIT ?`
+
+// partitionQuery returns q (the whole stream's) with its arguments, or
+// inPart (one partition's, the partition bound after the stream) when part
+// is one of several.
+func partitionQuery(q, inPart, stream string, part store.Partition, rest ...any) (string, []any) {
+	if part.Whole() {
+		return q, append([]any{stream}, rest...)
+	}
+	return inPart, append([]any{stream, part.Index}, rest...)
+}
+
 // read returns the entries after the position, and checks, in the same
 // snapshot, that none of them was removed (the floor).
 func (f *feed) read(ctx context.Context, max int) ([]outbox.Entry, error) {
@@ -184,7 +201,8 @@ func (f *feed) read(ctx context.Context, max int) ([]outbox.Entry, error) {
 	if pos < floor {
 		return nil, fmt.Errorf("error %s: %w: entries up to %d were removed, the feed is at %d", what, store.ErrPositionLost, floor, pos)
 	}
-	rows, err := tx.QueryContext(ctx, qFeed, f.stream, pos, max)
+	q, args := partitionQuery(qFeed, qFeedPartition, f.stream, f.part, pos, max)
+	rows, err := tx.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, f.s.fail(what, err)
 	}
@@ -224,7 +242,7 @@ func scanEntries(rows *sql.Rows) (entries []outbox.Entry, last int64, err error)
 		var seq, created int64
 		var dispatched sql.NullInt64
 		var traceParent sql.NullString
-		if err := rows.Scan(&seq, &e.EventID, &e.Stream, &e.Message, &created, &dispatched, &traceParent); err != nil {
+		if err := rows.Scan(&seq, &e.EventID, &e.Stream, &e.Message, &created, &dispatched, &traceParent, &e.Partition); err != nil {
 			return nil, 0, err
 		}
 		e.TraceParent = traceParent.String
@@ -242,9 +260,15 @@ func scanEntries(rows *sql.Rows) (entries []outbox.Entry, last int64, err error)
 const qUndispatched = `SELECT ` + entryColumns + ` FROM outbox
 	WHERE stream = ? AND dispatched_at IS NULL AND seq > ? ORDER BY seq LIMIT ?`
 
-// Undispatched returns at most limit entries of stream whose dispatched_at
-// is NULL and whose id sorts after after ("" for the start), in id order.
-func (s *Store) Undispatched(ctx context.Context, stream, after string, limit int) ([]outbox.Entry, error) {
+// qUndispatchedPartition reads a partition's undispatched entries after a
+// seq. Index outbox_partition_undispatched (undispatched entries only).
+const qUndispatchedPartition = `SELECT ` + entryColumns + ` FROM outbox
+	WHERE stream = ? AND partition = ? AND dispatched_at IS NULL AND seq > ? ORDER BY seq LIMIT ?`
+
+// Undispatched returns at most limit entries of stream (of part) whose
+// dispatched_at is NULL and whose id sorts after after ("" for the start),
+// in id order.
+func (s *Store) Undispatched(ctx context.Context, stream string, part store.Partition, after string, limit int) ([]outbox.Entry, error) {
 	if limit <= 0 {
 		return nil, nil
 	}
@@ -255,7 +279,8 @@ func (s *Store) Undispatched(ctx context.Context, stream, after string, limit in
 			return nil, fmt.Errorf("error reading undispatched entries of stream %s: %w", stream, err)
 		}
 	}
-	rows, err := s.read.QueryContext(ctx, qUndispatched, stream, seq, limit)
+	q, args := partitionQuery(qUndispatched, qUndispatchedPartition, stream, part, seq, limit)
+	rows, err := s.read.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, s.fail(fmt.Sprintf("reading undispatched entries of stream %s", stream), err)
 	}

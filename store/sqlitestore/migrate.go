@@ -140,7 +140,7 @@ func (s *Store) Migrate(ctx context.Context, cfg *store.MigrateConfig) error {
 }
 
 // requiredTables are the tables the store's operations use.
-var requiredTables = []string{"events", "outbox", "feed_floor", "leases"}
+var requiredTables = []string{"events", "outbox", "feed_floor", "leases", "partitions"}
 
 // CheckSchema returns an error wrapping store.ErrSchema, naming what is
 // missing and saying to run `outboxd migrate`, when the tables are absent or

@@ -271,7 +271,7 @@ func TestWriteTx(t *testing.T) {
 		for range 12 { // past 9 and 10, where decimal strings would misorder
 			write(t, b.store, "s", 1)
 		}
-		entries, err := b.store.Undispatched(ctx, "s", "", 100)
+		entries, err := b.store.Undispatched(ctx, "s", store.Partition{}, "", 100)
 		require.NoError(t, err)
 		require.Len(t, entries, 12)
 		for i := 1; i < len(entries); i++ {
@@ -306,20 +306,20 @@ func TestWriteTx(t *testing.T) {
 		var n int
 		require.NoError(t, db.QueryRowContext(ctx, "SELECT count(*) FROM app_rows").Scan(&n))
 		require.Zero(t, n)
-		entries, err := b.store.Undispatched(ctx, "s", "", 10)
+		entries, err := b.store.Undispatched(ctx, "s", store.Partition{}, "", 10)
 		require.NoError(t, err)
 		require.Empty(t, entries, "both rolled back")
 
 		run(true)
 		require.NoError(t, db.QueryRowContext(ctx, "SELECT count(*) FROM app_rows").Scan(&n))
 		require.Equal(t, 1, n)
-		entries, err = b.store.Undispatched(ctx, "s", "", 10)
+		entries, err = b.store.Undispatched(ctx, "s", store.Partition{}, "", 10)
 		require.NoError(t, err)
 		require.Len(t, entries, 1, "both committed")
 
 		// The prepared statements exist now; a caller transaction reuses them.
 		run(true)
-		entries, err = b.store.Undispatched(ctx, "s", "", 10)
+		entries, err = b.store.Undispatched(ctx, "s", store.Partition{}, "", 10)
 		require.NoError(t, err)
 		require.Len(t, entries, 1, "the same input is a duplicate")
 	})
@@ -443,7 +443,7 @@ func TestFeed(t *testing.T) {
 
 		l, err := b.store.AcquireLease(ctx, "s", "me", time.Now(), time.Minute)
 		require.NoError(t, err)
-		entries, err := b.store.Undispatched(ctx, "s", "", 10)
+		entries, err := b.store.Undispatched(ctx, "s", store.Partition{}, "", 10)
 		require.NoError(t, err)
 		require.NoError(t, b.store.MarkDispatched(ctx, l, []string{entries[0].ID, entries[1].ID, entries[2].ID}, time.Now().Add(-2*time.Hour)))
 		open, err := b.store.OpenFeed(ctx, "s", saved, opts) // opened before the delete

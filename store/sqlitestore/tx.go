@@ -36,8 +36,8 @@ const (
 		payload, content_hash, created_at, synced_at, last_requeued_at, requeue_count, sync_failure, failure_category,
 		traceparent) VALUES `
 	insertEventArgs = 15
-	insertEntryHead = `INSERT INTO outbox (event_id, stream, message, created_at, dispatched_at, traceparent) VALUES `
-	insertEntryArgs = 6
+	insertEntryHead = `INSERT INTO outbox (event_id, stream, message, created_at, dispatched_at, traceparent, partition) VALUES `
+	insertEntryArgs = 7
 )
 
 // nextInsert returns how many of left rows the next INSERT carries and its
@@ -339,7 +339,7 @@ func (w *txWriter) insertEntries(ctx context.Context, i int, chunk []outbox.Entr
 	}
 	args := make([]any, 0, len(chunk)*insertEntryArgs)
 	for _, e := range chunk {
-		args = append(args, e.EventID, e.Stream, e.Message, millis(e.CreatedAt), nullMillis(e.DispatchedAt), nullText(e.TraceParent))
+		args = append(args, e.EventID, e.Stream, e.Message, millis(e.CreatedAt), nullMillis(e.DispatchedAt), nullText(e.TraceParent), e.Partition)
 	}
 	rows, err := st.QueryContext(ctx, args...)
 	if err != nil {

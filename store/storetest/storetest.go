@@ -66,7 +66,7 @@ func Run(t *testing.T, h Harness) {
 // Checks returns the suite's checks, so a test can run one alone (for
 // example against a store broken on purpose, to see the suite fail).
 func Checks() []Check {
-	return []Check{
+	return append([]Check{
 		{"WriteAndRead", checkWriteAndRead},
 		{"SameKeySameContentReturnsFirstID", checkSameKeySameContent},
 		{"SameKeyOtherContentIsMismatch", checkSameKeyOtherContent},
@@ -104,7 +104,7 @@ func Checks() []Check {
 		{"RedriveOnlyParked", checkRedrive},
 		{"MigrateTwiceAndCheckSchema", checkMigrate},
 		{"ClosedStoreIsUnavailable", checkClosed},
-	}
+	}, partitionChecks()...)
 }
 
 // t0 is the fake clock's start in checks that need one.
@@ -188,7 +188,7 @@ func (b *bundle) undispatched() []outbox.Entry {
 	var all []outbox.Entry
 	after := ""
 	for {
-		page, err := b.s.Undispatched(context.Background(), b.stream, after, 100)
+		page, err := b.s.Undispatched(context.Background(), b.stream, store.Partition{}, after, 100)
 		require.NoError(b.t, err)
 		all = append(all, page...)
 		if len(page) < 100 {
@@ -527,10 +527,10 @@ func checkUndispatched(t testing.TB, h Harness) {
 	require.NoError(t, b.s.MarkDispatched(ctx, l, []string{all[1].ID, all[4].ID}, time.Now()))
 	left := b.undispatched()
 	require.Equal(t, []string{ids[0], ids[2], ids[3], ids[5], ids[6]}, eventIDs(left))
-	page, err := b.s.Undispatched(ctx, b.stream, left[1].ID, 2)
+	page, err := b.s.Undispatched(ctx, b.stream, store.Partition{}, left[1].ID, 2)
 	require.NoError(t, err)
 	require.Equal(t, []string{ids[3], ids[5]}, eventIDs(page), "paging continues after the given id")
-	other, err := b.s.Undispatched(ctx, name("other"), "", 10)
+	other, err := b.s.Undispatched(ctx, name("other"), store.Partition{}, "", 10)
 	require.NoError(t, err)
 	require.Empty(t, other)
 }

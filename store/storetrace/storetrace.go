@@ -186,9 +186,9 @@ func (s *Store) Redrive(ctx context.Context, ids []string) (int64, error) {
 }
 
 // Undispatched traces store.Store.Undispatched.
-func (s *Store) Undispatched(ctx context.Context, stream, after string, limit int) ([]outbox.Entry, error) {
+func (s *Store) Undispatched(ctx context.Context, stream string, part store.Partition, after string, limit int) ([]outbox.Entry, error) {
 	return call(ctx, s, "Undispatched", collOutbox, nil, func(ctx context.Context) ([]outbox.Entry, error) {
-		return s.Store.Undispatched(ctx, stream, after, limit)
+		return s.Store.Undispatched(ctx, stream, part, after, limit)
 	})
 }
 
