@@ -980,7 +980,7 @@ func TestKubernetesManifestsBroken(t *testing.T) {
 		{"PDBBlocksDrains", []kubeEdit{{"ingest.yaml", "minAvailable: 1", "minAvailable: 2"}}, "minAvailable 2 of 2 replicas of Deployment outboxd-ingest blocks every node drain"},
 		{"OverlappingSelector", []kubeEdit{{"reconcile.yaml", "  selector:\n    matchLabels:\n      app.kubernetes.io/name: outboxd\n      app.kubernetes.io/component: reconcile\n", "  selector:\n    matchLabels:\n      app.kubernetes.io/name: outboxd\n"}}, "Deployment outboxd-reconcile: its selector also matches the pods of"},
 		{"ScaledObjectTargetMissing", []kubeEdit{{"components/keda-work/scaledobject.yaml", kedaTarget, kedaTarget + "er"}}, `ScaledObject outboxd-work targets no Deployment of the base ("outboxd-worker")`},
-		{"ScaledObjectOtherMetric", []kubeEdit{{"components/keda-work/scaledobject.yaml", "max(outboxd_stream_lag{", "max(outboxd_stream_length{"}}, "does not read outboxd_stream_lag"},
+		{"ScaledObjectOtherMetric", []kubeEdit{{"components/keda-work/scaledobject.yaml", "(outboxd_stream_lag{", "(outboxd_stream_length{"}}, "does not read outboxd_stream_lag"},
 		{"ScaledObjectThresholdNumber", []kubeEdit{{"components/keda-work/scaledobject.yaml", `threshold: "50000"`, "threshold: 50000"}}, "ScaledObject outboxd-work: json: cannot unmarshal number into Go struct field"},
 		{"ScaledObjectToZero", []kubeEdit{{"components/keda-work/scaledobject.yaml", "minReplicaCount: 2", "minReplicaCount: 0"}}, "minReplicaCount 0 must be at least 1"},
 		{"AutoscaledReplicasKept", []kubeEdit{{"components/hpa-ingest/kustomization.yaml", hpaPatch, ""}}, "an autoscaler sets its replicas, so the manifest must not"},
