@@ -65,6 +65,8 @@ type soak struct {
 	converge time.Duration
 	faults   []string
 	store    string
+	// partitions is every role's --partitions (SOAK_PARTITIONS, 1).
+	partitions int
 	// storeFlag is the --store every role gets; storeDB the database
 	// (mongodb).
 	storeFlag, mongoDB string
@@ -123,7 +125,7 @@ func runSoak(ctx context.Context, out io.Writer, args []string) error {
 var errUsage = errors.New("usage")
 
 func newSoak(out io.Writer, args []string) (*soak, error) {
-	s := &soak{out: out, bin: "bin/outboxd", duration: soakDurationDefault, converge: soakConvergeDefault, store: soakStoreSQLite}
+	s := &soak{out: out, bin: "bin/outboxd", duration: soakDurationDefault, converge: soakConvergeDefault, store: soakStoreSQLite, partitions: 1}
 	for i := 0; i < len(args); i++ {
 		switch {
 		case args[i] == "-bin" && i+1 < len(args):
@@ -156,6 +158,11 @@ func newSoak(out io.Writer, args []string) (*soak, error) {
 	default:
 		return nil, fmt.Errorf("%w: SOAK_STORE must be sqlite, mongodb or lungo (got %q)", errUsage, s.store)
 	}
+	if v := os.Getenv("SOAK_PARTITIONS"); v != "" {
+		if s.partitions, err = strconv.Atoi(v); err != nil || outbox.ValidatePartitions(s.partitions) != nil {
+			return nil, fmt.Errorf("%w: SOAK_PARTITIONS must be a number of partitions from 1 to %d (got %q)", errUsage, outbox.PartitionsMax, v)
+		}
+	}
 	if s.faults, err = parseFaults(os.Getenv("SOAK_FAULTS"), s.store); err != nil {
 		return nil, fmt.Errorf("%w: %w", errUsage, err)
 	}
@@ -173,8 +180,8 @@ func (s *soak) run(ctx context.Context) (err error) {
 	}
 	failed := true
 	defer func() { s.tearDown(failed) }()
-	fmt.Fprintf(s.out, "soak: seed %d (SOAK_SEED=%d repeats the fault schedule), %s on %s, faults %s; history and logs in %s\n",
-		s.seed, s.seed, s.duration, s.store, strings.Join(s.faults, ","), s.dir)
+	fmt.Fprintf(s.out, "soak: seed %d (SOAK_SEED=%d repeats the fault schedule), %s on %s, %d partition(s), faults %s; history and logs in %s\n",
+		s.seed, s.seed, s.duration, s.store, s.partitions, strings.Join(s.faults, ","), s.dir)
 
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	defer stopLoad()
@@ -362,7 +369,7 @@ func (s *soak) storeArgs(proxied bool) []string {
 // reach, two ingest, two dispatch, three work and one reconcile --every,
 // each its own process; on lungo (memory of one process) one dev.
 func (s *soak) roleTable() []*soakRole {
-	redisArgs := []string{"--redis-url", s.redis.URL()}
+	redisArgs := []string{"--redis-url", s.redis.URL(), "--partitions", strconv.Itoa(s.partitions)}
 	// Short timeouts so that the faults are noticed and healed within a
 	// run: leases, breakers, the reclaim of a dead worker's entries and
 	// the reconciler's ages.
@@ -394,7 +401,7 @@ func (s *soak) roleTable() []*soakRole {
 			out = append(out, &soakRole{name: name, role: role, args: a})
 		}
 	}
-	ingestArgs := []string{"--store", s.storeFlag, "--request-timeout", "5s"}
+	ingestArgs := []string{"--store", s.storeFlag, "--request-timeout", "5s", "--partitions", strconv.Itoa(s.partitions)}
 	if s.mongoDB != "" {
 		ingestArgs = append(ingestArgs, "--mongo-db", s.mongoDB)
 	}
@@ -502,7 +509,7 @@ func (s *soak) waitConverged(ctx context.Context, until time.Time) (checker.Verd
 	if st != nil {
 		defer func() { _ = st.Close(context.Background()) }()
 	}
-	keys := stream.NewKeys(outbox.StreamDefault, stream.GroupDefault)
+	keys := stream.NewKeys(outbox.StreamDefault, stream.GroupDefault).Split(s.partitions)
 	rc, err := stream.NewClient(s.rdb, nil)
 	if err != nil {
 		return checker.Verdict{}, err
