@@ -83,6 +83,7 @@ func (h *handler) postEvent(w http.ResponseWriter, r *http.Request) {
 		res, err = h.writer.WriteBatch(ctx, batch)
 	}
 	h.ingest.count(res, err)
+	h.writes.record(err)
 	if err != nil {
 		field := "idempotencyKey"
 		if len(keys) == 1 {
@@ -127,6 +128,7 @@ func (h *handler) postBatch(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	res, err := h.writer.WriteBatch(ctx, batch)
 	h.ingest.count(res, err)
+	h.writes.record(err)
 	if err != nil {
 		h.fail(w, r, err, "", zap.Int("events", len(inputs)))
 		return

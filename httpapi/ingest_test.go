@@ -99,3 +99,65 @@ func TestIngestGroupCommit(t *testing.T) {
 		require.Equal(t, httpapi.ProblemUnavailable, p.Type)
 	})
 }
+
+// TestReadyzStoreRefusingWrites (issue 21, item 8): the SQLite store gets
+// full (PRAGMA max_page_count on its one write connection: the writes
+// that need a page more fail with SQLITE_FULL, "database or disk is
+// full", as on a full disk) while its reads go on. Ingest answers 503 and
+// /readyz says "store: refusing writes" although the store's own check
+// (a read) passes; with room again, the first write that succeeds makes
+// it ready. Without writes it is ready again after Retry-After, so that a
+// load balancer sends traffic back to find out.
+func TestReadyzStoreRefusingWrites(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := testkit.NewSQLite(t)
+	retry := 2 * time.Second
+	b := setupHandlerOn(t, st, &httpapi.Config{RetryAfter: retry})
+	require.Equal(t, http.StatusCreated, b.do(t, http.MethodPost, "/v1/events", eventJSON("before")).status)
+	require.Equal(t, http.StatusOK, b.do(t, http.MethodGet, "/readyz", "").status)
+	stored := int64(1)
+
+	var pages int64
+	require.NoError(t, st.DB().QueryRowContext(ctx, "PRAGMA page_count").Scan(&pages))
+	require.NoError(t, st.DB().QueryRowContext(ctx, fmt.Sprintf("PRAGMA max_page_count = %d", pages)).Scan(&pages))
+	full := func() { // the disk is full: the next write that needs a page fails
+		t.Helper()
+		for i := 0; ; i++ {
+			require.Less(t, i, 5000, "the store never filled up")
+			r := b.do(t, http.MethodPost, "/v1/events", eventJSON(fmt.Sprint("fill-", stored)))
+			if r.status == http.StatusServiceUnavailable {
+				require.Equal(t, httpapi.ProblemUnavailable, r.problem(t, http.StatusServiceUnavailable).Type)
+				return
+			}
+			require.Equal(t, http.StatusCreated, r.status, "body: %s", r.body)
+			stored++
+		}
+	}
+	full()
+	refused := time.Now()
+	r := b.do(t, http.MethodGet, "/readyz", "")
+	require.Equal(t, http.StatusServiceUnavailable, r.status)
+	require.Equal(t, map[string]any{"status": "unavailable", "checks": map[string]any{"store": "refusing writes"}}, r.json(t))
+	require.NoError(t, st.Ping(ctx), "the store's own check passes: it reads")
+	b.requireStored(t, stored) // the refused write wrote nothing
+
+	// Room again: the first write that succeeds makes it ready at once.
+	_, err := st.DB().ExecContext(ctx, "PRAGMA max_page_count = 1073741823")
+	require.NoError(t, err)
+	require.Equal(t, http.StatusServiceUnavailable, b.do(t, http.MethodGet, "/readyz", "").status, "no write told it yet")
+	require.Equal(t, http.StatusCreated, b.do(t, http.MethodPost, "/v1/events", eventJSON("after")).status)
+	stored++
+	require.Less(t, time.Since(refused), retry, "the write came before the hold ended: it, not the hold, made it ready")
+	require.Equal(t, http.StatusOK, b.do(t, http.MethodGet, "/readyz", "").status)
+	b.requireStored(t, stored)
+
+	// Full again, and no write comes: ready after Retry-After, when the
+	// next client write tells again.
+	require.NoError(t, st.DB().QueryRowContext(ctx, "PRAGMA page_count").Scan(&pages))
+	require.NoError(t, st.DB().QueryRowContext(ctx, fmt.Sprintf("PRAGMA max_page_count = %d", pages)).Scan(&pages))
+	full()
+	require.Equal(t, http.StatusServiceUnavailable, b.do(t, http.MethodGet, "/readyz", "").status)
+	require.Eventually(t, func() bool { return b.do(t, http.MethodGet, "/readyz", "").status == http.StatusOK },
+		2*retry, 50*time.Millisecond)
+}

@@ -81,7 +81,9 @@ type Config struct {
 	// MaxBatchDefault (500).
 	MaxBatch int
 	// RetryAfter is sent, rounded up to whole seconds, in the Retry-After
-	// header of a 503. Defaults to RetryAfterDefault (5 seconds).
+	// header of a 503. It is also how long GET /readyz says "store:
+	// refusing writes" after the store refused an ingest write, unless a
+	// write succeeds earlier. Defaults to RetryAfterDefault (5 seconds).
 	RetryAfter time.Duration
 	// RequestTimeout bounds the store work of one ingest request; a request
 	// that runs out of it gets 503 with Retry-After. Defaults to
@@ -118,7 +120,9 @@ type Config struct {
 	// Defaults to false.
 	Console bool
 	// Ready are the checks of GET /readyz, by name; each gets the request's
-	// context bounded to 2 seconds. None: always ready.
+	// context bounded to 2 seconds. None: always ready. With Writer set,
+	// /readyz also checks ingest's writes under the name "store" (the
+	// store refused the last one: "refusing writes").
 	Ready []Check
 	// Metrics, when set, serves GET /metrics.
 	Metrics http.Handler
@@ -178,6 +182,7 @@ type handler struct {
 	duration   *prometheus.HistogramVec
 	inFlight   *prometheus.GaugeVec
 	ingest     *ingestMetrics
+	writes     *writeHealth // set where the handler serves ingest
 	console    http.Handler
 }
 
@@ -224,6 +229,7 @@ func New(cfg *Config, logger *zap.Logger) (http.Handler, error) {
 		if h.ingest, err = newIngestMetrics(c.Registerer, h.writer.Stream()); err != nil {
 			return nil, err
 		}
+		h.writes = &writeHealth{hold: c.RetryAfter}
 	}
 	if c.Console {
 		instance := "outboxd"

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/httpapi"
+	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/operator"
 )
 
@@ -304,6 +306,14 @@ func TestConsoleInBrowser(t *testing.T) {
 		b.untilText(`[data-field="dAlive"]`, "alive")
 		b.untilText(`[data-field="replayName"]`, ":replay")
 		b.untilText(`[data-field="replayLag"]`, "0")
+		// Redis memory (issue 21): the group's lag, the memory, the policy
+		// and the relay, from /v1/status.
+		b.untilText(fmt.Sprintf(`#stream-groups [data-group=%q]`, d.group), "lag 0")
+		b.untilText(`[data-field="redisUsed"]`, "iB")
+		b.untilText(`[data-field="redisPolicy"]`, "maxmemory-policy noeviction")
+		b.untilText(`[data-field="relayHold"]`, "relays")
+		require.True(t, eval[bool](b, `document.getElementById('redis-eviction').hidden`), "noeviction is no misconfiguration")
+		require.True(t, eval[bool](b, `document.getElementById('stalled').hidden`), "nothing is stalled")
 		b.until(`document.querySelectorAll('#breakers tbody tr').length === 3`)
 		b.until(`document.querySelectorAll('#chart-throughput svg polyline').length > 0`)
 		b.until(`document.querySelectorAll('#sweeps tbody tr th').length > 0`)
@@ -576,4 +586,44 @@ func (b *browser) reprocessReadOnly() {
 	b.untilText("#replay-result", "1 original in the window")
 	b.click("#verify-check")
 	b.untilText("#verify-result", "no drift")
+}
+
+// TestConsoleRedisMemory (issue 21, item 5): `outboxd dev` on a Redis of
+// the test's own. At its maxmemory (noeviction) the overview shows the
+// memory full, the relay holding and the pipeline stalled; with the
+// memory raised and an evicting policy, the relay relays again and the
+// eviction misconfiguration shows.
+func TestConsoleRedisMemory(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := testkit.NewRedisServer(t)
+	d := startDev(t, "", "--min-age", "1h", "--redis-url", srv.URL(), "--ui-sample-every", "200ms")
+	require.Equal(t, http.StatusCreated, d.apiCall(t, "", http.MethodPost, "/v1/events",
+		`{"sourceKey":"plant-a","deviceKey":"sensor-1","occurredAt":"2026-11-01T00:00:00Z","payload":{}}`, nil))
+	browser := newBrowser(t, d.base)
+	browser.desktop()
+	b := browser.in(t)
+	b.open("/ui/")
+	b.untilText(fmt.Sprintf(`#stream-groups [data-group=%q]`, d.group), "lag 0")
+	b.untilText(`[data-field="redisMax"]`, "no limit")
+	b.untilText(`[data-field="relayHold"]`, "relays")
+
+	rdb := srv.Client()
+	used, err := rdb.InfoMap(ctx, "memory").Result()
+	require.NoError(t, err)
+	n, err := strconv.ParseInt(used["Memory"]["used_memory"], 10, 64)
+	require.NoError(t, err)
+	require.NoError(t, rdb.ConfigSet(ctx, "maxmemory", strconv.FormatInt(n/2, 10)).Err()) // full: it refuses writes
+	b.untilText(`[data-field="relayHold"]`, "holds")
+	b.untilText(`[data-field="redisUsed"]`, "full")
+	b.untilText(`[data-field="redisMax"]`, "iB")
+	b.until(`!document.getElementById('stalled').hidden`)
+	require.True(t, eval[bool](b, `document.getElementById('redis-eviction').hidden`))
+
+	require.NoError(t, rdb.ConfigSet(ctx, "maxmemory", "0").Err())
+	require.NoError(t, rdb.ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err())
+	b.untilText(`[data-field="redisPolicy"]`, "allkeys-lru")
+	b.until(`!document.getElementById('redis-eviction').hidden`)
+	b.untilText(`[data-field="relayHold"]`, "relays")
+	b.until(`document.getElementById('stalled').hidden`)
 }

@@ -40,6 +40,7 @@
     set('streamName', s.stream ? s.stream.name : '');
     set('streamLength', s.stream ? o.fmtNum(s.stream.length) : (gone('stream') ? 'unavailable' : 'no Redis here'));
     set('streamPending', s.stream ? o.fmtNum(s.stream.pending) : (gone('stream') ? 'unavailable' : 'no Redis here'));
+    showRedis(s, gone);
     const rp = s.replay;
     const noReplay = gone('replay') ? 'unavailable' : 'no Redis here';
     set('replayName', rp ? rp.name : '');
@@ -75,6 +76,37 @@
       ? h('span', {}, o.state('halted'), ' Automatic retries halted for: ' + halted.map((x) => `${x.component}/${x.class}`).join(', '))
       : 'Retries halted: none.');
     return r && r.lastReport ? r.lastReport : null;
+  }
+
+  // fmtBytes writes a size in MiB (or KiB below one MiB).
+  function fmtBytes(n) {
+    return n >= 1 << 20 ? `${(n / (1 << 20)).toFixed(1)} MiB` : `${Math.round(n / 1024)} KiB`;
+  }
+
+  // showRedis shows every consumer group's lag, Redis's used and maximum
+  // memory, its policy (eviction is a misconfiguration), the relay's hold
+  // (backpressure) and why the pipeline is stalled, as /v1/status has them.
+  function showRedis(s, gone) {
+    const groups = o.clear(document.getElementById('stream-groups'));
+    for (const g of (s.stream && s.stream.groups) || []) {
+      const lag = g.lag === undefined || g.lag === null ? 'unknown' : o.fmtNum(g.lag);
+      groups.append(h('li', { 'data-group': g.name }, h('strong', { text: g.name }),
+        `: lag ${lag}, pending ${o.fmtNum(g.pending)}, read ${o.fmtNum(g.entriesRead)}`));
+    }
+    const m = s.redis;
+    const none = gone('redis') ? 'unavailable' : 'no Redis here';
+    set('redisUsed', m ? h('span', {}, fmtBytes(m.usedMemoryBytes),
+      m.maxMemoryBytes > 0 ? ` (${Math.round(100 * m.usedMemoryBytes / m.maxMemoryBytes)}%)` : '',
+      m.full ? ' ' : '', m.full ? o.state('full') : '') : none);
+    set('redisMax', m ? (m.maxMemoryBytes > 0 ? fmtBytes(m.maxMemoryBytes) : 'no limit') : none);
+    set('redisPolicy', m ? `maxmemory-policy ${m.maxMemoryPolicy || 'unknown'}` : '');
+    document.getElementById('redis-eviction').hidden = !(m && m.evictionMisconfigured);
+    set('relayHold', s.backpressure ? h('span', {}, o.state('holds'), ` ${s.backpressure}`)
+      : (s.dispatcher ? 'relays' : 'no dispatcher here'));
+    const stalled = s.stalled || [];
+    const el = document.getElementById('stalled');
+    el.hidden = stalled.length === 0;
+    el.textContent = stalled.length ? `Stalled: ${stalled.join('; ')}.` : '';
   }
 
   // showAudit shows the last run of the read model's audit: what it
