@@ -89,7 +89,7 @@ load: build ## Load run against a running outboxd (make run in another terminal)
 	$(GO) run ./cmd/outboxd-bench load
 
 .PHONY: soak
-soak: services build ## Randomized fault soak: every role its own process under a nemesis, then the checker; SOAK_DURATION=10m, SOAK_SEED, SOAK_FAULTS, SOAK_STORE
+soak: services build ## Randomized fault soak: every role its own process under a nemesis, then the checker; SOAK_DURATION=10m, SOAK_SEED, SOAK_FAULTS, SOAK_STORE, SOAK_PARTITIONS
 	$(GO) run ./cmd/outboxd-bench soak -bin $(BIN)
 
 .PHONY: fuzz
