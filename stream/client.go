@@ -291,19 +291,21 @@ func laneFigures(group string, xlen *redis.IntCmd, groups *redis.XInfoGroupsCmd)
 }
 
 // GroupPending returns how many entries are delivered to the group and not
-// acknowledged, on the stream and on its replay lane together (0 where the
-// group does not exist): the checker's leftover of the consumer group.
+// acknowledged, on the stream and on its replay lane together, of every
+// partition of keys' stream (0 where the group does not exist): the
+// checker's leftover of the consumer group.
 func (c *Client) GroupPending(ctx context.Context, keys Keys) (int64, error) {
-	keys = keys.Live()
 	var n int64
-	for _, key := range []string{keys.Stream(), keys.ReplayLane().Stream()} {
-		p, err := c.rdb.XPending(ctx, key, keys.Group()).Result()
-		switch {
-		case err == nil:
-			n += p.Count
-		case IsNoGroup(err):
-		default:
-			return 0, err
+	for _, k := range keys.Live().AllPartitions() {
+		for _, key := range []string{k.Stream(), k.ReplayLane().Stream()} {
+			p, err := c.rdb.XPending(ctx, key, k.Group()).Result()
+			switch {
+			case err == nil:
+				n += p.Count
+			case IsNoGroup(err):
+			default:
+				return 0, err
+			}
 		}
 	}
 	return n, nil
