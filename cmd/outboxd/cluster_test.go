@@ -35,8 +35,10 @@ func TestPipelineOnRedisCluster(t *testing.T) {
 	require.Equal(t, ExitOK, run(ctx, b.args("migrate"), &out, &out), out.String())
 	ingest := freeAddr(t)
 	start(t, ingest, b.args("ingest", "--http-addr", ingest, "--stream", b.stream, "--partitions", partitions))
+	var dispatchers []string
 	for range 2 {
 		addr := freeAddr(t)
+		dispatchers = append(dispatchers, addr)
 		start(t, addr, b.args("dispatch", "--http-addr", addr, "--redis-cluster", "--partitions", partitions))
 	}
 	work := freeAddr(t)
@@ -72,6 +74,21 @@ func TestPipelineOnRedisCluster(t *testing.T) {
 	require.Empty(t, c.failures, "requests dropped or refused by the server")
 	require.Len(t, c.keys(), events)
 	testkit.RequireConverged(t, p, c.keys(), 2*time.Minute)
+	// The two dispatchers share the four partitions, two each.
+	require.Eventually(t, func() bool {
+		s, err := (&devBundle{base: "http://" + dispatchers[0]}).status()
+		if err != nil || s.Dispatcher == nil || len(s.Dispatcher.Partitions) != 4 {
+			return false
+		}
+		held := map[string]int{}
+		for _, ps := range s.Dispatcher.Partitions {
+			if !ps.LeaderAlive {
+				return false
+			}
+			held[ps.Leader]++
+		}
+		return len(held) == 2
+	}, time.Minute, 50*time.Millisecond, "two dispatchers share the four partitions")
 	for _, k := range all {
 		n, err := p.Redis.XLen(ctx, k.Stream()).Result()
 		require.NoError(t, err)
