@@ -42,7 +42,7 @@ type Server struct {
 	// its nodes file in Dir), not serving a slot until a Cluster assigns
 	// it some.
 	Cluster bool
-	cmd *exec.Cmd
+	cmd     *exec.Cmd
 	// exited is closed when the process has ended.
 	exited chan struct{}
 }
