@@ -291,14 +291,14 @@ func laneFigures(group string, xlen *redis.IntCmd, groups *redis.XInfoGroupsCmd)
 }
 
 // GroupPending returns how many entries are delivered to the group and not
-// acknowledged, on the stream and on its replay lane together, over every
-// partition of keys (Split) (0 where the group does not exist): the
+// acknowledged, on the stream and on its replay lane together, of every
+// partition of keys' stream (0 where the group does not exist): the
 // checker's leftover of the consumer group.
 func (c *Client) GroupPending(ctx context.Context, keys Keys) (int64, error) {
 	var n int64
-	for _, part := range keys.Live().AllPartitions() {
-		for _, key := range []string{part.Stream(), part.ReplayLane().Stream()} {
-			p, err := c.rdb.XPending(ctx, key, part.Group()).Result()
+	for _, k := range keys.Live().AllPartitions() {
+		for _, key := range []string{k.Stream(), k.ReplayLane().Stream()} {
+			p, err := c.rdb.XPending(ctx, key, k.Group()).Result()
 			switch {
 			case err == nil:
 				n += p.Count

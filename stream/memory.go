@@ -58,16 +58,44 @@ func (c *Client) Writable(ctx context.Context) error {
 
 // Memory reads Redis's used memory, maxmemory and maxmemory-policy (INFO
 // memory, which every Redis answers, managed ones that refuse CONFIG GET
-// included). On a Cluster it reads the node that answers.
+// included). On a Cluster it reads every master (ForEachMaster: each holds
+// the keys of its own slots) and returns the one nearest to full, with the
+// policy of the first that evicts, if any does: a partition whose master
+// is full holds its relay whatever the others have left.
 func (c *Client) Memory(ctx context.Context) (Memory, error) {
-	info, err := c.rdb.Info(ctx, "memory").Result()
+	infos, err := c.infos(ctx, "memory")
 	if err != nil {
 		return Memory{}, fmt.Errorf("error reading Redis's memory: %w", err)
 	}
-	m := Memory{Policy: infoField(info, "maxmemory_policy")}
-	m.Used, _ = strconv.ParseInt(infoField(info, "used_memory"), 10, 64)
-	m.Max, _ = strconv.ParseInt(infoField(info, "maxmemory"), 10, 64)
-	return m, nil
+	var worst Memory
+	evicting := ""
+	for i, info := range infos {
+		m := Memory{Policy: infoField(info, "maxmemory_policy")}
+		m.Used, _ = strconv.ParseInt(infoField(info, "used_memory"), 10, 64)
+		m.Max, _ = strconv.ParseInt(infoField(info, "maxmemory"), 10, 64)
+		if m.Evicts() && evicting == "" {
+			evicting = m.Policy
+		}
+		if i == 0 || m.fuller(worst) {
+			worst = m
+		}
+	}
+	if evicting != "" {
+		worst.Policy = evicting
+	}
+	return worst, nil
+}
+
+// fuller reports whether m is nearer to its maxmemory than o (a node
+// without a maxmemory is never nearer than one with).
+func (m Memory) fuller(o Memory) bool {
+	switch {
+	case m.Max <= 0:
+		return false
+	case o.Max <= 0:
+		return true
+	}
+	return float64(m.Used)/float64(m.Max) > float64(o.Used)/float64(o.Max)
 }
 
 // GroupLag is where one consumer group of a stream stands (XINFO GROUPS).

@@ -88,7 +88,7 @@ type Trimmed struct {
 func (c *Client) Trim(ctx context.Context, keys Keys, retention time.Duration) ([]Trimmed, error) {
 	retention = max(retention, 0)
 	mode := ""
-	if c.version.atLeast(ctx, c.rdb, 8, 2) {
+	if c.version.atLeast(ctx, c, 8, 2) {
 		mode = "acked"
 	}
 	keys = keys.Live()
@@ -117,16 +117,23 @@ type serverVersion struct {
 }
 
 // atLeast reports whether the server's version is major.minor or later
-// (false while it cannot be read).
-func (v *serverVersion) atLeast(ctx context.Context, rdb redis.UniversalClient, major, minor int) bool {
+// (false while it cannot be read); on a Cluster, whether every master's is
+// (c.infos reads each).
+func (v *serverVersion) atLeast(ctx context.Context, c *Client, major, minor int) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if !v.known {
-		info, err := rdb.Info(ctx, "server").Result()
-		if err != nil {
+		infos, err := c.infos(ctx, "server")
+		if err != nil || len(infos) == 0 {
 			return false
 		}
-		v.major, v.minor = parseVersion(infoField(info, "redis_version"))
+		v.major, v.minor = -1, 0
+		for _, info := range infos {
+			ma, mi := parseVersion(infoField(info, "redis_version"))
+			if v.major < 0 || ma < v.major || (ma == v.major && mi < v.minor) {
+				v.major, v.minor = ma, mi
+			}
+		}
 		v.known = true
 	}
 	return v.major > major || (v.major == major && v.minor >= minor)

@@ -123,17 +123,11 @@ func (a *app) open(ctx context.Context) error {
 		}
 	}
 	if r.redis {
-		opt, err := redis.ParseURL(a.o.redisURL)
+		rdb, err := stream.OpenRedis(a.o.redisURL, a.o.redisTopology(), a.o.redisCAs)
 		if err != nil {
 			return config.Invalid("redis-url", "%v", err)
 		}
-		// Commands heed their context's deadline (a status read, a probe),
-		// not only the client's fixed read and write timeouts.
-		opt.ContextTimeoutEnabled = true
-		if opt.TLSConfig != nil && a.o.redisCAs != nil { // rediss:// with --redis-ca-file
-			opt.TLSConfig.RootCAs = a.o.redisCAs
-		}
-		a.rdb = redis.NewClient(opt)
+		a.rdb = rdb
 		rc, err := stream.NewClient(a.rdb, nil)
 		if err != nil {
 			return err

@@ -70,6 +70,10 @@ type options struct {
 	// read by validate.
 	redisCAFile string
 	redisCAs    *x509.CertPool
+	// redisCluster and redisSentinel are --redis-cluster and
+	// --redis-sentinel-master: how --redis-url is read (redisTopology).
+	redisCluster  bool
+	redisSentinel string
 
 	// access: the tokens of the serving roles, each from its flag or its
 	// file (validate reads the files; authToken is the operator's too, and
@@ -177,6 +181,8 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 		case gRedis:
 			fs.StringVar(&o.redisURL, "redis-url", RedisURLDefault, "Redis URL (rediss://… for TLS)")
 			fs.StringVar(&o.redisCAFile, "redis-ca-file", "", "PEM certificates of the authorities a rediss:// --redis-url is trusted by, besides the system's")
+			fs.BoolVar(&o.redisCluster, "redis-cluster", false, "Redis is a Cluster: --redis-url is a seed list, redis://h1:p1?addr=h2:p2&addr=h3:p3 (needs --partitions 2 or more; see docs/operations.md, Redis Cluster)")
+			fs.StringVar(&o.redisSentinel, "redis-sentinel-master", "", "reach Redis through Sentinel: the master's name; --redis-url names the Sentinels, redis://s1:26379?addr=s2:26379")
 			fs.StringVar(&o.stream, "stream", outbox.StreamDefault, "Redis stream")
 			fs.StringVar(&o.group, "group", stream.GroupDefault, "Redis consumer group")
 			o.partitionsFlag(fs)
@@ -396,6 +402,12 @@ func (o *options) validate() error {
 	if has["redis-url"] {
 		if u, err := url.Parse(o.redisURL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") {
 			return config.Invalid("redis-url", "must be redis://host:port/db or rediss://… (got %q)", redact.DSN(o.redisURL))
+		}
+		if err := o.redisTopology().Validate(); err != nil {
+			return config.Invalid("redis-cluster", "%v", err)
+		}
+		if o.redisCluster && o.partitions < 2 {
+			return config.Invalid("redis-cluster", "needs --partitions 2 or more: one partition's keys keep their unpartitioned names, which share no hash tag, so the worker's MULTI/EXEC and scripts would span slots (see docs/operations.md, Redis Cluster)")
 		}
 		if o.stream == "" {
 			return config.Invalid("stream", "must not be empty")
@@ -629,6 +641,12 @@ func (l *idList) Set(v string) error {
 func (o *options) String() string {
 	return fmt.Sprintf("role=%s store=%s redis=%s postgres=%s", o.role.name,
 		redact.DSN(o.store), redact.DSN(o.redisURL), redact.DSN(o.postgresURL))
+}
+
+// redisTopology is how --redis-url is read: --redis-cluster and
+// --redis-sentinel-master.
+func (o *options) redisTopology() stream.Topology {
+	return stream.Topology{Cluster: o.redisCluster, SentinelMaster: o.redisSentinel}
 }
 
 // partitionsFlag registers --partitions, where the stream is named.

@@ -38,7 +38,11 @@ type Server struct {
 	Dir string
 	// TLS, when set, makes the server speak TLS only.
 	TLS *TLS
-	cmd *exec.Cmd
+	// Cluster makes the server a Redis Cluster node (--cluster-enabled,
+	// its nodes file in Dir), not serving a slot until a Cluster assigns
+	// it some.
+	Cluster bool
+	cmd     *exec.Cmd
 	// exited is closed when the process has ended.
 	exited chan struct{}
 }
@@ -72,6 +76,10 @@ func (s *Server) args() []string {
 	args := []string{"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", s.Dir, "--loglevel", "warning",
 		"--maxmemory-policy", "noeviction"}
+	if s.Cluster {
+		args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+			"--cluster-node-timeout", "5000")
+	}
 	if s.TLS != nil {
 		args = append(args, "--port", "0", "--tls-port", strconv.Itoa(s.Port), "--tls-cert-file", s.TLS.CertFile,
 			"--tls-key-file", s.TLS.KeyFile, "--tls-ca-cert-file", s.TLS.CAFile, "--tls-auth-clients", "no")

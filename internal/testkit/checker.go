@@ -17,15 +17,21 @@ type Verdict = checker.Verdict
 // Check counts, from PostgreSQL, the store and Redis, what happened to the
 // accepted keys (checker.Check). st may be nil to skip the store's checks
 // (a store only the process under test can reach), rdb nil to skip the PEL
-// check.
+// check. The stream is unpartitioned; Pipeline.Check reads a partitioned one.
 func Check(ctx context.Context, st store.Store, pool *pgxpool.Pool, rdb redis.UniversalClient, stream, group string, accepted []string) (Verdict, error) {
-	in := checker.Input{Store: st, Pool: pool, Accepted: accepted}
-	if rdb != nil {
-		rc, err := streampkg.NewClient(rdb, nil)
+	return Pipeline{Store: st, Pool: pool, Redis: rdb, Stream: stream, Group: group}.Check(ctx, accepted)
+}
+
+// Check counts what happened to the accepted keys in p (checker.Check),
+// the pending entries of every partition of its stream included.
+func (p Pipeline) Check(ctx context.Context, accepted []string) (Verdict, error) {
+	in := checker.Input{Store: p.Store, Pool: p.Pool, Accepted: accepted}
+	if p.Redis != nil {
+		rc, err := streampkg.NewClient(p.Redis, nil)
 		if err != nil {
 			return Verdict{}, err
 		}
-		keys := streampkg.NewKeys(stream, group)
+		keys := streampkg.NewKeys(p.Stream, p.Group).Split(p.Partitions)
 		in.PendingEntries = func(ctx context.Context) (int64, error) { return rc.GroupPending(ctx, keys) }
 	}
 	return checker.Check(ctx, in)

@@ -23,6 +23,8 @@ type Pipeline struct {
 	Redis  redis.UniversalClient
 	Stream string
 	Group  string
+	// Partitions is the stream's number of partitions (0 or 1: not split).
+	Partitions int
 }
 
 // RequireConverged is the last step of a fault test: it waits up to
@@ -35,7 +37,7 @@ func RequireConverged(t testing.TB, p Pipeline, accepted []string, timeout time.
 	t.Helper()
 	var last atomic.Pointer[string]
 	ok := assert.Eventually(t, func() bool {
-		v, err := Check(context.Background(), p.Store, p.Pool, p.Redis, p.Stream, p.Group, accepted)
+		v, err := p.Check(context.Background(), accepted)
 		s := v.String()
 		if err != nil {
 			s = err.Error()
