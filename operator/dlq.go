@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -62,6 +63,9 @@ type DeadLetter struct {
 	Payload string `json:"payload"`
 	// Event is the original itself (Operator.DeadLetter only).
 	Event *Event `json:"event,omitempty"`
+
+	// dlq are the keys of the partition whose dead-letter stream holds it.
+	dlq stream.Keys
 }
 
 // DLQQuery selects dead letters.
@@ -78,6 +82,8 @@ type DLQQuery struct {
 // DLQPage is what ListDLQ returns (GET /v1/admin/dlq).
 type DLQPage struct {
 	// Stream is the dead-letter stream, Length its entries (unfiltered).
+	// With partitions Stream names the first partition's and their number
+	// ("{s:0}:dlq (4 partitions)"), and Length sums every partition's.
 	Stream  string       `json:"stream"`
 	Length  int64        `json:"length"`
 	Entries []DeadLetter `json:"entries"`
@@ -160,9 +166,58 @@ func (q DLQQuery) matches(dl DeadLetter) bool {
 	return (q.Category == "" || dl.Category == q.Category) && (q.Code == "" || dl.Code == q.Code)
 }
 
+// dlqs are the keys of every partition's dead-letter stream
+// (stream.Keys.AllPartitions: the stream's own with one partition).
+func (o *Operator) dlqs() []stream.Keys { return o.keys.Split(o.cfg.Partitions).AllPartitions() }
+
+// deadLetters reads at most n dead letters after after (exclusive; ""
+// from the oldest) across every partition, in id order: each partition's
+// next n, merged, the first n kept. Ids are times, so the order is the
+// order of dead-lettering across partitions; two partitions' entries with
+// the same id both come (a page ending on such an id may repeat one).
+func (o *Operator) deadLetters(ctx context.Context, after string, n int) ([]stream.DeadLetter, []stream.Keys, error) {
+	type found struct {
+		d    stream.DeadLetter
+		keys stream.Keys
+	}
+	var all []found
+	for _, keys := range o.dlqs() {
+		msgs, err := o.cfg.Redis.DeadLetters(ctx, keys, after, n)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, m := range msgs {
+			all = append(all, found{m, keys})
+		}
+	}
+	slices.SortStableFunc(all, func(a, b found) int { return stream.CompareIDs(a.d.ID, b.d.ID) })
+	all = all[:min(len(all), n)]
+	out, keys := make([]stream.DeadLetter, len(all)), make([]stream.Keys, len(all))
+	for i, f := range all {
+		out[i], keys[i] = f.d, f.keys
+	}
+	return out, keys, nil
+}
+
+// deleteDeadLetters removes dls from their partitions' dead-letter
+// streams.
+func (o *Operator) deleteDeadLetters(ctx context.Context, dls []DeadLetter) error {
+	ids := map[stream.Keys][]string{}
+	for _, dl := range dls {
+		ids[dl.dlq] = append(ids[dl.dlq], dl.ID)
+	}
+	for keys, ids := range ids {
+		if err := o.cfg.Redis.DeleteDeadLetters(ctx, keys, ids); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // scan reads the dead letters after after, oldest first, and returns at
 // most limit of those q matches, having read at most dlqScanMax; next is
-// the last id read when more may follow.
+// the last id read when more may follow. With partitions it reads every
+// partition's dead-letter stream, merged in id order.
 func (o *Operator) scan(ctx context.Context, q DLQQuery, limit int) (out []DeadLetter, next string, err error) {
 	out = []DeadLetter{}
 	if q.After != "" {
@@ -175,13 +230,14 @@ func (o *Operator) scan(ctx context.Context, q DLQQuery, limit int) (out []DeadL
 	scanned := 0
 	for len(out) < limit && scanned < dlqScanMax {
 		n := min(max(limit-len(out), 100), dlqScanMax-scanned)
-		msgs, err := o.cfg.Redis.DeadLetters(ctx, o.keys, after, n)
+		msgs, keys, err := o.deadLetters(ctx, after, n)
 		if err != nil {
 			return nil, "", redisErr("reading the dead-letter stream", err)
 		}
 		for i, m := range msgs {
 			scanned++
 			dl := deadLetterOf(m, now)
+			dl.dlq = keys[i]
 			if q.matches(dl) {
 				out = append(out, dl)
 			}
@@ -239,10 +295,18 @@ func (o *Operator) ListDLQ(ctx context.Context, q DLQQuery) (*DLQPage, error) {
 	if limit < 1 || limit > ChunkMax {
 		return nil, Invalid("limit", "must be from 1 to %d", ChunkMax)
 	}
-	dlq := o.keys.DLQ()
-	length, err := o.cfg.Redis.Len(ctx, dlq)
-	if err != nil {
-		return nil, redisErr("reading the dead-letter stream", err)
+	var length int64
+	parts := o.dlqs()
+	for _, keys := range parts {
+		n, err := o.cfg.Redis.Len(ctx, keys.DLQ())
+		if err != nil {
+			return nil, redisErr("reading the dead-letter stream", err)
+		}
+		length += n
+	}
+	dlq := parts[0].DLQ()
+	if len(parts) > 1 { // named as /v1/status names the sums
+		dlq = fmt.Sprintf("%s (%d partitions)", dlq, len(parts))
 	}
 	entries, next, err := o.scan(ctx, q, limit)
 	if err != nil {
@@ -290,15 +354,18 @@ func (o *Operator) byIDs(ctx context.Context, field string, ids []string) ([]*De
 			return nil, err
 		}
 	}
-	found, err := o.cfg.Redis.DeadLettersByID(ctx, o.keys, ids)
-	if err != nil {
-		return nil, redisErr("reading dead letters", err)
-	}
 	now := o.cfg.Now()
-	for i, d := range found {
-		if d != nil {
-			dl := deadLetterOf(*d, now)
-			out[i] = &dl
+	for _, keys := range o.dlqs() { // the first partition holding an id has it
+		found, err := o.cfg.Redis.DeadLettersByID(ctx, keys, ids)
+		if err != nil {
+			return nil, redisErr("reading dead letters", err)
+		}
+		for i, d := range found {
+			if d != nil && out[i] == nil {
+				dl := deadLetterOf(*d, now)
+				dl.dlq = keys
+				out[i] = &dl
+			}
 		}
 	}
 	return out, nil
@@ -392,17 +459,17 @@ func (o *Operator) ReplayDLQ(ctx context.Context, act DLQAction) (*DLQActionResu
 		}
 	}
 	ok, perr := o.publish(ctx, originals, outbox.OriginDLQReplay)
-	var done []string
+	var done []DeadLetter
 	for i, dl := range replay {
 		if !ok[i] {
 			res.add(DLQResult{ID: dl.ID, EventID: dl.EventID, Outcome: OutcomeFailed})
 			continue
 		}
-		done = append(done, dl.ID)
+		done = append(done, dl)
 		res.add(DLQResult{ID: dl.ID, EventID: dl.EventID, Outcome: OutcomeReplayed})
 	}
 	if len(done) > 0 {
-		if err := o.cfg.Redis.DeleteDeadLetters(ctx, o.keys, done); err != nil {
+		if err := o.deleteDeadLetters(ctx, done); err != nil {
 			// Published but still listed: a replay again only delivers
 			// them twice, which the worker absorbs.
 			return nil, redisErr(fmt.Sprintf("removing %d replayed dead letters (they were re-published)", len(done)), err)
@@ -426,12 +493,8 @@ func (o *Operator) DropDLQ(ctx context.Context, act DLQAction) (*DLQActionResult
 	if len(dls) == 0 {
 		return res, nil
 	}
-	ids := make([]string, len(dls))
-	for i, dl := range dls {
-		ids[i] = dl.ID
-	}
-	if err := o.cfg.Redis.DeleteDeadLetters(ctx, o.keys, ids); err != nil {
-		return nil, redisErr(fmt.Sprintf("removing %d dead letters", len(ids)), err)
+	if err := o.deleteDeadLetters(ctx, dls); err != nil {
+		return nil, redisErr(fmt.Sprintf("removing %d dead letters", len(dls)), err)
 	}
 	for _, dl := range dls {
 		res.add(DLQResult{ID: dl.ID, EventID: dl.EventID, Outcome: OutcomeDropped})

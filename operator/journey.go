@@ -229,8 +229,10 @@ func (o *Operator) streamJourney(ctx context.Context, ev *outbox.Event) (Journey
 		msg, err := e.Message()
 		return err == nil && msg.EventID == ev.ID
 	}
+	// The event's partition holds its entries and its dead letters.
+	part := o.keys.Split(o.cfg.Partitions).ForEvent(ev.SourceKey, ev.DeviceKey)
 	byLane := map[stream.Keys][]stream.Entry{}
-	for _, keys := range []stream.Keys{o.keys, o.keys.ReplayLane()} {
+	for _, keys := range []stream.Keys{part, part.ReplayLane()} {
 		msgs, scanned, partial, err := o.cfg.Redis.ScanBack(ctx, keys.Stream(), since, JourneyScanMax, names)
 		if err != nil {
 			return js, redisErr("scanning the stream "+keys.Stream(), err)
@@ -239,7 +241,7 @@ func (o *Operator) streamJourney(ctx context.Context, ev *outbox.Event) (Journey
 		js.Scanned += scanned
 		js.Partial = js.Partial || partial
 	}
-	dlqMsgs, dlqScanned, dlqPartial, err := o.cfg.Redis.ScanBack(ctx, o.keys.DLQ(), since, JourneyScanMax, func(e stream.Entry) bool {
+	dlqMsgs, dlqScanned, dlqPartial, err := o.cfg.Redis.ScanBack(ctx, part.DLQ(), since, JourneyScanMax, func(e stream.Entry) bool {
 		return stream.DeadLetterEventID(e) == ev.ID
 	})
 	if err != nil {

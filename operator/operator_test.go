@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -269,4 +270,99 @@ func TestTypedWindows(t *testing.T) {
 	none, err := b.op.ListEvents(ctx, operator.EventsQuery{To: at})
 	require.NoError(t, err)
 	require.Empty(t, none.Events, "[zero, at) holds none")
+}
+
+// TestDLQPartitions: with P = 4 the dead letters sit in each partition's
+// dead-letter stream; dlq list, replay and drop cover every one, in id
+// order across partitions, and the journey finds an event's own.
+func TestDLQPartitions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const partitions = 4
+	b := setup(t)
+	op, err := operator.New(&operator.Config{Store: b.st, Redis: b.rc, ReadModel: readmodel.New(b.pg.Pool),
+		Stream: b.keys.Name(), Group: b.keys.Group(), Role: "work", Partitions: partitions}, testkit.Logger(t))
+	require.NoError(t, err)
+	var devices []string
+	for i := range 12 {
+		devices = append(devices, fmt.Sprintf("dev-%d", i))
+	}
+	events := b.write(t, devices...)
+	split := b.keys.Split(partitions)
+	used := map[int]bool{}
+	for _, ev := range events {
+		used[split.ForEvent(ev.SourceKey, ev.DeviceKey).PartitionIndex()] = true
+	}
+	require.Greater(t, len(used), 1, "the events spread over several partitions")
+	require.NoError(t, b.rc.Publisher(split, nil, nil).PublishEvents(ctx, events, outbox.OriginOutbox))
+	var workers []*worker.Worker
+	for p := range partitions {
+		w, err := worker.New(b.st, b.rc, b.pg.Pool, &worker.Config{
+			Stream: b.keys.Name(), Group: b.keys.Group(), Consumer: "c", Partition: p, Partitions: partitions,
+			Block: 50 * time.Millisecond, MaxDeliveries: 1,
+			Projector: worker.ProjectorFunc(func(context.Context, pgx.Tx, []*outbox.Event) error {
+				return fmt.Errorf("%w: a projection bug", worker.ErrRecord)
+			}),
+		}, testkit.Logger(t))
+		require.NoError(t, err)
+		require.NoError(t, w.Start(ctx))
+		t.Cleanup(func() { require.NoError(t, w.Stop(context.Background())) })
+		workers = append(workers, w)
+	}
+	dlqLen := func() int64 {
+		var n int64
+		for _, k := range split.AllPartitions() {
+			l, err := b.rc.Len(ctx, k.DLQ())
+			require.NoError(t, err)
+			n += l
+		}
+		return n
+	}
+	require.Eventually(t, func() bool { return dlqLen() == int64(len(events)) }, waitFor, 10*time.Millisecond)
+	for _, w := range workers { // a replayed event would fail again
+		require.NoError(t, w.Stop(ctx))
+	}
+	unpartitioned, err := b.rc.Len(ctx, b.keys.DLQ())
+	require.NoError(t, err)
+	require.Zero(t, unpartitioned, "P = 4: nothing in the stream's own dead-letter stream")
+
+	// list: every partition's, paged in id order.
+	page, err := op.ListDLQ(ctx, operator.DLQQuery{Limit: 100})
+	require.NoError(t, err)
+	require.Equal(t, int64(len(events)), page.Length)
+	require.Equal(t, split.DLQ()+" (4 partitions)", page.Stream)
+	require.Len(t, page.Entries, len(events))
+	var paged []string
+	after := ""
+	for {
+		p, err := op.ListDLQ(ctx, operator.DLQQuery{Limit: 5, After: after})
+		require.NoError(t, err)
+		for _, dl := range p.Entries {
+			paged = append(paged, dl.ID)
+		}
+		if p.Next == "" {
+			break
+		}
+		after = p.Next
+	}
+	require.Len(t, paged, len(events))
+	require.True(t, slices.IsSortedFunc(paged, stream.CompareIDs), "id order across partitions")
+
+	// the journey finds the event's dead letter in its partition.
+	j, err := op.Journey(ctx, events[0].ID)
+	require.NoError(t, err)
+	require.Len(t, j.Stream.DeadLetters, 1)
+	require.NotEmpty(t, j.Stream.Entries)
+
+	// drop one by id, replay the rest with --all.
+	dropped := page.Entries[0]
+	res, err := op.DropDLQ(ctx, operator.DLQAction{IDs: []string{dropped.ID}})
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Dropped)
+	require.Equal(t, int64(len(events)-1), dlqLen())
+	res, err = op.ReplayDLQ(ctx, operator.DLQAction{All: true, Limit: 100})
+	require.NoError(t, err)
+	require.Equal(t, len(events)-1, res.Replayed)
+	require.True(t, res.Done)
+	require.Zero(t, dlqLen(), "every partition's dead letters replayed or dropped")
 }

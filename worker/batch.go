@@ -80,6 +80,15 @@ func (w *Worker) prepare(ctx context.Context, msgs []stream.Entry) (*batch, erro
 		b.entries[msg.EventID] = append(b.entries[msg.EventID], m)
 	}
 	b.ids = slices.Sorted(maps.Keys(b.entries))
+	if w.cfg.Ordered {
+		// Stream order: each event where its first entry is.
+		b.ids = b.ids[:0]
+		for _, m := range msgs {
+			if msg, err := m.Message(); m.Values != nil && err == nil && !slices.Contains(b.ids, msg.EventID) {
+				b.ids = append(b.ids, msg.EventID)
+			}
+		}
+	}
 	b.spans = w.startProjectSpans(ctx, b, len(msgs))
 	var err error
 	b.originals, b.invalid, err = w.load(b.spans.Context(ctx), b.ids)
@@ -117,8 +126,11 @@ func (w *Worker) handle(ctx context.Context, g *stream.Group, msgs []stream.Entr
 	var events []*outbox.Event
 	var parked []deadLetter // originals that get syncFailure
 	failures := map[string]error{}
+	var deferred []string // Ordered: the events after the first failing one
 	for _, id := range ids {
 		switch {
+		case w.cfg.Ordered && len(failures) > 0 && invalid[id] == nil:
+			deferred = append(deferred, id)
 		case invalid[id] != nil:
 			for i, m := range entries[id] {
 				dl := deadLetter{msg: m, eventID: id, err: invalid[id], category: outbox.CategoryNonRetryable}
@@ -136,11 +148,15 @@ func (w *Worker) handle(ctx context.Context, g *stream.Group, msgs []stream.Entr
 		}
 	}
 
-	failed, err := w.project(ctx, events)
+	failed, n, err := w.project(ctx, events)
 	if err != nil {
 		return out, err
 	}
 	maps.Copy(failures, failed)
+	for _, ev := range events[n:] {
+		deferred = append(deferred, ev.ID)
+	}
+	events = events[:n]
 	if err := w.cfg.faults.Check(FaultAfterCommit); err != nil {
 		return out, err
 	}
@@ -152,6 +168,14 @@ func (w *Worker) handle(ctx context.Context, g *stream.Group, msgs []stream.Entr
 		}
 		dead = append(dead, j.dead...)
 		parked = append(parked, j.parked...)
+	}
+	// Deferred entries wait behind the failing one, charged nothing
+	// (takeDue delivers the stream's held entries in id order).
+	now := time.Now()
+	for _, id := range deferred {
+		for _, m := range entries[id] {
+			j.hold = append(j.hold, heldEntry{g: g, msg: m, due: now})
+		}
 	}
 	b.failSpans(failures, invalid)
 	// Only originals not synced yet are written: a replay of synced ones
@@ -167,7 +191,7 @@ func (w *Worker) handle(ctx context.Context, g *stream.Group, msgs []stream.Entr
 	if err := w.markSynced(ctx, synced); err != nil {
 		return out, err
 	}
-	now := w.cfg.Now()
+	now = w.cfg.Now()
 	for _, ev := range firstSync {
 		origin := origins[ev.ID]
 		w.metrics.latency.WithLabelValues(string(origin)).Observe(now.Sub(ev.CreatedAt).Seconds())
@@ -306,32 +330,38 @@ func checkOriginal(ev *outbox.Event) error {
 // to find the failing ones, so that one bad record does not hold back the
 // others; those are returned in failed. Any other error is returned as is.
 // The time of the batch's transaction tunes the batch size (AutoBatch).
-func (w *Worker) project(ctx context.Context, events []*outbox.Event) (failed map[string]error, err error) {
+// n is how many of events it dealt with: all of them, or, Ordered, those
+// up to the first failing one (events[n:] were not projected: they wait
+// behind it).
+func (w *Worker) project(ctx context.Context, events []*outbox.Event) (failed map[string]error, n int, err error) {
 	if len(events) == 0 {
-		return nil, nil
+		return nil, 0, nil
 	}
 	started := time.Now()
 	err = w.projectTx(ctx, events)
 	w.tuneBatch(ctx, len(events), time.Since(started), err)
 	if c := classify(err); c != classRecord && c != classUnknown {
-		return nil, err
+		return nil, len(events), err
 	}
 	failed = map[string]error{}
 	if len(events) == 1 {
 		failed[events[0].ID] = err
-		return failed, nil
+		return failed, 1, nil
 	}
-	for _, ev := range events {
+	for i, ev := range events {
 		err := w.projectTx(ctx, []*outbox.Event{ev})
 		switch classify(err) {
 		case classOK:
 		case classRecord, classUnknown:
 			failed[ev.ID] = err
+			if w.cfg.Ordered {
+				return failed, i + 1, nil
+			}
 		default:
-			return nil, err
+			return nil, 0, err
 		}
 	}
-	return failed, nil
+	return failed, len(events), nil
 }
 
 // projectTx runs the projector in one transaction through the PostgreSQL

@@ -54,6 +54,8 @@ const (
 	LockTimeoutDefault = 5 * time.Second
 	// StatementTimeoutDefault is the default Config.StatementTimeout.
 	StatementTimeoutDefault = 30 * time.Second
+	// LeaseTTLDefault is the default Config.LeaseTTL.
+	LeaseTTLDefault = 15 * time.Second
 )
 
 // TimeoutOff is the Config.LockTimeout or Config.StatementTimeout that
@@ -78,6 +80,8 @@ const (
 	// Config.ProjectionTarget.
 	ProjectionTargetShortest = 10 * time.Millisecond
 	ProjectionTargetLongest  = time.Minute
+	// LeaseTTLShortest is the shortest accepted Config.LeaseTTL.
+	LeaseTTLShortest = 30 * time.Millisecond
 )
 
 // Config configures a Worker. A nil config means all defaults.
@@ -92,6 +96,29 @@ type Config struct {
 	// partition's (stream.Keys.Partition). A process reads every
 	// partition with one Worker per partition. Defaults to one partition.
 	Partition, Partitions int
+	// Ordered (--ordered) makes the Worker project its partition in stream
+	// order: it first takes the partition's lease in the store (the lease
+	// OrderedLeaseName, renewed every LeaseTTL/3), so that one Worker at a
+	// time, in the whole deployment, reads the partition; while it holds
+	// the lease it claims every entry pending in the partition (whichever
+	// consumer holds it) and projects them in id order before it reads new
+	// ones, one batch at a time (no read-ahead), handing the Projector each
+	// batch's events in stream order (not event id order). A failing entry
+	// holds the entries after it: they are neither projected nor
+	// acknowledged, and the Worker reads nothing new, until the failing
+	// entry goes through or, its MaxDeliveries spent, is dead-lettered;
+	// then the partition moves on. A Worker that loses the lease abandons
+	// its batch in flight (its entries stay pending, for the next owner)
+	// and stands by. So a custom Projector sees one device's events in the
+	// order they were written, except for a dead letter replayed later and
+	// the replay lane (stream.Keys.ReplayLane), which re-projects events
+	// already projected and is read as without Ordered. Every Worker of
+	// the group must then be Ordered. Defaults to false.
+	Ordered bool
+	// LeaseTTL is how long an Ordered Worker's partition lease lasts
+	// unrenewed: how long a partition waits after its owner died. Defaults
+	// to LeaseTTLDefault (15s); at least LeaseTTLShortest.
+	LeaseTTL time.Duration
 	// Consumer names this worker in the group; give a restarted worker the
 	// same name to let it drain its own pending entries first. Defaults to
 	// "<hostname>-<pid>", with "-<n>" appended for the second and later
@@ -235,6 +262,7 @@ func (c *Config) withDefaults() *Config {
 	out.LockTimeout = cmp.Or(out.LockTimeout, LockTimeoutDefault)
 	out.StatementTimeout = cmp.Or(out.StatementTimeout, StatementTimeoutDefault)
 	out.ReplayRate = cmp.Or(out.ReplayRate, ReplayRateDefault)
+	out.LeaseTTL = cmp.Or(out.LeaseTTL, LeaseTTLDefault)
 	if out.ReplayLimiter == nil {
 		out.ReplayLimiter = NewReplayLimiter(out.ReplayRate)
 	}
@@ -292,6 +320,9 @@ func (c *Config) validate() error {
 			errs = append(errs, fmt.Errorf("%s must be at least 1ms, or TimeoutOff (got %s)", name, d))
 		}
 	}
+	if c.LeaseTTL < LeaseTTLShortest {
+		errs = append(errs, fmt.Errorf("LeaseTTL must be at least %s (got %s)", LeaseTTLShortest, c.LeaseTTL))
+	}
 	if c.ReplayRate <= 0 {
 		errs = append(errs, fmt.Errorf("ReplayRate must be positive, or rate.Inf for no bound (got %v)", c.ReplayRate))
 	}
@@ -308,4 +339,10 @@ func NewReplayLimiter(r rate.Limit) *rate.Limiter {
 		return rate.NewLimiter(rate.Inf, 0)
 	}
 	return rate.NewLimiter(r, max(1, int(math.Ceil(float64(r)/20))))
+}
+
+// OrderedLeaseName is the store lease an Ordered Worker holds on
+// partition p of stream's group: "work:<stream>:<group>:<p>".
+func OrderedLeaseName(stream, group string, p int) string {
+	return fmt.Sprintf("work:%s:%s:%d", stream, group, p)
 }

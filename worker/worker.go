@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/outboxd/outboxd/internal/failpolicy"
+	"github.com/outboxd/outboxd/internal/leader"
 	"github.com/outboxd/outboxd/internal/startstop"
 	"github.com/outboxd/outboxd/store"
 	"github.com/outboxd/outboxd/stream"
@@ -68,6 +70,9 @@ type Worker struct {
 	streak       *failpolicy.Streak
 	// beginSQL begins a projection transaction with its timeouts.
 	beginSQL string
+	// elector holds the partition's lease of an Ordered worker; nil
+	// otherwise.
+	elector *leader.Elector
 
 	// size is the current batch size (Config.BatchSize, or the choice of
 	// tune when Config.AutoBatch is set); tune is nil without AutoBatch
@@ -151,6 +156,11 @@ func New(st store.Store, rc *stream.Client, pool *pgxpool.Pool, cfg *Config, log
 	}
 	w.streak = failpolicy.NewStreak("worker", c.StreakLimit, m.streak, w.logger)
 	w.streak.Share(rc.Streak(keys, stream.ComponentWorker), w.wakeUp)
+	if c.Ordered {
+		w.elector = leader.New(st, leader.Config{
+			Name: OrderedLeaseName(c.Stream, c.Group, c.Partition), Owner: c.Consumer, TTL: c.LeaseTTL, BackoffMax: c.BackoffMax,
+		}, w.logger)
+	}
 	w.life.Init(w.preflight, w.run)
 	return w, nil
 }
@@ -236,7 +246,14 @@ func (w *Worker) run(fetchCtx, workCtx context.Context) error {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() { w.keepHeld(workCtx, stop) })
-	err := w.loop(fetchCtx, workCtx)
+	var err error
+	if w.elector != nil {
+		err = w.elector.Run(fetchCtx, workCtx, func(leaseCtx context.Context, _ store.Lease) error {
+			return w.own(leaseCtx, workCtx)
+		})
+	} else {
+		err = w.loop(fetchCtx, workCtx)
+	}
 	if a, ok := w.takeAhead(); ok {
 		if err == nil && a.err == nil {
 			// Read before the stop: in flight like the batch before it. After
@@ -255,11 +272,59 @@ func (w *Worker) run(fetchCtx, workCtx context.Context) error {
 	return nil
 }
 
+// own runs the loop of an Ordered worker while it holds its partition's
+// lease (leaseCtx ends when the lease is lost or the worker stops). A lost
+// lease abandons the batch in flight at once: its entries stay pending, and
+// the next owner claims them before anything newer. Entries held from an
+// earlier tenure are forgotten: they are pending, claimed again.
+func (w *Worker) own(leaseCtx, workCtx context.Context) error {
+	w.metrics.held.Sub(float64(len(w.held)))
+	clear(w.held)
+	ctx, cancel := context.WithCancel(workCtx)
+	defer cancel()
+	stopLost := context.AfterFunc(leaseCtx, func() {
+		if errors.Is(context.Cause(leaseCtx), leader.ErrLost) {
+			cancel()
+		}
+	})
+	defer stopLost()
+	err := w.loop(leaseCtx, ctx)
+	if err != nil && classify(err) != classStopped {
+		return leader.Abort(err) // a fault point: stop at once, as a crash
+	}
+	return nil
+}
+
+// claimAll makes every entry pending in the partition's stream (the
+// previous owner's) this consumer's, so that drainOwn then projects them
+// in id order with its own.
+func (w *Worker) claimAll(fetchCtx context.Context) error {
+	start := "0-0"
+	for fetchCtx.Err() == nil {
+		var next string
+		err := w.retry(fetchCtx, "claiming the partition's pending entries", func() error {
+			var err error
+			_, next, err = w.group.Reclaim(fetchCtx, start, 0, w.batchSize())
+			return w.redisDone(err)
+		})
+		if err != nil || next == "" || next == "0-0" {
+			return err
+		}
+		start = next
+	}
+	return nil
+}
+
 // loop drains this consumer's own pending entries, then alternates reading
 // new entries with delivering held ones when due and reclaiming idle ones.
 // It returns nil or a context error when asked to stop, and any other error
 // to stop abruptly.
 func (w *Worker) loop(fetchCtx, workCtx context.Context) error {
+	if w.cfg.Ordered {
+		if err := w.claimAll(fetchCtx); err != nil {
+			return err
+		}
+	}
 	if err := w.drainOwn(fetchCtx, workCtx); err != nil {
 		return err
 	}
@@ -303,7 +368,7 @@ func (w *Worker) loop(fetchCtx, workCtx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if g == w.group && len(msgs) == w.batchSize() && !w.paused() {
+		if g == w.group && len(msgs) == w.batchSize() && !w.paused() && !w.cfg.Ordered {
 			w.readAhead(fetchCtx, workCtx)
 		}
 		if err := w.process(fetchCtx, workCtx, g, msgs, pre); err != nil {
@@ -455,23 +520,47 @@ func (w *Worker) spendReplay(n int) {
 func (w *Worker) alive() { w.beat.Store(time.Now().UnixNano()) }
 
 // paused reports whether the worker holds entries of a class whose
-// retries are halted: it reads nothing new until they go through or the
-// halt clears.
+// retries are halted, or, Ordered, holds any entry of the stream: it reads
+// nothing new until they go through or the halt clears.
 func (w *Worker) paused() bool {
-	return len(w.held) > 0 && (w.streak.Halted(failpolicy.ClassRecord) || w.streak.Halted(failpolicy.ClassUnknown))
+	if len(w.held) == 0 {
+		return false
+	}
+	if w.cfg.Ordered && slices.ContainsFunc(slices.Collect(maps.Values(w.held)), func(h heldEntry) bool { return h.g == w.group }) {
+		return true
+	}
+	return w.streak.Halted(failpolicy.ClassRecord) || w.streak.Halted(failpolicy.ClassUnknown)
 }
 
 // takeDue removes from held, and returns in id order, at most a batch of
 // entries due at now, all of one consumer (the stream's first), and that
 // consumer.
+//
+// Ordered, the stream's held entries go in id order: one not due yet holds
+// back those after it.
 func (w *Worker) takeDue(now time.Time) (*stream.Group, []stream.Entry) {
 	var g *stream.Group
 	var due []stream.Entry
-	for _, k := range slices.Sorted(maps.Keys(w.held)) {
+	keys := slices.SortedFunc(maps.Keys(w.held), func(a, b string) int {
+		ha, hb := w.held[a], w.held[b]
+		if ha.g != hb.g {
+			return cmp.Compare(w.lane(ha.g), w.lane(hb.g)) // "live" before "replay"
+		}
+		return stream.CompareIDs(ha.msg.ID, hb.msg.ID)
+	})
+	blocked := false
+	for _, k := range keys {
 		if len(due) == w.batchSize() {
 			break
 		}
-		if h := w.held[k]; !h.due.After(now) && (g == nil || h.g == g) {
+		h := w.held[k]
+		if w.cfg.Ordered && h.g == w.group {
+			if blocked || h.due.After(now) {
+				blocked = true
+				continue
+			}
+		}
+		if !h.due.After(now) && (g == nil || h.g == g) {
 			g = h.g
 			due = append(due, h.msg)
 			delete(w.held, k)
@@ -481,13 +570,25 @@ func (w *Worker) takeDue(now time.Time) (*stream.Group, []stream.Entry) {
 	return g, due
 }
 
-// nextDue returns when the next held entry is due.
+// nextDue returns when the next held entry is due. Ordered, the stream's
+// held entries are due when their first (in id order) is: it holds back
+// the others.
 func (w *Worker) nextDue() (time.Time, bool) {
 	var next time.Time
+	var first *heldEntry // Ordered: the stream's first held entry
 	for _, h := range w.held {
+		if w.cfg.Ordered && h.g == w.group {
+			if first == nil || stream.CompareIDs(h.msg.ID, first.msg.ID) < 0 {
+				first = &h
+			}
+			continue
+		}
 		if next.IsZero() || h.due.Before(next) {
 			next = h.due
 		}
+	}
+	if first != nil && (next.IsZero() || first.due.Before(next)) {
+		next = first.due
 	}
 	return next, !next.IsZero()
 }
@@ -535,7 +636,28 @@ func (w *Worker) drainOwn(fetchCtx, workCtx context.Context) error {
 			if err := w.process(fetchCtx, workCtx, g, msgs, nil); err != nil {
 				return err
 			}
+			if err := w.settle(fetchCtx, workCtx); err != nil {
+				return err
+			}
 		}
+	}
+	return nil
+}
+
+// settle, Ordered, delivers the held entries of the stream when due until
+// none is held, so that the next batch of a drain or a reclaim does not
+// pass them; without Ordered it does nothing.
+func (w *Worker) settle(fetchCtx, workCtx context.Context) error {
+	for w.cfg.Ordered && w.paused() && fetchCtx.Err() == nil {
+		w.alive()
+		w.streak.Refresh(fetchCtx)
+		if g, due := w.takeDue(time.Now()); len(due) > 0 {
+			if err := w.process(fetchCtx, workCtx, g, due, nil); err != nil {
+				return err
+			}
+			continue
+		}
+		w.waitHeld(fetchCtx)
 	}
 	return nil
 }
@@ -581,6 +703,9 @@ func (w *Worker) reclaimFrom(fetchCtx, workCtx context.Context, g *stream.Group)
 			w.metrics.claimed.Add(float64(len(msgs)))
 			w.logger.Info("reclaimed idle entries", zap.Int("entries", len(msgs)), zap.String("lane", w.lane(g)))
 			if err := w.process(fetchCtx, workCtx, g, msgs, nil); err != nil {
+				return err
+			}
+			if err := w.settle(fetchCtx, workCtx); err != nil {
 				return err
 			}
 		}

@@ -245,7 +245,7 @@ func (a *app) newWorker() (service, error) {
 				BatchSize: a.o.batchSize.n, AutoBatch: a.o.batchSize.auto, ProjectionTarget: a.o.projectionTarget,
 				LockTimeout: timeout(a.o.lockTimeout), StatementTimeout: timeout(a.o.statementTimeout),
 				ReplayRate: replayRate, ReplayLimiter: limiter,
-				ClaimIdle: a.o.claimIdle, MaxDeliveries: a.o.maxDeliveries,
+				ClaimIdle: a.o.claimIdle, MaxDeliveries: a.o.maxDeliveries, Ordered: a.o.ordered, LeaseTTL: a.o.leaseTTL,
 				RecordBackoff: a.o.retryBackoff, ConsumerExpiry: a.o.consumerExpiry,
 				BreakerFailures: a.o.breakerFailures, BreakerTimeout: a.o.breakerTimeout, StreakLimit: a.o.streakLimit,
 				Registerer: a.reg,

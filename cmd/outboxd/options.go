@@ -100,6 +100,7 @@ type options struct {
 	// verify (work, dev) does not count rows older than it as drift.
 	eventRetention time.Duration
 	leaseTTL       time.Duration
+	ordered        bool
 	relayBatch     int
 	// streamRetention keeps acknowledged stream entries this long before
 	// the dispatcher's leader trims them; memoryHigh is the high-water
@@ -221,7 +222,7 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 			fs.DurationVar(&o.outboxRetention, "outbox-retention", store.OutboxRetentionDefault, "how long dispatched outbox entries are kept")
 			o.eventRetentionFlag(fs)
 			if r.serve {
-				fs.DurationVar(&o.leaseTTL, "lease-ttl", dispatcher.LeaseTTLDefault, "dispatcher lease: a standby takes over this long after the leader stops renewing")
+				o.leaseTTLFlag(fs)
 				fs.IntVar(&o.relayBatch, "relay-batch", dispatcher.BatchSizeDefault, "outbox entries relayed by one pipelined XADD, one dispatchedAt write and one checkpoint")
 				fs.DurationVar(&o.streamRetention, "stream-retention", dispatcher.StreamRetentionDefault, "keep acknowledged stream entries this long, then trim them (never one a consumer group has not acknowledged)")
 				fs.IntVar(&o.memoryHigh, "redis-memory-high", dispatcher.MemoryHighDefault, "percent of Redis's maxmemory above which the relay holds until trimming frees memory (100: only when Redis refuses a write)")
@@ -242,6 +243,8 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 			fs.IntVar(&o.maxDeliveries, "max-deliveries", worker.MaxDeliveriesDefault, "failed deliveries of a record before it is dead-lettered (outages never count)")
 			fs.DurationVar(&o.retryBackoff, "retry-backoff", worker.RecordBackoffDefault, "pause before a failing record's second delivery, doubled for each further one (with jitter)")
 			fs.DurationVar(&o.consumerExpiry, "consumer-expiry", worker.ConsumerExpiryDefault, "remove other consumers idle this long with nothing pending from the group")
+			fs.BoolVar(&o.ordered, "ordered", false, "project each partition in stream order (one device's events in the order written): one worker at a time owns a partition through a store lease (--lease-ttl), a failing entry holds the partition's later ones until it goes through or is dead-lettered; every work process of the group must use it")
+			o.leaseTTLFlag(fs)
 		case gReconcile:
 			fs.DurationVar(&o.minAge, "min-age", reconciler.MinAgeDefault, "only originals older than this are candidates")
 			fs.DurationVar(&o.requeueAfter, "requeue-after", reconciler.RequeueAfterDefault, "a requeued original is a candidate again after this")
@@ -318,6 +321,15 @@ func (o *options) eventRetentionFlag(fs *flag.FlagSet) {
 	if fs.Lookup("event-retention") == nil {
 		fs.DurationVar(&o.eventRetention, "event-retention", 0, "keep synced originals (and so their idempotency keys) this long after ingest, then delete them: the dispatcher's leader on SQLite, "+
 			"MongoDB's TTL index set by migrate; also the window in which a client's retry is recognised (0: keep them forever)")
+	}
+}
+
+// leaseTTLFlag registers --lease-ttl, once (dev has the groups of dispatch
+// and work): the dispatcher's lease and, with --ordered, the workers'
+// partition leases.
+func (o *options) leaseTTLFlag(fs *flag.FlagSet) {
+	if fs.Lookup("lease-ttl") == nil {
+		fs.DurationVar(&o.leaseTTL, "lease-ttl", dispatcher.LeaseTTLDefault, "dispatcher lease, and with --ordered each worker's partition lease: a standby takes over this long after the owner stops renewing")
 	}
 }
 
