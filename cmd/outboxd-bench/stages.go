@@ -146,7 +146,8 @@ func (b *bench) driveStage(ctx context.Context, p *proc, s Stage, d drive, until
 // dispatch relays the backlog snapshot with dispatchers `outboxd
 // dispatch` processes (--relay-batch batch unless 0; --partitions as
 // b.partitions) into emptied streams, and returns how long it took and the
-// largest peak RSS.
+// largest peak RSS; b.firstEntry is how long until the first entry was in
+// a stream (as polled).
 func (b *bench) dispatch(ctx context.Context, name string, dispatchers, batch int) (time.Duration, int64, error) {
 	path := b.be.file(fileRun)
 	if err := copySQLite(b.be.file(fileBacklog), path); err != nil {
@@ -161,6 +162,7 @@ func (b *bench) dispatch(ctx context.Context, name string, dispatchers, batch in
 		args = append(args, "--relay-batch", strconv.Itoa(batch))
 	}
 	began := time.Now()
+	b.firstEntry = 0
 	procs, err := b.spawnReady(ctx, name, "dispatch", dispatchers, func(int) []string { return args })
 	if err != nil {
 		return 0, 0, err
@@ -173,6 +175,9 @@ func (b *bench) dispatch(ctx context.Context, name string, dispatchers, batch in
 				return false, err
 			}
 			n += l
+		}
+		if n > 0 && b.firstEntry == 0 {
+			b.firstEntry = time.Since(began)
 		}
 		return n >= int64(b.total), nil
 	}
