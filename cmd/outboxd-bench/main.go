@@ -73,9 +73,9 @@ type bench struct {
 	// partitions is the --partitions of the roles (0: no flag, one
 	// partition).
 	partitions int
-	// firstEntry is how long the last dispatch run took until a stream
-	// held its first entry: the dispatchers' start-up.
-	firstEntry time.Duration
+	// startup is the last dispatch run's: when every partition's stream
+	// held an entry.
+	startup startup
 	// runs numbers the worker runs (for their groups).
 	runs int
 	// timeout bounds the wait for a stage to complete.

@@ -146,8 +146,7 @@ func (b *bench) driveStage(ctx context.Context, p *proc, s Stage, d drive, until
 // dispatch relays the backlog snapshot with dispatchers `outboxd
 // dispatch` processes (--relay-batch batch unless 0; --partitions as
 // b.partitions) into emptied streams, and returns how long it took and the
-// largest peak RSS; b.firstEntry is how long until the first entry was in
-// a stream (as polled).
+// largest peak RSS; b.startup says when every stream held an entry.
 func (b *bench) dispatch(ctx context.Context, name string, dispatchers, batch int) (time.Duration, int64, error) {
 	path := b.be.file(fileRun)
 	if err := copySQLite(b.be.file(fileBacklog), path); err != nil {
@@ -162,22 +161,23 @@ func (b *bench) dispatch(ctx context.Context, name string, dispatchers, batch in
 		args = append(args, "--relay-batch", strconv.Itoa(batch))
 	}
 	began := time.Now()
-	b.firstEntry = 0
+	b.startup = startup{}
 	procs, err := b.spawnReady(ctx, name, "dispatch", dispatchers, func(int) []string { return args })
 	if err != nil {
 		return 0, 0, err
 	}
 	relayed := func(ctx context.Context) (bool, error) {
 		var n int64
+		started := true
 		for _, s := range streams {
 			l, err := b.be.rdb.XLen(ctx, s).Result()
 			if err != nil {
 				return false, err
 			}
-			n += l
+			n, started = n+l, started && l > 0
 		}
-		if n > 0 && b.firstEntry == 0 {
-			b.firstEntry = time.Since(began)
+		if started && b.startup.took == 0 {
+			b.startup = startup{took: time.Since(began), relayed: int(n)}
 		}
 		return n >= int64(b.total), nil
 	}
@@ -192,6 +192,13 @@ func (b *bench) dispatch(ctx context.Context, name string, dispatchers, batch in
 	}
 	rss, err := b.l.finish(name, procs...)
 	return elapsed, rss, err
+}
+
+// startup is when every stream of a dispatch run first held an entry (as
+// polled): how long after the start, and how many entries they held then.
+type startup struct {
+	took    time.Duration
+	relayed int
 }
 
 // spawnReady spawns n `outboxd role` processes named name (name-<i> when
