@@ -80,6 +80,10 @@ rules: test-services ## Check the Prometheus rules and run their unit tests with
 bench: services build ## Run the benchmark harness (cmd/outboxd-bench): raw limits, every stage and its ratio, latency, group sizes, peak RSS, the MongoDB store's commands per path, a chart (bench-results.svg); BENCH_EVENTS, BENCH_OUT, BENCH_CHUNKS, BENCH_PROFILE, BENCH_MONGO_URI
 	$(GO) run ./cmd/outboxd-bench -bin $(BIN)
 
+.PHONY: bench-partitions
+bench-partitions: services build ## Dispatcher and worker rates for --partitions 1, 2, 4 with one and two dispatchers (SQLite store, one Redis), as a table for docs/benchmarks.md; BENCH_EVENTS (default 50,000)
+	$(GO) run ./cmd/outboxd-bench partitions -bin $(BIN)
+
 .PHONY: bench-replay
 bench-replay: services build ## A 100,000-event replay while single events are posted: the live events' p99 before, during (replay lane) and into the stream; REPLAY_EVENTS, REPLAY_LIVE_RATE, REPLAY_BASELINE, REPLAY_RATE, REPLAY_DEV_FLAGS, BENCH_OUT
 	$(GO) run ./cmd/outboxd-bench replay -bin $(BIN)

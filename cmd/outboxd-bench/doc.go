@@ -8,6 +8,7 @@
 //	go run ./cmd/outboxd-bench          # the benchmark: a table and bench-results.json
 //	go run ./cmd/outboxd-bench load     # the load run against a running outboxd (make run)
 //	go run ./cmd/outboxd-bench soak     # the soak: faults at random, then the checker
+//	go run ./cmd/outboxd-bench partitions  # dispatcher and worker rates for P = 1, 2, 4 (make bench-partitions)
 //
 // # The benchmark
 //

@@ -41,6 +41,8 @@ func main() {
 		err = runSoak(ctx, os.Stdout, os.Args[2:])
 	case "replay":
 		err = runReplay(ctx, os.Stdout, os.Args[2:])
+	case "partitions":
+		err = runPartitions(ctx, os.Stdout, os.Args[2:])
 	case "soak-lock":
 		err = runSoakLock(ctx, os.Args[2:])
 	default:
@@ -68,6 +70,12 @@ type bench struct {
 	stream string
 	// total is the backlog of the dispatcher and worker stages.
 	total int
+	// partitions is the --partitions of the roles (0: no flag, one
+	// partition).
+	partitions int
+	// startup is the last dispatch run's: when every partition's stream
+	// held an entry.
+	startup startup
 	// runs numbers the worker runs (for their groups).
 	runs int
 	// timeout bounds the wait for a stage to complete.

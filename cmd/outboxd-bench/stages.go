@@ -8,6 +8,7 @@ import (
 
 	"github.com/outboxd/outboxd/store"
 	"github.com/outboxd/outboxd/store/sqlitestore"
+	"github.com/outboxd/outboxd/stream"
 )
 
 // Stage names.
@@ -63,10 +64,8 @@ func counts(ctx context.Context, path string) (store.Counts, error) {
 	return st.Counts(ctx)
 }
 
-// ingest runs the two ingest stages on a new, migrated file, then keeps it
-// as the backlog snapshot.
-func (b *bench) ingest(ctx context.Context) error {
-	path := b.be.file(fileStages)
+// newSQLite creates the migrated SQLite file path.
+func newSQLite(ctx context.Context, path string) error {
 	st, err := sqlitestore.Open(ctx, path, nil)
 	if err != nil {
 		return err
@@ -75,7 +74,14 @@ func (b *bench) ingest(ctx context.Context) error {
 	if cerr := st.Close(ctx); err == nil {
 		err = cerr
 	}
-	if err != nil {
+	return err
+}
+
+// ingest runs the two ingest stages on a new, migrated file, then keeps it
+// as the backlog snapshot.
+func (b *bench) ingest(ctx context.Context) error {
+	path := b.be.file(fileStages)
+	if err := newSQLite(ctx, path); err != nil {
 		return err
 	}
 	n, singles := b.n, min(b.n/4, singleMax)
@@ -137,41 +143,104 @@ func (b *bench) driveStage(ctx context.Context, p *proc, s Stage, d drive, until
 	return nil
 }
 
-// dispatch relays the backlog snapshot with `outboxd dispatch`
-// (--relay-batch batch unless 0) into an emptied stream, and returns how
-// long it took and the peak RSS.
-func (b *bench) dispatch(ctx context.Context, name string, batch int) (time.Duration, int64, error) {
+// dispatch relays the backlog snapshot with dispatchers `outboxd
+// dispatch` processes (--relay-batch batch unless 0; --partitions as
+// b.partitions) into emptied streams, and returns how long it took and the
+// largest peak RSS; b.startup says when every stream held an entry.
+func (b *bench) dispatch(ctx context.Context, name string, dispatchers, batch int) (time.Duration, int64, error) {
 	path := b.be.file(fileRun)
 	if err := copySQLite(b.be.file(fileBacklog), path); err != nil {
 		return 0, 0, err
 	}
-	if err := b.be.rdb.Del(ctx, b.stream).Err(); err != nil {
+	streams := b.streams()
+	if err := b.be.rdb.Del(ctx, streams...).Err(); err != nil {
 		return 0, 0, err
 	}
-	args := []string{"--store", storeFlag(path), "--redis-url", b.be.redisURL, "--stream", b.stream}
+	args := append([]string{"--store", storeFlag(path), "--redis-url", b.be.redisURL, "--stream", b.stream}, b.partitionFlags()...)
 	if batch > 0 {
 		args = append(args, "--relay-batch", strconv.Itoa(batch))
 	}
 	began := time.Now()
-	p, err := b.l.start(ctx, name, "dispatch", args...)
+	b.startup = startup{}
+	procs, err := b.spawnReady(ctx, name, "dispatch", dispatchers, func(int) []string { return args })
 	if err != nil {
 		return 0, 0, err
 	}
 	relayed := func(ctx context.Context) (bool, error) {
-		n, err := b.be.rdb.XLen(ctx, b.stream).Result()
-		return n >= int64(b.total), err
+		var n int64
+		started := true
+		for _, s := range streams {
+			l, err := b.be.rdb.XLen(ctx, s).Result()
+			if err != nil {
+				return false, err
+			}
+			n, started = n+l, started && l > 0
+		}
+		if started && b.startup.took == 0 {
+			b.startup = startup{took: time.Since(began), relayed: int(n)}
+		}
+		return n >= int64(b.total), nil
 	}
-	err = waitFor(ctx, name+": every entry in the stream", b.timeout, pollEvery, relayed, p)
+	err = waitFor(ctx, name+": every entry in the streams", b.timeout, pollEvery, relayed, procs...)
 	if err == nil {
-		err = b.waitCounts(ctx, name+": no entry undispatched", path, func(c store.Counts) bool { return c.Undispatched == 0 }, p)
+		err = b.waitCounts(ctx, name+": no entry undispatched", path, func(c store.Counts) bool { return c.Undispatched == 0 }, procs...)
 	}
 	elapsed := time.Since(began)
 	if err != nil {
-		abort(p)
+		abort(procs...)
 		return 0, 0, err
 	}
-	rss, err := b.l.finish(name, p)
+	rss, err := b.l.finish(name, procs...)
 	return elapsed, rss, err
+}
+
+// startup is when every stream of a dispatch run first held an entry (as
+// polled): how long after the start, and how many entries they held then.
+type startup struct {
+	took    time.Duration
+	relayed int
+}
+
+// spawnReady spawns n `outboxd role` processes named name (name-<i> when
+// n > 1), process i with args(i), and waits until every one is ready.
+func (b *bench) spawnReady(ctx context.Context, name, role string, n int, args func(i int) []string) ([]*proc, error) {
+	procs := make([]*proc, 0, n)
+	for i := range n {
+		pname := name
+		if n > 1 {
+			pname = fmt.Sprintf("%s-%d", name, i)
+		}
+		p, err := b.l.spawn(pname, role, args(i)...)
+		if err != nil {
+			abort(procs...)
+			return nil, err
+		}
+		procs = append(procs, p)
+	}
+	if err := b.l.ready(ctx, procs...); err != nil {
+		return nil, err
+	}
+	return procs, nil
+}
+
+// partitionFlags is --partitions b.partitions when set (none otherwise:
+// the roles' default, one partition).
+func (b *bench) partitionFlags() []string {
+	if b.partitions == 0 {
+		return nil
+	}
+	return []string{"--partitions", strconv.Itoa(b.partitions)}
+}
+
+// streams lists the Redis streams of b.stream: one per partition (the
+// stream itself when it is not split).
+func (b *bench) streams() []string {
+	keys := stream.NewKeys(b.stream, "").Split(b.partitions).AllPartitions()
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		out[i] = k.Stream()
+	}
+	return out
 }
 
 // waitCounts polls the counts of path until ok.
@@ -187,26 +256,38 @@ func (b *bench) waitCounts(ctx context.Context, what, path string, ok func(store
 	}, procs...)
 }
 
-// drained reports when group has read at least n entries of stream and
-// has none pending: every one of them was projected and acknowledged.
-func (b *bench) drained(stream, group string, n int) func(context.Context) (bool, error) {
+// drained reports when group has read at least n entries of streams (in
+// all) and has none pending in any: every one of them was projected and
+// acknowledged.
+func (b *bench) drained(group string, n int, streams ...string) func(context.Context) (bool, error) {
 	return func(ctx context.Context) (bool, error) {
-		groups, err := b.be.rdb.XInfoGroups(ctx, stream).Result()
-		if err != nil {
-			return false, err
-		}
-		for _, g := range groups {
-			if g.Name == group {
-				return g.EntriesRead >= int64(n) && g.Pending == 0, nil
+		var read int64
+		for _, s := range streams {
+			groups, err := b.be.rdb.XInfoGroups(ctx, s).Result()
+			if err != nil {
+				return false, err
+			}
+			found := false
+			for _, g := range groups {
+				if g.Name == group {
+					if g.Pending > 0 {
+						return false, nil
+					}
+					read, found = read+g.EntriesRead, true
+				}
+			}
+			if !found {
+				return false, nil
 			}
 		}
-		return false, nil
+		return read >= int64(n), nil
 	}
 }
 
-// work drains the stream with workers `outboxd work` processes
-// (--batch-size batch unless 0) on a copy of the relayed snapshot, from a
-// new group at 0 into an empty read model.
+// work drains the streams with workers `outboxd work` processes
+// (--batch-size batch unless 0; --partitions as b.partitions: each runs one
+// loop per partition) on a copy of the relayed snapshot, from a new group
+// at 0 into an empty read model.
 func (b *bench) work(ctx context.Context, name string, workers, batch int) (time.Duration, int64, error) {
 	path := b.be.file(fileRun)
 	if err := copySQLite(b.be.file(fileRelayed), path); err != nil {
@@ -217,28 +298,24 @@ func (b *bench) work(ctx context.Context, name string, workers, batch int) (time
 	}
 	b.runs++
 	group := "work-" + strconv.Itoa(b.runs)
-	if err := b.be.rdb.XGroupCreate(ctx, b.stream, group, "0").Err(); err != nil {
-		return 0, 0, err
+	streams := b.streams()
+	for _, s := range streams {
+		if err := b.be.rdb.XGroupCreate(ctx, s, group, "0").Err(); err != nil {
+			return 0, 0, err
+		}
+		defer b.be.rdb.XGroupDestroy(context.Background(), s, group)
 	}
-	defer b.be.rdb.XGroupDestroy(context.Background(), b.stream, group)
 	began := time.Now()
-	procs := make([]*proc, 0, workers)
-	for i := range workers {
-		args := []string{"--store", storeFlag(path), "--redis-url", b.be.redisURL, "--postgres-url", b.be.pgURL,
-			"--stream", b.stream, "--group", group, "--consumer", "c" + strconv.Itoa(i)}
+	procs, err := b.spawnReady(ctx, name, "work", workers, func(i int) []string {
+		args := append([]string{"--store", storeFlag(path), "--redis-url", b.be.redisURL, "--postgres-url", b.be.pgURL,
+			"--stream", b.stream, "--group", group, "--consumer", "c" + strconv.Itoa(i)}, b.partitionFlags()...)
 		if batch > 0 {
 			args = append(args, "--batch-size", strconv.Itoa(batch))
 		}
-		p, err := b.l.spawn(fmt.Sprintf("%s-%d", name, i), "work", args...)
-		if err != nil {
-			abort(procs...)
-			return 0, 0, err
-		}
-		procs = append(procs, p)
-	}
-	err := b.l.ready(ctx, procs...)
+		return args
+	})
 	if err == nil {
-		err = waitFor(ctx, name+": the group drained", b.timeout, pollEvery, b.drained(b.stream, group, b.total), procs...)
+		err = waitFor(ctx, name+": the group drained", b.timeout, pollEvery, b.drained(group, b.total, streams...), procs...)
 	}
 	if err == nil {
 		err = b.waitCounts(ctx, name+": every original synced", path, func(c store.Counts) bool { return c.Pending == 0 }, procs...)
@@ -261,7 +338,7 @@ func (b *bench) work(ctx context.Context, name string, workers, batch int) (time
 // relayAndWork runs the dispatcher stage, keeps the relayed snapshot, and
 // runs the worker stages on it.
 func (b *bench) relayAndWork(ctx context.Context) error {
-	d, rss, err := b.dispatch(ctx, stageDispatcher, 0)
+	d, rss, err := b.dispatch(ctx, stageDispatcher, 1, 0)
 	if err != nil {
 		return err
 	}
@@ -308,7 +385,7 @@ func (b *bench) endToEnd(ctx context.Context) error {
 
 // waitSynced waits until the n originals of path are synced.
 func (b *bench) waitSynced(ctx context.Context, name, path, stream, group string, n int, p *proc) error {
-	err := waitFor(ctx, name+": the group drained", b.timeout, pollEvery, b.drained(stream, group, n), p)
+	err := waitFor(ctx, name+": the group drained", b.timeout, pollEvery, b.drained(group, n, stream), p)
 	if err != nil {
 		return err
 	}
@@ -419,7 +496,7 @@ func (b *bench) chunkTable(ctx context.Context) error {
 	for _, size := range b.chunks {
 		fmt.Fprintf(b.out, "batch size %d\n", size)
 		name := "batch-" + strconv.Itoa(size)
-		d, drss, err := b.dispatch(ctx, stageDispatcher+"-"+name, size)
+		d, drss, err := b.dispatch(ctx, stageDispatcher+"-"+name, 1, size)
 		if err != nil {
 			return err
 		}
