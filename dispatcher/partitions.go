@@ -169,10 +169,13 @@ func (s *sharing) run(fetchCtx, workCtx context.Context) error {
 		}()
 		runs[p] = r
 	}
+	// The share first, so that each partition's loop starts with it (a
+	// share of 0 would keep it off the leases for one interval).
+	slot := s.keepSlot(fetchCtx, store.Lease{})
+	s.reshare(fetchCtx, slot)
 	for p := range s.parts {
 		start(p)
 	}
-	var slot store.Lease
 	defer func() {
 		for _, r := range runs {
 			r.cancel()
@@ -190,6 +193,11 @@ func (s *sharing) run(fetchCtx, workCtx context.Context) error {
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
 	for {
+		select {
+		case <-fetchCtx.Done():
+			return nil
+		case <-ticker.C:
+		}
 		slot = s.keepSlot(fetchCtx, slot)
 		s.reshare(fetchCtx, slot)
 		for _, p := range s.excess() {
@@ -198,11 +206,6 @@ func (s *sharing) run(fetchCtx, workCtx context.Context) error {
 				return fmt.Errorf("partition %d: %w", p, err)
 			}
 			start(p)
-		}
-		select {
-		case <-fetchCtx.Done():
-			return nil
-		case <-ticker.C:
 		}
 		for p, r := range runs {
 			select {
