@@ -25,16 +25,20 @@ const resetPoll = time.Second
 // cap of Limit per sweep still keeps live traffic from waiting behind it.
 // A new reset of Redis's data (store.RecordReset) calls for a sweep at
 // once too. It returns false when ctx ended.
-func (r *Reconciler) waitNext(ctx context.Context, tick <-chan time.Time, rep Report, err error) bool {
+func (r *Reconciler) waitNext(ctx context.Context, tick <-chan time.Time, rep Report) bool {
 	var poll <-chan time.Time
-	if err == nil && rep.LimitReached && rep.Published > 0 && !rep.RedisFull {
+	// A sweep that failed after it published a full batch (a count, a
+	// store that was busy for a moment) goes on as one that succeeded.
+	if rep.LimitReached && rep.Published > 0 && !rep.RedisFull {
 		t := time.NewTicker(lagPoll)
 		defer t.Stop()
 		poll = t.C
 	}
 	resets := time.NewTicker(resetPoll)
 	defer resets.Stop()
-	seen, _ := store.LastReset(ctx, r.st, r.cfg.Stream)
+	// The reset the sweep saw, not the last one now: a reset recorded
+	// while the sweep ran calls for the next sweep at once.
+	seen := rep.ResetAt
 	for {
 		select {
 		case <-ctx.Done():

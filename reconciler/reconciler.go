@@ -278,17 +278,17 @@ func (r *Reconciler) schedule(ctx context.Context, record func(ctx context.Conte
 	ticker := time.NewTicker(r.cfg.Every)
 	defer ticker.Stop()
 	for {
-		rep, err := r.sweepAndLog(ctx)
+		rep := r.sweepAndLog(ctx)
 		if ctx.Err() == nil {
 			record(ctx)
 		}
-		if !r.waitNext(ctx, ticker.C, rep, err) {
+		if !r.waitNext(ctx, ticker.C, rep) {
 			return
 		}
 	}
 }
 
-func (r *Reconciler) sweepAndLog(ctx context.Context) (Report, error) {
+func (r *Reconciler) sweepAndLog(ctx context.Context) Report {
 	rep, err := r.Sweep(ctx)
 	switch {
 	case err != nil && ctx.Err() != nil:
@@ -302,7 +302,7 @@ func (r *Reconciler) sweepAndLog(ctx context.Context) (Report, error) {
 	default:
 		r.logger.Debug("sweep done", zap.Object("report", rep))
 	}
-	return rep, err
+	return rep
 }
 
 // record writes the end of the last sweep into the reconciler's lease (its
@@ -365,6 +365,7 @@ func (r *Reconciler) Sweep(ctx context.Context) (rep Report, err error) {
 	if err != nil {
 		return rep, fmt.Errorf("error reading the last reset of the stream: %w", err)
 	}
+	rep.ResetAt = reset
 	if reset != nil && reset.After(createdBefore) && !reset.After(now) {
 		createdBefore = *reset
 	}

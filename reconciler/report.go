@@ -21,6 +21,10 @@ type Report struct {
 	Duration time.Duration `json:"-"`
 	// Scanned is how many candidates the query returned.
 	Scanned int `json:"scanned"`
+	// ResetAt is the last reset of Redis's data (store.RecordReset) the
+	// sweep took into account (nil: none); a later one calls for another
+	// sweep at once.
+	ResetAt *time.Time `json:"resetAt,omitempty"`
 	// LimitReached is true when the query returned Limit candidates, so
 	// more may wait for the next sweep. It is not a failure.
 	LimitReached bool `json:"limitReached"`
