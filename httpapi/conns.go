@@ -334,9 +334,11 @@ func (t *trackedConn) CloseWrite() error {
 	return nil
 }
 
-// Close closes the connection and gives its place back.
+// Close gives the connection's place back, then closes it: in this order,
+// because closing it frees its place in the listener's limit, and a
+// connection accepted in between must find the accounts up to date (else
+// it joins the reserve beyond ProbeReserve).
 func (t *trackedConn) Close() error {
-	err := t.Conn.Close()
 	c := t.c
 	c.mu.Lock()
 	if !t.closed {
@@ -352,7 +354,7 @@ func (t *trackedConn) Close() error {
 		c.gauges()
 	}
 	c.mu.Unlock()
-	return err
+	return t.Conn.Close()
 }
 
 // state follows the server's view of the connection (http.Server's
