@@ -81,8 +81,9 @@ bench: services build ## Run the benchmark harness (cmd/outboxd-bench): raw limi
 	$(GO) run ./cmd/outboxd-bench -bin $(BIN)
 
 .PHONY: bench-partitions
-bench-partitions: services build ## Dispatcher and worker rates for --partitions 1, 2, 4 with one and two dispatchers (SQLite store, one Redis), as a table for docs/benchmarks.md; BENCH_EVENTS (default 50,000)
+bench-partitions: services build ## Dispatcher and worker rates for --partitions 1, 2, 4 with one and two dispatchers (SQLite store), on one Redis then on a local Redis Cluster, as tables for docs/benchmarks.md; BENCH_EVENTS (default 50,000)
 	$(GO) run ./cmd/outboxd-bench partitions -bin $(BIN)
+	$(GO) run ./cmd/outboxd-bench partitions -cluster -bin $(BIN)
 
 .PHONY: bench-replay
 bench-replay: services build ## A 100,000-event replay while single events are posted: the live events' p99 before, during (replay lane) and into the stream; REPLAY_EVENTS, REPLAY_LIVE_RATE, REPLAY_BASELINE, REPLAY_RATE, REPLAY_DEV_FLAGS, BENCH_OUT

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/outboxd/outboxd/internal/redact"
+	"github.com/outboxd/outboxd/internal/redisproc"
 )
 
 // Defaults of the servers, outboxd's own (cmd/outboxd).
@@ -47,10 +49,14 @@ func newID() string {
 // backends are the servers of one run and the names it owns on them: a
 // PostgreSQL database, and the Redis keys under prefix.
 type backends struct {
-	id       string
-	dir      string
-	rdb      *redis.Client
+	id  string
+	dir string
+	// rdb is a single node's client, or a cluster's (useCluster).
+	rdb      redis.UniversalClient
 	redisURL string
+	// cluster is the local Redis Cluster the run started (useCluster),
+	// whose seed list is redisURL; nil on a single Redis.
+	cluster *redisproc.Cluster
 	// adminURL is the PostgreSQL database the run's own is created from.
 	adminURL string
 	pgURL    string
@@ -120,6 +126,11 @@ func (b *backends) close() {
 			}
 			_ = admin.Close(ctx)
 		}
+	}
+	if b.cluster != nil {
+		_ = b.rdb.Close()
+		b.cluster.Kill() // its keys with it
+		b.rdb = nil
 	}
 	if b.rdb != nil {
 		iter := b.rdb.Scan(ctx, 0, "bench_"+b.id+":*", 100).Iterator()
@@ -217,4 +228,49 @@ func machine() string {
 		}
 	}
 	return fmt.Sprintf("%d × %s%s", runtime.NumCPU(), model, mem)
+}
+
+// redisArgs are the Redis flags of a role: --redis-url, and
+// --redis-cluster on the run's own cluster.
+func (b *backends) redisArgs() []string {
+	if b.cluster != nil {
+		return []string{"--redis-url", b.redisURL, "--redis-cluster"}
+	}
+	return []string{"--redis-url", b.redisURL}
+}
+
+// useCluster starts a local Redis Cluster of three masters (redisproc,
+// redis-cli) in the run's folder and makes it the run's Redis in place of
+// BENCH_REDIS_URL.
+func (b *backends) useCluster(ctx context.Context) error {
+	c := &redisproc.Cluster{}
+	for i := range 3 {
+		port, err := redisproc.SparePort()
+		if err != nil {
+			return err
+		}
+		dir := filepath.Join(b.dir, "redis-"+strconv.Itoa(i))
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return err
+		}
+		c.Servers = append(c.Servers, &redisproc.Server{Port: port, Dir: dir})
+	}
+	if err := c.Start(30 * time.Second); err != nil {
+		c.Kill()
+		return fmt.Errorf("starting a local Redis Cluster: %w", err)
+	}
+	opt, err := redis.ParseClusterURL(c.Seeds())
+	if err != nil {
+		c.Kill()
+		return err
+	}
+	rdb := redis.NewClusterClient(opt)
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		_ = rdb.Close()
+		c.Kill()
+		return err
+	}
+	_ = b.rdb.Close()
+	b.rdb, b.redisURL, b.cluster = rdb, c.Seeds(), c
+	return nil
 }

@@ -50,11 +50,14 @@ type PartitionRow struct {
 // undispatched and the partitions' streams hold every entry; beside it,
 // when every partition's stream held an entry and the rate from then on), and drains the relayed copy with one `outboxd
 // work --partitions P` (the worker rate: until every original is synced).
-// It prints the table; the single Redis of BENCH_REDIS_URL only (the Redis
-// Cluster is exercised by TestPipelineOnRedisCluster, not measured here).
+// It prints the table. On the Redis of BENCH_REDIS_URL, or with -cluster on
+// a local Redis Cluster of three masters it starts (for P = 2 and 4: a
+// cluster needs two partitions or more; its ratios are to its own first
+// row).
 func runPartitions(ctx context.Context, out io.Writer, args []string) error {
 	fs := flag.NewFlagSet("outboxd-bench partitions", flag.ContinueOnError)
 	bin := fs.String("bin", "bin/outboxd", "the outboxd binary (make build)")
+	cluster := fs.Bool("cluster", false, "run on a local Redis Cluster of three masters (redis-server, redis-cli) instead of BENCH_REDIS_URL; from 2 partitions (a cluster needs them)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -70,14 +73,21 @@ func runPartitions(ctx context.Context, out io.Writer, args []string) error {
 		return err
 	}
 	defer be.close()
+	parts, redisKind := benchPartitions, "one Redis"
+	if *cluster {
+		if err := be.useCluster(ctx); err != nil {
+			return err
+		}
+		parts, redisKind = benchPartitions[1:], "a local Redis Cluster of three masters"
+	}
 	if _, err := migrations.Postgres(ctx, be.pgURL); err != nil {
 		return err
 	}
 	b := &bench{out: out, n: n, total: n, be: be, l: &launcher{bin: *bin, dir: be.dir, profileDir: os.Getenv("BENCH_PROFILE")},
 		res: &Results{}, timeout: 2*time.Minute + time.Duration(n/1000)*time.Second}
-	fmt.Fprintf(out, "outboxd partitions benchmark: %d events on %s (SQLite store, one Redis); logs in %s\n", n, machine(), be.dir)
+	fmt.Fprintf(out, "outboxd partitions benchmark: %d events on %s (SQLite store, %s); logs in %s\n", n, machine(), redisKind, be.dir)
 	var rows []PartitionRow
-	for _, p := range benchPartitions {
+	for _, p := range parts {
 		b.partitions, b.stream = p, be.stream("partitions-"+strconv.Itoa(p))
 		if err := b.ingestPartitioned(ctx); err != nil {
 			return err

@@ -153,10 +153,12 @@ func (b *bench) dispatch(ctx context.Context, name string, dispatchers, batch in
 		return 0, 0, err
 	}
 	streams := b.streams()
-	if err := b.be.rdb.Del(ctx, streams...).Err(); err != nil {
-		return 0, 0, err
+	for _, s := range streams { // one at a time: on a cluster each in its own slot
+		if err := b.be.rdb.Del(ctx, s).Err(); err != nil {
+			return 0, 0, err
+		}
 	}
-	args := append([]string{"--store", storeFlag(path), "--redis-url", b.be.redisURL, "--stream", b.stream}, b.partitionFlags()...)
+	args := append(append([]string{"--store", storeFlag(path), "--stream", b.stream}, b.be.redisArgs()...), b.partitionFlags()...)
 	if batch > 0 {
 		args = append(args, "--relay-batch", strconv.Itoa(batch))
 	}
@@ -307,8 +309,8 @@ func (b *bench) work(ctx context.Context, name string, workers, batch int) (time
 	}
 	began := time.Now()
 	procs, err := b.spawnReady(ctx, name, "work", workers, func(i int) []string {
-		args := append([]string{"--store", storeFlag(path), "--redis-url", b.be.redisURL, "--postgres-url", b.be.pgURL,
-			"--stream", b.stream, "--group", group, "--consumer", "c" + strconv.Itoa(i)}, b.partitionFlags()...)
+		args := append(append([]string{"--store", storeFlag(path), "--postgres-url", b.be.pgURL,
+			"--stream", b.stream, "--group", group, "--consumer", "c" + strconv.Itoa(i)}, b.be.redisArgs()...), b.partitionFlags()...)
 		if batch > 0 {
 			args = append(args, "--batch-size", strconv.Itoa(batch))
 		}
@@ -366,8 +368,8 @@ func (b *bench) startDev(ctx context.Context, name string, extra ...string) (p *
 	if err = b.be.truncateReadModel(ctx); err != nil {
 		return
 	}
-	p, err = b.l.start(ctx, name, "dev", append([]string{"--store", storeFlag(path), "--redis-url", b.be.redisURL,
-		"--postgres-url", b.be.pgURL, "--stream", stream, "--group", group}, extra...)...)
+	args := append([]string{"--store", storeFlag(path), "--postgres-url", b.be.pgURL, "--stream", stream, "--group", group}, b.be.redisArgs()...)
+	p, err = b.l.start(ctx, name, "dev", append(args, extra...)...)
 	return
 }
 
