@@ -2,7 +2,11 @@ package dispatcher_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/dispatcher"
+	"github.com/outboxd/outboxd/httpapi"
 	"github.com/outboxd/outboxd/internal/fault"
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
@@ -141,6 +146,24 @@ func (b *testBundle) write(n, perBatch int) []string {
 		}
 	}
 	return ids
+}
+
+// postEvent posts one event through the HTTP API (which needs no Redis),
+// requires a 201 and returns the original's id; the checker expects it.
+func (b *testBundle) postEvent() string {
+	b.t.Helper()
+	h, err := httpapi.New(&httpapi.Config{Writer: b.writer}, nil)
+	require.NoError(b.t, err)
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest(http.MethodPost, "/v1/events", strings.NewReader(
+		`{"sourceKey":"`+b.source+`","deviceKey":"http","occurredAt":"2026-11-01T10:00:00Z"}`))
+	req.Header.Set("Content-Type", "application/json")
+	h.ServeHTTP(rec, req)
+	require.Equal(b.t, http.StatusCreated, rec.Code, rec.Body.String())
+	var created outbox.Result
+	require.NoError(b.t, json.Unmarshal(rec.Body.Bytes(), &created))
+	b.keys.Store(created.IdempotencyKey, true)
+	return created.ID
 }
 
 // streamIDs returns the event ids in the stream, in stream order. It

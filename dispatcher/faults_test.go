@@ -3,11 +3,7 @@ package dispatcher_test
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
-	"net/http"
-	"net/http/httptest"
-	"strings"
 	"testing"
 	"time"
 
@@ -16,9 +12,7 @@ import (
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo"
 
-	"github.com/outboxd/outboxd/httpapi"
 	"github.com/outboxd/outboxd/internal/testkit"
-	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store"
 	"github.com/outboxd/outboxd/store/mongostore"
 	"github.com/outboxd/outboxd/store/sqlitestore"
@@ -111,18 +105,7 @@ func TestDispatcherFaults(t *testing.T) {
 		srv.Stop()
 		second := b.write(20, 5) // ingest does not need Redis
 		// Nor does the HTTP API: a POST is answered 201 during the outage.
-		h, err := httpapi.New(&httpapi.Config{Writer: b.writer}, nil)
-		require.NoError(t, err)
-		rec := httptest.NewRecorder()
-		req := httptest.NewRequest(http.MethodPost, "/v1/events", strings.NewReader(
-			`{"sourceKey":"`+b.source+`","deviceKey":"http","occurredAt":"2026-11-01T10:00:00Z"}`))
-		req.Header.Set("Content-Type", "application/json")
-		h.ServeHTTP(rec, req)
-		require.Equal(t, http.StatusCreated, rec.Code, rec.Body.String())
-		var created outbox.Result
-		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &created))
-		second = append(second, created.ID)
-		b.keys.Store(created.IdempotencyKey, true)
+		second = append(second, b.postEvent())
 		require.Eventually(t, func() bool { return d.Stats().RedisRetries >= 1 }, 10*time.Second, 5*time.Millisecond)
 		held := b.state()
 		require.Eventually(t, func() bool { return d.Stats().RedisRetries >= 4 }, 10*time.Second, 5*time.Millisecond,

@@ -2,20 +2,14 @@ package dispatcher_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outboxd/outboxd/httpapi"
 	"github.com/outboxd/outboxd/internal/testkit"
-	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/stream"
 )
 
@@ -51,19 +45,8 @@ func TestBackpressure(t *testing.T) {
 	require.Positive(t, testkit.Metric(t, reg, "outboxd_redis_maxmemory_bytes"))
 	require.Positive(t, testkit.Metric(t, reg, "outboxd_redis_used_memory_bytes"))
 
-	second := b.write(1500, 500) // ingest does not need Redis
-	h, err := httpapi.New(&httpapi.Config{Writer: b.writer}, nil)
-	require.NoError(t, err)
-	rec := httptest.NewRecorder()
-	req := httptest.NewRequest(http.MethodPost, "/v1/events", strings.NewReader(
-		`{"sourceKey":"`+b.source+`","deviceKey":"http","occurredAt":"2026-11-01T10:00:00Z"}`))
-	req.Header.Set("Content-Type", "application/json")
-	h.ServeHTTP(rec, req)
-	require.Equal(t, http.StatusCreated, rec.Code, rec.Body.String())
-	var created outbox.Result
-	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &created))
-	second = append(second, created.ID)
-	b.keys.Store(created.IdempotencyKey, true)
+	second := b.write(1500, 500)           // ingest does not need Redis
+	second = append(second, b.postEvent()) // nor does the HTTP API
 
 	held := b.state()
 	require.Never(t, func() bool { return b.undispatched() < int64(len(second)) }, 500*time.Millisecond, 20*time.Millisecond,

@@ -21,6 +21,7 @@ import (
 
 	"github.com/outboxd/outboxd/internal/redact"
 	"github.com/outboxd/outboxd/internal/redisproc"
+	"github.com/outboxd/outboxd/migrations"
 )
 
 // Defaults of the servers, outboxd's own (cmd/outboxd).
@@ -273,4 +274,24 @@ func (b *backends) useCluster(ctx context.Context) error {
 	_ = b.rdb.Close()
 	b.rdb, b.redisURL, b.cluster = rdb, c.Seeds(), c
 	return nil
+}
+
+// newRun is the start the harness's subcommands share: it checks the
+// outboxd binary at bin, opens the run's backends (the caller closes
+// b.be) with the read model's schema applied, and returns a bench of n
+// events on them.
+func newRun(ctx context.Context, out io.Writer, bin string, n int) (*bench, error) {
+	if _, err := os.Stat(bin); err != nil {
+		return nil, fmt.Errorf("no outboxd binary at %s (make build): %w", bin, err)
+	}
+	be, err := openBackends(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := migrations.Postgres(ctx, be.pgURL); err != nil {
+		be.close()
+		return nil, err
+	}
+	return &bench{out: out, n: n, be: be, l: &launcher{bin: bin, dir: be.dir, profileDir: os.Getenv("BENCH_PROFILE")},
+		res: &Results{}, timeout: 2*time.Minute + time.Duration(n/1000)*time.Second}, nil
 }

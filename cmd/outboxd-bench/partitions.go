@@ -9,8 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/outboxd/outboxd/migrations"
 )
 
 // Shape of the partitions run (issue 22, item 8).
@@ -65,14 +63,13 @@ func runPartitions(ctx context.Context, out io.Writer, args []string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := os.Stat(*bin); err != nil {
-		return fmt.Errorf("no outboxd binary at %s (make build): %w", *bin, err)
-	}
-	be, err := openBackends(ctx)
+	b, err := newRun(ctx, out, *bin, n)
 	if err != nil {
 		return err
 	}
+	be := b.be
 	defer be.close()
+	b.total = n
 	parts, redisKind := benchPartitions, "one Redis"
 	if *cluster {
 		if err := be.useCluster(ctx); err != nil {
@@ -80,11 +77,6 @@ func runPartitions(ctx context.Context, out io.Writer, args []string) error {
 		}
 		parts, redisKind = benchPartitions[1:], "a local Redis Cluster of three masters"
 	}
-	if _, err := migrations.Postgres(ctx, be.pgURL); err != nil {
-		return err
-	}
-	b := &bench{out: out, n: n, total: n, be: be, l: &launcher{bin: *bin, dir: be.dir, profileDir: os.Getenv("BENCH_PROFILE")},
-		res: &Results{}, timeout: 2*time.Minute + time.Duration(n/1000)*time.Second}
 	fmt.Fprintf(out, "outboxd partitions benchmark: %d events on %s (SQLite store, %s); logs in %s\n", n, machine(), redisKind, be.dir)
 	var rows []PartitionRow
 	for _, p := range parts {

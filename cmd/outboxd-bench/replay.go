@@ -18,7 +18,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/outboxd/outboxd/migrations"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store"
 	"github.com/outboxd/outboxd/stream"
@@ -96,19 +95,12 @@ func runReplay(ctx context.Context, out io.Writer, args []string) error {
 		return err
 	}
 	replayRate := env("", "REPLAY_RATE") // --replay-rate of dev; "" its default
-	if _, err := os.Stat(*bin); err != nil {
-		return fmt.Errorf("no outboxd binary at %s (make build): %w", *bin, err)
-	}
-	be, err := openBackends(ctx)
+	b, err := newRun(ctx, out, *bin, n)
 	if err != nil {
 		return err
 	}
+	be := b.be
 	defer be.close()
-	if _, err := migrations.Postgres(ctx, be.pgURL); err != nil {
-		return err
-	}
-	b := &bench{out: out, n: n, be: be, l: &launcher{bin: *bin, dir: be.dir}, res: &Results{},
-		timeout: 2*time.Minute + time.Duration(n/1000)*time.Second}
 	res := &ReplayResults{StartedAt: time.Now().UTC(), Machine: machine(), Replayed: n, LiveEventsPerSecond: liveRate,
 		ReplayRate: replayRate}
 	if res.ReplayRate == "" {
