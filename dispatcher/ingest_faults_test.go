@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/bson"
 
+	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store/mongostore"
 	"github.com/outboxd/outboxd/store/sqlitestore"
@@ -106,7 +107,7 @@ func holdSQLiteLock(t *testing.T, b *testBundle) {
 			done.Add(1)
 		})
 	}
-	require.Never(t, func() bool { return done.Load() > 0 }, 300*time.Millisecond, 10*time.Millisecond,
+	testkit.Never(t, func() bool { return done.Load() > 0 }, 300*time.Millisecond, 10*time.Millisecond,
 		"a write committed while another process held the lock")
 	require.NoError(t, lock.Rollback())
 	wg.Wait()

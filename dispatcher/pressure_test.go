@@ -49,7 +49,7 @@ func TestBackpressure(t *testing.T) {
 	second = append(second, b.postEvent()) // nor does the HTTP API
 
 	held := b.state()
-	require.Never(t, func() bool { return b.undispatched() < int64(len(second)) }, 500*time.Millisecond, 20*time.Millisecond,
+	testkit.Never(t, func() bool { return b.undispatched() < int64(len(second)) }, 500*time.Millisecond, 20*time.Millisecond,
 		"nothing is marked dispatched while the relay holds")
 	require.Equal(t, held.Position, b.state().Position, "the checkpoint is held")
 	require.NotEmpty(t, d.Backpressure())

@@ -7,6 +7,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outboxd/internal/testkit"
 )
 
 // TestSweepsBackToBack: as a service, a sweep that reaches its limit is
@@ -41,7 +43,7 @@ func TestSweepsBackToBack(t *testing.T) {
 			}
 			if !reading {
 				require.Eventually(t, func() bool { return len(b.published(t)) == 10 }, 10*time.Second, 10*time.Millisecond)
-				require.Never(t, func() bool { return len(b.published(t)) > 10 }, 500*time.Millisecond, 20*time.Millisecond,
+				testkit.Never(t, func() bool { return len(b.published(t)) > 10 }, 500*time.Millisecond, 20*time.Millisecond,
 					"the group has not read the first sweep's: the next waits for the schedule")
 				return
 			}

@@ -393,7 +393,7 @@ func TestReconciler(t *testing.T) {
 			return n
 		}
 		require.Eventually(t, func() bool { return sweepers() == 1 }, 5*time.Second, 5*time.Millisecond, "one replica sweeps")
-		require.Never(t, func() bool { return sweepers() > 1 }, 300*time.Millisecond, 10*time.Millisecond,
+		testkit.Never(t, func() bool { return sweepers() > 1 }, 300*time.Millisecond, 10*time.Millisecond,
 			"the others stand by while it holds the lease (30 of its sweeps)")
 	})
 

@@ -106,7 +106,7 @@ func TestWorkerFaults(t *testing.T) {
 			return b.rdb.XLen(ctx, b.keys().DLQ()).Val() > 0 ||
 				b.rdb.HLen(ctx, b.keys().Failures()).Val() > 0
 		}
-		require.Never(t, burnt, 10*claimIdle, 20*time.Millisecond, "the outage burnt delivery budget")
+		testkit.Never(t, burnt, 10*claimIdle, 20*time.Millisecond, "the outage burnt delivery budget")
 		require.Zero(t, testkit.Metric(t, reg, "outboxd_worker_claimed_total"), "no hand-over between live workers")
 
 		b.publish(t, b.write(t, "d2", 20)...) // more work during the outage
@@ -316,7 +316,7 @@ func TestWorkerErrorStreak(t *testing.T) {
 		b, reg, broken, _ := setupBroken(t, 100*time.Millisecond, 0)
 		// Held and probed for ten probe intervals: nothing dead-lettered,
 		// nothing charged beyond the deliveries before the halt.
-		require.Never(t, func() bool { return b.rdb.XLen(ctx, b.keys().DLQ()).Val() > 0 },
+		testkit.Never(t, func() bool { return b.rdb.XLen(ctx, b.keys().DLQ()).Val() > 0 },
 			time.Second, 20*time.Millisecond)
 		for id, n := range budgets(t, b) {
 			require.Equal(t, "1", n, "entry %s charged after the halt", id)

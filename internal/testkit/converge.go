@@ -53,3 +53,24 @@ func RequireConverged(t testing.TB, p Pipeline, accepted []string, timeout time.
 		require.Fail(t, "the pipeline did not converge", "last verdict: %s", verdict)
 	}
 }
+
+// Never fails t when condition holds at any poll during waitFor. Unlike
+// require.Never it calls condition on the test's own goroutine, one call at
+// a time, and returns only after the last call has finished: testify runs
+// each call on a goroutine of its own that may still be running when
+// Never returns, so a condition that fails t (a require inside a helper)
+// or reads a client the test's cleanup closes panics the binary after the
+// test has ended.
+func Never(t testing.TB, condition func() bool, waitFor, tick time.Duration, msgAndArgs ...any) {
+	t.Helper()
+	deadline := time.Now().Add(waitFor)
+	for {
+		if condition() {
+			require.Fail(t, "condition satisfied", msgAndArgs...)
+		}
+		if time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(tick)
+	}
+}
