@@ -113,8 +113,9 @@ func (b *testBundle) writeAged(t *testing.T, n int) []string {
 // requeueCount + 1), whatever claimed it before.
 func (b *testBundle) claimAt(t *testing.T, id string, at time.Time) {
 	t.Helper()
-	_, err := b.st.Claim(context.Background(), id, at, at)
+	c, err := b.st.Claim(context.Background(), []string{id}, at, at)
 	require.NoError(t, err)
+	require.Len(t, c.Events, 1, "claimed")
 }
 
 func (b *testBundle) park(t *testing.T, id, category string) {

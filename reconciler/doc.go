@@ -11,23 +11,34 @@
 //     createdAt first, at most Limit per sweep. Reaching the limit is not a
 //     failure: the next sweep continues. The query is served by an
 //     index of each store (store.Store.Candidates).
-//  2. Per document, claim first: a conditional update that sets
-//     lastRequeuedAt to this attempt's stamp and increments requeueCount,
-//     only while the candidate conditions still hold. A document that no
-//     longer matches (another run claimed it, or it got synced or parked
-//     meanwhile) is skipped. This is a short per-document lease, not a lock
-//     on the whole job: two sweeps at once publish each document once.
-//  3. XADD the original's message (origin "reconciler") to the stream
-//     (through a stream.Publisher, one message at a time and without a
-//     circuit breaker: a failed publish is rolled back at once).
-//  4. When XADD fails, roll the claim back, but only while lastRequeuedAt
-//     still equals this attempt's stamp: a newer claim by another run is
-//     left alone. The rollback restores the previous lastRequeuedAt (null
-//     when there was none) and decrements requeueCount, since nothing was
-//     requeued; the document is a candidate again at the next sweep. When
-//     the rollback itself fails (or the process dies after the claim), the
-//     document stays claimed and becomes a candidate again after
-//     RequeueAfter: nothing is lost, only delayed.
+//  2. Claim first, every candidate of the sweep in one store transaction
+//     (store.Store.Claim): a conditional update that sets lastRequeuedAt to
+//     this attempt's stamp and increments requeueCount on each document
+//     while the candidate conditions still hold for it, returning each
+//     claimed document as it was before. A document that no longer matches
+//     (another run claimed it, or it got synced or parked meanwhile) is
+//     skipped. Each claim is a short per-document lease, not a lock on the
+//     whole job: two sweeps at once publish each document once.
+//  3. XADD the claimed originals' messages (origin "reconciler") to the
+//     stream in one pipeline (one per partition), through a
+//     stream.Publisher without a circuit breaker: the pipeline answers for
+//     each message (stream.Added), so each document's outcome is exact.
+//  4. Roll back the claims of the messages that were not added, in one
+//     store write (store.Store.RollbackClaims), each only while its
+//     lastRequeuedAt still equals this attempt's stamp: a newer claim by
+//     another run is left alone. The rollback restores the previous
+//     lastRequeuedAt (null when there was none) and decrements
+//     requeueCount, since nothing was requeued; the document is a candidate
+//     again at the next sweep. When the rollback itself fails (or the
+//     process dies after the claim), the documents stay claimed and become
+//     candidates again after RequeueAfter: nothing is lost, only delayed.
+//
+// A sweep therefore costs the store a constant number of round trips
+// whatever its size (on MongoDB: the candidate query, a transaction of a
+// find, an updateMany and the commit, the counts; docs/mongodb.md). The
+// price of claiming the sweep at once: a reconciler that dies between its
+// claim and its publish holds every candidate of that sweep (at most
+// Limit) until RequeueAfter, where a claim per document held one.
 //
 // A document already requeued MaxRequeues times (default 10) is not
 // published again: re-publishing it again and again is no fix, something
@@ -50,7 +61,8 @@
 // every replica. There is no lock over the whole job by default: the
 // per-document claims keep each document published once however many
 // replicas sweep at once, and a slow or wedged replica holds back only the
-// documents it claimed, never the others' sweeps (seed 000).
+// documents it claimed (one sweep's, at most Limit), never the others'
+// sweeps (seed 000).
 // TestEveryReplicaSweepsWithoutTheLease proves it with two replicas and a
 // worker: each original published once, the read model exact. With
 // Config.Lease (--lease) only the replica that holds the lease

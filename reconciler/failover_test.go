@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/testkit"
-	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/reconciler"
 	"github.com/outboxd/outboxd/store"
 )
@@ -21,14 +20,14 @@ type failingOver struct {
 	claims int
 }
 
-func (f *failingOver) Claim(context.Context, string, time.Time, time.Time) (*outbox.Event, error) {
+func (f *failingOver) Claim(context.Context, []string, time.Time, time.Time) (store.Claimed, error) {
 	f.claims++
-	return nil, fmt.Errorf("error claiming: %w: NotWritablePrimary (10107)", store.ErrUnavailable)
+	return store.Claimed{}, fmt.Errorf("error claiming: %w: NotWritablePrimary (10107)", store.ErrUnavailable)
 }
 
 // TestSweepStopsWhenTheStoreFailsOver: an unavailable store ends the sweep
-// with an error at the first claim instead of counting one failed claim per
-// candidate; the next sweep claims them all.
+// with an error at its claim instead of counting failed claims; the next
+// sweep claims them all.
 func TestSweepStopsWhenTheStoreFailsOver(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -39,7 +38,7 @@ func TestSweepStopsWhenTheStoreFailsOver(t *testing.T) {
 	require.NoError(t, err)
 	rep, err := r.Sweep(ctx)
 	require.ErrorIs(t, err, store.ErrUnavailable)
-	require.Equal(t, 1, fo.claims, "the sweep stops at the first unavailable claim")
+	require.Equal(t, 1, fo.claims, "one claim for the sweep")
 	require.Zero(t, rep.ClaimFailed)
 	require.Empty(t, b.published(t))
 

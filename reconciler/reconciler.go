@@ -16,7 +16,6 @@ import (
 	"github.com/outboxd/outboxd/internal/instance"
 	"github.com/outboxd/outboxd/internal/leader"
 	"github.com/outboxd/outboxd/internal/startstop"
-	"github.com/outboxd/outboxd/internal/tracing"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store"
 	"github.com/outboxd/outboxd/stream"
@@ -377,15 +376,9 @@ func (r *Reconciler) Sweep(ctx context.Context) (rep Report, err error) {
 	}
 	rep.Scanned = len(ids)
 	rep.LimitReached = len(ids) == r.cfg.Limit
-	for _, id := range ids {
-		if err := ctx.Err(); err != nil {
+	if len(ids) > 0 {
+		if err := r.reconcile(ctx, ids, &rep); err != nil {
 			return rep, err
-		}
-		if err := r.reconcile(ctx, id, &rep); err != nil {
-			return rep, err
-		}
-		if rep.RedisFull {
-			break
 		}
 	}
 	if err := r.measure(ctx, now, &rep); err != nil {
@@ -394,111 +387,151 @@ func (r *Reconciler) Sweep(ctx context.Context) (rep Report, err error) {
 	return rep, nil
 }
 
-// reconcile claims, publishes and, when publishing fails, rolls back one
-// document, counting the outcome in rep. It returns an error only when the
-// sweep must stop.
-func (r *Reconciler) reconcile(ctx context.Context, id string, rep *Report) error {
-	logger := r.logger.With(zap.String("event_id", id))
+// reconcile claims ids, publishes what it claimed and rolls back the
+// claims whose publish failed, counting the outcomes in rep: one claim,
+// one pipeline (one per partition) and at most one rollback for the
+// sweep, whatever its size, with each document's outcome exact (the
+// pipeline reports each message: stream.Added). It returns an error only
+// when the sweep must stop.
+//
+// Claiming the sweep at once has one cost: a reconciler that crashes
+// between the claim and the publish leaves the whole sweep claimed, and
+// those originals wait --requeue-after before a sweep takes them again
+// (one at a time, it was one original).
+func (r *Reconciler) reconcile(ctx context.Context, ids []string, rep *Report) error {
 	attemptedAt := r.now()
-	ev, err := r.st.Claim(ctx, id, attemptedAt, attemptedAt.Add(-r.cfg.RequeueAfter))
+	c, err := r.st.Claim(ctx, ids, attemptedAt, attemptedAt.Add(-r.cfg.RequeueAfter))
 	switch {
-	case errors.Is(err, store.ErrNotClaimed):
-		rep.Skipped++
-		return nil
 	case err != nil && (ctx.Err() != nil || store.IsUnavailable(err)):
 		return err
 	case err != nil:
-		rep.ClaimFailed++
-		logger.Warn("error claiming event", zap.Error(err))
+		rep.ClaimFailed += len(ids)
+		r.logger.Warn("error claiming candidates", zap.Int("candidates", len(ids)), zap.Error(err))
 		return nil
 	}
-	rep.Claimed++
+	for id, err := range c.Unreadable {
+		rep.ClaimFailed++
+		r.logger.Warn("error reading candidate; it is not claimed", zap.String("event_id", id), zap.Error(err))
+	}
+	rep.Claimed += len(c.Events)
+	rep.Skipped += len(ids) - len(c.Events) - len(c.Unreadable) // no longer candidates
 
 	if err := r.cfg.faults.Check(FaultAfterClaim); err != nil {
 		return err
 	}
-	if ev.RequeueCount >= int64(r.cfg.MaxRequeues) {
-		return r.exhaust(ctx, ev, attemptedAt, rep)
+	var publish, exhausted []*outbox.Event
+	for _, ev := range c.Events {
+		if ev.RequeueCount >= int64(r.cfg.MaxRequeues) {
+			exhausted = append(exhausted, ev)
+		} else {
+			publish = append(publish, ev)
+		}
 	}
-
-	// One message at a time, without a circuit breaker: each document's
-	// claim, publish and rollback stay one step, whose outcome is exact.
-	err = r.publisher.PublishEvents(ctx, []*outbox.Event{ev}, outbox.OriginReconciler)
-	if err == nil {
-		rep.Published++
-		r.metrics.requeues.Observe(float64(ev.RequeueCount + 1))
+	if err := r.exhaust(ctx, exhausted, attemptedAt, rep); err != nil {
+		return err
+	}
+	if len(publish) == 0 {
 		return nil
 	}
-	rep.PublishFailed++
+
+	// Without a circuit breaker: every sweep tries, and the claims of what
+	// did not go out are rolled back at once.
+	err = r.publisher.PublishEvents(ctx, publish, outbox.OriginReconciler)
+	var failed []*outbox.Event
+	for i, ev := range publish {
+		if stream.Added(err, i) {
+			rep.Published++
+			r.metrics.requeues.Observe(float64(ev.RequeueCount + 1))
+		} else {
+			failed = append(failed, ev)
+		}
+	}
+	if len(failed) == 0 {
+		return nil
+	}
+	rep.PublishFailed += len(failed)
 	if rep.PublishError == "" {
 		rep.PublishError = err.Error()
 	}
-	// Redis full: the next candidates would fail the same way.
+	// Redis full: the next sweep would fail the same way (see waitNext).
 	rep.RedisFull = stream.IsOOM(err)
 	// One line per sweep says it (sweepAndLog), not one per document.
-	logger.Debug("error publishing event, rolling back its claim", zap.Error(err), tracing.LogFieldOf(ev.TraceParent))
+	r.logger.Debug("error publishing events, rolling back their claims", zap.Int("events", len(failed)), zap.Error(err))
 
-	if r.cfg.beforeRollback != nil {
-		r.cfg.beforeRollback(id)
-	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
-	defer cancel()
-	restored, rerr := r.rollback(rctx, id, attemptedAt, ev.LastRequeuedAt)
+	restored, rerr := r.rollback(ctx, failed, attemptedAt)
 	switch {
 	case rerr != nil:
-		rep.RollbackFailed++
-		logger.Error("error rolling back claim; the event is a candidate again after requeue-after",
-			zap.Duration("requeue_after", r.cfg.RequeueAfter), zap.Error(rerr))
-	case restored:
-		rep.RolledBack++
+		rep.RollbackFailed += len(failed)
+		r.logger.Error("error rolling back claims; the events are candidates again after requeue-after",
+			zap.Int("events", len(failed)), zap.Duration("requeue_after", r.cfg.RequeueAfter), zap.Error(rerr))
 	default:
-		rep.RollbackSkipped++
-		logger.Info("claim not rolled back: a newer claim owns the event")
+		rep.RolledBack += restored
+		if skipped := len(failed) - restored; skipped > 0 {
+			rep.RollbackSkipped += skipped
+			r.logger.Info("claims not rolled back: newer claims own the events", zap.Int("events", skipped))
+		}
 	}
 	return ctx.Err()
 }
 
-// exhaust parks ev, claimed at attemptedAt, which was requeued MaxRequeues
-// times already, instead of publishing it again, then undoes the claim so
-// that requeueCount keeps counting publishes.
-func (r *Reconciler) exhaust(ctx context.Context, ev *outbox.Event, attemptedAt time.Time, rep *Report) error {
-	logger := r.logger.With(zap.String("event_id", ev.ID), zap.Int64("requeue_count", ev.RequeueCount))
-	parked, err := r.st.Park(ctx, ev.ID, outbox.SyncFailure{
-		Category: store.CategoryRequeueExhausted, Code: store.CategoryRequeueExhausted,
-		Message: fmt.Sprintf("re-published %d times by the reconciler without reaching syncedAt", ev.RequeueCount),
-		At:      attemptedAt,
-	})
-	switch {
-	case err != nil && (ctx.Err() != nil || store.IsUnavailable(err)):
-		return err
-	case err != nil:
-		rep.ClaimFailed++
-		logger.Warn("error parking event whose requeues are exhausted", zap.Error(err))
+// exhaust parks each of evs, claimed at attemptedAt and requeued
+// MaxRequeues times already, instead of publishing it again, then undoes
+// their claims so that requeueCount keeps counting publishes. Parking is
+// one write per original: exhaustion is rare, and each one is logged.
+func (r *Reconciler) exhaust(ctx context.Context, evs []*outbox.Event, attemptedAt time.Time, rep *Report) error {
+	if len(evs) == 0 {
 		return nil
-	case parked:
-		rep.Exhausted++
-		r.metrics.exhausted.Inc()
-		logger.Error("event parked: requeues exhausted; see the runbook (replay --state failed after the cause is fixed)",
-			zap.Int("max_requeues", r.cfg.MaxRequeues))
-	default:
-		rep.Skipped++ // synced meanwhile
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
-	defer cancel()
-	if _, err := r.rollback(rctx, ev.ID, attemptedAt, ev.LastRequeuedAt); err != nil {
-		logger.Warn("error undoing the claim of a parked event", zap.Error(err))
+	for _, ev := range evs {
+		logger := r.logger.With(zap.String("event_id", ev.ID), zap.Int64("requeue_count", ev.RequeueCount))
+		parked, err := r.st.Park(ctx, ev.ID, outbox.SyncFailure{
+			Category: store.CategoryRequeueExhausted, Code: store.CategoryRequeueExhausted,
+			Message: fmt.Sprintf("re-published %d times by the reconciler without reaching syncedAt", ev.RequeueCount),
+			At:      attemptedAt,
+		})
+		switch {
+		case err != nil && (ctx.Err() != nil || store.IsUnavailable(err)):
+			r.undoExhausted(ctx, evs, attemptedAt)
+			return err
+		case err != nil:
+			rep.ClaimFailed++
+			logger.Warn("error parking event whose requeues are exhausted", zap.Error(err))
+		case parked:
+			rep.Exhausted++
+			r.metrics.exhausted.Inc()
+			logger.Error("event parked: requeues exhausted; see the runbook (replay --state failed after the cause is fixed)",
+				zap.Int("max_requeues", r.cfg.MaxRequeues))
+		default:
+			rep.Skipped++ // synced meanwhile
+		}
 	}
+	r.undoExhausted(ctx, evs, attemptedAt)
 	return ctx.Err()
 }
 
-// rollback undoes this run's claim on id after a failed publish, only
-// while lastRequeuedAt still equals attemptedAt (the run's ownership
-// token): a newer claim by another run is left alone.
-func (r *Reconciler) rollback(ctx context.Context, id string, attemptedAt time.Time, prev *time.Time) (bool, error) {
-	if err := r.cfg.faults.Check(FaultRollback); err != nil {
-		return false, err
+// undoExhausted undoes the claims of exhausted originals (exhaust).
+func (r *Reconciler) undoExhausted(ctx context.Context, evs []*outbox.Event, attemptedAt time.Time) {
+	if _, err := r.rollback(ctx, evs, attemptedAt); err != nil {
+		r.logger.Warn("error undoing the claims of parked events", zap.Int("events", len(evs)), zap.Error(err))
 	}
-	return r.st.RollbackClaim(ctx, id, attemptedAt, prev)
+}
+
+// rollback undoes this run's claims on evs (their before-images), each
+// only while its lastRequeuedAt still equals attemptedAt (the run's
+// ownership token): a newer claim by another run is left alone. It runs
+// even when ctx has ended, bounded by rollbackTimeout.
+func (r *Reconciler) rollback(ctx context.Context, evs []*outbox.Event, attemptedAt time.Time) (int, error) {
+	if r.cfg.beforeRollback != nil {
+		for _, ev := range evs {
+			r.cfg.beforeRollback(ev.ID)
+		}
+	}
+	if err := r.cfg.faults.Check(FaultRollback); err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	defer cancel()
+	return r.st.RollbackClaims(ctx, attemptedAt, evs)
 }
 
 // measure fills the state part of rep from the store's counts: the age of

@@ -15,6 +15,7 @@ import (
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/reconciler"
 	"github.com/outboxd/outboxd/store"
+	"github.com/outboxd/outboxd/stream"
 )
 
 func TestReconciler(t *testing.T) {
@@ -193,6 +194,46 @@ func TestReconciler(t *testing.T) {
 		}
 	})
 
+	t.Run("PartialPublishRollsBackOnlyWhatWasNotAdded", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		ids := b.writeAged(t, 8)
+		cfg := b.config()
+		cfg.Partitions = 2
+		// One partition's stream key holds a string: its XADDs fail
+		// (WRONGTYPE), the other partition's go through, in the same sweep.
+		keys := stream.NewKeys(b.stream, "").Split(2)
+		blocked := keys.ForEvent("src", b.event(t, ids[0]).DeviceKey).Stream()
+		require.NoError(t, b.rdb.Set(ctx, blocked, "not a stream", 0).Err())
+		var inBlocked []string
+		for _, id := range ids {
+			if keys.ForEvent("src", b.event(t, id).DeviceKey).Stream() == blocked {
+				inBlocked = append(inBlocked, id)
+			}
+		}
+		require.Less(t, len(inBlocked), len(ids), "both partitions hold candidates")
+
+		rep, err := b.reconciler(t, cfg).Sweep(ctx)
+		require.NoError(t, err)
+		require.Equal(t, len(ids), rep.Claimed)
+		require.Equal(t, len(ids)-len(inBlocked), rep.Published)
+		require.Equal(t, len(inBlocked), rep.PublishFailed)
+		require.Equal(t, len(inBlocked), rep.RolledBack)
+		for _, id := range ids {
+			ev := b.event(t, id)
+			if slices.Contains(inBlocked, id) {
+				require.Nil(t, ev.LastRequeuedAt, "not added: its claim is rolled back")
+				require.Zero(t, ev.RequeueCount)
+				continue
+			}
+			require.NotNil(t, ev.LastRequeuedAt, "added: its claim stays")
+			require.Equal(t, int64(1), ev.RequeueCount)
+		}
+		added := slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return slices.Contains(inBlocked, id) })
+		other := keys.ForEvent("src", b.event(t, added[0]).DeviceKey).Stream()
+		require.ElementsMatch(t, added, streamIDs(t, b.rdb, other), "each added one once")
+	})
+
 	t.Run("PublishFailureRollsBackAndFails", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
@@ -277,25 +318,27 @@ func TestReconciler(t *testing.T) {
 		b.faults.Arm(reconciler.FaultAfterClaim, 1)
 		rep, err := b.reconciler(t, nil).Sweep(ctx)
 		require.ErrorIs(t, err, fault.ErrInjected)
-		require.Equal(t, 1, rep.Claimed)
+		require.Equal(t, 2, rep.Claimed, "the sweep claims its candidates at once")
 		require.Zero(t, rep.Published)
 		require.Empty(t, b.published(t))
 
-		// A restarted reconciler publishes the other one; the crashed claim
-		// holds until RequeueAfter has passed.
+		// A restarted reconciler finds them claimed: the crashed claims hold
+		// until RequeueAfter has passed.
 		r := b.reconciler(t, nil)
 		rep, err = r.Sweep(ctx)
 		require.NoError(t, err)
-		require.Equal(t, 1, rep.Published)
-		require.Equal(t, []string{ids[1]}, b.published(t))
+		require.Zero(t, rep.Scanned)
+		require.Empty(t, b.published(t))
 
 		b.clock.Advance(requeueAfter + time.Millisecond)
 		rep, err = r.Sweep(ctx)
 		require.NoError(t, err)
-		require.Equal(t, 2, rep.Scanned) // ids[1] is unsynced too: no worker here
+		require.Equal(t, 2, rep.Scanned)
 		require.Equal(t, 2, rep.Published)
-		require.Equal(t, []string{ids[1], ids[0], ids[1]}, b.published(t))
-		require.Equal(t, int64(2), b.event(t, ids[0]).RequeueCount)
+		require.Equal(t, ids, b.published(t))
+		for _, id := range ids {
+			require.Equal(t, int64(2), b.event(t, id).RequeueCount, "the crashed claim counts")
+		}
 	})
 
 	t.Run("ParkedAreCountedNeverPublished", func(t *testing.T) {

@@ -65,16 +65,23 @@ type Store interface {
 	// syncFailure), created before q.CreatedBefore, and never claimed or
 	// claimed before q.ClaimedBefore.
 	Candidates(ctx context.Context, q CandidateQuery) ([]string, error)
-	// Claim stamps lastRequeuedAt = at and increments requeueCount on id
-	// while it is still a candidate (pending, and lastRequeuedAt null or
-	// before claimedBefore), in one conditional write. It returns the
-	// original as it was before the claim, with an empty payload, or
-	// ErrNotClaimed when it no longer matched.
-	Claim(ctx context.Context, id string, at, claimedBefore time.Time) (*outbox.Event, error)
-	// RollbackClaim undoes the claim stamped at on id, only while
-	// lastRequeuedAt still equals at: it restores prev (nil: none) and
-	// decrements requeueCount. It reports whether it restored anything.
-	RollbackClaim(ctx context.Context, id string, at time.Time, prev *time.Time) (bool, error)
+	// Claim stamps lastRequeuedAt = at and increments requeueCount on
+	// each of ids that is still a candidate (pending, and lastRequeuedAt
+	// null or before claimedBefore), all in one transaction: a constant
+	// number of round trips for a sweep, and a document two reconcilers
+	// both ask for is claimed by one of them. It returns the claimed
+	// originals as they were before the claim, with empty payloads, in the
+	// order of ids; an id that is no longer a candidate (or unknown) is
+	// left out, one the store cannot decode is left unclaimed in
+	// Claimed.Unreadable.
+	Claim(ctx context.Context, ids []string, at, claimedBefore time.Time) (Claimed, error)
+	// RollbackClaims undoes the claims stamped at on claimed (Claim's
+	// originals, as they were before it), in one write: each original
+	// whose lastRequeuedAt still equals at gets back the lastRequeuedAt
+	// of its before-image (nil: none) and one requeue fewer; one claimed
+	// anew since (by another run) is left alone. It returns how many it
+	// restored.
+	RollbackClaims(ctx context.Context, at time.Time, claimed []*outbox.Event) (int, error)
 
 	// ListEvents returns the originals that q selects, ordered by (q.By's
 	// time, id), at most q.Limit, after q.After; without their payloads
@@ -180,6 +187,38 @@ type Loaded struct {
 	Event *outbox.Event
 	// Err is set when the stored original cannot be decoded.
 	Err error
+}
+
+// Claimed is what Claim did with the ids it was given.
+type Claimed struct {
+	// Events are the claimed originals as they were before the claim
+	// (lastRequeuedAt, requeueCount), without payloads, in the order of
+	// the ids.
+	Events []*outbox.Event
+	// Unreadable holds, by id, the candidates the store could not decode:
+	// they are not claimed.
+	Unreadable map[string]error
+}
+
+// ClaimedOf is the Claimed of a store that read read (by id) among ids
+// and claims the ones it could decode: their events in the order of ids,
+// the others unreadable.
+func ClaimedOf(ids []string, read map[string]Loaded) Claimed {
+	var c Claimed
+	for _, id := range ids {
+		l, ok := read[id]
+		switch {
+		case !ok:
+		case l.Err != nil:
+			if c.Unreadable == nil {
+				c.Unreadable = map[string]error{}
+			}
+			c.Unreadable[id] = l.Err
+		default:
+			c.Events = append(c.Events, l.Event)
+		}
+	}
+	return c
 }
 
 // CandidateQuery selects the reconciler's candidates.
@@ -395,8 +434,6 @@ const OutboxRetentionDefault = 24 * time.Hour
 var (
 	// ErrNotFound: no such original.
 	ErrNotFound = errors.New("not found")
-	// ErrNotClaimed: the original no longer matched the claim's conditions.
-	ErrNotClaimed = errors.New("not claimed: no longer a candidate")
 	// ErrFenced: the lease is held by another owner or a newer term.
 	ErrFenced = errors.New("fenced out: the lease is held by another owner or a newer term")
 	// ErrPositionLost: the feed position is no longer in the store's

@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
+	"github.com/256dpi/lungo"
+
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/bson/primitive"
+	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/mongo/options"
 
 	"github.com/outboxd/outboxd/outbox"
@@ -29,10 +33,20 @@ func (s *Store) LoadEvents(ctx context.Context, ids []string) (map[string]store.
 		return nil, wrap(err, "reading %d originals", len(oids))
 	}
 	defer cur.Close(context.WithoutCancel(ctx))
+	if err := readEvents(ctx, cur, out); err != nil {
+		return nil, wrap(err, "reading %d originals", len(oids))
+	}
+	return out, nil
+}
+
+// readEvents decodes each document of cur on its own into out, by id: one
+// that does not decode is an out[id].Err wrapping store.ErrCorrupt, not a
+// failure of the read.
+func readEvents(ctx context.Context, cur lungo.ICursor, out map[string]store.Loaded) error {
 	for cur.Next(ctx) {
 		var raw bson.Raw
 		if err := cur.Decode(&raw); err != nil {
-			return nil, wrap(err, "reading %d originals", len(oids))
+			return err
 		}
 		id, _ := raw.Lookup("_id").ObjectIDOK()
 		var d eventDoc
@@ -47,10 +61,7 @@ func (s *Store) LoadEvents(ctx context.Context, ids []string) (map[string]store.
 		}
 		out[ev.ID] = store.Loaded{Event: ev}
 	}
-	if err := cur.Err(); err != nil {
-		return nil, wrap(err, "reading %d originals", len(oids))
-	}
-	return out, nil
+	return cur.Err()
 }
 
 // EventByKey reads the original stored under key.
@@ -145,55 +156,101 @@ func (s *Store) Candidates(ctx context.Context, q store.CandidateQuery) ([]strin
 	return ids, nil
 }
 
-// Claim is one FindOneAndUpdate whose filter repeats the candidate
-// conditions, so two reconcilers cannot both claim a document.
-func (s *Store) Claim(ctx context.Context, id string, at, claimedBefore time.Time) (*outbox.Event, error) {
-	oid, err := primitive.ObjectIDFromHex(id)
+// Claim is one transaction of three commands whatever the number of ids:
+// a find of the candidates among ids (their before-images, without
+// payloads), an updateMany of those found, conditional on the same
+// candidate filter, and the commit. Both read the transaction's snapshot,
+// so the update claims exactly what the find returned; a reconciler that
+// claims one of them meanwhile makes one of the two transactions fail
+// with a WriteConflict, which runTx runs again (and the loser then no
+// longer finds it).
+func (s *Store) Claim(ctx context.Context, ids []string, at, claimedBefore time.Time) (store.Claimed, error) {
+	var out store.Claimed
+	oids := objectIDs(ids) // not an ObjectID: no such original
+	if len(oids) == 0 {
+		return out, nil
+	}
+	err := s.runTx(ctx, "claiming reconciler candidates", func(sc lungo.ISessionContext) error {
+		read, err := s.claimRead(sc, oids, claimedBefore)
+		if err != nil {
+			return err
+		}
+		out = store.ClaimedOf(ids, read)
+		found := make([]primitive.ObjectID, len(out.Events))
+		for i, ev := range out.Events {
+			found[i], _ = primitive.ObjectIDFromHex(ev.ID)
+		}
+		if len(found) == 0 {
+			return nil
+		}
+		filter := append(bson.D{{Key: "_id", Value: idsIn(found)}}, pendingFilter()...)
+		filter = append(filter, requeueEligible(claimedBefore))
+		res, err := s.events.UpdateMany(sc, filter, bson.D{
+			{Key: "$set", Value: bson.D{{Key: "lastRequeuedAt", Value: at.UTC()}}},
+			{Key: "$inc", Value: bson.D{{Key: "requeueCount", Value: int64(1)}}},
+		})
+		if err != nil {
+			return wrap(err, "claiming reconciler candidates")
+		}
+		if res.ModifiedCount != int64(len(found)) { // the snapshot holds them: cannot happen
+			return fmt.Errorf("claiming reconciler candidates: claimed %d of the %d found", res.ModifiedCount, len(found))
+		}
+		return nil
+	})
 	if err != nil {
-		return nil, store.ErrNotClaimed
+		return store.Claimed{}, err
 	}
-	ctx, cancel := s.opctx(ctx)
-	defer cancel()
-	filter := append(bson.D{{Key: "_id", Value: oid}}, pendingFilter()...)
-	filter = append(filter, requeueEligible(claimedBefore))
-	update := bson.D{
-		{Key: "$set", Value: bson.D{{Key: "lastRequeuedAt", Value: at.UTC()}}},
-		{Key: "$inc", Value: bson.D{{Key: "requeueCount", Value: int64(1)}}},
-	}
-	var d eventDoc
-	err = s.events.FindOneAndUpdate(ctx, filter, update, options.FindOneAndUpdate().
-		SetReturnDocument(options.Before).SetProjection(bson.D{{Key: "payload", Value: 0}})).Decode(&d)
-	if isNoDocuments(err) {
-		return nil, fmt.Errorf("event %s: %w", id, store.ErrNotClaimed)
-	}
-	if err != nil {
-		return nil, wrap(err, "claiming event %s", id)
-	}
-	return d.event()
+	return out, nil
 }
 
-// RollbackClaim is one UpdateOne conditional on the claim's own stamp.
-func (s *Store) RollbackClaim(ctx context.Context, id string, at time.Time, prev *time.Time) (bool, error) {
-	oid, err := primitive.ObjectIDFromHex(id)
+// claimRead reads the before-images of the candidates among oids in sc's
+// transaction, in one batch.
+func (s *Store) claimRead(sc lungo.ISessionContext, oids []primitive.ObjectID, claimedBefore time.Time) (map[string]store.Loaded, error) {
+	filter := append(bson.D{{Key: "_id", Value: idsIn(oids)}}, pendingFilter()...)
+	filter = append(filter, requeueEligible(claimedBefore))
+	cur, err := s.events.Find(sc, filter, findOptions(sc).
+		SetProjection(bson.D{{Key: "payload", Value: 0}}).SetBatchSize(int32(min(len(oids), math.MaxInt32))))
 	if err != nil {
-		return false, nil
+		return nil, wrap(err, "reading reconciler candidates to claim")
+	}
+	defer func() { _ = cur.Close(context.WithoutCancel(sc)) }()
+	read := make(map[string]store.Loaded, len(oids))
+	if err := readEvents(sc, cur, read); err != nil {
+		return nil, wrap(err, "reading reconciler candidates to claim")
+	}
+	return read, nil
+}
+
+// RollbackClaims is one unordered bulk write of an updateOne per claim,
+// each conditional on the claim's own stamp.
+func (s *Store) RollbackClaims(ctx context.Context, at time.Time, claimed []*outbox.Event) (int, error) {
+	models := make([]mongo.WriteModel, 0, len(claimed))
+	for _, ev := range claimed {
+		oid, err := primitive.ObjectIDFromHex(ev.ID)
+		if err != nil {
+			continue // never claimed
+		}
+		var prev any
+		if ev.LastRequeuedAt != nil {
+			prev = ev.LastRequeuedAt.UTC()
+		}
+		models = append(models, mongo.NewUpdateOneModel().
+			SetFilter(bson.D{{Key: "_id", Value: oid}, {Key: "lastRequeuedAt", Value: at.UTC()}}).
+			SetUpdate(bson.D{
+				{Key: "$set", Value: bson.D{{Key: "lastRequeuedAt", Value: prev}}},
+				{Key: "$inc", Value: bson.D{{Key: "requeueCount", Value: int64(-1)}}},
+			}))
+	}
+	if len(models) == 0 {
+		return 0, nil
 	}
 	ctx, cancel := s.opctx(ctx)
 	defer cancel()
-	var prevVal any
-	if prev != nil {
-		prevVal = prev.UTC()
-	}
-	res, err := s.events.UpdateOne(ctx,
-		bson.D{{Key: "_id", Value: oid}, {Key: "lastRequeuedAt", Value: at.UTC()}},
-		bson.D{
-			{Key: "$set", Value: bson.D{{Key: "lastRequeuedAt", Value: prevVal}}},
-			{Key: "$inc", Value: bson.D{{Key: "requeueCount", Value: int64(-1)}}},
-		})
+	res, err := s.events.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
 	if err != nil {
-		return false, wrap(err, "rolling back the claim on event %s", id)
+		return 0, wrap(err, "rolling back %d claims", len(models))
 	}
-	return res.MatchedCount == 1, nil
+	return int(res.MatchedCount), nil
 }
 
 // knownCategories are the syncFailure categories outboxd writes; Counts

@@ -391,9 +391,8 @@ func TestMaxBodyKeepsDocumentsUnder16MiB(t *testing.T) {
 // monitor on a replica set, the engine's boundary on lungo) at two sizes,
 // and prints the table of the larger: a path whose commands do not grow
 // with its events sends a constant number per batch (a cursor's getMores
-// aside, one per 16 MiB of documents on a server). The reconciler claims
-// each candidate with its own conditional write: its row grows with the
-// sweep. OUTBOXD_TEST_MEASURE=full measures the sizes of docs/mongodb.md.
+// aside, one per 16 MiB of documents on a server); the reconciler's sweep
+// too (one claim for all its candidates). OUTBOXD_TEST_MEASURE=full measures the sizes of docs/mongodb.md.
 func TestCommandsPerPath(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -417,14 +416,10 @@ func TestCommandsPerPath(t *testing.T) {
 	t.Logf("commands per path:\n%s", big)
 	require.Len(t, big.Rows, len(small.Rows))
 	for i, r := range big.Rows {
-		if strings.HasPrefix(r.Path, "reconciler") {
-			require.Equal(t, r.Events, r.Commands["findAndModify"], "one claim per candidate")
-			continue
-		}
 		// A server's cursors send a getMore per 16 MiB batch beyond the
 		// first (of 101 documents): one or two more at these sizes.
 		require.LessOrEqual(t, r.Total, small.Rows[i].Total+2, "%s: %v vs %v", r.Path, r.Commands, small.Rows[i].Commands)
-		require.Less(t, r.Total, 10, "%s: a constant few commands per batch, never one per event: %v", r.Path, r.Commands)
+		require.Less(t, r.Total, 15, "%s: a constant few commands per batch, never one per event: %v", r.Path, r.Commands)
 	}
 }
 

@@ -1,6 +1,7 @@
 package sqlitestore
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -157,11 +158,21 @@ func (s *Store) loadChunk(ctx context.Context, list string, out map[string]store
 	if err != nil {
 		return s.fail("loading originals", err)
 	}
+	if err := scanEvents(rows, out); err != nil {
+		return s.fail("loading originals", err)
+	}
+	return nil
+}
+
+// scanEvents decodes each row of rows (eventColumns or
+// eventColumnsNoPayload) on its own into out, by id, and closes rows: a row
+// that does not decode is an out[id].Err, not a failure of the read.
+func scanEvents(rows *sql.Rows, out map[string]store.Loaded) error {
 	defer rows.Close()
 	for rows.Next() {
 		var r rawEvent
 		if err := rows.Scan(r.dest()...); err != nil {
-			return s.fail("loading originals", err)
+			return err
 		}
 		id, ok := r[0].(string)
 		if !ok {
@@ -170,10 +181,7 @@ func (s *Store) loadChunk(ctx context.Context, list string, out map[string]store
 		ev, err := r.decode()
 		out[id] = store.Loaded{Event: ev, Err: err}
 	}
-	if err := rows.Err(); err != nil {
-		return s.fail("loading originals", err)
-	}
-	return nil
+	return rows.Err()
 }
 
 // qEventByKey reads the original of an idempotency key. Index
@@ -296,67 +304,110 @@ func (s *Store) Candidates(ctx context.Context, q store.CandidateQuery) ([]strin
 	return ids, nil
 }
 
-// Claim's statements. Index events_id.
+// Claim's statements, over a JSON array of ids. Index events_id, one probe
+// per id.
 const (
-	qClaimRead = `SELECT ` + eventColumnsNoPayload + ` FROM events WHERE id = ?`
-	qClaim     = `UPDATE events SET last_requeued_at = ?, requeue_count = requeue_count + 1
-		WHERE id = ? AND synced_at IS NULL AND sync_failure IS NULL
-		  AND (last_requeued_at IS NULL OR last_requeued_at < ?)`
+	qClaimRead = `SELECT ` + eventColumnsNoPayload + ` FROM events
+		WHERE id IN (SELECT value FROM json_each(?)) AND ` + qCandidate
+	qClaim = `UPDATE events SET last_requeued_at = ?, requeue_count = requeue_count + 1
+		WHERE id IN (SELECT value FROM json_each(?)) AND ` + qCandidate
+	// qCandidate is a claim's condition: pending, never claimed or claimed
+	// before the parameter.
+	qCandidate = `synced_at IS NULL AND sync_failure IS NULL
+		AND (last_requeued_at IS NULL OR last_requeued_at < ?)`
 )
 
-// Claim stamps last_requeued_at = at and increments requeue_count on id
-// while it is still a candidate, in one transaction, and returns the
-// original as it was before the claim, without its payload (nil). An id that
-// is no longer a candidate (or does not exist) gives an error wrapping
-// store.ErrNotClaimed.
-func (s *Store) Claim(ctx context.Context, id string, at, claimedBefore time.Time) (*outbox.Event, error) {
-	var prev *outbox.Event
-	err := s.inWriteTx(ctx, fmt.Sprintf("claiming original %s", id), func(tx *sql.Tx) error {
-		var r rawEvent
-		err := tx.QueryRowContext(ctx, qClaimRead, id).Scan(r.dest()...)
-		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("error claiming original %s: %w (no such original)", id, store.ErrNotClaimed)
-		}
+// Claim stamps last_requeued_at = at and increments requeue_count on those
+// of ids that are still candidates, in one write transaction (the read of
+// the before-images and the update see the same rows: SQLite has one
+// writer), and returns their originals as they were before, without
+// payloads, in the order of ids. A row that does not decode is left
+// unclaimed in Claimed.Unreadable.
+func (s *Store) Claim(ctx context.Context, ids []string, at, claimedBefore time.Time) (store.Claimed, error) {
+	const what = "claiming reconciler candidates"
+	var out store.Claimed
+	if len(ids) == 0 {
+		return out, nil
+	}
+	list, err := jsonArray(ids)
+	if err != nil {
+		return out, fmt.Errorf("error %s: %w", what, err)
+	}
+	err = s.inWriteTx(ctx, what, func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, qClaimRead, list, millis(claimedBefore))
 		if err != nil {
-			return s.fail(fmt.Sprintf("claiming original %s", id), err)
+			return s.fail(what, err)
 		}
-		res, err := tx.ExecContext(ctx, qClaim, millis(at), id, millis(claimedBefore))
+		read := make(map[string]store.Loaded, len(ids))
+		if err := scanEvents(rows, read); err != nil {
+			return s.fail(what, err)
+		}
+		out = store.ClaimedOf(ids, read)
+		if len(out.Events) == 0 {
+			return nil
+		}
+		good := make([]string, len(out.Events))
+		for i, ev := range out.Events {
+			good[i] = ev.ID
+		}
+		if len(out.Unreadable) > 0 {
+			if list, err = jsonArray(good); err != nil {
+				return fmt.Errorf("error %s: %w", what, err)
+			}
+		}
+		res, err := tx.ExecContext(ctx, qClaim, millis(at), list, millis(claimedBefore))
 		if err != nil {
-			return s.fail(fmt.Sprintf("claiming original %s", id), err)
+			return s.fail(what, err)
 		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return s.fail(fmt.Sprintf("claiming original %s", id), err)
+		if n, err := res.RowsAffected(); err != nil || n != int64(len(good)) {
+			// One writer: the rows just read are the rows updated.
+			return s.fail(what, cmp.Or(err, fmt.Errorf("claimed %d of the %d candidates read", n, len(good))))
 		}
-		if n == 0 {
-			return fmt.Errorf("error claiming original %s: %w", id, store.ErrNotClaimed)
-		}
-		prev, err = r.decode()
-		return err // a corrupt original is not claimed: the transaction rolls back
+		return nil
 	})
 	if err != nil {
-		return nil, err
+		return store.Claimed{}, err
 	}
-	return prev, nil
+	return out, nil
 }
 
 // qRollbackClaim undoes a claim. Index events_id.
 const qRollbackClaim = `UPDATE events SET last_requeued_at = ?, requeue_count = max(requeue_count - 1, 0)
 	WHERE id = ? AND last_requeued_at = ?`
 
-// RollbackClaim undoes the claim stamped at on id while last_requeued_at
-// still equals at (to the millisecond): it restores prev (nil: NULL) and
-// decrements requeue_count. It reports whether it restored anything.
-func (s *Store) RollbackClaim(ctx context.Context, id string, at time.Time, prev *time.Time) (bool, error) {
-	res, err := s.write.ExecContext(ctx, qRollbackClaim, nullMillis(prev), id, millis(at))
-	if err != nil {
-		return false, s.fail(fmt.Sprintf("rolling back claim of original %s", id), err)
+// RollbackClaims undoes the claims stamped at on claimed, in one write
+// transaction: each original whose last_requeued_at still equals at (to
+// the millisecond) gets back its before-image's (NULL: none) and one
+// requeue fewer. It returns how many it restored.
+func (s *Store) RollbackClaims(ctx context.Context, at time.Time, claimed []*outbox.Event) (int, error) {
+	const what = "rolling back claims"
+	if len(claimed) == 0 {
+		return 0, nil
 	}
-	n, err := res.RowsAffected()
+	var restored int
+	err := s.inWriteTx(ctx, what, func(tx *sql.Tx) error {
+		stmt, err := tx.PrepareContext(ctx, qRollbackClaim)
+		if err != nil {
+			return s.fail(what, err)
+		}
+		defer stmt.Close()
+		for _, ev := range claimed {
+			res, err := stmt.ExecContext(ctx, nullMillis(ev.LastRequeuedAt), ev.ID, millis(at))
+			if err != nil {
+				return s.fail(fmt.Sprintf("rolling back the claim of original %s", ev.ID), err)
+			}
+			n, err := res.RowsAffected()
+			if err != nil {
+				return s.fail(what, err)
+			}
+			restored += int(n)
+		}
+		return nil
+	})
 	if err != nil {
-		return false, s.fail(fmt.Sprintf("rolling back claim of original %s", id), err)
+		return 0, err
 	}
-	return n > 0, nil
+	return restored, nil
 }
 
 // The queries of Counts; see Counts for the index each one uses.

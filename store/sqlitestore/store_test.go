@@ -566,10 +566,11 @@ func TestReconcilerOps(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, ids, got)
 
-	prev, err := b.store.Claim(ctx, ids[0], now, now.Add(-30*time.Minute))
+	claimed, err := b.store.Claim(ctx, ids[:1], now, now.Add(-30*time.Minute))
 	require.NoError(t, err)
-	require.Empty(t, prev.Payload, "the claim returns no payload")
-	require.Equal(t, ids[0], prev.ID)
+	require.Len(t, claimed.Events, 1)
+	require.Empty(t, claimed.Events[0].Payload, "the claim returns no payload")
+	require.Equal(t, ids[0], claimed.Events[0].ID)
 
 	c, err := b.store.Counts(ctx)
 	require.NoError(t, err)

@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"testing"
@@ -89,8 +90,10 @@ func Checks() []Check {
 		{"CandidatesOldestFirstWithinLimit", checkCandidatesOrder},
 		{"CandidatesOnlyOldUnsyncedUnparkedUnclaimed", checkCandidatesFilter},
 		{"ClaimIsConditional", checkClaimConditional},
+		{"ClaimManyTakesTheCandidatesInOrder", checkClaimMany},
 		{"ConcurrentClaimsOneWinner", checkConcurrentClaims},
 		{"RollbackOnlyWithItsOwnStamp", checkRollback},
+		{"RollbackManyRestoresEachOwnStamp", checkRollbackMany},
 		{"CountsByState", checkCounts},
 		{"DeleteDispatchedKeepsUndispatched", checkDeleteDispatched},
 		{"DeleteSyncedOldestFirstKeepsTheUnfinished", checkDeleteSynced},
@@ -181,6 +184,21 @@ func (b *bundle) event(id string) *outbox.Event {
 	require.True(b.t, ok, "event %s not found", id)
 	require.NoError(b.t, l.Err)
 	return l.Event
+}
+
+// claim claims id alone (Claim of one id) and returns its before-image,
+// or nil when it was not a candidate.
+func (b *bundle) claim(id string, at, claimedBefore time.Time) *outbox.Event {
+	b.t.Helper()
+	c, err := b.s.Claim(context.Background(), []string{id}, at, claimedBefore)
+	require.NoError(b.t, err)
+	require.Empty(b.t, c.Unreadable)
+	if len(c.Events) == 0 {
+		return nil
+	}
+	require.Len(b.t, c.Events, 1)
+	require.Equal(b.t, id, c.Events[0].ID)
+	return c.Events[0]
 }
 
 func (b *bundle) undispatched() []outbox.Entry {
@@ -792,11 +810,9 @@ func checkCandidatesFilter(t testing.TB, h Harness) {
 	_, err = b.s.Park(ctx, old[1], outbox.SyncFailure{Category: outbox.CategoryPoison, Code: "c", At: now})
 	require.NoError(t, err)
 	recent := now.Add(-time.Minute)
-	_, err = b.s.Claim(ctx, old[2], recent, recent.Add(-time.Hour))
-	require.NoError(t, err)
+	require.NotNil(t, b.claim(old[2], recent, recent.Add(-time.Hour)))
 	long := now.Add(-2 * time.Hour)
-	_, err = b.s.Claim(ctx, old[3], long, long.Add(-time.Hour))
-	require.NoError(t, err)
+	require.NotNil(t, b.claim(old[3], long, long.Add(-time.Hour)))
 
 	got, err := b.s.Candidates(ctx, store.CandidateQuery{
 		CreatedBefore: now.Add(-15 * time.Minute), // old ones only
@@ -815,9 +831,8 @@ func checkClaimConditional(t testing.TB, h Harness) {
 	ctx := context.Background()
 	ids := b.write(1)
 	at := t0.Add(time.Hour)
-	before, err := b.s.Claim(ctx, ids[0], at, at.Add(-30*time.Minute))
-	require.NoError(t, err)
-	require.Equal(t, ids[0], before.ID)
+	before := b.claim(ids[0], at, at.Add(-30*time.Minute))
+	require.NotNil(t, before)
 	require.Nil(t, before.LastRequeuedAt, "the claim returns the original as it was")
 	require.Equal(t, int64(0), before.RequeueCount)
 	require.Equal(t, "src", before.SourceKey)
@@ -825,48 +840,107 @@ func checkClaimConditional(t testing.TB, h Harness) {
 	require.True(t, at.Equal(*ev.LastRequeuedAt))
 	require.Equal(t, int64(1), ev.RequeueCount)
 
-	_, err = b.s.Claim(ctx, ids[0], at.Add(time.Minute), at.Add(-29*time.Minute))
-	require.ErrorIs(t, err, store.ErrNotClaimed, "claimed recently")
+	require.Nil(t, b.claim(ids[0], at.Add(time.Minute), at.Add(-29*time.Minute)), "claimed recently")
 	again := at.Add(31 * time.Minute)
-	before, err = b.s.Claim(ctx, ids[0], again, again.Add(-30*time.Minute))
-	require.NoError(t, err, "a claim older than requeue-after is void")
+	before = b.claim(ids[0], again, again.Add(-30*time.Minute))
+	require.NotNil(t, before, "a claim older than requeue-after is void")
 	require.True(t, at.Equal(*before.LastRequeuedAt))
 	require.Equal(t, int64(2), b.event(ids[0]).RequeueCount)
 
-	_, err = b.s.MarkSynced(ctx, ids, again)
+	_, err := b.s.MarkSynced(ctx, ids, again)
 	require.NoError(t, err)
 	later := again.Add(time.Hour)
-	_, err = b.s.Claim(ctx, ids[0], later, later.Add(-time.Minute))
-	require.ErrorIs(t, err, store.ErrNotClaimed, "synced originals are never claimed")
-	_, err = b.s.Claim(ctx, outbox.NewEventID(), later, later)
-	require.ErrorIs(t, err, store.ErrNotClaimed)
+	require.Nil(t, b.claim(ids[0], later, later.Add(-time.Minute)), "synced originals are never claimed")
+	require.Nil(t, b.claim(outbox.NewEventID(), later, later))
+	require.Nil(t, b.claim("not an id", later, later))
+}
+
+func checkClaimMany(t testing.TB, h Harness) {
+	b := setup(t, h, Options{})
+	ctx := context.Background()
+	ids := b.write(6)
+	at := t0.Add(time.Hour)
+	_, err := b.s.MarkSynced(ctx, ids[1:2], at)
+	require.NoError(t, err)
+	_, err = b.s.Park(ctx, ids[2], outbox.SyncFailure{Category: outbox.CategoryPoison, Code: "c", At: at})
+	require.NoError(t, err)
+	recent := at.Add(-time.Minute)
+	require.NotNil(t, b.claim(ids[3], recent, recent))
+	long := at.Add(-2 * time.Hour)
+	require.NotNil(t, b.claim(ids[5], long, long))
+
+	// Asked in an order of its own, with an unknown id and one that is
+	// not an id among them.
+	ask := []string{ids[5], outbox.NewEventID(), ids[4], ids[3], "not an id", ids[2], ids[1], ids[0]}
+	c, err := b.s.Claim(ctx, ask, at, at.Add(-30*time.Minute))
+	require.NoError(t, err)
+	require.Empty(t, c.Unreadable)
+	got := make([]string, len(c.Events))
+	for i, ev := range c.Events {
+		got[i] = ev.ID
+		require.NotContains(t, string(ev.Payload), "21.5", "without payloads")
+	}
+	require.Equal(t, []string{ids[5], ids[4], ids[0]}, got, "the candidates among ids, in the order asked")
+	requireAt(t, long, c.Events[0].LastRequeuedAt, "before-images")
+	require.Equal(t, int64(1), c.Events[0].RequeueCount)
+	require.Nil(t, c.Events[1].LastRequeuedAt)
+
+	for i, id := range ids {
+		ev := b.event(id)
+		switch i {
+		case 0, 4, 5:
+			requireAt(t, at, ev.LastRequeuedAt, "claimed %d", i)
+		case 3:
+			requireAt(t, recent, ev.LastRequeuedAt, "a recent claim is left alone")
+		default:
+			require.Nil(t, ev.LastRequeuedAt, "synced or parked: not claimed (%d)", i)
+		}
+	}
+	require.Equal(t, int64(2), b.event(ids[5]).RequeueCount)
+
+	c, err = b.s.Claim(ctx, nil, at, at)
+	require.NoError(t, err)
+	require.Empty(t, c.Events)
+}
+
+// requireAt fails t unless at is set and equals want.
+func requireAt(t testing.TB, want time.Time, at *time.Time, msgAndArgs ...any) {
+	t.Helper()
+	require.NotNil(t, at, msgAndArgs...)
+	require.True(t, want.Equal(*at), "want %s, got %s", want, *at)
 }
 
 func checkConcurrentClaims(t testing.TB, h Harness) {
 	b := setup(t, h, Options{})
-	ids := b.write(1)
+	ids := b.write(5)
 	const n = 10
 	var wg sync.WaitGroup
+	results := make([]store.Claimed, n)
 	errs := make([]error, n)
 	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			at := t0.Add(time.Hour + time.Duration(i)*time.Millisecond)
-			_, errs[i] = b.s.Claim(context.Background(), ids[0], at, at.Add(-30*time.Minute))
+			ask := slices.Clone(ids)
+			if i%2 == 1 {
+				slices.Reverse(ask)
+			}
+			results[i], errs[i] = b.s.Claim(context.Background(), ask, at, at.Add(-30*time.Minute))
 		}()
 	}
 	wg.Wait()
-	won := 0
-	for _, err := range errs {
-		if err == nil {
-			won++
-		} else {
-			require.ErrorIs(t, err, store.ErrNotClaimed)
+	won := map[string]int{}
+	for i := range n {
+		require.NoError(t, errs[i])
+		for _, ev := range results[i].Events {
+			won[ev.ID]++
 		}
 	}
-	require.Equal(t, 1, won)
-	require.Equal(t, int64(1), b.event(ids[0]).RequeueCount)
+	for _, id := range ids {
+		require.Equal(t, 1, won[id], "claimed by exactly one of the concurrent claims: %s", id)
+		require.Equal(t, int64(1), b.event(id).RequeueCount)
+	}
 }
 
 func checkRollback(t testing.TB, h Harness) {
@@ -874,32 +948,65 @@ func checkRollback(t testing.TB, h Harness) {
 	ctx := context.Background()
 	ids := b.write(1)
 	first := t0.Add(time.Hour)
-	_, err := b.s.Claim(ctx, ids[0], first, first.Add(-30*time.Minute))
-	require.NoError(t, err)
+	firstImage := b.claim(ids[0], first, first.Add(-30*time.Minute))
+	require.NotNil(t, firstImage)
 	second := first.Add(time.Hour)
-	before, err := b.s.Claim(ctx, ids[0], second, second.Add(-30*time.Minute))
-	require.NoError(t, err)
+	before := b.claim(ids[0], second, second.Add(-30*time.Minute))
+	require.NotNil(t, before)
 
-	ok, err := b.s.RollbackClaim(ctx, ids[0], first, nil)
+	n, err := b.s.RollbackClaims(ctx, first, []*outbox.Event{firstImage})
 	require.NoError(t, err)
-	require.False(t, ok, "a newer claim is left alone")
+	require.Zero(t, n, "a newer claim is left alone")
 	ev := b.event(ids[0])
-	require.True(t, second.Equal(*ev.LastRequeuedAt))
+	requireAt(t, second, ev.LastRequeuedAt)
 	require.Equal(t, int64(2), ev.RequeueCount)
 
-	ok, err = b.s.RollbackClaim(ctx, ids[0], second, before.LastRequeuedAt)
+	n, err = b.s.RollbackClaims(ctx, second, []*outbox.Event{before})
 	require.NoError(t, err)
-	require.True(t, ok)
+	require.Equal(t, 1, n)
 	ev = b.event(ids[0])
-	require.True(t, first.Equal(*ev.LastRequeuedAt), "the previous stamp is restored")
+	requireAt(t, first, ev.LastRequeuedAt, "the previous stamp is restored")
 	require.Equal(t, int64(1), ev.RequeueCount)
 
-	ok, err = b.s.RollbackClaim(ctx, ids[0], first, nil)
+	n, err = b.s.RollbackClaims(ctx, first, []*outbox.Event{firstImage})
 	require.NoError(t, err)
-	require.True(t, ok)
+	require.Equal(t, 1, n)
 	ev = b.event(ids[0])
 	require.Nil(t, ev.LastRequeuedAt)
 	require.Equal(t, int64(0), ev.RequeueCount)
+}
+
+func checkRollbackMany(t testing.TB, h Harness) {
+	b := setup(t, h, Options{})
+	ctx := context.Background()
+	ids := b.write(3)
+	long := t0.Add(-time.Hour)
+	require.NotNil(t, b.claim(ids[0], long, long))
+	at := t0.Add(time.Hour)
+	c, err := b.s.Claim(ctx, ids, at, at.Add(-30*time.Minute))
+	require.NoError(t, err)
+	require.Len(t, c.Events, 3)
+	// Another run claims ids[2] anew: its claim survives this run's
+	// rollback.
+	newer := at.Add(time.Hour)
+	require.NotNil(t, b.claim(ids[2], newer, newer.Add(-30*time.Minute)))
+
+	n, err := b.s.RollbackClaims(ctx, at, c.Events)
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	ev := b.event(ids[0])
+	requireAt(t, long, ev.LastRequeuedAt, "each original gets back its own stamp")
+	require.Equal(t, int64(1), ev.RequeueCount)
+	ev = b.event(ids[1])
+	require.Nil(t, ev.LastRequeuedAt)
+	require.Zero(t, ev.RequeueCount)
+	ev = b.event(ids[2])
+	requireAt(t, newer, ev.LastRequeuedAt)
+	require.Equal(t, int64(2), ev.RequeueCount)
+
+	n, err = b.s.RollbackClaims(ctx, at, nil)
+	require.NoError(t, err)
+	require.Zero(t, n)
 }
 
 func checkCounts(t testing.TB, h Harness) {
@@ -1101,8 +1208,8 @@ func checkTraceParent(t testing.TB, h Harness) {
 		require.Equal(t, want[ev.ID], ev.TraceParent, "ListEvents %s", ev.ID)
 	}
 	b.clock.Advance(time.Hour)
-	claimed, err := b.s.Claim(ctx, traced, b.clock.Now(), b.clock.Now())
-	require.NoError(t, err)
+	claimed := b.claim(traced, b.clock.Now(), b.clock.Now())
+	require.NotNil(t, claimed)
 	require.Equal(t, tp, claimed.TraceParent, "Claim")
 }
 
@@ -1304,16 +1411,14 @@ func checkRedrive(t testing.TB, h Harness) {
 	ids := b.write(4)
 	at := t0.Add(time.Hour)
 	for _, id := range ids[:2] {
-		_, err := b.s.Claim(ctx, id, at, at)
-		require.NoError(t, err)
+		require.NotNil(t, b.claim(id, at, at))
 		ok, err := b.s.Park(ctx, id, outbox.SyncFailure{Category: store.CategoryRequeueExhausted, Code: "c", At: at})
 		require.NoError(t, err)
 		require.True(t, ok)
 	}
 	_, err := b.s.MarkSynced(ctx, ids[2:3], at)
 	require.NoError(t, err)
-	_, err = b.s.Claim(ctx, ids[3], at, at)
-	require.NoError(t, err)
+	require.NotNil(t, b.claim(ids[3], at, at))
 	c, err := b.s.Counts(ctx)
 	require.NoError(t, err)
 	require.Equal(t, map[string]int64{store.CategoryRequeueExhausted: 2}, c.FailedByCategory, "the reconciler's category is counted apart")

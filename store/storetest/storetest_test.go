@@ -23,8 +23,24 @@ type brokenClaim struct {
 	store.Store
 }
 
-func (b brokenClaim) Claim(ctx context.Context, id string, at, _ time.Time) (*outbox.Event, error) {
-	return b.Store.Claim(ctx, id, at, at.Add(time.Hour)) // every earlier claim counts as void
+func (b brokenClaim) Claim(ctx context.Context, ids []string, at, _ time.Time) (store.Claimed, error) {
+	return b.Store.Claim(ctx, ids, at, at.Add(time.Hour)) // every earlier claim counts as void
+}
+
+// forgetfulRollback breaks RollbackClaims: it restores no stamp, whatever
+// each original had before the claim.
+type forgetfulRollback struct {
+	store.Store
+}
+
+func (f forgetfulRollback) RollbackClaims(ctx context.Context, at time.Time, claimed []*outbox.Event) (int, error) {
+	bare := make([]*outbox.Event, len(claimed))
+	for i, ev := range claimed {
+		c := *ev
+		c.LastRequeuedAt = nil
+		bare[i] = &c
+	}
+	return f.Store.RollbackClaims(ctx, at, bare)
 }
 
 // markOnly breaks MarkRelayed: it marks the batch but writes no
@@ -83,10 +99,15 @@ func TestSuiteCanFail(t *testing.T) {
 	broken := storetest.Harness{Open: func(t testing.TB, _ storetest.Options) store.Store {
 		return brokenClaim{testkit.NewSQLite(t)}
 	}}
-	for _, name := range []string{"ClaimIsConditional", "ConcurrentClaimsOneWinner"} {
+	for _, name := range []string{"ClaimIsConditional", "ClaimManyTakesTheCandidatesInOrder", "ConcurrentClaimsOneWinner"} {
 		require.False(t, runCheck(t, name, good), "%s fails on the real store", name)
 		require.True(t, runCheck(t, name, broken), "%s does not catch a claim that ignores its conditions", name)
 	}
+	forgetful := storetest.Harness{Open: func(t testing.TB, _ storetest.Options) store.Store {
+		return forgetfulRollback{testkit.NewSQLite(t)}
+	}}
+	require.False(t, runCheck(t, "RollbackManyRestoresEachOwnStamp", good))
+	require.True(t, runCheck(t, "RollbackManyRestoresEachOwnStamp", forgetful), "a rollback that forgets the stamps before the claim")
 }
 
 // TestSuiteCatchesARelayWithoutItsCheckpoint: MarkRelayed must write the

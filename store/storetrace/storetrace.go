@@ -158,16 +158,20 @@ func (s *Store) Park(ctx context.Context, id string, f outbox.SyncFailure) (bool
 }
 
 // Claim traces store.Store.Claim.
-func (s *Store) Claim(ctx context.Context, id string, at, claimedBefore time.Time) (*outbox.Event, error) {
-	return call(ctx, s, "Claim", collEvents, []string{id}, func(ctx context.Context) (*outbox.Event, error) {
-		return s.Store.Claim(ctx, id, at, claimedBefore)
+func (s *Store) Claim(ctx context.Context, ids []string, at, claimedBefore time.Time) (store.Claimed, error) {
+	return call(ctx, s, "Claim", collEvents, ids, func(ctx context.Context) (store.Claimed, error) {
+		return s.Store.Claim(ctx, ids, at, claimedBefore)
 	})
 }
 
-// RollbackClaim traces store.Store.RollbackClaim.
-func (s *Store) RollbackClaim(ctx context.Context, id string, at time.Time, prev *time.Time) (bool, error) {
-	return call(ctx, s, "RollbackClaim", collEvents, []string{id}, func(ctx context.Context) (bool, error) {
-		return s.Store.RollbackClaim(ctx, id, at, prev)
+// RollbackClaims traces store.Store.RollbackClaims.
+func (s *Store) RollbackClaims(ctx context.Context, at time.Time, claimed []*outbox.Event) (int, error) {
+	ids := make([]string, len(claimed))
+	for i, ev := range claimed {
+		ids[i] = ev.ID
+	}
+	return call(ctx, s, "RollbackClaims", collEvents, ids, func(ctx context.Context) (int, error) {
+		return s.Store.RollbackClaims(ctx, at, claimed)
 	})
 }
 

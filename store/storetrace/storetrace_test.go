@@ -58,8 +58,11 @@ func TestSpans(t *testing.T) {
 			require.NoError(t, err)
 			_, err = st.MarkSynced(ctx, []string{id}, time.Now())
 			require.NoError(t, err)
-			_, err = st.Claim(ctx, id, time.Now(), time.Now())
-			require.ErrorIs(t, err, store.ErrNotClaimed, "synced: no candidate; the span records the outcome")
+			claimed, err := st.Claim(ctx, []string{id}, time.Now(), time.Now())
+			require.NoError(t, err)
+			require.Empty(t, claimed.Events, "synced: no candidate")
+			err = st.MarkDispatched(ctx, store.Lease{Name: "nobody's", Owner: "me", Term: 1}, []string{id}, time.Now())
+			require.Error(t, err, "no such lease; the span records the outcome")
 
 			spans := traces.Spans(clientTP)
 			t.Logf("\n%s", testkit.SpanTree(spans))
@@ -72,14 +75,14 @@ func TestSpans(t *testing.T) {
 				require.NotEmpty(t, testkit.SpanAttr(s, "db.collection.name"), s.Name)
 			}
 			require.Equal(t, map[string]int{"store.WriteTx": 1, "store.LookupKeys": 1, "store.InsertEvents": 1, "store.InsertEntries": 1,
-				"store.LoadEvents": 1, "store.MarkSynced": 1, "store.Claim": 1}, byName)
+				"store.LoadEvents": 1, "store.MarkSynced": 1, "store.Claim": 1, "store.MarkDispatched": 1}, byName)
 			for _, s := range spans {
 				switch s.Name {
 				case "store.LoadEvents":
 					require.Equal(t, "2", testkit.SpanAttr(s, "db.operation.batch.size"))
-				case "store.MarkSynced", "store.InsertEvents":
+				case "store.MarkSynced", "store.InsertEvents", "store.Claim":
 					require.Equal(t, id, testkit.SpanAttr(s, "outboxd.event.id"))
-				case "store.Claim":
+				case "store.MarkDispatched":
 					require.Equal(t, "Error", s.Status.Code.String())
 				}
 			}
