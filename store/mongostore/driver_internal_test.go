@@ -126,6 +126,33 @@ func TestTransientErrorsRunTheTransactionAgain(t *testing.T) {
 	}
 }
 
+// TestClaimRunsAgainOnAWriteConflict: two reconcilers claiming the same
+// original in their transactions meet as a WriteConflict on the
+// updateMany; the store aborts its transaction (nothing of it is claimed)
+// and runs the whole claim again: a find of the candidates and the update
+// in one transaction, committed.
+func TestClaimRunsAgainOnAWriteConflict(t *testing.T) {
+	t.Parallel()
+	fs := newFakeServer(t, false)
+	s := openFake(t, fs, Options{})
+	id := primitive.NewObjectID()
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	fs.handle("find", fs.onColl(EventsCollection, func(c fakeCommand) bson.D {
+		return cursorReply("outboxd.events", "firstBatch", bson.D{{Key: "_id", Value: id}, {Key: "sourceKey", Value: "s"},
+			{Key: "deviceKey", Value: "d"}, {Key: "occurredAt", Value: now}, {Key: "createdAt", Value: now}, {Key: "requeueCount", Value: int64(2)}})
+	}))
+	fs.handle("update", failFirst(1, commandError(codeWriteConflict, "WriteConflict", labelTransient), fs.byDefault))
+	c, err := s.Claim(context.Background(), []string{id.Hex(), primitive.NewObjectID().Hex()}, now, now.Add(-time.Minute))
+	require.NoError(t, err)
+	require.Len(t, c.Events, 1)
+	require.Equal(t, id.Hex(), c.Events[0].ID)
+	require.Equal(t, int64(2), c.Events[0].RequeueCount, "the before-image")
+	txs := fs.transactions()
+	require.Len(t, txs, 2, "the conflicting transaction and the one run again")
+	require.Equal(t, []string{"find", "update", "abortTransaction"}, txs[0].names)
+	require.Equal(t, []string{"find", "update", "commitTransaction"}, txs[1].names)
+}
+
 // TestKeyRaceOnAReplicaSetIsAWriteConflict: on a replica set two
 // transactions inserting the same idempotency key meet as WriteConflict
 // (112, TransientTransactionError), not as a duplicate key. The loser runs
