@@ -724,3 +724,31 @@ func TestDependencies(t *testing.T) {
 		"github.com/pressly/goose", "github.com/jackc/pgx", "github.com/outboxd/outboxd/migrations",
 		"go.mongodb.org/mongo-driver", "github.com/redis/go-redis")
 }
+
+// TestObserveWriter checks that Options.ObserveWriter sees each write
+// transaction with the role of its context: ingest for WriteTx without
+// one, "other" for another write without one.
+func TestObserveWriter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var mu sync.Mutex
+	var roles []string
+	s := open(t, filepath.Join(t.TempDir(), "outboxd.db"), &sqlitestore.Options{ObserveWriter: func(role string, waited, held time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		require.GreaterOrEqual(t, waited, time.Duration(0))
+		require.Positive(t, held)
+		roles = append(roles, role)
+	}})
+	mu.Lock()
+	roles = nil // the migration's
+	mu.Unlock()
+	ids := write(t, s, "s", 2)
+	_, err := s.MarkSynced(store.WithRole(ctx, store.RoleWorker), ids[:1], time.Now())
+	require.NoError(t, err)
+	_, err = s.MarkSynced(ctx, ids[1:], time.Now())
+	require.NoError(t, err)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []string{store.RoleIngest, store.RoleWorker, "other"}, roles)
+}

@@ -1,14 +1,17 @@
 package sqlitestore
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/store"
 )
 
 // The statements of outbox.Tx, prepared once on the write pool and bound to
@@ -135,6 +138,9 @@ func (s *Store) WriteTx(ctx context.Context, fn func(ctx context.Context, tx out
 		return err
 	}
 	inserted := false
+	if store.RoleOf(ctx) == "" {
+		ctx = store.WithRole(ctx, store.RoleIngest) // the writer of ingest is its only caller
+	}
 	err = s.inWriteTx(ctx, "running write transaction", func(tx *sql.Tx) error {
 		w := &txWriter{s: s, tx: tx, stmts: st}
 		if err := fn(ctx, w); err != nil {
@@ -172,9 +178,14 @@ func (s *Store) Tx(tx *sql.Tx) outbox.Tx {
 // committing when fn returns nil. fn's error is returned as it is (wrap it
 // in fn); errors of BEGIN and COMMIT are wrapped with what.
 func (s *Store) inWriteTx(ctx context.Context, what string, fn func(tx *sql.Tx) error) error {
+	began := time.Now()
 	tx, err := s.write.BeginTx(ctx, nil)
 	if err != nil {
 		return s.fail(what, err)
+	}
+	if s.observe != nil {
+		got := time.Now()
+		defer func() { s.observe(cmp.Or(store.RoleOf(ctx), roleOther), got.Sub(began), time.Since(got)) }()
 	}
 	if err := fn(tx); err != nil {
 		_ = tx.Rollback() // the error that matters is fn's
@@ -185,6 +196,10 @@ func (s *Store) inWriteTx(ctx context.Context, what string, fn func(tx *sql.Tx) 
 	}
 	return nil
 }
+
+// roleOther is the role Options.ObserveWriter gets for a context that
+// store.WithRole did not label.
+const roleOther = "other"
 
 // txWriter is the outbox.Tx of one SQLite transaction.
 type txWriter struct {
