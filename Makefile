@@ -77,7 +77,7 @@ rules: test-services ## Check the Prometheus rules and run their unit tests with
 	cd deploy/prometheus && promtool test rules outboxd.rules.test.yml
 
 .PHONY: bench
-bench: services build ## Run the benchmark harness (cmd/outboxd-bench): raw limits, every stage and its ratio, latency, group sizes, peak RSS, the MongoDB store's commands per path, a chart (bench-results.svg); BENCH_EVENTS, BENCH_OUT, BENCH_CHUNKS, BENCH_PROFILE, BENCH_MONGO_URI
+bench: services build ## Run the benchmark harness (cmd/outboxd-bench): raw limits, every stage and its ratio, latency, group sizes, peak RSS, the MongoDB store's commands per path, a chart (bench-results.svg); BENCH_EVENTS, BENCH_OUT, BENCH_CHUNKS, BENCH_PROFILE, BENCH_STEPS, BENCH_MONGO_URI
 	$(GO) run ./cmd/outboxd-bench -bin $(BIN)
 
 .PHONY: bench-partitions

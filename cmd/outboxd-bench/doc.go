@@ -92,7 +92,13 @@
 // Every stage that posts, and the latency stage, also reports the group
 // commit's histogram (outboxd_ingest_group_events, read from the process's
 // /metrics before it stops: groups, mean events per group, groups per
-// size range; JSON key "groupSizes").
+// size range; JSON key "groupSizes"), and the SQLite store's writer by
+// role (outboxd_store_writer_wait_seconds and _held_seconds: per role the
+// write transactions, their mean and p99 wait for the write connection and
+// lock, and the mean time they held it; JSON key "writer"). The latency
+// stage adds the worker's batches (outboxd_worker_batch_entries and
+// outboxd_worker_projection_seconds: how many, their mean size, their
+// PostgreSQL transaction's mean and p99; JSON key "worker").
 //
 // peakRssBytes is the largest VmHWM (/proc/PID/status, read just before a
 // process is stopped) of every stage process, and peakRssStage names its
@@ -112,6 +118,10 @@
 //     writes a CPU profile of the stage to DIR/<stage>.pprof (one-second
 //     profiles back to back, merged; a stage with two processes merges
 //     both). Profiling costs the stages a few percent;
+//   - BENCH_STEPS: some steps only, comma-separated, run in their usual
+//     order: latency, raw (the raw limits), ingest, relay (the dispatcher
+//     and worker stages; they need ingest's backlog), end-to-end, mongo,
+//     chunks. Default: all. BENCH_STEPS=raw,ingest is an A/B of ingest;
 //   - BENCH_MONGO_URI: a MongoDB replica set whose commands per path are
 //     counted too (default OUTBOXD_TEST_MONGO_URI; none: lungo only);
 //     BENCH_MONGO=off skips the count;

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -45,22 +46,41 @@ func (g *GroupSizes) String() string {
 	return fmt.Sprintf("%d groups, mean %.1f events: %s", g.Groups, g.Mean, strings.Join(parts, ", "))
 }
 
-// scrapeGroupSizes reads the group-commit histogram from the process's
-// /metrics; nil when the process has none or wrote no group.
-func scrapeGroupSizes(ctx context.Context, p *proc) (*GroupSizes, error) {
+// scraped is what a stage reads from its process's /metrics.
+type scraped struct {
+	groups *GroupSizes  // nil when the process wrote no group
+	writer []WriterRole // empty when no write was observed
+	worker *WorkerBatches
+}
+
+// scrapeMetrics reads the process's /metrics: the group-commit histogram,
+// the SQLite writer's wait by role and the worker's batches.
+func scrapeMetrics(ctx context.Context, p *proc) (scraped, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.url("/metrics"), nil)
 	if err != nil {
-		return nil, err
+		return scraped{}, err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("error reading the metrics of %s: %w", p.name, err)
+		return scraped{}, fmt.Errorf("error reading the metrics of %s: %w", p.name, err)
 	}
 	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("error reading the metrics of %s: %s", p.name, resp.Status)
+		return scraped{}, fmt.Errorf("error reading the metrics of %s: %s", p.name, resp.Status)
 	}
-	return parseGroupSizes(resp.Body)
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return scraped{}, fmt.Errorf("error reading the metrics of %s: %w", p.name, err)
+	}
+	var out scraped
+	if out.groups, err = parseGroupSizes(bytes.NewReader(body)); err != nil {
+		return scraped{}, err
+	}
+	if out.writer, err = parseWriterRoles(bytes.NewReader(body)); err != nil {
+		return scraped{}, err
+	}
+	out.worker, err = parseWorkerBatches(bytes.NewReader(body))
+	return out, err
 }
 
 // parseGroupSizes reads groupMetric from Prometheus's text format (one

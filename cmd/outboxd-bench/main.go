@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -126,12 +127,16 @@ func runBench(ctx context.Context, out io.Writer, args []string) error {
 	// The latency stage first: it measures a steady load, and after the
 	// bulk stages PostgreSQL still has their writes to checkpoint (its
 	// fsyncs stall commits; the harness's role may not run CHECKPOINT).
-	steps := []func(context.Context) error{b.latency, b.rawLimits, b.ingest, b.relayAndWork, b.endToEnd, b.mongoCommands}
+	steps := []step{{"latency", b.latency}, {"raw", b.rawLimits}, {"ingest", b.ingest}, {"relay", b.relayAndWork},
+		{"end-to-end", b.endToEnd}, {"mongo", b.mongoCommands}}
 	if len(b.chunks) > 0 {
-		steps = append(steps, b.chunkTable)
+		steps = append(steps, step{"chunks", b.chunkTable})
+	}
+	if steps, err = selectSteps(steps, os.Getenv("BENCH_STEPS")); err != nil {
+		return err
 	}
 	for _, step := range steps {
-		if err := step(ctx); err != nil {
+		if err := step.run(ctx); err != nil {
 			return err
 		}
 	}
@@ -162,4 +167,26 @@ func parseChunks(v string) ([]int, error) {
 		out = append(out, n)
 	}
 	return out, nil
+}
+
+// step is one part of the benchmark, named for BENCH_STEPS.
+type step struct {
+	name string
+	run  func(context.Context) error
+}
+
+// selectSteps keeps the steps list names (BENCH_STEPS, comma-separated:
+// "latency,raw,ingest"), in their order; an empty list keeps them all. The
+// relay step needs the ingest step's backlog.
+func selectSteps(steps []step, list string) ([]step, error) {
+	if list == "" {
+		return steps, nil
+	}
+	names := strings.Split(list, ",")
+	for _, n := range names {
+		if !slices.ContainsFunc(steps, func(s step) bool { return s.name == n }) {
+			return nil, fmt.Errorf("%w: BENCH_STEPS names %q, not one of latency, raw, ingest, relay, end-to-end, mongo, chunks", errUsage, n)
+		}
+	}
+	return slices.DeleteFunc(steps, func(s step) bool { return !slices.Contains(names, s.name) }), nil
 }

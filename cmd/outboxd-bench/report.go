@@ -35,6 +35,8 @@ type Stage struct {
 	PeakRssBytes int64   `json:"peakRssBytes"`
 	// GroupSizes is the group commit's histogram (stages that post).
 	GroupSizes *GroupSizes `json:"groupSizes,omitempty"`
+	// Writer is the SQLite store's writer by role (stages that post).
+	Writer []WriterRole `json:"writer,omitempty"`
 }
 
 // Latency is ingest → syncedAt at a steady offered load.
@@ -52,6 +54,10 @@ type Latency struct {
 	PeakRssBytes int64   `json:"peakRssBytes"`
 	// GroupSizes is the group commit's histogram.
 	GroupSizes *GroupSizes `json:"groupSizes,omitempty"`
+	// Writer is the SQLite store's writer by role.
+	Writer []WriterRole `json:"writer,omitempty"`
+	// Worker is the worker's batches.
+	Worker *WorkerBatches `json:"worker,omitempty"`
 	// Histogram counts the events by latency range (the chart's).
 	Histogram []LatencyBucket `json:"histogram"`
 }
@@ -145,12 +151,17 @@ func (r *Results) Print(w io.Writer) {
 		if s.GroupSizes != nil {
 			fmt.Fprintf(w, "%s group commit: %s\n", s.Name, s.GroupSizes)
 		}
+		printWriter(w, s.Name, s.Writer)
 	}
 	if l := r.Latency; l != nil {
 		fmt.Fprintf(w, "\ningest → syncedAt at %.0f/s offered (%.0f/s achieved, %d events): p50 %.1f ms, p95 %.1f ms, p99 %.1f ms, max %.1f ms; request p99 %.1f ms; peak RSS %s\n",
 			l.OfferedEventsPerSecond, l.AchievedEventsPerSecond, l.Events, l.P50Ms, l.P95Ms, l.P99Ms, l.MaxMs, l.RequestP99Ms, mib(l.PeakRssBytes))
 		if l.GroupSizes != nil {
 			fmt.Fprintf(w, "latency group commit: %s\n", l.GroupSizes)
+		}
+		printWriter(w, "latency", l.Writer)
+		if l.Worker != nil {
+			fmt.Fprintf(w, "latency worker: %s\n", l.Worker)
 		}
 	}
 	if len(r.Chunks) > 0 {

@@ -124,7 +124,9 @@ func (b *bench) driveStage(ctx context.Context, p *proc, s Stage, d drive, until
 	}
 	elapsed := time.Since(began)
 	if err == nil {
-		s.GroupSizes, err = scrapeGroupSizes(ctx, p)
+		var m scraped
+		m, err = scrapeMetrics(ctx, p)
+		s.GroupSizes, s.Writer = m.groups, m.writer
 	}
 	if err == nil && after != nil {
 		err = after(ctx, p)
@@ -417,9 +419,9 @@ func (b *bench) latency(ctx context.Context) error {
 	if err == nil {
 		err = b.waitSynced(ctx, stageLatency, path, stream, group, n, p)
 	}
-	var groups *GroupSizes
+	var m scraped
 	if err == nil {
-		groups, err = scrapeGroupSizes(ctx, p)
+		m, err = scrapeMetrics(ctx, p)
 	}
 	if err != nil {
 		abort(p)
@@ -436,9 +438,13 @@ func (b *bench) latency(ctx context.Context) error {
 	}
 	s, req := summarize(lat), summarize(res.latencies)
 	b.res.Latency = &Latency{OfferedEventsPerSecond: latencyRate, AchievedEventsPerSecond: perSecond(n, res.elapsed), Events: n,
-		P50Ms: s.p50, P95Ms: s.p95, P99Ms: s.p99, MaxMs: s.maxValue, RequestP99Ms: req.p99, PeakRssBytes: rss, GroupSizes: groups, Histogram: latencyHistogram(lat)}
+		P50Ms: s.p50, P95Ms: s.p95, P99Ms: s.p99, MaxMs: s.maxValue, RequestP99Ms: req.p99, PeakRssBytes: rss, GroupSizes: m.groups, Writer: m.writer, Worker: m.worker, Histogram: latencyHistogram(lat)}
 	fmt.Fprintf(b.out, "  stage %-14s p50 %.1f ms, p95 %.1f ms, p99 %.1f ms ingest → syncedAt at %.0f/s offered (%.0f/s achieved)\n",
 		stageLatency, s.p50, s.p95, s.p99, float64(latencyRate), b.res.Latency.AchievedEventsPerSecond)
+	printWriter(b.out, "  "+stageLatency, m.writer)
+	if m.worker != nil {
+		fmt.Fprintf(b.out, "  %s worker: %s\n", stageLatency, m.worker)
+	}
 	return nil
 }
 

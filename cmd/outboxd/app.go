@@ -112,7 +112,11 @@ func (a *app) open(ctx context.Context) error {
 	a.reg = prometheus.NewRegistry()
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if r.store {
-		st, err := openStore(ctx, a.o.store, &mongostore.Options{Database: a.o.mongoDB,
+		sqlite, err := a.sqliteOptions()
+		if err != nil {
+			return err
+		}
+		st, err := openStore(ctx, a.o.store, sqlite, &mongostore.Options{Database: a.o.mongoDB,
 			AppName: "outboxd/" + r.name, MaxPoolSize: uint64(a.o.mongoMaxPool)})
 		if err != nil {
 			return err
@@ -155,21 +159,62 @@ func (a *app) open(ctx context.Context) error {
 	return nil
 }
 
-// openStore opens the store a --store value names; mongo configures a
-// MongoDB store.
-func openStore(ctx context.Context, uri string, mongo *mongostore.Options) (store.Store, error) {
+// openStore opens the store a --store value names; sqlite configures an
+// SQLite store, mongo a MongoDB store.
+func openStore(ctx context.Context, uri string, sqlite *sqlitestore.Options, mongo *mongostore.Options) (store.Store, error) {
 	kind, target, err := storeKind(uri)
 	if err != nil {
 		return nil, config.Invalid("store", "%v", err)
 	}
 	if kind == "sqlite" {
-		st, err := sqlitestore.Open(ctx, target, nil)
+		st, err := sqlitestore.Open(ctx, target, sqlite)
 		if errors.Is(err, sqlitestore.ErrNotADatabase) {
 			return nil, config.Invalid("store", "%v", err)
 		}
 		return st, err
 	}
 	return mongostore.Open(ctx, target, mongo)
+}
+
+// sqliteOptions returns the SQLite store's options, with the histograms
+// of its writer by role (outboxd_store_writer_wait_seconds: the wait for
+// the write connection and lock; outboxd_store_writer_held_seconds: the
+// transaction that followed).
+func (a *app) sqliteOptions() (*sqlitestore.Options, error) {
+	f := ometrics.NewFactory(a.reg, "store", a.o.stream)
+	buckets := prometheus.ExponentialBuckets(50e-6, 2, 15) // 50µs … 0.8s
+	wait := f.HistogramVec("writer_wait_seconds", "Time an SQLite store write transaction waited for the write connection and lock, by role.", buckets, "role")
+	held := f.HistogramVec("writer_held_seconds", "Time an SQLite store write transaction held the write connection (statements and commit), by role.", buckets, "role")
+	if err := f.Err(); err != nil {
+		return nil, err
+	}
+	return &sqlitestore.Options{ObserveWriter: func(role string, waited, holding time.Duration) {
+		wait.WithLabelValues(role).Observe(waited.Seconds())
+		held.WithLabelValues(role).Observe(holding.Seconds())
+	}}, nil
+}
+
+// roleService is a service whose context carries its role for the store
+// (store.WithRole).
+type roleService struct {
+	service
+	role string
+}
+
+// Start starts the service on ctx labelled with its role.
+func (s roleService) Start(ctx context.Context) error {
+	return s.service.Start(store.WithRole(ctx, s.role))
+}
+
+// withRole returns ctor with the service it makes labelled with role.
+func withRole(role string, ctor func() (service, error)) func() (service, error) {
+	return func() (service, error) {
+		s, err := ctor()
+		if err != nil || s == nil {
+			return s, err
+		}
+		return roleService{service: s, role: role}, nil
+	}
 }
 
 // close releases the backends, the store last.
@@ -479,7 +524,7 @@ func (a *app) listen(ctx context.Context) (*httpapi.Server, <-chan error, error)
 		return nil, nil, fmt.Errorf("error listening on --http-addr %s: %w", a.o.httpAddr, err)
 	}
 	if a.committer != nil {
-		if err := a.committer.Start(ctx); err != nil {
+		if err := a.committer.Start(store.WithRole(ctx, store.RoleIngest)); err != nil {
 			_ = ln.Close()
 			return nil, nil, err
 		}

@@ -132,7 +132,8 @@ func TestMetricsOfEveryRole(t *testing.T) {
 		"outboxd_replay_length", "outboxd_replay_pending", "outboxd_replay_lag"}
 	want := map[string][]string{
 		"ingest": slices.Concat(status, []string{"outboxd_ingest_group_events", "outboxd_ingest_created_total",
-			"outboxd_ingest_duplicates_total", "outboxd_ingest_key_mismatches_total"}),
+			"outboxd_ingest_duplicates_total", "outboxd_ingest_key_mismatches_total",
+			"outboxd_store_writer_wait_seconds", "outboxd_store_writer_held_seconds"}),
 		"dispatch": slices.Concat(status, stream3, []string{"outboxd_dispatcher_relayed_total", "outboxd_dispatcher_leader",
 			"outboxd_dispatcher_term", "outboxd_dispatcher_checkpoint_timestamp_seconds", "outboxd_dispatcher_history_lost_total",
 			"outboxd_dispatcher_feed_invalidated_total", "outboxd_dispatcher_fenced_total", "outboxd_dispatcher_breaker_state"}),

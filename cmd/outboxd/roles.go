@@ -6,6 +6,8 @@ import (
 	"io"
 	"slices"
 	"strings"
+
+	"github.com/outboxd/outboxd/store"
 )
 
 // flagGroup is a set of flags that roles share.
@@ -70,19 +72,22 @@ var roles = []*role{
 		flags: []flagGroup{gStore, gRedis, gPostgres, gHTTP, gAuth, gIngest, gDispatch, gWork, gReconcile},
 		store: true, redis: true, postgres: true, migrate: true, serve: true, api: true,
 		services: func(a *app) ([]service, error) {
-			return a.build(a.newAudit, a.newReconciler, a.newDispatcher, a.newWorker)
+			return a.build(withRole(store.RoleAudit, a.newAudit), withRole(store.RoleReconciler, a.newReconciler),
+				withRole(store.RoleDispatcher, a.newDispatcher), withRole(store.RoleWorker, a.newWorker))
 		}},
 	{name: "ingest", summary: "HTTP API that writes originals and outbox entries in one store transaction",
 		flags: []flagGroup{gStore, gHTTP, gAuth, gIngest}, store: true, serve: true, api: true},
 	{name: "dispatch", summary: "relay the outbox to the Redis stream (feed + checkpoint, one leader per stream)",
 		flags: []flagGroup{gStore, gRedis, gHTTP, gAuth, gDispatch}, store: true, redis: true, serve: true,
-		services: func(a *app) ([]service, error) { return a.build(a.newDispatcher) }},
+		services: func(a *app) ([]service, error) { return a.build(withRole(store.RoleDispatcher, a.newDispatcher)) }},
 	{name: "work", summary: "consume the stream and build the PostgreSQL read model",
 		flags: []flagGroup{gStore, gRedis, gPostgres, gHTTP, gAuth, gWork}, store: true, redis: true, postgres: true, serve: true,
-		services: func(a *app) ([]service, error) { return a.build(a.newWorker) }},
+		services: func(a *app) ([]service, error) { return a.build(withRole(store.RoleWorker, a.newWorker)) }},
 	{name: "reconcile", summary: "re-publish old originals that never reached syncedAt (one sweep, or --every as a service, with the read model's audit)",
 		flags: []flagGroup{gStore, gRedis, gPostgres, gHTTP, gAuth, gReconcile}, store: true, redis: true, postgres: true, postgresAside: true, serve: true,
-		services: func(a *app) ([]service, error) { return a.build(a.newAudit, a.newReconciler) },
+		services: func(a *app) ([]service, error) {
+			return a.build(withRole(store.RoleAudit, a.newAudit), withRole(store.RoleReconciler, a.newReconciler))
+		},
 		once:     func(ctx context.Context, a *app) error { return a.reconcileOnce(ctx) },
 		onceWhen: func(o *options) bool { return o.every == 0 }},
 	{name: "migrate", summary: "apply the PostgreSQL schema and the store's schema (tables or indexes)",

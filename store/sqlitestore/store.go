@@ -53,6 +53,15 @@ type Options struct {
 	// database file, in the background, so that no commit pays for it.
 	// Defaults to CheckpointIntervalDefault (250ms).
 	CheckpointInterval time.Duration
+	// ObserveWriter, when set, is called after each write transaction of
+	// the Store's write connection with the role of its context
+	// (store.RoleOf; "other" when none), how long it waited for the
+	// connection and the write lock (BEGIN IMMEDIATE included), and how long
+	// it then held them (its statements and COMMIT, or rollback). A
+	// metric: this package imports no metrics code. Single-statement writes
+	// in autocommit (Park, lease renewals and releases, claim rollbacks) are
+	// not observed. Defaults to nil.
+	ObserveWriter func(role string, waited, held time.Duration)
 }
 
 func (o *Options) withDefaults() Options {
@@ -96,6 +105,8 @@ type Store struct {
 	read *sql.DB
 	// ckpt copies the WAL into the file in the background.
 	ckpt *checkpointer
+	// observe is Options.ObserveWriter.
+	observe func(role string, waited, held time.Duration)
 
 	// stmts are outbox.Tx's statements, prepared on first use (Open does
 	// not need the schema); stmtsMu serialises their preparation only, so
@@ -135,7 +146,7 @@ func Open(ctx context.Context, path string, opts *Options) (*Store, error) {
 		return nil, err
 	}
 
-	s := &Store{path: abs, wake: make(chan struct{})}
+	s := &Store{path: abs, wake: make(chan struct{}), observe: o.ObserveWriter}
 	s.write, err = sql.Open(driverName, writeDSN(abs, o.BusyTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("error opening SQLite store %s: %w", path, err)

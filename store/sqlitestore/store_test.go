@@ -206,26 +206,41 @@ func TestWriteTx(t *testing.T) {
 		require.Empty(t, got, "the transaction rolled back as a whole")
 	})
 
-	// A batch goes in multi-row INSERTs and row by row for the rest: a
-	// stored key in either part is a duplicate key, and every entry gets
-	// the seq of its own row.
+	// A batch goes in multi-row INSERTs of 32, 16, 8, 4, 2 and 1 rows: a
+	// stored key in any of them is a duplicate key, and every entry gets
+	// the seq of its own row, also after the newest entries were deleted
+	// (AUTOINCREMENT never hands out their seqs again).
 	t.Run("MultiRowInserts", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		events, entries := records(100, "s", time.Now())
-		require.NoError(t, insert(ctx, b.store, events, entries))
-		for _, e := range entries {
-			var eventID string
-			seq, err := strconv.ParseInt(e.ID, 10, 64)
-			require.NoError(t, err)
-			require.NoError(t, b.store.DB().QueryRowContext(ctx, `SELECT event_id FROM outbox WHERE seq = ?`, seq).Scan(&eventID))
-			require.Equal(t, e.EventID, eventID, "entry %s", e.ID)
+		checkSeqs := func(entries []outbox.Entry) {
+			t.Helper()
+			for _, e := range entries {
+				var eventID string
+				seq, err := strconv.ParseInt(e.ID, 10, 64)
+				require.NoError(t, err)
+				require.NoError(t, b.store.DB().QueryRowContext(ctx, `SELECT event_id FROM outbox WHERE seq = ?`, seq).Scan(&eventID))
+				require.Equal(t, e.EventID, eventID, "entry %s", e.ID)
+			}
 		}
+		events, entries := records(100, "s", time.Now()) // 32 + 32 + 32 + 4
+		require.NoError(t, insert(ctx, b.store, events, entries))
+		checkSeqs(entries)
+		more, moreEntries := records(63, "s", time.Now()) // 32 + 16 + 8 + 4 + 2 + 1
+		require.NoError(t, insert(ctx, b.store, more, moreEntries))
+		checkSeqs(moreEntries)
+		require.Equal(t, "00000000000000000163", moreEntries[62].ID)
+		_, err := b.store.DB().ExecContext(ctx, `DELETE FROM outbox WHERE seq > 150`)
+		require.NoError(t, err)
+		last, lastEntries := records(3, "s", time.Now())
+		require.NoError(t, insert(ctx, b.store, last, lastEntries))
+		checkSeqs(lastEntries)
+		require.Equal(t, "00000000000000000164", lastEntries[0].ID)
 		got, err := b.store.LoadEvents(ctx, []string{events[0].ID, events[50].ID, events[99].ID})
 		require.NoError(t, err)
 		require.Len(t, got, 3)
 
-		for _, i := range []int{5, 99} { // in a multi-row INSERT, in the row-by-row rest
+		for _, i := range []int{5, 99} { // in a 32-row INSERT, in the 4-row one
 			again, againEntries := records(100, "s", time.Now())
 			again[i].IdempotencyKey = events[i].IdempotencyKey
 			err := insert(ctx, b.store, again, againEntries)
@@ -724,4 +739,32 @@ func TestDependencies(t *testing.T) {
 	testkit.RequireNoDeps(t, "github.com/outboxd/outboxd/store/sqlitestore",
 		"github.com/pressly/goose", "github.com/jackc/pgx", "github.com/outboxd/outboxd/migrations",
 		"go.mongodb.org/mongo-driver", "github.com/redis/go-redis")
+}
+
+// TestObserveWriter checks that Options.ObserveWriter sees each write
+// transaction with the role of its context: ingest for WriteTx without
+// one, "other" for another write without one.
+func TestObserveWriter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var mu sync.Mutex
+	var roles []string
+	s := open(t, filepath.Join(t.TempDir(), "outboxd.db"), &sqlitestore.Options{ObserveWriter: func(role string, waited, held time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		require.GreaterOrEqual(t, waited, time.Duration(0))
+		require.Positive(t, held)
+		roles = append(roles, role)
+	}})
+	mu.Lock()
+	roles = nil // the migration's
+	mu.Unlock()
+	ids := write(t, s, "s", 2)
+	_, err := s.MarkSynced(store.WithRole(ctx, store.RoleWorker), ids[:1], time.Now())
+	require.NoError(t, err)
+	_, err = s.MarkSynced(ctx, ids[1:], time.Now())
+	require.NoError(t, err)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []string{store.RoleIngest, store.RoleWorker, "other"}, roles)
 }

@@ -1,34 +1,39 @@
 package sqlitestore
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
+	"time"
 
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/store"
 )
 
 // The statements of outbox.Tx, prepared once on the write pool and bound to
 // each transaction (sql.Tx.StmtContext reuses the statement already prepared
-// on the pool's one connection).
+// on the pool's one connection): the two lookups, then an INSERT of events
+// and one of outbox entries for each of insertRows.
 const (
 	stmtLookupKeys = iota
-	stmtInsertEvent
 	stmtKeyExists
-	stmtInsertEntry
-	stmtInsertEvents
-	stmtInsertEntries
-	stmtCount
+	stmtInsertEvents                             // + i: insertRows[i] rows
+	stmtInsertEntries = stmtInsertEvents + rowsN // + i: insertRows[i] rows
+	stmtCount         = stmtInsertEntries + rowsN
 )
 
-// rowsPerInsert is how many rows the multi-row INSERTs carry: a batch is
-// inserted rowsPerInsert rows per statement and the rest one by one. One
-// statement per row costs database/sql's and the driver's round trip each
-// time; 32 rows of 15 columns stay far below SQLite's 32,766 parameters.
-const rowsPerInsert = 32
+// insertRows are the row counts of the multi-row INSERTs, largest first: a
+// batch is inserted in the fewest statements of these sizes (a group of 5
+// events: 4 + 1). One statement per row costs database/sql's and the
+// driver's round trip each time; 32 rows of 15 columns stay far below
+// SQLite's 32,766 parameters.
+var insertRows = [rowsN]int{32, 16, 8, 4, 2, 1}
+
+// rowsN is len(insertRows).
+const rowsN = 6
 
 // The columns of the two INSERTs, and how many each row binds.
 const (
@@ -40,14 +45,15 @@ const (
 	insertEntryArgs = 7
 )
 
-// nextInsert returns how many of left rows the next INSERT carries and its
-// statement: multi (rowsPerInsert rows) while that many are left, else
-// single (one row).
-func nextInsert(left, multi, single int) (rows, stmt int) {
-	if left >= rowsPerInsert {
-		return rowsPerInsert, multi
+// nextInsert returns how many of left (≥ 1) rows the next INSERT carries:
+// the largest of insertRows within left, and its index there.
+func nextInsert(left int) (rows, i int) {
+	for i, n := range insertRows {
+		if n <= left {
+			return n, i
+		}
 	}
-	return 1, single
+	return 1, rowsN - 1
 }
 
 // valuesList returns rows groups of n placeholders: "(?, ?), (?, ?)".
@@ -56,19 +62,18 @@ func valuesList(rows, n int) string {
 	return strings.TrimSuffix(strings.Repeat(row+", ", rows), ", ")
 }
 
-var txQueries = [stmtCount]string{
+var txQueries = func() (q [stmtCount]string) {
 	// Index events_idempotency_key, one probe per key of the list.
-	stmtLookupKeys: `SELECT idempotency_key, id, content_hash FROM events
-		WHERE idempotency_key IN (SELECT value FROM json_each(?))`,
-	stmtInsertEvent:  insertEventHead + valuesList(1, insertEventArgs),
-	stmtInsertEvents: insertEventHead + valuesList(rowsPerInsert, insertEventArgs),
+	q[stmtLookupKeys] = `SELECT idempotency_key, id, content_hash FROM events
+		WHERE idempotency_key IN (SELECT value FROM json_each(?))`
 	// Index events_idempotency_key.
-	stmtKeyExists:   `SELECT 1 FROM events WHERE idempotency_key = ?`,
-	stmtInsertEntry: insertEntryHead + valuesList(1, insertEntryArgs) + ` RETURNING seq`,
-	// The rows of one INSERT … VALUES get their seqs in VALUES order, so
-	// the returned seqs (in no promised order) sorted are the rows' seqs.
-	stmtInsertEntries: insertEntryHead + valuesList(rowsPerInsert, insertEntryArgs) + ` RETURNING seq`,
-}
+	q[stmtKeyExists] = `SELECT 1 FROM events WHERE idempotency_key = ?`
+	for i, n := range insertRows {
+		q[stmtInsertEvents+i] = insertEventHead + valuesList(n, insertEventArgs)
+		q[stmtInsertEntries+i] = insertEntryHead + valuesList(n, insertEntryArgs)
+	}
+	return q
+}()
 
 // writeStmts are the prepared statements of outbox.Tx.
 type writeStmts struct {
@@ -135,6 +140,9 @@ func (s *Store) WriteTx(ctx context.Context, fn func(ctx context.Context, tx out
 		return err
 	}
 	inserted := false
+	if store.RoleOf(ctx) == "" {
+		ctx = store.WithRole(ctx, store.RoleIngest) // the writer of ingest is its only caller
+	}
 	err = s.inWriteTx(ctx, "running write transaction", func(tx *sql.Tx) error {
 		w := &txWriter{s: s, tx: tx, stmts: st}
 		if err := fn(ctx, w); err != nil {
@@ -172,9 +180,14 @@ func (s *Store) Tx(tx *sql.Tx) outbox.Tx {
 // committing when fn returns nil. fn's error is returned as it is (wrap it
 // in fn); errors of BEGIN and COMMIT are wrapped with what.
 func (s *Store) inWriteTx(ctx context.Context, what string, fn func(tx *sql.Tx) error) error {
+	began := time.Now()
 	tx, err := s.write.BeginTx(ctx, nil)
 	if err != nil {
 		return s.fail(what, err)
+	}
+	if s.observe != nil {
+		got := time.Now()
+		defer func() { s.observe(cmp.Or(store.RoleOf(ctx), roleOther), got.Sub(began), time.Since(got)) }()
 	}
 	if err := fn(tx); err != nil {
 		_ = tx.Rollback() // the error that matters is fn's
@@ -185,6 +198,10 @@ func (s *Store) inWriteTx(ctx context.Context, what string, fn func(tx *sql.Tx) 
 	}
 	return nil
 }
+
+// roleOther is the role Options.ObserveWriter gets for a context that
+// store.WithRole did not label.
+const roleOther = "other"
 
 // txWriter is the outbox.Tx of one SQLite transaction.
 type txWriter struct {
@@ -251,8 +268,8 @@ func (w *txWriter) LookupKeys(ctx context.Context, keys []string) (map[string]ou
 // back (the originals before the failing statement are inserted).
 func (w *txWriter) InsertEvents(ctx context.Context, events []outbox.Event) error {
 	for len(events) > 0 {
-		n, i := nextInsert(len(events), stmtInsertEvents, stmtInsertEvent)
-		st, err := w.stmt(ctx, i)
+		n, i := nextInsert(len(events))
+		st, err := w.stmt(ctx, stmtInsertEvents+i)
 		if err != nil {
 			return err
 		}
@@ -319,9 +336,9 @@ func (w *txWriter) keyExists(ctx context.Context, key string) (bool, error) {
 // entryID) in entries.
 func (w *txWriter) InsertEntries(ctx context.Context, entries []outbox.Entry) error {
 	for len(entries) > 0 {
-		n, i := nextInsert(len(entries), stmtInsertEntries, stmtInsertEntry)
+		n, i := nextInsert(len(entries))
 		chunk := entries[:n]
-		if err := w.insertEntries(ctx, i, chunk); err != nil {
+		if err := w.insertEntries(ctx, stmtInsertEntries+i, chunk); err != nil {
 			return w.s.fail(fmt.Sprintf("inserting the outbox entry of %s", chunk[0].EventID), err)
 		}
 		w.entries += n
@@ -331,7 +348,12 @@ func (w *txWriter) InsertEntries(ctx context.Context, entries []outbox.Entry) er
 }
 
 // insertEntries runs statement i, an INSERT of len(chunk) entries, and sets
-// their IDs.
+// their IDs. The seqs of the rows are the last rowid it inserted and the
+// ones just below: seq is an AUTOINCREMENT key, so each row gets one more
+// than the largest seq ever used, the rows of one INSERT … VALUES go in in
+// VALUES order, and no other connection inserts meanwhile (the transaction
+// holds the write lock). Reading them back with RETURNING cost a temporary
+// table, a statement journal and a result set per statement.
 func (w *txWriter) insertEntries(ctx context.Context, i int, chunk []outbox.Entry) error {
 	st, err := w.stmt(ctx, i)
 	if err != nil {
@@ -341,28 +363,17 @@ func (w *txWriter) insertEntries(ctx context.Context, i int, chunk []outbox.Entr
 	for _, e := range chunk {
 		args = append(args, e.EventID, e.Stream, e.Message, millis(e.CreatedAt), nullMillis(e.DispatchedAt), nullText(e.TraceParent), e.Partition)
 	}
-	rows, err := st.QueryContext(ctx, args...)
+	res, err := st.ExecContext(ctx, args...)
 	if err != nil {
 		return err
 	}
-	defer rows.Close()
-	seqs := make([]int64, 0, len(chunk))
-	for rows.Next() {
-		var seq int64
-		if err := rows.Scan(&seq); err != nil {
-			return err
-		}
-		seqs = append(seqs, seq)
-	}
-	if err := rows.Err(); err != nil {
+	last, err := res.LastInsertId()
+	if err != nil {
 		return err
 	}
-	if len(seqs) != len(chunk) {
-		return fmt.Errorf("%d seqs returned for %d rows", len(seqs), len(chunk))
-	}
-	slices.Sort(seqs)
+	first := last - int64(len(chunk)) + 1
 	for j := range chunk {
-		chunk[j].ID = entryID(seqs[j])
+		chunk[j].ID = entryID(first + int64(j))
 	}
 	return nil
 }
