@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -82,6 +83,9 @@ type bench struct {
 	timeout time.Duration
 	// rawEvents are the originals of the raw limits.
 	rawEvents []*outbox.Event
+	// binB and abRuns: the dispatcher's A/B (-ab, -ab-runs).
+	binB   string
+	abRuns int
 	// mongoSizes size the paths whose MongoDB commands are counted (zero:
 	// mongostore's defaults).
 	mongoSizes mongostore.MeasureConfig
@@ -89,12 +93,20 @@ type bench struct {
 
 // runBench runs the benchmark with the environment's settings.
 func runBench(ctx context.Context, out io.Writer, args []string) error {
+	b := &bench{out: out, n: eventsDefault}
 	fs := flag.NewFlagSet("outboxd-bench", flag.ContinueOnError)
 	bin := fs.String("bin", "bin/outboxd", "the outboxd binary (make build)")
+	only := fs.String("stages", "", "run only these steps, comma-separated, in the usual order: "+strings.Join(stepNames, ", ")+
+		" (a stage's ratio needs raw; dispatcher needs ingest; workers need dispatcher); default all")
+	fs.StringVar(&b.binB, "ab", "", "A/B of the dispatcher: another outboxd binary whose dispatcher stage runs after -bin's on the same backlog, -ab-runs times each, alternated (stages dispatcher-a and dispatcher-b)")
+	fs.IntVar(&b.abRuns, "ab-runs", 3, "with -ab: runs of each binary")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	b := &bench{out: out, n: eventsDefault}
+	selected, err := parseStages(*only)
+	if err != nil {
+		return err
+	}
 	if v := os.Getenv("BENCH_EVENTS"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < batchEvents {
@@ -102,13 +114,17 @@ func runBench(ctx context.Context, out io.Writer, args []string) error {
 		}
 		b.n = n
 	}
-	var err error
 	if b.chunks, err = parseChunks(os.Getenv("BENCH_CHUNKS")); err != nil {
 		return err
 	}
 	outPath := env(outDefault, "BENCH_OUT")
-	if _, err := os.Stat(*bin); err != nil {
-		return fmt.Errorf("no outboxd binary at %s (make build): %w", *bin, err)
+	for _, p := range []string{*bin, b.binB} {
+		if _, err := os.Stat(p); p != "" && err != nil {
+			return fmt.Errorf("no outboxd binary at %s (make build): %w", p, err)
+		}
+	}
+	if b.binB != "" && b.abRuns < 1 {
+		return fmt.Errorf("%w: -ab-runs must be at least 1 (got %d)", errUsage, b.abRuns)
 	}
 	b.timeout = 2*time.Minute + time.Duration(b.n/1000)*time.Second
 	began := time.Now()
@@ -126,11 +142,11 @@ func runBench(ctx context.Context, out io.Writer, args []string) error {
 	// The latency stage first: it measures a steady load, and after the
 	// bulk stages PostgreSQL still has their writes to checkpoint (its
 	// fsyncs stall commits; the harness's role may not run CHECKPOINT).
-	steps := []func(context.Context) error{b.latency, b.rawLimits, b.ingest, b.relayAndWork, b.endToEnd, b.mongoCommands}
-	if len(b.chunks) > 0 {
-		steps = append(steps, b.chunkTable)
-	}
-	for _, step := range steps {
+	steps := []func(context.Context) error{b.latency, b.rawLimits, b.ingest, b.relay, b.workStages, b.endToEnd, b.mongoCommands, b.chunkTable}
+	for i, step := range steps {
+		if !selected[stepNames[i]] || (stepNames[i] == stepChunks && len(b.chunks) == 0) {
+			continue
+		}
 		if err := step(ctx); err != nil {
 			return err
 		}
@@ -146,6 +162,31 @@ func runBench(ctx context.Context, out io.Writer, args []string) error {
 	}
 	fmt.Fprintf(out, "results in %s, chart in %s\n", outPath, chart)
 	return nil
+}
+
+// Steps of a run, in their order (-stages names them).
+const stepChunks = "chunks"
+
+var stepNames = []string{stageLatency, "raw", "ingest", stageDispatcher, "workers", stageEndToEnd, "mongo", stepChunks}
+
+// parseStages parses -stages: the steps to run (all when v is empty).
+func parseStages(v string) (map[string]bool, error) {
+	out := map[string]bool{}
+	for f := range strings.SplitSeq(v, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		if !slices.Contains(stepNames, f) {
+			return nil, fmt.Errorf("%w: -stages names %q, not one of %s", errUsage, f, strings.Join(stepNames, ", "))
+		}
+		out[f] = true
+	}
+	if len(out) == 0 {
+		for _, n := range stepNames {
+			out[n] = true
+		}
+	}
+	return out, nil
 }
 
 // parseChunks parses BENCH_CHUNKS ("250,500,1000,2000").
