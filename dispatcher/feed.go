@@ -88,7 +88,8 @@ func (d *Dispatcher) follow(ctx, workCtx context.Context, lease store.Lease, los
 			return err
 		}
 	}
-	n, seen, err := d.catchUp(ctx, workCtx, lease, time.Time{})
+	m := &marks{} // every relay loop below waits for its marks before it returns
+	n, seen, err := d.catchUp(ctx, workCtx, lease, m, time.Time{})
 	if err != nil {
 		return err
 	}
@@ -103,7 +104,7 @@ func (d *Dispatcher) follow(ctx, workCtx context.Context, lease store.Lease, los
 	if err := d.checkpoint(workCtx, lease, feed.Position(), false); err != nil {
 		return err
 	}
-	return d.relayFeed(ctx, workCtx, lease, feed, seen)
+	return d.relayFeed(ctx, workCtx, lease, m, feed, seen)
 }
 
 func (d *Dispatcher) countLost(cause error) {
@@ -118,8 +119,16 @@ func (d *Dispatcher) countLost(cause error) {
 
 // catchUp relays every undispatched entry of the stream created before
 // olderThan (zero: all), oldest first, and returns how many it relayed and
-// their ids.
-func (d *Dispatcher) catchUp(ctx, workCtx context.Context, lease store.Lease, olderThan time.Time) (int, map[string]struct{}, error) {
+// their ids. It reads the next page while the store writes the last one
+// (m), and returns when every write is done.
+func (d *Dispatcher) catchUp(ctx, workCtx context.Context, lease store.Lease, m *marks, olderThan time.Time) (_ int, _ map[string]struct{}, err error) {
+	// The writes of earlier batches end before the outbox is read: an entry
+	// in the stream whose write is still in flight reads as undispatched,
+	// and would be relayed twice.
+	if err := m.wait(); err != nil {
+		return 0, nil, err
+	}
+	defer m.waitInto(&err)
 	seen := map[string]struct{}{}
 	after := ""
 	n := 0
@@ -143,7 +152,7 @@ func (d *Dispatcher) catchUp(ctx, workCtx context.Context, lease store.Lease, ol
 		if len(entries) == 0 {
 			return n, seen, nil
 		}
-		if err := d.relay(ctx, workCtx, lease, entries, nil); err != nil {
+		if err := d.relay(ctx, workCtx, lease, m, entries, nil); err != nil {
 			return n, nil, err
 		}
 		for _, e := range entries {
@@ -161,8 +170,10 @@ func (d *Dispatcher) catchUp(ctx, workCtx context.Context, lease store.Lease, ol
 // relayFeed relays what the feed delivers, in batches, checkpoints while
 // idle, and every SweepInterval relays old undispatched entries the feed
 // missed and deletes dispatched entries past the retention, until ctx ends
-// or something fails.
-func (d *Dispatcher) relayFeed(ctx, workCtx context.Context, lease store.Lease, feed store.Feed, seen map[string]struct{}) error {
+// or something fails. The store writes a batch while the next one is read
+// and added to the stream (m); it returns when every write is done.
+func (d *Dispatcher) relayFeed(ctx, workCtx context.Context, lease store.Lease, m *marks, feed store.Feed, seen map[string]struct{}) (err error) {
+	defer m.waitInto(&err)
 	lastCheckpoint := time.Now()
 	nextSweep := time.Now().Add(d.cfg.SweepInterval)
 	for {
@@ -186,7 +197,9 @@ func (d *Dispatcher) relayFeed(ctx, workCtx context.Context, lease store.Lease, 
 		}
 		switch {
 		case len(batch) > 0:
-			if err := d.relay(ctx, workCtx, lease, batch, feed.Position()); err != nil {
+			// The position is read before the next Next moves it: the
+			// batch's checkpoint covers the batch and nothing after it.
+			if err := d.relay(ctx, workCtx, lease, m, batch, feed.Position()); err != nil {
 				return err
 			}
 			lastCheckpoint = time.Now()
@@ -195,6 +208,10 @@ func (d *Dispatcher) relayFeed(ctx, workCtx context.Context, lease store.Lease, 
 			// also relayed: nothing left to skip.
 			clear(seen)
 			if time.Since(lastCheckpoint) >= d.cfg.IdleCheckpoint {
+				// After the batches' own checkpoints, never before one.
+				if err := m.wait(); err != nil {
+					return err
+				}
 				if err := d.checkpoint(workCtx, lease, feed.Position(), false); err != nil {
 					return err
 				}
@@ -204,7 +221,7 @@ func (d *Dispatcher) relayFeed(ctx, workCtx context.Context, lease store.Lease, 
 		// While the feed delivers full batches it is behind, and what it
 		// has not delivered yet is not missed: the sweep waits.
 		if len(entries) < d.cfg.BatchSize && time.Now().After(nextSweep) {
-			swept, err := d.sweep(ctx, workCtx, lease)
+			swept, err := d.sweep(ctx, workCtx, lease, m)
 			if err != nil {
 				return err
 			}
@@ -218,9 +235,9 @@ func (d *Dispatcher) relayFeed(ctx, workCtx context.Context, lease store.Lease, 
 // should have delivered them: a commit that became visible behind the
 // feed's start, an undecodable change event), deletes the dispatched
 // entries older than Retention and returns the ids it relayed.
-func (d *Dispatcher) sweep(ctx, workCtx context.Context, lease store.Lease) (map[string]struct{}, error) {
+func (d *Dispatcher) sweep(ctx, workCtx context.Context, lease store.Lease, m *marks) (map[string]struct{}, error) {
 	now := d.cfg.Now()
-	n, seen, err := d.catchUp(ctx, workCtx, lease, now.Add(-d.cfg.SweepMinAge))
+	n, seen, err := d.catchUp(ctx, workCtx, lease, m, now.Add(-d.cfg.SweepMinAge))
 	if err != nil {
 		return nil, err
 	}
