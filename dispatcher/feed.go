@@ -119,8 +119,9 @@ func (d *Dispatcher) countLost(cause error) {
 
 // catchUp relays every undispatched entry of the stream created before
 // olderThan (zero: all), oldest first, and returns how many it relayed and
-// their ids. It reads the next page while the store writes the last one
-// (m), and returns when every write is done.
+// their ids. After a full page it reads the next one while it relays this
+// one (ahead), the store writes a page while the next is added to the
+// stream (m), and it returns when every write is done.
 func (d *Dispatcher) catchUp(ctx, workCtx context.Context, lease store.Lease, m *marks, olderThan time.Time) (_ int, _ map[string]struct{}, err error) {
 	// The writes of earlier batches end before the outbox is read: an entry
 	// in the stream whose write is still in flight reads as undispatched,
@@ -129,13 +130,24 @@ func (d *Dispatcher) catchUp(ctx, workCtx context.Context, lease store.Lease, m 
 		return 0, nil, err
 	}
 	defer m.waitInto(&err)
+	page := func(after string) func(context.Context) batchRead {
+		return func(ctx context.Context) batchRead {
+			entries, err := d.st.Undispatched(ctx, d.cfg.Stream, d.cfg.part, after, d.cfg.BatchSize)
+			return batchRead{entries: entries, err: err}
+		}
+	}
+	// Pages follow each other by id (after), never by dispatchedAt, so the
+	// next page's read does not depend on this one's write.
+	next := readAhead(ctx, page(""))
+	defer func() { next.abandon() }()
 	seen := map[string]struct{}{}
-	after := ""
 	n := 0
 	for {
-		entries, err := d.st.Undispatched(ctx, d.cfg.Stream, d.cfg.part, after, d.cfg.BatchSize)
-		if err != nil {
-			return n, nil, fmt.Errorf("error reading undispatched outbox entries: %w", err)
+		got := next.take()
+		next = nil
+		entries := got.entries
+		if got.err != nil {
+			return n, nil, fmt.Errorf("error reading undispatched outbox entries: %w", got.err)
 		}
 		full := len(entries) == d.cfg.BatchSize
 		if !olderThan.IsZero() {
@@ -152,6 +164,9 @@ func (d *Dispatcher) catchUp(ctx, workCtx context.Context, lease store.Lease, m 
 		if len(entries) == 0 {
 			return n, seen, nil
 		}
+		if full {
+			next = readAhead(ctx, page(entries[len(entries)-1].ID))
+		}
 		if err := d.relay(ctx, workCtx, lease, m, entries, nil); err != nil {
 			return n, nil, err
 		}
@@ -160,7 +175,6 @@ func (d *Dispatcher) catchUp(ctx, workCtx context.Context, lease store.Lease, m 
 		}
 		n += len(entries)
 		d.caughtUp.Add(int64(len(entries)))
-		after = entries[len(entries)-1].ID
 		if !full {
 			return n, seen, nil
 		}
@@ -174,18 +188,40 @@ func (d *Dispatcher) catchUp(ctx, workCtx context.Context, lease store.Lease, m 
 // and added to the stream (m); it returns when every write is done.
 func (d *Dispatcher) relayFeed(ctx, workCtx context.Context, lease store.Lease, m *marks, feed store.Feed, seen map[string]struct{}) (err error) {
 	defer m.waitInto(&err)
+	// next reads the feed's next batch while this one is relayed; only
+	// after a full batch (the feed is behind): the sweep and the idle
+	// checkpoint, which follow a batch that was not full, never run beside
+	// a read.
+	var next *batchReading
+	defer func() { next.abandon() }()
+	read := func(ctx context.Context) batchRead {
+		entries, err := feed.Next(ctx, d.cfg.BatchSize, d.cfg.IdleCheckpoint)
+		// The position is read before the next Next moves it: the batch's
+		// checkpoint covers the batch and nothing after it.
+		return batchRead{entries: entries, pos: feed.Position(), err: err}
+	}
 	lastCheckpoint := time.Now()
 	nextSweep := time.Now().Add(d.cfg.SweepInterval)
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		entries, err := feed.Next(ctx, d.cfg.BatchSize, d.cfg.IdleCheckpoint)
+		var got batchRead
+		if next != nil {
+			got = next.take()
+			next = nil
+		} else {
+			got = read(ctx)
+		}
+		entries, err := got.entries, got.err
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 			return err
+		}
+		if len(entries) == d.cfg.BatchSize {
+			next = readAhead(ctx, read)
 		}
 		batch := entries[:0]
 		for _, e := range entries {
@@ -197,9 +233,7 @@ func (d *Dispatcher) relayFeed(ctx, workCtx context.Context, lease store.Lease, 
 		}
 		switch {
 		case len(batch) > 0:
-			// The position is read before the next Next moves it: the
-			// batch's checkpoint covers the batch and nothing after it.
-			if err := d.relay(ctx, workCtx, lease, m, batch, feed.Position()); err != nil {
+			if err := d.relay(ctx, workCtx, lease, m, batch, got.pos); err != nil {
 				return err
 			}
 			lastCheckpoint = time.Now()

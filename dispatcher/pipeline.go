@@ -1,5 +1,15 @@
 package dispatcher
 
+// The relay pipeline: a batch is read while the one before it is added to
+// the stream, and written to the store while the next is added.
+
+import (
+	"context"
+
+	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/store"
+)
+
 // marks is the store half of the relay pipeline: a batch's store write
 // (MarkRelayed: dispatchedAt and the checkpoint) runs in the background
 // while the next batch is read and added to the stream, so that a batch
@@ -50,5 +60,46 @@ func (m *marks) start(write func() error) error {
 func (m *marks) waitInto(err *error) {
 	if werr := m.wait(); *err == nil {
 		*err = werr
+	}
+}
+
+// batchRead is a batch read from the feed or the outbox: its entries, the
+// feed's position right after them (nil for a page of the outbox), or the
+// read's error.
+type batchRead struct {
+	entries []outbox.Entry
+	pos     store.Position
+	err     error
+}
+
+// batchReading is a read running in the background (readAhead), the read
+// half of the relay pipeline: the next batch is read while this one is
+// added to the stream. Like marks it belongs to one relay loop.
+type batchReading struct {
+	cancel context.CancelFunc
+	done   chan batchRead
+}
+
+// readAhead runs read in the background on a context of ctx's.
+func readAhead(ctx context.Context, read func(context.Context) batchRead) *batchReading {
+	ctx, cancel := context.WithCancel(ctx)
+	r := &batchReading{cancel: cancel, done: make(chan batchRead, 1)}
+	go func() { r.done <- read(ctx) }()
+	return r
+}
+
+// take waits for the read and returns what it read.
+func (r *batchReading) take() batchRead {
+	got := <-r.done
+	r.cancel()
+	return got
+}
+
+// abandon cancels the read, if any (r may be nil), and waits for it to
+// end, so that nothing reads the feed or the outbox after the loop.
+func (r *batchReading) abandon() {
+	if r != nil {
+		r.cancel()
+		<-r.done
 	}
 }
