@@ -98,6 +98,15 @@
 // process is stopped) of every stage process, and peakRssStage names its
 // stage.
 //
+// Flags: -bin (the binary, bin/outboxd); -stages, the steps to run, in
+// their usual order (latency, raw, ingest, dispatcher, workers,
+// end-to-end, mongo, chunks; default all: a ratio needs raw, the
+// dispatcher needs ingest's backlog, the workers the dispatcher's run);
+// -ab BIN, the dispatcher's A/B: after -bin's dispatcher stage, that of
+// -bin and of BIN run -ab-runs times each (3), alternated, on the same
+// backlog, as the stages dispatcher-a and dispatcher-b, so that two builds
+// are compared run against run while the machine's load moves.
+//
 // Environment:
 //   - BENCH_EVENTS: the backlog (default 100,000);
 //   - BENCH_OUT: where the results go (default bench-results.json); the
