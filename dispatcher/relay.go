@@ -19,7 +19,7 @@ import (
 // dispatcher stops), then dispatchedAt and the checkpoint in one store
 // write (MarkRelayed; pos nil keeps the saved position), which runs in the
 // background through m while the caller reads and adds the next batch
-// (marks.go). Nothing is marked or checkpointed unless the XADD succeeded.
+// (pipeline.go). Nothing is marked or checkpointed unless the XADD succeeded.
 // Once the XADD went through, the rest runs on workCtx so that a stop
 // request lets the batch finish. An error is the XADD's, a fault point's,
 // or that of the write of an earlier batch.
