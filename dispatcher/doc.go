@@ -12,6 +12,17 @@
 // in the stream, so a crash anywhere yields duplicates (which workers
 // absorb), never loss.
 //
+// The batches go through a pipeline (pipeline.go): while the feed delivers
+// full batches (it is behind), and between full pages of a catch-up, the
+// next batch is read while this one is added to the stream, and a batch's
+// store write runs while the next one is added. One write is in flight at
+// a time, in batch order, and starts after its batch's XADD went through,
+// so the guarantee above holds; the relay waits for it before an idle
+// checkpoint, a scan of the outbox (catch-up, sweep: an entry whose write
+// is still under way would read as undispatched and be relayed twice) and
+// before it stops. A failed write (fenced, the store down) stops the
+// relay; the batch added after it stays unmarked and is relayed again.
+//
 // # Start-up and lost positions
 //
 // When it becomes the leader, the dispatcher opens the feed first (from the

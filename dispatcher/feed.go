@@ -88,7 +88,8 @@ func (d *Dispatcher) follow(ctx, workCtx context.Context, lease store.Lease, los
 			return err
 		}
 	}
-	n, seen, err := d.catchUp(ctx, workCtx, lease, time.Time{})
+	m := &marks{} // every relay loop below waits for its marks before it returns
+	n, seen, err := d.catchUp(ctx, workCtx, lease, m, time.Time{})
 	if err != nil {
 		return err
 	}
@@ -103,7 +104,7 @@ func (d *Dispatcher) follow(ctx, workCtx context.Context, lease store.Lease, los
 	if err := d.checkpoint(workCtx, lease, feed.Position(), false); err != nil {
 		return err
 	}
-	return d.relayFeed(ctx, workCtx, lease, feed, seen)
+	return d.relayFeed(ctx, workCtx, lease, m, feed, seen)
 }
 
 func (d *Dispatcher) countLost(cause error) {
@@ -118,15 +119,35 @@ func (d *Dispatcher) countLost(cause error) {
 
 // catchUp relays every undispatched entry of the stream created before
 // olderThan (zero: all), oldest first, and returns how many it relayed and
-// their ids.
-func (d *Dispatcher) catchUp(ctx, workCtx context.Context, lease store.Lease, olderThan time.Time) (int, map[string]struct{}, error) {
+// their ids. After a full page it reads the next one while it relays this
+// one (ahead), the store writes a page while the next is added to the
+// stream (m), and it returns when every write is done.
+func (d *Dispatcher) catchUp(ctx, workCtx context.Context, lease store.Lease, m *marks, olderThan time.Time) (_ int, _ map[string]struct{}, err error) {
+	// The writes of earlier batches end before the outbox is read: an entry
+	// in the stream whose write is still in flight reads as undispatched,
+	// and would be relayed twice.
+	if err := m.wait(); err != nil {
+		return 0, nil, err
+	}
+	defer m.waitInto(&err)
+	page := func(after string) func(context.Context) batchRead {
+		return func(ctx context.Context) batchRead {
+			entries, err := d.st.Undispatched(ctx, d.cfg.Stream, d.cfg.part, after, d.cfg.BatchSize)
+			return batchRead{entries: entries, err: err}
+		}
+	}
+	// Pages follow each other by id (after), never by dispatchedAt, so the
+	// next page's read does not depend on this one's write.
+	next := readAhead(ctx, page(""))
+	defer func() { next.abandon() }()
 	seen := map[string]struct{}{}
-	after := ""
 	n := 0
 	for {
-		entries, err := d.st.Undispatched(ctx, d.cfg.Stream, d.cfg.part, after, d.cfg.BatchSize)
-		if err != nil {
-			return n, nil, fmt.Errorf("error reading undispatched outbox entries: %w", err)
+		got := next.take()
+		next = nil
+		entries := got.entries
+		if got.err != nil {
+			return n, nil, fmt.Errorf("error reading undispatched outbox entries: %w", got.err)
 		}
 		full := len(entries) == d.cfg.BatchSize
 		if !olderThan.IsZero() {
@@ -143,7 +164,10 @@ func (d *Dispatcher) catchUp(ctx, workCtx context.Context, lease store.Lease, ol
 		if len(entries) == 0 {
 			return n, seen, nil
 		}
-		if err := d.relay(ctx, workCtx, lease, entries, nil); err != nil {
+		if full {
+			next = readAhead(ctx, page(entries[len(entries)-1].ID))
+		}
+		if err := d.relay(ctx, workCtx, lease, m, entries, nil); err != nil {
 			return n, nil, err
 		}
 		for _, e := range entries {
@@ -151,7 +175,6 @@ func (d *Dispatcher) catchUp(ctx, workCtx context.Context, lease store.Lease, ol
 		}
 		n += len(entries)
 		d.caughtUp.Add(int64(len(entries)))
-		after = entries[len(entries)-1].ID
 		if !full {
 			return n, seen, nil
 		}
@@ -161,20 +184,44 @@ func (d *Dispatcher) catchUp(ctx, workCtx context.Context, lease store.Lease, ol
 // relayFeed relays what the feed delivers, in batches, checkpoints while
 // idle, and every SweepInterval relays old undispatched entries the feed
 // missed and deletes dispatched entries past the retention, until ctx ends
-// or something fails.
-func (d *Dispatcher) relayFeed(ctx, workCtx context.Context, lease store.Lease, feed store.Feed, seen map[string]struct{}) error {
+// or something fails. The store writes a batch while the next one is read
+// and added to the stream (m); it returns when every write is done.
+func (d *Dispatcher) relayFeed(ctx, workCtx context.Context, lease store.Lease, m *marks, feed store.Feed, seen map[string]struct{}) (err error) {
+	defer m.waitInto(&err)
+	// next reads the feed's next batch while this one is relayed; only
+	// after a full batch (the feed is behind): the sweep and the idle
+	// checkpoint, which follow a batch that was not full, never run beside
+	// a read.
+	var next *batchReading
+	defer func() { next.abandon() }()
+	read := func(ctx context.Context) batchRead {
+		entries, err := feed.Next(ctx, d.cfg.BatchSize, d.cfg.IdleCheckpoint)
+		// The position is read before the next Next moves it: the batch's
+		// checkpoint covers the batch and nothing after it.
+		return batchRead{entries: entries, pos: feed.Position(), err: err}
+	}
 	lastCheckpoint := time.Now()
 	nextSweep := time.Now().Add(d.cfg.SweepInterval)
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		entries, err := feed.Next(ctx, d.cfg.BatchSize, d.cfg.IdleCheckpoint)
+		var got batchRead
+		if next != nil {
+			got = next.take()
+			next = nil
+		} else {
+			got = read(ctx)
+		}
+		entries, err := got.entries, got.err
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 			return err
+		}
+		if len(entries) == d.cfg.BatchSize {
+			next = readAhead(ctx, read)
 		}
 		batch := entries[:0]
 		for _, e := range entries {
@@ -186,7 +233,7 @@ func (d *Dispatcher) relayFeed(ctx, workCtx context.Context, lease store.Lease, 
 		}
 		switch {
 		case len(batch) > 0:
-			if err := d.relay(ctx, workCtx, lease, batch, feed.Position()); err != nil {
+			if err := d.relay(ctx, workCtx, lease, m, batch, got.pos); err != nil {
 				return err
 			}
 			lastCheckpoint = time.Now()
@@ -195,6 +242,10 @@ func (d *Dispatcher) relayFeed(ctx, workCtx context.Context, lease store.Lease, 
 			// also relayed: nothing left to skip.
 			clear(seen)
 			if time.Since(lastCheckpoint) >= d.cfg.IdleCheckpoint {
+				// After the batches' own checkpoints, never before one.
+				if err := m.wait(); err != nil {
+					return err
+				}
 				if err := d.checkpoint(workCtx, lease, feed.Position(), false); err != nil {
 					return err
 				}
@@ -204,7 +255,7 @@ func (d *Dispatcher) relayFeed(ctx, workCtx context.Context, lease store.Lease, 
 		// While the feed delivers full batches it is behind, and what it
 		// has not delivered yet is not missed: the sweep waits.
 		if len(entries) < d.cfg.BatchSize && time.Now().After(nextSweep) {
-			swept, err := d.sweep(ctx, workCtx, lease)
+			swept, err := d.sweep(ctx, workCtx, lease, m)
 			if err != nil {
 				return err
 			}
@@ -218,9 +269,9 @@ func (d *Dispatcher) relayFeed(ctx, workCtx context.Context, lease store.Lease, 
 // should have delivered them: a commit that became visible behind the
 // feed's start, an undecodable change event), deletes the dispatched
 // entries older than Retention and returns the ids it relayed.
-func (d *Dispatcher) sweep(ctx, workCtx context.Context, lease store.Lease) (map[string]struct{}, error) {
+func (d *Dispatcher) sweep(ctx, workCtx context.Context, lease store.Lease, m *marks) (map[string]struct{}, error) {
 	now := d.cfg.Now()
-	n, seen, err := d.catchUp(ctx, workCtx, lease, now.Add(-d.cfg.SweepMinAge))
+	n, seen, err := d.catchUp(ctx, workCtx, lease, m, now.Add(-d.cfg.SweepMinAge))
 	if err != nil {
 		return nil, err
 	}

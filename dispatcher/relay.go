@@ -17,12 +17,20 @@ import (
 
 // relay moves one batch: XADD (retried until Redis answers or the
 // dispatcher stops), then dispatchedAt and the checkpoint in one store
-// write (MarkRelayed; pos nil keeps the saved position). Nothing is marked
-// or checkpointed unless the XADD succeeded. Once the XADD went through, the rest runs on workCtx so that a
-// stop request lets the batch finish.
-func (d *Dispatcher) relay(ctx, workCtx context.Context, lease store.Lease, entries []outbox.Entry, pos store.Position) (err error) {
+// write (MarkRelayed; pos nil keeps the saved position), which runs in the
+// background through m while the caller reads and adds the next batch
+// (pipeline.go). Nothing is marked or checkpointed unless the XADD succeeded.
+// Once the XADD went through, the rest runs on workCtx so that a stop
+// request lets the batch finish. An error is the XADD's, a fault point's,
+// or that of the write of an earlier batch.
+func (d *Dispatcher) relay(ctx, workCtx context.Context, lease store.Lease, m *marks, entries []outbox.Entry, pos store.Position) (err error) {
 	spans, entries := d.startRelaySpans(ctx, entries)
-	defer func() { spans.End(err) }()
+	handed := false // the write ends the spans once it has them
+	defer func() {
+		if !handed {
+			spans.End(err)
+		}
+	}()
 	workCtx = spans.Context(workCtx)
 	d.streak.Refresh(ctx) // a halt, or a resume, of another process
 	if err := d.xadd(ctx, workCtx, entries); err != nil {
@@ -31,21 +39,36 @@ func (d *Dispatcher) relay(ctx, workCtx context.Context, lease store.Lease, entr
 	d.relayed.Add(int64(len(entries)))
 	d.metrics.relayed.Add(float64(len(entries)))
 	if err := d.cfg.faults.Check(FaultAfterXAdd); err != nil {
+		_ = m.wait() // the earlier batch's write ends as it would have without a pipeline
 		return err
 	}
 	ids := make([]string, len(entries))
 	for i, e := range entries {
 		ids[i] = e.ID
 	}
+	handed = true
+	err = m.start(func() (err error) {
+		defer func() { spans.End(err) }()
+		return d.mark(workCtx, lease, ids, pos)
+	})
+	if err != nil {
+		spans.End(err) // the earlier batch's write failed: this one is never written
+	}
+	return err
+}
+
+// mark writes a relayed batch to the store: dispatchedAt of ids and the
+// checkpoint pos, in one write fenced by the lease (MarkRelayed).
+func (d *Dispatcher) mark(ctx context.Context, lease store.Lease, ids []string, pos store.Position) error {
 	now := d.cfg.Now()
-	if err := d.st.MarkRelayed(workCtx, lease, ids, store.Checkpoint{Position: pos, At: now}); err != nil {
-		return fmt.Errorf("error marking %d outbox entries dispatched: %w", len(entries), err)
+	if err := d.st.MarkRelayed(ctx, lease, ids, store.Checkpoint{Position: pos, At: now}); err != nil {
+		return fmt.Errorf("error marking %d outbox entries dispatched: %w", len(ids), err)
 	}
 	d.checkpointed(now)
 	if err := d.cfg.faults.Check(FaultAfterMark); err != nil {
 		return err
 	}
-	d.dispatched.Add(int64(len(entries)))
+	d.dispatched.Add(int64(len(ids)))
 	d.batches.Add(1)
 	d.metrics.batches.Inc()
 	return nil

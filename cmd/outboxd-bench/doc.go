@@ -104,6 +104,15 @@
 // process is stopped) of every stage process, and peakRssStage names its
 // stage.
 //
+// Flags: -bin (the binary, bin/outboxd); -stages, the steps to run, in
+// their usual order (latency, raw, ingest, dispatcher, workers,
+// end-to-end, mongo, chunks; default all: a ratio needs raw, the
+// dispatcher needs ingest's backlog, the workers the dispatcher's run);
+// -ab BIN, the dispatcher's A/B: after -bin's dispatcher stage, that of
+// -bin and of BIN run -ab-runs times each (3), alternated, on the same
+// backlog, as the stages dispatcher-a and dispatcher-b, so that two builds
+// are compared run against run while the machine's load moves.
+//
 // Environment:
 //   - BENCH_EVENTS: the backlog (default 100,000);
 //   - BENCH_OUT: where the results go (default bench-results.json); the
@@ -118,10 +127,8 @@
 //     writes a CPU profile of the stage to DIR/<stage>.pprof (one-second
 //     profiles back to back, merged; a stage with two processes merges
 //     both). Profiling costs the stages a few percent;
-//   - BENCH_STEPS: some steps only, comma-separated, run in their usual
-//     order: latency, raw (the raw limits), ingest, relay (the dispatcher
-//     and worker stages; they need ingest's backlog), end-to-end, mongo,
-//     chunks. Default: all. BENCH_STEPS=raw,ingest is an A/B of ingest;
+//   - BENCH_STEPS: the default of -stages (above); BENCH_STEPS=raw,ingest
+//     is an A/B of ingest;
 //   - BENCH_MONGO_URI: a MongoDB replica set whose commands per path are
 //     counted too (default OUTBOXD_TEST_MONGO_URI; none: lungo only);
 //     BENCH_MONGO=off skips the count;

@@ -83,6 +83,9 @@ type bench struct {
 	timeout time.Duration
 	// rawEvents are the originals of the raw limits.
 	rawEvents []*outbox.Event
+	// binB and abRuns: the dispatcher's A/B (-ab, -ab-runs).
+	binB   string
+	abRuns int
 	// mongoSizes size the paths whose MongoDB commands are counted (zero:
 	// mongostore's defaults).
 	mongoSizes mongostore.MeasureConfig
@@ -90,12 +93,25 @@ type bench struct {
 
 // runBench runs the benchmark with the environment's settings.
 func runBench(ctx context.Context, out io.Writer, args []string) error {
+	b := &bench{out: out, n: eventsDefault}
 	fs := flag.NewFlagSet("outboxd-bench", flag.ContinueOnError)
 	bin := fs.String("bin", "bin/outboxd", "the outboxd binary (make build)")
+	only := fs.String("stages", os.Getenv("BENCH_STEPS"), "run only these steps, comma-separated, in the usual order: "+strings.Join(stepNames, ", ")+
+		" (a stage's ratio needs raw; dispatcher needs ingest; workers need dispatcher); default BENCH_STEPS, else all")
+	fs.StringVar(&b.binB, "ab", "", "A/B of the dispatcher: another outboxd binary whose dispatcher stage runs after -bin's on the same backlog, -ab-runs times each, alternated (stages dispatcher-a and dispatcher-b)")
+	fs.IntVar(&b.abRuns, "ab-runs", 3, "with -ab: runs of each binary")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	b := &bench{out: out, n: eventsDefault}
+	// The latency stage first: it measures a steady load, and after the
+	// bulk stages PostgreSQL still has their writes to checkpoint (its
+	// fsyncs stall commits; the harness's role may not run CHECKPOINT).
+	steps, err := selectSteps([]step{{stageLatency, b.latency}, {stepRaw, b.rawLimits}, {stepIngest, b.ingest},
+		{stageDispatcher, b.relay}, {stepWorkers, b.workStages}, {stageEndToEnd, b.endToEnd}, {stepMongo, b.mongoCommands},
+		{stepChunks, b.chunkTable}}, *only)
+	if err != nil {
+		return err
+	}
 	if v := os.Getenv("BENCH_EVENTS"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < batchEvents {
@@ -103,13 +119,17 @@ func runBench(ctx context.Context, out io.Writer, args []string) error {
 		}
 		b.n = n
 	}
-	var err error
 	if b.chunks, err = parseChunks(os.Getenv("BENCH_CHUNKS")); err != nil {
 		return err
 	}
 	outPath := env(outDefault, "BENCH_OUT")
-	if _, err := os.Stat(*bin); err != nil {
-		return fmt.Errorf("no outboxd binary at %s (make build): %w", *bin, err)
+	for _, p := range []string{*bin, b.binB} {
+		if _, err := os.Stat(p); p != "" && err != nil {
+			return fmt.Errorf("no outboxd binary at %s (make build): %w", p, err)
+		}
+	}
+	if b.binB != "" && b.abRuns < 1 {
+		return fmt.Errorf("%w: -ab-runs must be at least 1 (got %d)", errUsage, b.abRuns)
 	}
 	b.timeout = 2*time.Minute + time.Duration(b.n/1000)*time.Second
 	began := time.Now()
@@ -122,17 +142,6 @@ func runBench(ctx context.Context, out io.Writer, args []string) error {
 	b.l = &launcher{bin: *bin, dir: b.be.dir, profileDir: os.Getenv("BENCH_PROFILE")}
 	fmt.Fprintf(out, "outboxd benchmark: %d events on %s; logs in %s\n", b.n, b.res.Machine, b.be.dir)
 	if _, err := migrations.Postgres(ctx, b.be.pgURL); err != nil {
-		return err
-	}
-	// The latency stage first: it measures a steady load, and after the
-	// bulk stages PostgreSQL still has their writes to checkpoint (its
-	// fsyncs stall commits; the harness's role may not run CHECKPOINT).
-	steps := []step{{"latency", b.latency}, {"raw", b.rawLimits}, {"ingest", b.ingest}, {"relay", b.relayAndWork},
-		{"end-to-end", b.endToEnd}, {"mongo", b.mongoCommands}}
-	if len(b.chunks) > 0 {
-		steps = append(steps, step{"chunks", b.chunkTable})
-	}
-	if steps, err = selectSteps(steps, os.Getenv("BENCH_STEPS")); err != nil {
 		return err
 	}
 	for _, step := range steps {
@@ -153,6 +162,18 @@ func runBench(ctx context.Context, out io.Writer, args []string) error {
 	return nil
 }
 
+// Steps of a run that are not stages (-stages, BENCH_STEPS name them).
+const (
+	stepRaw     = "raw"
+	stepIngest  = "ingest"
+	stepWorkers = "workers"
+	stepMongo   = "mongo"
+	stepChunks  = "chunks" // only with BENCH_CHUNKS
+)
+
+// stepNames are the steps of a run, in their order.
+var stepNames = []string{stageLatency, stepRaw, stepIngest, stageDispatcher, stepWorkers, stageEndToEnd, stepMongo, stepChunks}
+
 // parseChunks parses BENCH_CHUNKS ("250,500,1000,2000").
 func parseChunks(v string) ([]int, error) {
 	var out []int
@@ -169,24 +190,29 @@ func parseChunks(v string) ([]int, error) {
 	return out, nil
 }
 
-// step is one part of the benchmark, named for BENCH_STEPS.
+// step is one part of the benchmark, named for -stages.
 type step struct {
 	name string
 	run  func(context.Context) error
 }
 
-// selectSteps keeps the steps list names (BENCH_STEPS, comma-separated:
-// "latency,raw,ingest"), in their order; an empty list keeps them all. The
-// relay step needs the ingest step's backlog.
+// selectSteps keeps the steps list names (-stages or BENCH_STEPS,
+// comma-separated: "raw,ingest,dispatcher"), in their order; an empty
+// list keeps them all. A stage's ratio needs the raw step; the dispatcher
+// needs ingest's backlog, the workers the dispatcher's stream.
 func selectSteps(steps []step, list string) ([]step, error) {
-	if list == "" {
-		return steps, nil
-	}
-	names := strings.Split(list, ",")
-	for _, n := range names {
-		if !slices.ContainsFunc(steps, func(s step) bool { return s.name == n }) {
-			return nil, fmt.Errorf("%w: BENCH_STEPS names %q, not one of latency, raw, ingest, relay, end-to-end, mongo, chunks", errUsage, n)
+	var names []string
+	for n := range strings.SplitSeq(list, ",") {
+		if n = strings.TrimSpace(n); n == "" {
+			continue
 		}
+		if !slices.ContainsFunc(steps, func(s step) bool { return s.name == n }) {
+			return nil, fmt.Errorf("%w: -stages (BENCH_STEPS) names %q, not one of %s", errUsage, n, strings.Join(stepNames, ", "))
+		}
+		names = append(names, n)
+	}
+	if len(names) == 0 {
+		return steps, nil
 	}
 	return slices.DeleteFunc(steps, func(s step) bool { return !slices.Contains(names, s.name) }), nil
 }

@@ -339,9 +339,9 @@ func (b *bench) work(ctx context.Context, name string, workers, batch int) (time
 	return elapsed, rss, nil
 }
 
-// relayAndWork runs the dispatcher stage, keeps the relayed snapshot, and
-// runs the worker stages on it.
-func (b *bench) relayAndWork(ctx context.Context) error {
+// relay runs the dispatcher stage and keeps the relayed snapshot (the
+// worker stages start from it).
+func (b *bench) relay(ctx context.Context) error {
 	d, rss, err := b.dispatch(ctx, stageDispatcher, 1, 0)
 	if err != nil {
 		return err
@@ -350,6 +350,27 @@ func (b *bench) relayAndWork(ctx context.Context) error {
 	if err := copySQLite(b.be.file(fileRun), b.be.file(fileRelayed)); err != nil {
 		return err
 	}
+	if b.binB == "" {
+		return nil
+	}
+	// -ab: each binary's dispatcher on the same backlog, alternated.
+	a := b.l.bin
+	defer func() { b.l.bin = a }()
+	for i := range b.abRuns {
+		for _, run := range []struct{ name, bin string }{{stageDispatcher + "-a", a}, {stageDispatcher + "-b", b.binB}} {
+			b.l.bin = run.bin
+			d, rss, err := b.dispatch(ctx, run.name+"-"+strconv.Itoa(i+1), 1, 0)
+			if err != nil {
+				return err
+			}
+			b.res.addStage(b.out, Stage{Name: run.name, Events: b.total, LimitName: limitXAdd, PeakRssBytes: rss}, d)
+		}
+	}
+	return nil
+}
+
+// workStages runs the worker stages on the relayed snapshot (relay made it).
+func (b *bench) workStages(ctx context.Context) error {
 	for _, w := range []struct {
 		name    string
 		workers int

@@ -50,13 +50,3 @@ outboxd_worker_projection_seconds_count{stream="s"} 4
 	require.NoError(t, err)
 	require.Nil(t, none)
 }
-
-func TestSelectSteps(t *testing.T) {
-	t.Parallel()
-	steps := []step{{name: "latency"}, {name: "raw"}, {name: "ingest"}}
-	got, err := selectSteps(steps, "ingest,raw")
-	require.NoError(t, err)
-	require.Equal(t, []string{"raw", "ingest"}, []string{got[0].name, got[1].name})
-	_, err = selectSteps(steps, "nope")
-	require.ErrorIs(t, err, errUsage)
-}
