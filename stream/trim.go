@@ -17,8 +17,9 @@ import (
 const StreamRetentionDefault = time.Minute
 
 // trimScript trims stream KEYS[1] below the lowest id that any of its
-// consumer groups still needs, and below now (Redis's clock) minus the
-// retention ARGV[1] (ms). A group needs its oldest pending entry (XPENDING
+// consumer groups still needs, and whose millisecond is at most now
+// (Redis's clock) minus the retention ARGV[1] (ms): with 0, an entry added
+// in the current millisecond goes too. A group needs its oldest pending entry (XPENDING
 // summary) or, with nothing pending, every entry after its last-delivered
 // id. A stream without a group is left alone: the group that will read it
 // may not exist yet. With ARGV[2] = "acked" (Redis 8.2 and later) it trims
@@ -41,7 +42,7 @@ if redis.call('EXISTS', KEYS[1]) == 0 then return {0, ''} end
 local groups = redis.call('XINFO', 'GROUPS', KEYS[1])
 if #groups == 0 then return {0, ''} end
 local t = redis.call('TIME')
-local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - tonumber(ARGV[1])
+local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - tonumber(ARGV[1]) + 1
 local seq = 0
 if ARGV[2] == 'acked' then
 	local minid = string.format('%.0f-0', ms)
