@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -96,19 +98,64 @@ func start(t *testing.T, addr string, args []string) *process {
 // returns how long the exit took. Stopping twice is a no-op.
 func (p *process) stop(t *testing.T, limit time.Duration) time.Duration {
 	t.Helper()
+	return p.sigterm()(t, limit)
+}
+
+// sigterm sends the stop and returns the wait for the exit: exit 0 within
+// limit, and how long after the stop it came.
+func (p *process) sigterm() func(t *testing.T, limit time.Duration) time.Duration {
 	if p.cancel == nil {
-		return 0
+		return func(*testing.T, time.Duration) time.Duration { return 0 }
 	}
 	began := time.Now()
 	p.cancel()
 	p.cancel = nil
-	select {
-	case code := <-p.done:
-		require.Equal(t, ExitOK, code, p.stderr.String())
-	case <-time.After(limit):
-		t.Fatalf("did not exit within %s of SIGTERM: %s", limit, p.stderr)
+	return func(t *testing.T, limit time.Duration) time.Duration {
+		t.Helper()
+		select {
+		case code := <-p.done:
+			require.Equal(t, ExitOK, code, p.stderr.String())
+		case <-time.After(limit):
+			t.Fatalf("did not exit within %s of SIGTERM: %s", limit, p.stderr)
+		}
+		return time.Since(began)
 	}
-	return time.Since(began)
+}
+
+// heldRequest is a POST /v1/events that is in flight for sure: it asks for
+// 100-continue, and the server sends "100 Continue" only once the handler
+// reads the body; the body goes when finish is called.
+type heldRequest struct {
+	conn net.Conn
+	br   *bufio.Reader
+	body string
+}
+
+func holdRequest(t *testing.T, addr, key, body string) *heldRequest {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	_, err = fmt.Fprintf(conn, "POST /v1/events HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"+
+		"Idempotency-Key: %s\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n", addr, key, len(body))
+	require.NoError(t, err)
+	h := &heldRequest{conn: conn, br: bufio.NewReader(conn), body: body}
+	resp, err := http.ReadResponse(h.br, nil)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusContinue, resp.StatusCode, "the handler reads the body")
+	return h
+}
+
+// finish sends the body and returns the answer's status.
+func (h *heldRequest) finish(t *testing.T) int {
+	t.Helper()
+	_, err := io.WriteString(h.conn, h.body)
+	require.NoError(t, err)
+	resp, err := http.ReadResponse(h.br, nil)
+	require.NoError(t, err, "the request in flight at SIGTERM was answered")
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	return resp.StatusCode
 }
 
 // loadClient posts events with Idempotency-Keys and retries each until it is
@@ -227,11 +274,17 @@ func TestSIGTERMUnderLoad(t *testing.T) {
 	}()
 	require.Eventually(t, func() bool { return c.n.Load() >= events/3 }, time.Minute, 5*time.Millisecond)
 
+	// One request is in flight for sure when SIGTERM comes (the clients'
+	// may all sit between two requests): its handler is reading the body.
+	held := holdRequest(t, addr, "k-held", event(events))
 	c.window.Store(1)
-	took := dev.stop(t, grace)
+	exited := dev.sigterm()
+	status := held.finish(t)
+	took := exited(t, grace)
 	c.window.Store(0)
-	t.Logf("exit 0 %s after SIGTERM, %d events accepted, %d answered during the shutdown", took, c.n.Load(), c.answers.Load())
-	require.Positive(t, c.answers.Load(), "requests in flight at SIGTERM were answered")
+	t.Logf("exit 0 %s after SIGTERM, %d events accepted, %d more answered during the shutdown", took, c.n.Load(), c.answers.Load())
+	require.Equal(t, http.StatusCreated, status, "the request in flight at SIGTERM was accepted")
+	c.accepted.Store("k-held", true)
 	p := b.pipeline(t)
 	pending, err := p.Redis.XPending(ctx, b.stream, b.group).Result()
 	require.NoError(t, err)
@@ -244,7 +297,7 @@ func TestSIGTERMUnderLoad(t *testing.T) {
 	<-sent
 	require.NoError(t, ctx.Err(), "clients did not finish")
 	require.Empty(t, c.failures, "requests dropped or refused by the server")
-	require.Len(t, c.keys(), events)
+	require.Len(t, c.keys(), events+1)
 	testkit.RequireConverged(t, p, c.keys(), 2*time.Minute)
 }
 
