@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -86,49 +85,19 @@ func scrapeMetrics(ctx context.Context, p *proc) (scraped, error) {
 // parseGroupSizes reads groupMetric from Prometheus's text format (one
 // series: the stage's stream).
 func parseGroupSizes(r io.Reader) (*GroupSizes, error) {
-	g := &GroupSizes{}
-	var cumulative []int64
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, groupMetric+"_") {
-			continue
-		}
-		var name, labels, value string
-		if i := strings.IndexByte(line, '{'); i >= 0 {
-			name = line[:i]
-			labels, value, _ = strings.Cut(line[i+1:], "} ")
-		} else {
-			name, value, _ = strings.Cut(line, " ")
-		}
-		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
-		if err != nil {
-			return nil, fmt.Errorf("error parsing %q: %w", line, err)
-		}
-		switch name {
-		case groupMetric + "_bucket":
-			_, le, _ := strings.Cut(labels, `le="`)
-			le, _, _ = strings.Cut(le, `"`)
-			g.Buckets = append(g.Buckets, GroupBucket{Le: le})
-			cumulative = append(cumulative, int64(v))
-		case groupMetric + "_sum":
-			g.Events = v
-		case groupMetric + "_count":
-			g.Groups = int64(v)
-		}
-	}
-	if err := sc.Err(); err != nil {
+	series, err := parseHistograms(r, "", groupMetric)
+	if err != nil {
 		return nil, err
 	}
-	if g.Groups == 0 {
+	h := series[groupMetric][""]
+	if h == nil || h.count == 0 {
 		return nil, nil
 	}
+	g := &GroupSizes{Groups: h.count, Events: h.sum, Mean: h.sum / float64(h.count)}
 	var below int64
-	for i, c := range cumulative {
-		g.Buckets[i].Groups = c - below
+	for i, c := range h.cumulative {
+		g.Buckets = append(g.Buckets, GroupBucket{Le: strconv.FormatFloat(h.les[i], 'g', -1, 64), Groups: c - below})
 		below = c
 	}
-	g.Mean = g.Events / float64(g.Groups)
 	return g, nil
 }

@@ -128,11 +128,13 @@ func parseHistograms(r io.Reader, by string, names ...string) (map[string]map[st
 		if metric == "" {
 			continue
 		}
-		kind, rest, ok := strings.Cut(suffix, "{")
-		if !ok {
-			continue
+		kind, rest, labelled := strings.Cut(suffix, "{")
+		labels, value := "", ""
+		if labelled {
+			labels, value, _ = strings.Cut(rest, "} ")
+		} else {
+			kind, value, _ = strings.Cut(suffix, " ")
 		}
-		labels, value, _ := strings.Cut(rest, "} ")
 		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
 		if err != nil {
 			return nil, fmt.Errorf("error parsing %q: %w", line, err)
