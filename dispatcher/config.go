@@ -25,6 +25,8 @@ const (
 	LeaseTTLDefault = 15 * time.Second
 	// IdleCheckpointDefault is the default Config.IdleCheckpoint.
 	IdleCheckpointDefault = time.Second
+	// MarkIntervalDefault is the default Config.MarkInterval.
+	MarkIntervalDefault = 100 * time.Millisecond
 	// PollIntervalDefault is the default Config.PollInterval.
 	PollIntervalDefault = 100 * time.Millisecond
 	// BackoffMaxDefault is the default Config.BackoffMax.
@@ -88,6 +90,15 @@ type Config struct {
 	// IdleCheckpoint is how often the checkpoint is written while no entry
 	// arrives. Defaults to IdleCheckpointDefault (1s).
 	IdleCheckpoint time.Duration
+	// MarkInterval is the least time between the starts of two store
+	// writes of relayed batches (MarkRelayed: dispatchedAt and the
+	// checkpoint) while less than BatchSize entries wait for one: the
+	// batches added to the stream meanwhile are merged into the next write
+	// (pipeline.go). It bounds how often a feed that delivers a few entries
+	// at a time writes to the store, not how soon an entry is in the
+	// stream; a crash relays the entries of at most one such interval again.
+	// Defaults to MarkIntervalDefault (100ms).
+	MarkInterval time.Duration
 	// PollInterval is the feed's pause between two looks at the store when
 	// nothing arrived (and its MaxAwaitTime on MongoDB). Defaults to
 	// PollIntervalDefault (100ms).
@@ -187,6 +198,7 @@ func (c *Config) withDefaults() *Config {
 	out.LeaseTTL = cmp.Or(out.LeaseTTL, LeaseTTLDefault)
 	out.IdleCheckpoint = cmp.Or(out.IdleCheckpoint, IdleCheckpointDefault)
 	out.PollInterval = cmp.Or(out.PollInterval, PollIntervalDefault)
+	out.MarkInterval = cmp.Or(out.MarkInterval, MarkIntervalDefault)
 	out.SweepInterval = cmp.Or(out.SweepInterval, SweepIntervalDefault)
 	out.SweepMinAge = cmp.Or(out.SweepMinAge, SweepMinAgeDefault)
 	out.Retention = cmp.Or(out.Retention, RetentionDefault)
@@ -216,7 +228,7 @@ func (c *Config) validate() error {
 	if c.LeaseTTL < MinLeaseTTL {
 		errs = append(errs, fmt.Errorf("LeaseTTL must be at least %s (got %s)", MinLeaseTTL, c.LeaseTTL))
 	}
-	for name, d := range map[string]time.Duration{"IdleCheckpoint": c.IdleCheckpoint, "PollInterval": c.PollInterval,
+	for name, d := range map[string]time.Duration{"IdleCheckpoint": c.IdleCheckpoint, "PollInterval": c.PollInterval, "MarkInterval": c.MarkInterval,
 		"SweepInterval": c.SweepInterval, "BackoffMax": c.BackoffMax, "Retention": c.Retention,
 		"BreakerTimeout": c.BreakerTimeout, "StreamRetention": c.StreamRetention, "TrimInterval": c.TrimInterval} {
 		if d < time.Millisecond {

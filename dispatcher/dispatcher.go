@@ -39,6 +39,9 @@ type Stats struct {
 	Dispatched int64
 	// Batches counts batches marked dispatched.
 	Batches int64
+	// Writes counts the store writes that marked them: batches relayed
+	// while a write ran are merged into the next (Config.MarkInterval).
+	Writes int64
 	// HistoryLost counts lost feed positions.
 	HistoryLost int64
 	// Invalidated counts feeds ended by a dropped or renamed outbox.
@@ -81,8 +84,8 @@ type Dispatcher struct {
 	pressure     pressure
 	watchMetrics *watchMetrics
 
-	relayed, caughtUp, dispatched, batches, historyLost, invalidated, redisRetries, fenced, term, trimmed atomic.Int64
-	leader                                                                                                atomic.Bool
+	relayed, caughtUp, dispatched, batches, writes, historyLost, invalidated, redisRetries, fenced, term, trimmed atomic.Int64
+	leader                                                                                                        atomic.Bool
 
 	// sharing is set on the Dispatcher of a partitioned stream, which
 	// runs one Dispatcher per partition (partitions.go).
@@ -204,7 +207,7 @@ func (d *Dispatcher) Stats() Stats {
 	}
 	return Stats{
 		Relayed: d.relayed.Load(), CaughtUp: d.caughtUp.Load(), Dispatched: d.dispatched.Load(),
-		Batches: d.batches.Load(), HistoryLost: d.historyLost.Load(), Invalidated: d.invalidated.Load(),
+		Batches: d.batches.Load(), Writes: d.writes.Load(), HistoryLost: d.historyLost.Load(), Invalidated: d.invalidated.Load(),
 		RedisRetries: d.redisRetries.Load(), Fenced: d.fenced.Load(), Leader: d.leader.Load(), Term: d.term.Load(),
 		Trimmed: d.trimmed.Load(),
 	}

@@ -66,6 +66,27 @@ func testDispatcher(t *testing.T, kind string) {
 		require.Zero(t, b.undispatched())
 	})
 
+	t.Run("SmallBatchesShareStoreWrites", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, nil)
+		cfg := b.config()
+		cfg.MarkInterval = time.Second
+		d := b.start(cfg)
+		var all []string
+		for range 30 { // one entry per batch: each is in the stream before the next is written
+			id := b.write(1, 1)
+			all = append(all, id...)
+			require.Eventually(t, func() bool { return b.containsAll(id) }, 10*time.Second, 2*time.Millisecond)
+		}
+		b.waitRelayed(all, 30*time.Second)
+		require.Equal(t, all, b.streamIDs(), "each entry once, in commit order")
+		stats := d.Stats()
+		require.Equal(t, int64(len(all)), stats.Dispatched)
+		require.Equal(t, int64(len(all)), stats.Batches)
+		require.LessOrEqual(t, stats.Writes, stats.Batches/3,
+			"batches relayed within one MarkInterval share a store write (%d batches)", stats.Batches)
+	})
+
 	t.Run("OnlyItsOwnStream", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, nil)

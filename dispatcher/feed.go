@@ -88,7 +88,10 @@ func (d *Dispatcher) follow(ctx, workCtx context.Context, lease store.Lease, los
 			return err
 		}
 	}
-	m := &marks{} // every relay loop below waits for its marks before it returns
+	// Every relay loop below waits for its marks before it returns.
+	m := newMarks(func(ctx context.Context, ids []string, pos store.Position, batches int) error {
+		return d.mark(ctx, lease, ids, pos, batches)
+	}, d.cfg.MarkInterval, d.cfg.BatchSize)
 	n, seen, err := d.catchUp(ctx, workCtx, lease, m, time.Time{})
 	if err != nil {
 		return err
@@ -167,7 +170,7 @@ func (d *Dispatcher) catchUp(ctx, workCtx context.Context, lease store.Lease, m 
 		if full {
 			next = readAhead(ctx, page(entries[len(entries)-1].ID))
 		}
-		if err := d.relay(ctx, workCtx, lease, m, entries, nil); err != nil {
+		if err := d.relay(ctx, workCtx, m, entries, nil); err != nil {
 			return n, nil, err
 		}
 		for _, e := range entries {
@@ -233,7 +236,7 @@ func (d *Dispatcher) relayFeed(ctx, workCtx context.Context, lease store.Lease, 
 		}
 		switch {
 		case len(batch) > 0:
-			if err := d.relay(ctx, workCtx, lease, m, batch, got.pos); err != nil {
+			if err := d.relay(ctx, workCtx, m, batch, got.pos); err != nil {
 				return err
 			}
 			lastCheckpoint = time.Now()

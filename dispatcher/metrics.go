@@ -15,6 +15,7 @@ import (
 type metrics struct {
 	relayed      prometheus.Counter
 	batches      prometheus.Counter
+	writes       prometheus.Counter
 	swept        prometheus.Counter
 	purged       prometheus.Counter
 	historyLost  prometheus.Counter
@@ -44,7 +45,8 @@ func newMetrics(reg prometheus.Registerer, stream string, part store.Partition) 
 	f := ometrics.NewFactory(partitionRegisterer(reg, part), "dispatcher", stream)
 	m := &metrics{
 		relayed:      f.Counter("relayed_total", "Outbox entries added to the stream (XADD), duplicates after a crash included."),
-		batches:      f.Counter("batches_total", "Batches relayed: one pipelined XADD, then one store write that marks them dispatched and checkpoints."),
+		batches:      f.Counter("batches_total", "Batches relayed: one pipelined XADD each, then marked dispatched and checkpointed by a store write."),
+		writes:       f.Counter("mark_writes_total", "Store writes that marked relayed batches dispatched and checkpointed (batches relayed while one ran are merged into the next)."),
 		swept:        f.Counter("swept_total", "Undispatched entries the feed did not deliver, relayed by the periodic sweep."),
 		purged:       f.Counter("events_deleted_total", "Synced originals the leader deleted because they were older than --event-retention."),
 		historyLost:  f.Counter("history_lost_total", "Times the feed position was lost (out of the store's history, or unreadable) and the dispatcher caught up from the outbox."),

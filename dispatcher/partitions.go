@@ -127,6 +127,7 @@ func (s *sharing) stats() Stats {
 		out.CaughtUp += st.CaughtUp
 		out.Dispatched += st.Dispatched
 		out.Batches += st.Batches
+		out.Writes += st.Writes
 		out.HistoryLost += st.HistoryLost
 		out.Invalidated += st.Invalidated
 		out.RedisRetries += st.RedisRetries

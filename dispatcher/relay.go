@@ -16,14 +16,14 @@ import (
 )
 
 // relay moves one batch: XADD (retried until Redis answers or the
-// dispatcher stops), then dispatchedAt and the checkpoint in one store
-// write (MarkRelayed; pos nil keeps the saved position), which runs in the
-// background through m while the caller reads and adds the next batch
-// (pipeline.go). Nothing is marked or checkpointed unless the XADD succeeded.
-// Once the XADD went through, the rest runs on workCtx so that a stop
-// request lets the batch finish. An error is the XADD's, a fault point's,
+// dispatcher stops), then hands it to m for its store write: dispatchedAt
+// and the checkpoint (MarkRelayed; pos nil keeps the saved position), run
+// in the background, merged with the batches added meanwhile, while the
+// caller reads and adds the next ones (pipeline.go). Nothing is marked or
+// checkpointed unless the XADD succeeded. Once the XADD went through, the
+// rest runs on workCtx so that a stop request lets the batch finish. An error is the XADD's, a fault point's,
 // or that of the write of an earlier batch.
-func (d *Dispatcher) relay(ctx, workCtx context.Context, lease store.Lease, m *marks, entries []outbox.Entry, pos store.Position) (err error) {
+func (d *Dispatcher) relay(ctx, workCtx context.Context, m *marks, entries []outbox.Entry, pos store.Position) (err error) {
 	spans, entries := d.startRelaySpans(ctx, entries)
 	handed := false // the write ends the spans once it has them
 	defer func() {
@@ -47,19 +47,12 @@ func (d *Dispatcher) relay(ctx, workCtx context.Context, lease store.Lease, m *m
 		ids[i] = e.ID
 	}
 	handed = true
-	err = m.start(func() (err error) {
-		defer func() { spans.End(err) }()
-		return d.mark(workCtx, lease, ids, pos)
-	})
-	if err != nil {
-		spans.End(err) // the earlier batch's write failed: this one is never written
-	}
-	return err
+	return m.start(workCtx, ids, pos, func(err error) { spans.End(err) })
 }
 
-// mark writes a relayed batch to the store: dispatchedAt of ids and the
+// mark writes relayed batches to the store: dispatchedAt of ids and the
 // checkpoint pos, in one write fenced by the lease (MarkRelayed).
-func (d *Dispatcher) mark(ctx context.Context, lease store.Lease, ids []string, pos store.Position) error {
+func (d *Dispatcher) mark(ctx context.Context, lease store.Lease, ids []string, pos store.Position, batches int) error {
 	now := d.cfg.Now()
 	if err := d.st.MarkRelayed(ctx, lease, ids, store.Checkpoint{Position: pos, At: now}); err != nil {
 		return fmt.Errorf("error marking %d outbox entries dispatched: %w", len(ids), err)
@@ -69,8 +62,10 @@ func (d *Dispatcher) mark(ctx context.Context, lease store.Lease, ids []string, 
 		return err
 	}
 	d.dispatched.Add(int64(len(ids)))
-	d.batches.Add(1)
-	d.metrics.batches.Inc()
+	d.batches.Add(int64(batches))
+	d.metrics.batches.Add(float64(batches))
+	d.writes.Add(1)
+	d.metrics.writes.Inc()
 	return nil
 }
 
