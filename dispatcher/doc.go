@@ -14,14 +14,22 @@
 //
 // The batches go through a pipeline (pipeline.go): while the feed delivers
 // full batches (it is behind), and between full pages of a catch-up, the
-// next batch is read while this one is added to the stream, and a batch's
-// store write runs while the next one is added. One write is in flight at
-// a time, in batch order, and starts after its batch's XADD went through,
-// so the guarantee above holds; the relay waits for it before an idle
-// checkpoint, a scan of the outbox (catch-up, sweep: an entry whose write
-// is still under way would read as undispatched and be relayed twice) and
-// before it stops. A failed write (fenced, the store down) stops the
-// relay; the batch added after it stays unmarked and is relayed again.
+// next batch is read while this one is added to the stream, and the store
+// writes run on a goroutine of their own: a batch is handed over after its
+// XADD and the relay goes on at once. Batches handed over while a write
+// runs are merged into the next write, and while less than BatchSize
+// entries wait, a write starts at most every Config.MarkInterval (100ms):
+// a feed that delivers single events costs the store one write per
+// interval, not one per batch (outboxd_dispatcher_mark_writes_total beside
+// outboxd_dispatcher_batches_total). One write is in flight at a time, in
+// batch order, holding only batches whose XADD went through, so the
+// guarantee above holds; the relay waits for the writes (and writes what
+// is queued at once) before an idle checkpoint, a scan of the outbox
+// (catch-up, sweep: an entry whose write is still to come would read as
+// undispatched and be relayed twice) and before it stops. A failed write
+// (fenced, the store down) stops the relay; the batches added after it
+// stay unmarked and are relayed again. A crash relays again the entries
+// of at most one MarkInterval, or one write in flight.
 //
 // # Start-up and lost positions
 //

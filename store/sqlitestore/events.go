@@ -154,7 +154,11 @@ func (s *Store) LoadEvents(ctx context.Context, ids []string) (map[string]store.
 const qLoadEvents = `SELECT ` + eventColumns + ` FROM events WHERE id IN (SELECT value FROM json_each(?))`
 
 func (s *Store) loadChunk(ctx context.Context, list string, out map[string]store.Loaded) error {
-	rows, err := s.read.QueryContext(ctx, qLoadEvents, list)
+	st, err := s.readStmt(ctx, qLoadEvents)
+	if err != nil {
+		return s.fail("loading originals", err)
+	}
+	rows, err := st.QueryContext(ctx, list)
 	if err != nil {
 		return s.fail("loading originals", err)
 	}

@@ -88,10 +88,10 @@ const qFloorAndLastSeq = `SELECT coalesce((SELECT seq FROM feed_floor WHERE stre
 const qFloor = `SELECT seq FROM feed_floor WHERE stream = ?`
 
 // floor returns the highest seq of stream that DeleteDispatched removed (0:
-// none).
-func (s *Store) floor(ctx context.Context, q querier, stream string) (int64, error) {
+// none), read with q, qFloor prepared (readStmt).
+func (s *Store) floor(ctx context.Context, q *sql.Stmt, stream string) (int64, error) {
 	var floor int64
-	err := q.QueryRowContext(ctx, qFloor, stream).Scan(&floor)
+	err := q.QueryRowContext(ctx, stream).Scan(&floor)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, nil
 	}
@@ -189,20 +189,29 @@ func (f *feed) read(ctx context.Context, max int) ([]outbox.Entry, error) {
 	pos := f.pos
 	f.mu.Unlock()
 	what := fmt.Sprintf("reading feed of stream %s", f.stream)
+	q, args := partitionQuery(qFeed, qFeedPartition, f.stream, f.part, pos, max)
+	floorStmt, err := f.s.readStmt(ctx, qFloor)
+	if err != nil {
+		return nil, f.s.fail(what, err)
+	}
+	feedStmt, err := f.s.readStmt(ctx, q)
+	if err != nil {
+		return nil, f.s.fail(what, err)
+	}
 	tx, err := f.s.read.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return nil, f.s.fail(what, err)
 	}
 	defer func() { _ = tx.Rollback() }() // read only: nothing to commit
-	floor, err := f.s.floor(ctx, tx, f.stream)
+	floor, err := f.s.floor(ctx, tx.StmtContext(ctx, floorStmt), f.stream)
 	if err != nil {
 		return nil, err
 	}
 	if pos < floor {
 		return nil, fmt.Errorf("error %s: %w: entries up to %d were removed, the feed is at %d", what, store.ErrPositionLost, floor, pos)
 	}
-	q, args := partitionQuery(qFeed, qFeedPartition, f.stream, f.part, pos, max)
-	rows, err := tx.QueryContext(ctx, q, args...)
+	st := tx.StmtContext(ctx, feedStmt)
+	rows, err := st.QueryContext(ctx, args...)
 	if err != nil {
 		return nil, f.s.fail(what, err)
 	}

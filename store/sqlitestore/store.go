@@ -113,6 +113,8 @@ type Store struct {
 	// Tx never waits for it (see readyStmts).
 	stmtsMu sync.Mutex
 	stmts   atomic.Pointer[writeStmts]
+	// readStmts are the hot reads' statements, by query (readStmt).
+	readStmts sync.Map
 
 	wakeMu sync.Mutex
 	wake   chan struct{} // closed and replaced after a commit that inserted entries
@@ -291,6 +293,7 @@ func (s *Store) Close(ctx context.Context) error {
 		st.close()
 	}
 	s.stmtsMu.Unlock()
+	s.closeReadStmts()
 	return errors.Join(s.ckpt.close(), s.read.Close(), s.write.Close())
 }
 
