@@ -100,26 +100,29 @@ func (w *Worker) prepare(ctx context.Context, msgs []stream.Entry) (*batch, erro
 	return b, nil
 }
 
-// handle runs one batch end to end: decode, one read of the originals, one
-// PostgreSQL transaction, the failing records judged (held for another
-// delivery, or dead-lettered once their budget is spent), one write of
-// syncedAt, then one MULTI/EXEC with the dead letters, the XACK and the
-// budget updates. Any error leaves the whole batch unacknowledged and
-// charges nothing; running it again converges to the same state. g is the
-// consumer the entries were read by (of the stream or its replay lane).
-// pre is the batch already prepared by a read-ahead, or nil; a retry
-// prepares the batch again.
-func (w *Worker) handle(ctx context.Context, g *stream.Group, msgs []stream.Entry, pre *batch) (_ outcome, err error) {
-	var out outcome
+// handle runs the front of one batch: decode, one read of the originals,
+// one PostgreSQL transaction, the failing records judged (held for another
+// delivery, or dead-lettered once their budget is spent). It returns the
+// batch's tail (writeTail): one write of syncedAt, then one MULTI/EXEC with
+// the dead letters, the XACK and the budget updates. Any error leaves the
+// whole batch unacknowledged and charges nothing; running it again
+// converges to the same state. g is the consumer the entries were read by
+// (of the stream or its replay lane). pre is the batch already prepared by
+// a read-ahead, or nil; a retry prepares the batch again.
+func (w *Worker) handle(ctx context.Context, g *stream.Group, msgs []stream.Entry, pre *batch) (_ *tail, err error) {
 	b := pre
 	if b == nil {
 		var err error
 		if b, err = w.prepare(ctx, msgs); err != nil {
-			return out, err
+			return nil, err
 		}
 	}
 	ctx = b.spans.Context(ctx)
-	defer func() { b.spans.End(err) }()
+	defer func() {
+		if err != nil {
+			b.spans.End(err)
+		}
+	}()
 	w.metrics.batchSize.Observe(float64(len(msgs)))
 	dead := slices.Clone(b.dead)
 	entries, ids, origins, originals, invalid := b.entries, b.ids, b.origins, b.originals, b.invalid
@@ -150,7 +153,7 @@ func (w *Worker) handle(ctx context.Context, g *stream.Group, msgs []stream.Entr
 
 	failed, n, err := w.project(ctx, events)
 	if err != nil {
-		return out, err
+		return nil, err
 	}
 	maps.Copy(failures, failed)
 	for _, ev := range events[n:] {
@@ -158,13 +161,13 @@ func (w *Worker) handle(ctx context.Context, g *stream.Group, msgs []stream.Entr
 	}
 	events = events[:n]
 	if err := w.cfg.faults.Check(FaultAfterCommit); err != nil {
-		return out, err
+		return nil, err
 	}
 
 	var j judgement
 	if len(failures) > 0 {
 		if j, err = w.judge(ctx, g, failures, entries, originals); err != nil {
-			return out, err
+			return nil, err
 		}
 		dead = append(dead, j.dead...)
 		parked = append(parked, j.parked...)
@@ -178,50 +181,78 @@ func (w *Worker) handle(ctx context.Context, g *stream.Group, msgs []stream.Entr
 		}
 	}
 	b.failSpans(failures, invalid)
+	t := &tail{g: g, spans: b.spans, origins: origins, parked: parked, dead: dead, charge: j.charge}
 	// Only originals not synced yet are written: a replay of synced ones
 	// (most of a replayed window) costs the store no write transaction,
 	// which on SQLite would queue behind ingest's, and ingest behind it.
-	var firstSync []*outbox.Event // not synced before: written, and their latency counts
-	var synced []string           // their ids
 	for _, ev := range events {
 		if failures[ev.ID] == nil && ev.SyncedAt == nil {
-			firstSync, synced = append(firstSync, ev), append(synced, ev.ID)
+			t.firstSync, t.synced = append(t.firstSync, ev), append(t.synced, ev.ID)
 		}
 	}
-	if err := w.markSynced(ctx, synced); err != nil {
-		return out, err
-	}
-	now = w.cfg.Now()
-	for _, ev := range firstSync {
-		origin := origins[ev.ID]
-		w.metrics.latency.WithLabelValues(string(origin)).Observe(now.Sub(ev.CreatedAt).Seconds())
-		if origin == outbox.OriginReconciler && ev.LastRequeuedAt != nil {
-			w.metrics.requeueToSynced.Observe(max(0, now.Sub(*ev.LastRequeuedAt).Seconds()))
-		}
-	}
-	if err := w.park(ctx, parked); err != nil {
-		return out, err
-	}
-	if err := w.cfg.faults.Check(FaultAfterSyncedAt); err != nil {
-		return out, err
-	}
-
 	keep := map[string]bool{}
 	for _, h := range j.hold {
 		keep[h.msg.ID] = true
 	}
-	ack := make([]string, 0, len(msgs))
+	t.ack = make([]string, 0, len(msgs))
 	for _, m := range msgs {
 		if !keep[m.ID] {
-			ack = append(ack, m.ID)
+			t.ack = append(t.ack, m.ID)
 		}
 	}
-	if err := w.finish(ctx, g, dead, ack, j.charge); err != nil {
-		return out, err
+	t.out = outcome{hold: j.hold, charged: len(j.charge), failures: j.failures, dead: dead, synced: len(t.ack) - len(dead)}
+	return t, nil
+}
+
+// tail is what a batch writes after its PostgreSQL transaction committed
+// (writeTail), and what it then leaves to the loop (out). Every step of a
+// tail is idempotent (syncedAt and syncFailure are set only where unset;
+// the MULTI/EXEC is one), so a failed tail runs again on its own.
+type tail struct {
+	g *stream.Group
+	// spans are the batch's spans, which end with the tail.
+	spans *tracing.Items
+	// synced are the ids of firstSync, the originals projected and not
+	// synced before; origins the origin of each event.
+	synced    []string
+	firstSync []*outbox.Event
+	origins   map[string]outbox.Origin
+	parked    []deadLetter
+	dead      []deadLetter
+	ack       []string
+	charge    map[string]int64
+	// observed is set once the latency of firstSync is counted.
+	observed bool
+	out      outcome
+}
+
+// writeTail writes the tail of a batch: syncedAt of its projected
+// originals (counting their latency), syncFailure of the parked ones, then
+// finish. workCtx is the context of the work in progress; the tail's own
+// spans are added to it.
+func (w *Worker) writeTail(workCtx context.Context, t *tail) error {
+	ctx := t.spans.Context(workCtx)
+	if err := w.markSynced(ctx, t.synced); err != nil {
+		return err
 	}
-	out.hold, out.charged, out.failures, out.dead = j.hold, len(j.charge), j.failures, dead
-	out.synced = len(ack) - len(dead)
-	return out, nil
+	if !t.observed {
+		t.observed = true
+		now := w.cfg.Now()
+		for _, ev := range t.firstSync {
+			origin := t.origins[ev.ID]
+			w.metrics.latency.WithLabelValues(string(origin)).Observe(now.Sub(ev.CreatedAt).Seconds())
+			if origin == outbox.OriginReconciler && ev.LastRequeuedAt != nil {
+				w.metrics.requeueToSynced.Observe(max(0, now.Sub(*ev.LastRequeuedAt).Seconds()))
+			}
+		}
+	}
+	if err := w.park(ctx, t.parked); err != nil {
+		return err
+	}
+	if err := w.cfg.faults.Check(FaultAfterSyncedAt); err != nil {
+		return err
+	}
+	return w.finish(ctx, t.g, t.dead, t.ack, t.charge)
 }
 
 // hold keeps h for a later delivery (replacing an earlier hold of its

@@ -18,6 +18,17 @@
 // stats are unchanged, syncedAt gets set. Delivery is at least once; effects
 // in PostgreSQL are exactly once.
 //
+// With a backlog (a read returned a full batch) the batches overlap: the
+// next batch is read and its originals loaded (step 1) while this one is
+// projected, and this one's steps 3 and 4, its tail, are written while the
+// next one is projected. One tail is written at a time, in order: a batch
+// waits for the tail before its own, so at most one batch is projected and
+// not yet synced and acknowledged beyond the one being projected. A tail
+// that fails is retried on its own (steps 3 and 4 are idempotent); one that
+// cannot be written stops the worker, as a failing batch does, and its
+// entries stay pending. An Ordered worker, and a batch of less than
+// Config.BatchSize, runs its steps in turn.
+//
 // On start a worker first drains its own pending entries (a restart under
 // the same Config.Consumer name), and every Config.ClaimInterval it takes
 // over, with XAUTOCLAIM, entries that other consumers left pending longer

@@ -86,6 +86,10 @@ type Worker struct {
 	// ahead delivers the batch a read-ahead is reading, or is nil; only the
 	// run goroutine touches it.
 	ahead chan aheadBatch
+	// behind is the tail of the last batch while it is written behind the
+	// next batch's PostgreSQL transaction (process), or nil; only the run
+	// goroutine touches it.
+	behind *behindTail
 	// laneTurn is set when the last read of the stream found no backlog:
 	// the replay lane gets the next turn. Only the run goroutine touches
 	// it.
@@ -254,6 +258,12 @@ func (w *Worker) run(fetchCtx, workCtx context.Context) error {
 	} else {
 		err = w.loop(fetchCtx, workCtx)
 	}
+	if w.behind != nil && err != nil && classify(err) != classStopped {
+		w.behind.cancel()
+	}
+	if berr := w.settleBehind(); err == nil {
+		err = berr
+	}
 	if a, ok := w.takeAhead(); ok {
 		if err == nil && a.err == nil {
 			// Read before the stop: in flight like the batch before it. After
@@ -346,11 +356,18 @@ func (w *Worker) loop(fetchCtx, workCtx context.Context) error {
 			continue
 		}
 		if w.paused() {
+			if err := w.settleBehind(); err != nil {
+				return err
+			}
 			w.holdAhead()
 			w.waitHeld(fetchCtx)
 			continue
 		}
 		if !time.Now().Before(nextClaim) {
+			// Entries the tail behind holds are not reclaimed.
+			if err := w.settleBehind(); err != nil {
+				return err
+			}
 			if err := w.reclaim(fetchCtx, workCtx); err != nil {
 				return err
 			}
@@ -749,21 +766,78 @@ func (w *Worker) process(fetchCtx, workCtx context.Context, g *stream.Group, msg
 	if len(msgs) == 0 {
 		return nil
 	}
-	var out outcome
+	var t *tail
 	err := w.retry(fetchCtx, "processing a batch", func() error {
 		var err error
-		out, err = w.handle(workCtx, g, msgs, pre)
+		t, err = w.handle(workCtx, g, msgs, pre)
 		pre = nil // a retry reads the originals again
 		return err
 	})
 	if err != nil {
-		if classify(err) == classStopped {
-			return nil
-		}
+		return unlessStopped(err)
+	}
+	if err := w.settleBehind(); err != nil {
 		return err
 	}
-	w.apply(g, out)
+	if w.ahead != nil && !w.cfg.Ordered {
+		done := make(chan error, 1)
+		tailCtx, cancel := context.WithCancel(fetchCtx)
+		w.behind = &behindTail{t: t, done: done, cancel: cancel}
+		go func() {
+			defer cancel()
+			done <- w.writeTailRetrying(tailCtx, workCtx, t)
+		}()
+		return nil
+	}
+	if err := w.writeTailRetrying(fetchCtx, workCtx, t); err != nil {
+		return unlessStopped(err)
+	}
+	w.apply(g, t.out)
 	return nil
+}
+
+// behindTail is the tail of a batch written while the loop goes on with
+// the next batch.
+type behindTail struct {
+	t    *tail
+	done <-chan error
+	// cancel ends the tail's retries (an abrupt stop leaves its entries
+	// pending, as a crash would).
+	cancel context.CancelFunc
+}
+
+// writeTailRetrying writes t (writeTail) until it succeeds, retrying
+// infrastructure failures like process, then ends the batch's spans.
+func (w *Worker) writeTailRetrying(fetchCtx, workCtx context.Context, t *tail) error {
+	err := w.retry(fetchCtx, "finishing a batch", func() error { return w.writeTail(workCtx, t) })
+	t.spans.End(err)
+	return err
+}
+
+// settleBehind waits for the tail written behind the loop, if any, and
+// applies its outcome. It returns nil when the tail was written or a stop
+// interrupted it (its entries then stay pending), and the error that stops
+// the worker otherwise.
+func (w *Worker) settleBehind() error {
+	if w.behind == nil {
+		return nil
+	}
+	b := w.behind
+	w.behind = nil
+	if err := <-b.done; err != nil {
+		return unlessStopped(err)
+	}
+	w.apply(b.t.g, b.t.out)
+	return nil
+}
+
+// unlessStopped returns nil for an error that only says the worker was
+// asked to stop, and err otherwise.
+func unlessStopped(err error) error {
+	if classify(err) == classStopped {
+		return nil
+	}
+	return err
 }
 
 // retry runs op until it succeeds, backing off with jitter after

@@ -108,10 +108,12 @@
 // their usual order (latency, raw, ingest, dispatcher, workers,
 // end-to-end, mongo, chunks; default all: a ratio needs raw, the
 // dispatcher needs ingest's backlog, the workers the dispatcher's run);
-// -ab BIN, the dispatcher's A/B: after -bin's dispatcher stage, that of
-// -bin and of BIN run -ab-runs times each (3), alternated, on the same
-// backlog, as the stages dispatcher-a and dispatcher-b, so that two builds
-// are compared run against run while the machine's load moves.
+// -ab BIN, an A/B of the dispatcher and of one worker: after -bin's
+// dispatcher stage, that of -bin and of BIN run -ab-runs times each (3),
+// alternated, on the same backlog, as the stages dispatcher-a and
+// dispatcher-b, and after the worker stages worker-1 the same way
+// (worker-1-a, worker-1-b), so that two builds are compared run against
+// run while the machine's load moves.
 //
 // Environment:
 //   - BENCH_EVENTS: the backlog (default 100,000);

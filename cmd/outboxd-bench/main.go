@@ -83,7 +83,7 @@ type bench struct {
 	timeout time.Duration
 	// rawEvents are the originals of the raw limits.
 	rawEvents []*outbox.Event
-	// binB and abRuns: the dispatcher's A/B (-ab, -ab-runs).
+	// binB and abRuns: the A/B of the dispatcher and worker-1 (-ab, -ab-runs).
 	binB   string
 	abRuns int
 	// mongoSizes size the paths whose MongoDB commands are counted (zero:
@@ -98,7 +98,7 @@ func runBench(ctx context.Context, out io.Writer, args []string) error {
 	bin := fs.String("bin", "bin/outboxd", "the outboxd binary (make build)")
 	only := fs.String("stages", os.Getenv("BENCH_STEPS"), "run only these steps, comma-separated, in the usual order: "+strings.Join(stepNames, ", ")+
 		" (a stage's ratio needs raw; dispatcher needs ingest; workers need dispatcher); default BENCH_STEPS, else all")
-	fs.StringVar(&b.binB, "ab", "", "A/B of the dispatcher: another outboxd binary whose dispatcher stage runs after -bin's on the same backlog, -ab-runs times each, alternated (stages dispatcher-a and dispatcher-b)")
+	fs.StringVar(&b.binB, "ab", "", "A/B of the dispatcher and of one worker: another outboxd binary whose dispatcher and worker-1 stages run after -bin's on the same backlog, -ab-runs times each, alternated (stages dispatcher-a, dispatcher-b, worker-1-a, worker-1-b)")
 	fs.IntVar(&b.abRuns, "ab-runs", 3, "with -ab: runs of each binary")
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -350,26 +350,35 @@ func (b *bench) relay(ctx context.Context) error {
 	if err := copySQLite(b.be.file(fileRun), b.be.file(fileRelayed)); err != nil {
 		return err
 	}
+	return b.alternate(stageDispatcher, limitXAdd, func(name string) (time.Duration, int64, error) {
+		return b.dispatch(ctx, name, 1, 0)
+	})
+}
+
+// alternate is -ab on one stage: with -ab, run (the stage under name)
+// -ab-runs times with each binary, alternated, as stages <stage>-a and
+// <stage>-b; without it, nothing.
+func (b *bench) alternate(stage, limit string, run func(name string) (time.Duration, int64, error)) error {
 	if b.binB == "" {
 		return nil
 	}
-	// -ab: each binary's dispatcher on the same backlog, alternated.
 	a := b.l.bin
 	defer func() { b.l.bin = a }()
 	for i := range b.abRuns {
-		for _, run := range []struct{ name, bin string }{{stageDispatcher + "-a", a}, {stageDispatcher + "-b", b.binB}} {
-			b.l.bin = run.bin
-			d, rss, err := b.dispatch(ctx, run.name+"-"+strconv.Itoa(i+1), 1, 0)
+		for _, v := range []struct{ name, bin string }{{stage + "-a", a}, {stage + "-b", b.binB}} {
+			b.l.bin = v.bin
+			d, rss, err := run(v.name + "-" + strconv.Itoa(i+1))
 			if err != nil {
 				return err
 			}
-			b.res.addStage(b.out, Stage{Name: run.name, Events: b.total, LimitName: limitXAdd, PeakRssBytes: rss}, d)
+			b.res.addStage(b.out, Stage{Name: v.name, Events: b.total, LimitName: limit, PeakRssBytes: rss}, d)
 		}
 	}
 	return nil
 }
 
-// workStages runs the worker stages on the relayed snapshot (relay made it).
+// workStages runs the worker stages on the relayed snapshot (relay made
+// it), and with -ab worker-1 of each binary, alternated.
 func (b *bench) workStages(ctx context.Context) error {
 	for _, w := range []struct {
 		name    string
@@ -381,7 +390,9 @@ func (b *bench) workStages(ctx context.Context) error {
 		}
 		b.res.addStage(b.out, Stage{Name: w.name, Events: b.total, LimitName: limitRedisToPG, PeakRssBytes: rss}, d)
 	}
-	return nil
+	return b.alternate(stageWorker1, limitRedisToPG, func(name string) (time.Duration, int64, error) {
+		return b.work(ctx, name, 1, 0)
+	})
 }
 
 // startDev starts `outboxd dev` on a fresh file with a stream and group

@@ -1,0 +1,110 @@
+package worker_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outboxd/internal/fault"
+	"github.com/outboxd/outboxd/internal/testkit"
+	"github.com/outboxd/outboxd/store"
+	"github.com/outboxd/outboxd/worker"
+)
+
+// gatedSync is a store whose first MarkSynced waits until release is
+// closed (or its context ends) before it writes.
+type gatedSync struct {
+	store.Store
+	release chan struct{}
+	first   sync.Once
+	waiting chan struct{} // closed when the first MarkSynced waits
+}
+
+func (g *gatedSync) MarkSynced(ctx context.Context, ids []string, at time.Time) (int64, error) {
+	first := false
+	g.first.Do(func() { first = true })
+	if first {
+		close(g.waiting)
+		select {
+		case <-g.release:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	return g.Store.MarkSynced(ctx, ids, at)
+}
+
+// TestTailWrittenBehind: with a backlog, a batch's syncedAt and XACK are
+// written while the next batch's PostgreSQL transaction runs, one tail at
+// a time, and nothing is lost or counted twice.
+func TestTailWrittenBehind(t *testing.T) {
+	t.Parallel()
+
+	t.Run("NextBatchProjectsWhileSyncedAtWaits", func(t *testing.T) {
+		t.Parallel()
+		gate := &gatedSync{Store: testkit.NewStore(t), release: make(chan struct{}), waiting: make(chan struct{})}
+		rdb, prefix := testkit.NewRedis(t)
+		b := setupOn(t, gate, rdb, prefix)
+		b.publish(t, b.write(t, "d1", 40)...)
+		cfg := b.config("c")
+		cfg.BatchSize = 10
+		b.start(t, cfg)
+		var once sync.Once
+		release := func() { once.Do(func() { close(gate.release) }) }
+		t.Cleanup(release) // before the worker stops, if an assertion failed
+
+		<-gate.waiting
+		// The first batch's syncedAt waits; the second batch is projected
+		// meanwhile, and the third waits for the first tail (one behind).
+		require.Eventually(t, func() bool { rows, _ := b.rows(t); return rows == 20 }, waitFor, 5*time.Millisecond)
+		require.Equal(t, int64(40), b.unsynced(t), "no syncedAt before the first tail's")
+		require.Equal(t, b.entriesRead(t), b.pending(t), "no XACK before the first tail's")
+		release()
+		b.waitConverged(t)
+	})
+
+	t.Run("FailedTailBehindStopsTheWorker", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.publish(t, b.write(t, "d1", 40)...)
+		faults := &fault.Set{}
+		faults.Arm(worker.FaultAfterSyncedAt, 1)
+		cfg := b.config("crashing")
+		cfg.BatchSize = 10
+		worker.SetFaults(cfg, faults)
+		w, err := worker.New(b.st, b.rc, b.pg.Pool, cfg, testkit.Logger(t))
+		require.NoError(t, err)
+		require.NoError(t, w.Start(context.Background()))
+		select {
+		case <-w.Stopped():
+		case <-time.After(waitFor):
+			t.Fatal("a fault in the tail behind did not stop the worker")
+		}
+		require.ErrorIs(t, w.Err(), fault.ErrInjected)
+		require.NoError(t, w.Stop(context.Background()))
+		// The first batch is synced and not acknowledged; at most the one
+		// after it was projected behind it, and nothing was acknowledged.
+		rows, stats := b.rows(t)
+		require.Contains(t, []int64{10, 20}, rows)
+		require.Equal(t, rows, stats)
+		require.Equal(t, int64(30), b.unsynced(t))
+		require.Equal(t, b.entriesRead(t), b.pending(t), "every entry read is still pending")
+
+		cfg = b.config("crashing") // same name: drains its own PEL
+		cfg.BatchSize = 10
+		b.start(t, cfg)
+		b.waitConverged(t)
+	})
+}
+
+// entriesRead is how many entries of the stream the group has read.
+func (b *testBundle) entriesRead(t *testing.T) int64 {
+	t.Helper()
+	groups, err := b.rdb.XInfoGroups(context.Background(), b.stream).Result()
+	require.NoError(t, err)
+	require.Len(t, groups, 1)
+	return groups[0].EntriesRead
+}
