@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/fault"
@@ -64,6 +65,40 @@ func TestTailWrittenBehind(t *testing.T) {
 		require.Equal(t, b.entriesRead(t), b.pending(t), "no XACK before the first tail's")
 		release()
 		b.waitConverged(t)
+	})
+
+	// The last full batch's tail is written behind a read-ahead that finds
+	// nothing: the worker settles it (its counts, its holds) before it
+	// waits Block for new entries, not after.
+	t.Run("LastTailSettledBeforeWaiting", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		reg := prometheus.NewRegistry()
+		b.publish(t, b.write(t, "d1", 30)...)
+		cfg := b.config("c")
+		cfg.BatchSize, cfg.Block, cfg.Registerer = 10, 30*time.Second, reg
+		w, err := worker.New(b.st, b.rc, b.pg.Pool, cfg, testkit.Logger(t))
+		require.NoError(t, err)
+		require.NoError(t, w.Start(context.Background()))
+		require.Eventually(t, func() bool {
+			return testkit.Metric(t, reg, "outboxd_worker_processed_total", "result", "synced") == 30
+		}, 10*time.Second, 5*time.Millisecond, "the last batch counted while the worker waits for entries")
+		require.Zero(t, b.unsynced(t))
+		require.Zero(t, b.pending(t))
+
+		// A stop waits for the read in progress: new entries end it.
+		stopped := make(chan error, 1)
+		go func() { stopped <- w.Stop(context.Background()) }()
+		require.Eventually(t, func() bool {
+			b.publish(t, b.write(t, "d1", 1)...)
+			select {
+			case err := <-stopped:
+				require.NoError(t, err)
+				return true
+			default:
+				return false
+			}
+		}, waitFor, 50*time.Millisecond)
 	})
 
 	t.Run("FailedTailBehindStopsTheWorker", func(t *testing.T) {

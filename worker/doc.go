@@ -23,7 +23,9 @@
 // projected, and this one's steps 3 and 4, its tail, are written while the
 // next one is projected. One tail is written at a time, in order: a batch
 // waits for the tail before its own, so at most one batch is projected and
-// not yet synced and acknowledged beyond the one being projected. A tail
+// not yet synced and acknowledged beyond the one being projected; with
+// nothing left to project the worker waits for the tail before it waits
+// for new entries, so its holds and counts are never late. A tail
 // that fails is retried on its own (steps 3 and 4 are idempotent); one that
 // cannot be written stops the worker, as a failing batch does, and its
 // entries stay pending. An Ordered worker, and a batch of less than

@@ -480,6 +480,11 @@ func (w *Worker) next(fetchCtx context.Context, block time.Duration) (*stream.Gr
 		w.laneTurn = len(msgs) < w.batchSize()
 		return w.group, msgs, nil, err
 	}
+	// Nothing to project: settle the tail behind (its holds and counts)
+	// before waiting for entries.
+	if err := w.settleBehind(); err != nil {
+		return w.group, nil, nil, err
+	}
 	n, wait := w.replayAllowance()
 	if n == 0 {
 		msgs, err = w.read(fetchCtx, w.group, ">", w.batchSize(), min(block, max(wait, time.Millisecond)))
