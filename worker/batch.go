@@ -181,13 +181,13 @@ func (w *Worker) handle(ctx context.Context, g *stream.Group, msgs []stream.Entr
 		}
 	}
 	b.failSpans(failures, invalid)
-	t := &tail{g: g, spans: b.spans, origins: origins, parked: parked, dead: dead, charge: j.charge}
+	t := &tail{g: g, spans: b.spans, origins: origins, parked: parked, charge: j.charge}
 	// Only originals not synced yet are written: a replay of synced ones
 	// (most of a replayed window) costs the store no write transaction,
 	// which on SQLite would queue behind ingest's, and ingest behind it.
 	for _, ev := range events {
 		if failures[ev.ID] == nil && ev.SyncedAt == nil {
-			t.firstSync, t.synced = append(t.firstSync, ev), append(t.synced, ev.ID)
+			t.firstSync = append(t.firstSync, ev)
 		}
 	}
 	keep := map[string]bool{}
@@ -205,25 +205,22 @@ func (w *Worker) handle(ctx context.Context, g *stream.Group, msgs []stream.Entr
 }
 
 // tail is what a batch writes after its PostgreSQL transaction committed
-// (writeTail), and what it then leaves to the loop (out). Every step of a
-// tail is idempotent (syncedAt and syncFailure are set only where unset;
-// the MULTI/EXEC is one), so a failed tail runs again on its own.
+// (writeTail), and what it then leaves to the loop (out, whose dead are
+// the dead letters to write). A failed tail runs again on its own: each of
+// its writes is idempotent, and one done is not done again.
 type tail struct {
 	g *stream.Group
 	// spans are the batch's spans, which end with the tail.
 	spans *tracing.Items
-	// synced are the ids of firstSync, the originals projected and not
-	// synced before; origins the origin of each event.
-	synced    []string
+	// firstSync are the originals projected and not synced before (nil
+	// once their syncedAt is written); origins the origin of each event.
 	firstSync []*outbox.Event
 	origins   map[string]outbox.Origin
-	parked    []deadLetter
-	dead      []deadLetter
-	ack       []string
-	charge    map[string]int64
-	// observed is set once the latency of firstSync is counted.
-	observed bool
-	out      outcome
+	// parked get syncFailure (nil once written).
+	parked []deadLetter
+	ack    []string
+	charge map[string]int64
+	out    outcome
 }
 
 // writeTail writes the tail of a batch: syncedAt of its projected
@@ -232,27 +229,30 @@ type tail struct {
 // spans are added to it.
 func (w *Worker) writeTail(workCtx context.Context, t *tail) error {
 	ctx := t.spans.Context(workCtx)
-	if err := w.markSynced(ctx, t.synced); err != nil {
+	ids := make([]string, len(t.firstSync))
+	for i, ev := range t.firstSync {
+		ids[i] = ev.ID
+	}
+	if err := w.markSynced(ctx, ids); err != nil {
 		return err
 	}
-	if !t.observed {
-		t.observed = true
-		now := w.cfg.Now()
-		for _, ev := range t.firstSync {
-			origin := t.origins[ev.ID]
-			w.metrics.latency.WithLabelValues(string(origin)).Observe(now.Sub(ev.CreatedAt).Seconds())
-			if origin == outbox.OriginReconciler && ev.LastRequeuedAt != nil {
-				w.metrics.requeueToSynced.Observe(max(0, now.Sub(*ev.LastRequeuedAt).Seconds()))
-			}
+	now := w.cfg.Now()
+	for _, ev := range t.firstSync {
+		origin := t.origins[ev.ID]
+		w.metrics.latency.WithLabelValues(string(origin)).Observe(now.Sub(ev.CreatedAt).Seconds())
+		if origin == outbox.OriginReconciler && ev.LastRequeuedAt != nil {
+			w.metrics.requeueToSynced.Observe(max(0, now.Sub(*ev.LastRequeuedAt).Seconds()))
 		}
 	}
+	t.firstSync = nil
 	if err := w.park(ctx, t.parked); err != nil {
 		return err
 	}
+	t.parked = nil
 	if err := w.cfg.faults.Check(FaultAfterSyncedAt); err != nil {
 		return err
 	}
-	return w.finish(ctx, t.g, t.dead, t.ack, t.charge)
+	return w.finish(ctx, t.g, t.out.dead, t.ack, t.charge)
 }
 
 // hold keeps h for a later delivery (replacing an earlier hold of its

@@ -28,8 +28,8 @@
 // for new entries, so its holds and counts are never late. A tail
 // that fails is retried on its own (steps 3 and 4 are idempotent); one that
 // cannot be written stops the worker, as a failing batch does, and its
-// entries stay pending. An Ordered worker, and a batch of less than
-// Config.BatchSize, runs its steps in turn.
+// entries stay pending. An Ordered worker, a batch of the replay lane and
+// a batch of less than Config.BatchSize run their steps in turn.
 //
 // On start a worker first drains its own pending entries (a restart under
 // the same Config.Consumer name), and every Config.ClaimInterval it takes

@@ -258,7 +258,7 @@ func (w *Worker) run(fetchCtx, workCtx context.Context) error {
 	} else {
 		err = w.loop(fetchCtx, workCtx)
 	}
-	if w.behind != nil && err != nil && classify(err) != classStopped {
+	if w.behind != nil && unlessStopped(err) != nil {
 		w.behind.cancel()
 	}
 	if berr := w.settleBehind(); err == nil {
