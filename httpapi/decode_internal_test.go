@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/outboxd/outboxd/internal/raceflag"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -107,7 +108,7 @@ func TestReadAll(t *testing.T) {
 // TestReadAllAllocations: a body of known length costs the first read's
 // buffer and its own.
 func TestReadAllAllocations(t *testing.T) {
-	if raceEnabled {
+	if raceflag.Enabled {
 		t.Skip("the race detector allocates too")
 	}
 	big := strings.Repeat("x", 100<<10)

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outboxd/internal/raceflag"
 )
 
 // TestCheckNames: nil for a body whose member names are exact and unique,
@@ -85,7 +87,7 @@ func TestCheckNames(t *testing.T) {
 // TestCheckNamesAllocations: the check allocates nothing for the bodies of
 // the hot path.
 func TestCheckNamesAllocations(t *testing.T) {
-	if raceEnabled {
+	if raceflag.Enabled {
 		t.Skip("the race detector makes sync.Pool drop items, so the count is not the program's")
 	}
 	const ev = `{"idempotencyKey":"k-1","sourceKey":"plant-a","deviceKey":"sensor-17","occurredAt":"2026-11-01T10:00:00.123Z","type":"temp","payload":{"t":21.5,"n":3,"tags":["a","b"],"loc":{"lat":47.1,"lon":8.5}}}`

@@ -2,8 +2,6 @@ package outbox
 
 import (
 	"encoding/json"
-	"errors"
-	"fmt"
 	"time"
 )
 
@@ -117,75 +115,4 @@ type Entry struct {
 	// when it was not traced. Message does not carry it; the dispatcher
 	// puts its own span's into the message it relays.
 	TraceParent string
-}
-
-// Message is the JSON carried in a stream entry's payload field. Workers
-// always re-read the original; the message only names it.
-type Message struct {
-	EventID        string    `json:"eventId"`
-	IdempotencyKey string    `json:"idempotencyKey"`
-	SourceKey      string    `json:"sourceKey"`
-	DeviceKey      string    `json:"deviceKey"`
-	OccurredAt     time.Time `json:"occurredAt"`
-	CreatedAt      time.Time `json:"createdAt"`
-	Origin         Origin    `json:"origin"`
-	// TraceParent is the W3C traceparent of the span that put the message
-	// into the stream (the dispatcher's relay, the reconciler's or a
-	// replay's publish); the worker's span continues it. Absent when that
-	// was not traced: the message is handled the same.
-	TraceParent string `json:"traceparent,omitempty"`
-}
-
-// WithTraceParent returns the message JSON msg (an Entry's Message) with
-// its TraceParent set to traceParent. A msg that is not a message is
-// returned as it is (the worker dead-letters it as before).
-func WithTraceParent(msg, traceParent string) string {
-	var m Message
-	if err := json.Unmarshal([]byte(msg), &m); err != nil {
-		return msg
-	}
-	m.TraceParent = traceParent
-	return m.Encode()
-}
-
-// ErrBadMessage is wrapped by DecodeMessage errors.
-var ErrBadMessage = errors.New("bad stream message")
-
-// ErrTrimmed is wrapped by DecodeMessage when the entry has no data at all:
-// the stream was trimmed (or the entry deleted) while it was pending.
-var ErrTrimmed = errors.New("stream entry trimmed while pending")
-
-// Encode returns the message JSON.
-func (m Message) Encode() string {
-	b, err := json.Marshal(m)
-	if err != nil { // only plain strings and times: cannot fail
-		panic(err)
-	}
-	return string(b)
-}
-
-// Values returns the stream entry fields for XADD.
-func (m Message) Values() map[string]any {
-	return map[string]any{PayloadField: m.Encode()}
-}
-
-// DecodeMessage reads a stream entry's fields. A nil map (an entry trimmed
-// while pending) yields an error wrapping ErrTrimmed and ErrBadMessage; a
-// malformed payload one wrapping ErrBadMessage.
-func DecodeMessage(values map[string]any) (Message, error) {
-	var m Message
-	if values == nil {
-		return m, fmt.Errorf("%w: %w", ErrBadMessage, ErrTrimmed)
-	}
-	raw, ok := values[PayloadField].(string)
-	if !ok {
-		return m, fmt.Errorf("%w: no %q field", ErrBadMessage, PayloadField)
-	}
-	if err := json.Unmarshal([]byte(raw), &m); err != nil {
-		return m, fmt.Errorf("%w: %w", ErrBadMessage, err)
-	}
-	if !IsEventID(m.EventID) {
-		return m, fmt.Errorf("%w: eventId %q is not an ObjectID", ErrBadMessage, m.EventID)
-	}
-	return m, nil
 }
