@@ -100,6 +100,15 @@
 // outboxd_worker_projection_seconds: how many, their mean size, their
 // PostgreSQL transaction's mean and p99; JSON key "worker").
 //
+// Every stage also reports the CPU time the whole machine used during it
+// (/proc/stat: every process, so outboxd, Redis, PostgreSQL and the
+// bench's own clients; the machine should be otherwise idle) per event
+// (JSON "cpuSeconds", "cpuMicrosPerEvent"). The parts of the end-to-end
+// stage run on the same cores, so its rate is bounded by the cores over
+// the sum of ingest-batch's, the dispatcher's and worker-1's CPU per
+// event; the line "CPU bound of end-to-end" prints that bound and the
+// share of it the end-to-end stage reached.
+//
 // peakRssBytes is the largest VmHWM (/proc/PID/status, read just before a
 // process is stopped) of every stage process, and peakRssStage names its
 // stage.

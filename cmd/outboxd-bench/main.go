@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -133,7 +134,7 @@ func runBench(ctx context.Context, out io.Writer, args []string) error {
 	}
 	b.timeout = 2*time.Minute + time.Duration(b.n/1000)*time.Second
 	began := time.Now()
-	b.res = &Results{StartedAt: began.UTC(), Events: b.n, Machine: machine()}
+	b.res = &Results{StartedAt: began.UTC(), Events: b.n, Machine: machine(), Cores: runtime.NumCPU()}
 	if b.be, err = openBackends(ctx); err != nil {
 		return err
 	}

@@ -98,13 +98,13 @@ func runPartitions(ctx context.Context, out io.Writer, args []string) error {
 				return err
 			}
 			row := PartitionRow{Partitions: p, Dispatchers: d, StartupSeconds: b.startup.took.Seconds(),
-				DispatcherEventsPerSecond: perSecond(n, dt), WorkerEventsPerSecond: perSecond(n, wt)}
+				DispatcherEventsPerSecond: perSecond(n, dt.wall), WorkerEventsPerSecond: perSecond(n, wt.wall)}
 			if left := n - b.startup.relayed; left > 0 {
-				row.SteadyEventsPerSecond = perSecond(left, dt-b.startup.took)
+				row.SteadyEventsPerSecond = perSecond(left, dt.wall-b.startup.took)
 			}
 			fmt.Fprintf(out, "  P=%d D=%d: dispatcher %.0f ev/s (%s; every partition relaying after %s, %.0f ev/s from then), worker %.0f ev/s (%s)\n",
-				p, d, row.DispatcherEventsPerSecond, dt.Round(time.Millisecond), b.startup.took.Round(time.Millisecond),
-				row.SteadyEventsPerSecond, row.WorkerEventsPerSecond, wt.Round(time.Millisecond))
+				p, d, row.DispatcherEventsPerSecond, dt.wall.Round(time.Millisecond), b.startup.took.Round(time.Millisecond),
+				row.SteadyEventsPerSecond, row.WorkerEventsPerSecond, wt.wall.Round(time.Millisecond))
 			rows = append(rows, row)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -33,6 +34,12 @@ type Stage struct {
 	P50Ms        float64 `json:"p50Ms,omitempty"`
 	P99Ms        float64 `json:"p99Ms,omitempty"`
 	PeakRssBytes int64   `json:"peakRssBytes"`
+	// CPUSeconds is the CPU time the whole machine used during the stage
+	// (every process: outboxd, Redis, PostgreSQL, the bench's clients),
+	// and CPUMicrosPerEvent that per event; 0 where /proc/stat is not
+	// read.
+	CPUSeconds        float64 `json:"cpuSeconds,omitempty"`
+	CPUMicrosPerEvent float64 `json:"cpuMicrosPerEvent,omitempty"`
 	// GroupSizes is the group commit's histogram (stages that post).
 	GroupSizes *GroupSizes `json:"groupSizes,omitempty"`
 	// Writer is the SQLite store's writer by role (stages that post).
@@ -77,16 +84,18 @@ type Chunk struct {
 
 // Results is bench-results.json.
 type Results struct {
-	StartedAt    time.Time `json:"startedAt"`
-	WallSeconds  float64   `json:"wallSeconds"`
-	Events       int       `json:"events"`
-	Machine      string    `json:"machine"`
-	Limits       []Limit   `json:"limits"`
-	Stages       []Stage   `json:"stages"`
-	Latency      *Latency  `json:"latency,omitempty"`
-	Chunks       []Chunk   `json:"chunks,omitempty"`
-	PeakRssBytes int64     `json:"peakRssBytes"`
-	PeakRssStage string    `json:"peakRssStage"`
+	StartedAt   time.Time `json:"startedAt"`
+	WallSeconds float64   `json:"wallSeconds"`
+	Events      int       `json:"events"`
+	Machine     string    `json:"machine"`
+	// Cores is the number of CPUs the machine's processes share.
+	Cores        int      `json:"cores"`
+	Limits       []Limit  `json:"limits"`
+	Stages       []Stage  `json:"stages"`
+	Latency      *Latency `json:"latency,omitempty"`
+	Chunks       []Chunk  `json:"chunks,omitempty"`
+	PeakRssBytes int64    `json:"peakRssBytes"`
+	PeakRssStage string   `json:"peakRssStage"`
 	// MongoCommands are the MongoDB store's commands per path: on lungo,
 	// then on a replica set when one was given.
 	MongoCommands []mongostore.CommandTable `json:"mongoCommands,omitempty"`
@@ -111,9 +120,14 @@ func (r *Results) addLimit(w io.Writer, name string, n int, d time.Duration) flo
 }
 
 // addStage records a stage against its limit and prints it.
-func (r *Results) addStage(w io.Writer, s Stage, d time.Duration) {
+func (r *Results) addStage(w io.Writer, s Stage, sp span) {
+	d := sp.wall
 	s.Seconds = d.Seconds()
 	s.EventsPerSecond = perSecond(s.Events, d)
+	if sp.cpu > 0 && s.Events > 0 {
+		s.CPUSeconds = sp.cpu.Seconds()
+		s.CPUMicrosPerEvent = s.CPUSeconds * 1e6 / float64(s.Events)
+	}
 	s.LimitEventsPerSecond = r.limit(s.LimitName)
 	s.Ratio = ratio(s.EventsPerSecond, s.LimitEventsPerSecond)
 	r.Stages = append(r.Stages, s)
@@ -141,12 +155,15 @@ func (r *Results) Print(w io.Writer) {
 	_ = tw.Flush()
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "stage\tevents\tseconds\tevents/s\tlimit\tlimit/s\tratio\treq p50 ms\treq p99 ms\tpeak RSS\t")
+	fmt.Fprintln(tw, "stage\tevents\tseconds\tevents/s\tlimit\tlimit/s\tratio\treq p50 ms\treq p99 ms\tCPU µs/event\tpeak RSS\t")
 	for _, s := range r.Stages {
-		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.0f\t%s\t%.0f\t%.2f\t%s\t%s\t%s\t\n", s.Name, s.Events, s.Seconds,
-			s.EventsPerSecond, s.LimitName, s.LimitEventsPerSecond, s.Ratio, ms(s.P50Ms), ms(s.P99Ms), mib(s.PeakRssBytes))
+		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.0f\t%s\t%.0f\t%.2f\t%s\t%s\t%s\t%s\t\n", s.Name, s.Events, s.Seconds,
+			s.EventsPerSecond, s.LimitName, s.LimitEventsPerSecond, s.Ratio, ms(s.P50Ms), ms(s.P99Ms), micros(s.CPUMicrosPerEvent), mib(s.PeakRssBytes))
 	}
 	_ = tw.Flush()
+	if line := r.cpuBound(); line != "" {
+		fmt.Fprintln(w, line)
+	}
 	for _, s := range r.Stages {
 		if s.GroupSizes != nil {
 			fmt.Fprintf(w, "%s group commit: %s\n", s.Name, s.GroupSizes)
@@ -184,6 +201,37 @@ func (r *Results) Print(w io.Writer) {
 		}
 		_ = tw.Flush()
 	}
+}
+
+// cpuBound says what the end-to-end stage could reach if the machine's
+// cores did nothing but its parts' work (ingest-batch, dispatcher,
+// worker-1, each measured alone as CPU time per event, every process of the
+// machine counted), and how near it came: on one machine the parts do not
+// run beside each other on cores of their own, so their CPU per event adds
+// up. "" when a figure is missing.
+func (r *Results) cpuBound() string {
+	cpu := map[string]float64{}
+	rate := map[string]float64{}
+	for _, s := range r.Stages {
+		cpu[s.Name], rate[s.Name] = s.CPUMicrosPerEvent, s.EventsPerSecond
+	}
+	parts := []string{stageIngestBatch, stageDispatcher, stageWorker1}
+	var sum float64
+	terms := make([]string, len(parts))
+	for i, p := range parts {
+		if cpu[p] <= 0 {
+			return ""
+		}
+		sum += cpu[p]
+		terms[i] = fmt.Sprintf("%.0f (%s)", cpu[p], p)
+	}
+	e2e := cpu[stageEndToEnd]
+	if e2e <= 0 || r.Cores <= 0 {
+		return ""
+	}
+	bound := float64(r.Cores) * 1e6 / sum
+	return fmt.Sprintf("CPU bound of end-to-end on %d cores: its parts use %s = %.0f µs per event, so at most %.0f events/s with every core busy; end-to-end used %.0f µs per event and reached %.0f/s, %.2f of that bound",
+		r.Cores, strings.Join(terms, " + "), sum, bound, e2e, rate[stageEndToEnd], ratio(rate[stageEndToEnd], bound))
 }
 
 // Write writes the results as JSON to path.
@@ -255,6 +303,14 @@ func ms(v float64) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.1f", v)
+}
+
+// micros formats a CPU time per event in µs, "-" when not measured.
+func micros(v float64) string {
+	if v <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f", v)
 }
 
 func mib(b int64) string {

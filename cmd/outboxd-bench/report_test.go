@@ -63,8 +63,8 @@ func TestResults(t *testing.T) {
 	r := &Results{Events: 1000, Machine: "test"}
 	var out bytes.Buffer
 	r.addLimit(&out, limitXAdd, 1000, 100*time.Millisecond)
-	r.addStage(&out, Stage{Name: stageDispatcher, Events: 1000, LimitName: limitXAdd, PeakRssBytes: 3 << 20}, time.Second)
-	r.addStage(&out, Stage{Name: stageWorker1, Events: 1000, LimitName: "not-measured", PeakRssBytes: 2 << 20}, 2*time.Second)
+	r.addStage(&out, Stage{Name: stageDispatcher, Events: 1000, LimitName: limitXAdd, PeakRssBytes: 3 << 20}, span{wall: time.Second})
+	r.addStage(&out, Stage{Name: stageWorker1, Events: 1000, LimitName: "not-measured", PeakRssBytes: 2 << 20}, span{wall: 2 * time.Second})
 
 	require.Equal(t, Stage{Name: stageDispatcher, Events: 1000, Seconds: 1, EventsPerSecond: 1000, LimitName: limitXAdd,
 		LimitEventsPerSecond: 10_000, Ratio: 0.1, PeakRssBytes: 3 << 20}, r.Stages[0])
@@ -94,6 +94,55 @@ func TestResults(t *testing.T) {
 	require.Equal(t, limitXAdd, got.Stages[0].LimitName)
 	require.InDelta(t, 0.1, got.Stages[0].Ratio, 1e-9)
 	require.Equal(t, int64(3<<20), got.PeakRssBytes)
+}
+
+// TestCPUBound: each stage's CPU per event, and the end-to-end stage's
+// rate against what its parts' CPU per event allows on the machine's
+// cores.
+func TestCPUBound(t *testing.T) {
+	t.Parallel()
+	r := &Results{Events: 1000, Machine: "test", Cores: 2}
+	var out bytes.Buffer
+	for _, s := range []struct {
+		name string
+		sp   span
+	}{
+		{stageIngestBatch, span{wall: time.Second, cpu: 50 * time.Millisecond}},
+		{stageDispatcher, span{wall: time.Second, cpu: 10 * time.Millisecond}},
+		{stageWorker1, span{wall: time.Second}}, // not measured yet
+	} {
+		r.addStage(&out, Stage{Name: s.name, Events: 1000}, s.sp)
+	}
+	require.InDelta(t, 50.0, r.Stages[0].CPUMicrosPerEvent, 1e-9)
+	require.InDelta(t, 0.05, r.Stages[0].CPUSeconds, 1e-9)
+	require.Zero(t, r.Stages[2].CPUMicrosPerEvent)
+	require.Empty(t, r.cpuBound(), "a part without CPU time: no bound")
+
+	r.Stages[2].CPUMicrosPerEvent = 40
+	r.addStage(&out, Stage{Name: stageEndToEnd, Events: 1000}, span{wall: 100 * time.Millisecond, cpu: 120 * time.Millisecond})
+	// 50 + 10 + 40 = 100 µs per event on 2 cores: 20,000/s; 10,000/s reached.
+	require.Equal(t, "CPU bound of end-to-end on 2 cores: its parts use 50 (ingest-batch) + 10 (dispatcher) + 40 (worker-1) = 100 µs per event, "+
+		"so at most 20000 events/s with every core busy; end-to-end used 120 µs per event and reached 10000/s, 0.50 of that bound", r.cpuBound())
+	r.Print(&out)
+	require.Contains(t, out.String(), "CPU µs/event")
+	require.Contains(t, out.String(), "0.50 of that bound")
+}
+
+// TestMachineCPU: the machine's CPU time is read from /proc/stat and
+// grows while a core works.
+func TestMachineCPU(t *testing.T) {
+	t.Parallel()
+	before := machineCPU()
+	if before == 0 {
+		t.Skip("no /proc/stat on this system")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for machineCPU() <= before {
+		require.True(t, time.Now().Before(deadline), "machine CPU time did not grow")
+		for i := 0; i < 1_000_000; i++ { // burn a little CPU between reads
+			_ = strings.Repeat("x", i%8)
+		}
+	}
 }
 
 func TestParseChunks(t *testing.T) {
@@ -182,8 +231,8 @@ func TestSVG(t *testing.T) {
 	r := &Results{Events: 1000, Machine: "test <&> machine", StartedAt: time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC)}
 	var out bytes.Buffer
 	r.addLimit(&out, limitXAdd, 1000, 100*time.Millisecond)
-	r.addStage(&out, Stage{Name: stageDispatcher, Events: 1000, LimitName: limitXAdd}, time.Second)
-	r.addStage(&out, Stage{Name: stageWorker1, Events: 1000, LimitName: "not-measured"}, 2*time.Second)
+	r.addStage(&out, Stage{Name: stageDispatcher, Events: 1000, LimitName: limitXAdd}, span{wall: time.Second})
+	r.addStage(&out, Stage{Name: stageWorker1, Events: 1000, LimitName: "not-measured"}, span{wall: 2 * time.Second})
 	lat := []time.Duration{500 * time.Microsecond, 3 * time.Millisecond, 4 * time.Millisecond, 40 * time.Millisecond, 9 * time.Second}
 	hist := latencyHistogram(lat)
 	require.Len(t, hist, len(latencyBucketsMs)+1)

@@ -117,12 +117,12 @@ func (b *bench) ingest(ctx context.Context) error {
 // wait, with the requests' latency and the group commit's histogram.
 // after, when set, runs on p after the stage, before p stops (untimed).
 func (b *bench) driveStage(ctx context.Context, p *proc, s Stage, d drive, until func(context.Context) error, after func(context.Context, *proc) error) error {
-	began := time.Now()
+	watch := startWatch()
 	res, err := d.run(ctx)
 	if err == nil && until != nil {
 		err = until(ctx)
 	}
-	elapsed := time.Since(began)
+	elapsed := watch.stop()
 	if err == nil {
 		var m scraped
 		m, err = scrapeMetrics(ctx, p)
@@ -149,26 +149,26 @@ func (b *bench) driveStage(ctx context.Context, p *proc, s Stage, d drive, until
 // dispatch` processes (--relay-batch batch unless 0; --partitions as
 // b.partitions) into emptied streams, and returns how long it took and the
 // largest peak RSS; b.startup says when every stream held an entry.
-func (b *bench) dispatch(ctx context.Context, name string, dispatchers, batch int) (time.Duration, int64, error) {
+func (b *bench) dispatch(ctx context.Context, name string, dispatchers, batch int) (span, int64, error) {
 	path := b.be.file(fileRun)
 	if err := copySQLite(b.be.file(fileBacklog), path); err != nil {
-		return 0, 0, err
+		return span{}, 0, err
 	}
 	streams := b.streams()
 	for _, s := range streams { // one at a time: on a cluster each in its own slot
 		if err := b.be.rdb.Del(ctx, s).Err(); err != nil {
-			return 0, 0, err
+			return span{}, 0, err
 		}
 	}
 	args := append(append([]string{"--store", storeFlag(path), "--stream", b.stream}, b.be.redisArgs()...), b.partitionFlags()...)
 	if batch > 0 {
 		args = append(args, "--relay-batch", strconv.Itoa(batch))
 	}
-	began := time.Now()
+	watch := startWatch()
 	b.startup = startup{}
 	procs, err := b.spawnReady(ctx, name, "dispatch", dispatchers, func(int) []string { return args })
 	if err != nil {
-		return 0, 0, err
+		return span{}, 0, err
 	}
 	relayed := func(ctx context.Context) (bool, error) {
 		var n int64
@@ -181,7 +181,7 @@ func (b *bench) dispatch(ctx context.Context, name string, dispatchers, batch in
 			n, started = n+l, started && l > 0
 		}
 		if started && b.startup.took == 0 {
-			b.startup = startup{took: time.Since(began), relayed: int(n)}
+			b.startup = startup{took: time.Since(watch.began), relayed: int(n)}
 		}
 		return n >= int64(b.total), nil
 	}
@@ -189,10 +189,10 @@ func (b *bench) dispatch(ctx context.Context, name string, dispatchers, batch in
 	if err == nil {
 		err = b.waitCounts(ctx, name+": no entry undispatched", path, func(c store.Counts) bool { return c.Undispatched == 0 }, procs...)
 	}
-	elapsed := time.Since(began)
+	elapsed := watch.stop()
 	if err != nil {
 		abort(procs...)
-		return 0, 0, err
+		return span{}, 0, err
 	}
 	rss, err := b.l.finish(name, procs...)
 	return elapsed, rss, err
@@ -292,24 +292,24 @@ func (b *bench) drained(group string, n int, streams ...string) func(context.Con
 // (--batch-size batch unless 0; --partitions as b.partitions: each runs one
 // loop per partition) on a copy of the relayed snapshot, from a new group
 // at 0 into an empty read model.
-func (b *bench) work(ctx context.Context, name string, workers, batch int) (time.Duration, int64, error) {
+func (b *bench) work(ctx context.Context, name string, workers, batch int) (span, int64, error) {
 	path := b.be.file(fileRun)
 	if err := copySQLite(b.be.file(fileRelayed), path); err != nil {
-		return 0, 0, err
+		return span{}, 0, err
 	}
 	if err := b.be.truncateReadModel(ctx); err != nil {
-		return 0, 0, err
+		return span{}, 0, err
 	}
 	b.runs++
 	group := "work-" + strconv.Itoa(b.runs)
 	streams := b.streams()
 	for _, s := range streams {
 		if err := b.be.rdb.XGroupCreate(ctx, s, group, "0").Err(); err != nil {
-			return 0, 0, err
+			return span{}, 0, err
 		}
 		defer b.be.rdb.XGroupDestroy(context.Background(), s, group)
 	}
-	began := time.Now()
+	watch := startWatch()
 	procs, err := b.spawnReady(ctx, name, "work", workers, func(i int) []string {
 		args := append(append([]string{"--store", storeFlag(path), "--postgres-url", b.be.pgURL,
 			"--stream", b.stream, "--group", group, "--consumer", "c" + strconv.Itoa(i)}, b.be.redisArgs()...), b.partitionFlags()...)
@@ -324,17 +324,17 @@ func (b *bench) work(ctx context.Context, name string, workers, batch int) (time
 	if err == nil {
 		err = b.waitCounts(ctx, name+": every original synced", path, func(c store.Counts) bool { return c.Pending == 0 }, procs...)
 	}
-	elapsed := time.Since(began)
+	elapsed := watch.stop()
 	if err != nil {
 		abort(procs...)
-		return 0, 0, err
+		return span{}, 0, err
 	}
 	rss, err := b.l.finish(name, procs...)
 	if err != nil {
-		return 0, 0, err
+		return span{}, 0, err
 	}
 	if err := b.be.checkReadModel(ctx, name, b.total); err != nil {
-		return 0, 0, err
+		return span{}, 0, err
 	}
 	return elapsed, rss, nil
 }
@@ -350,7 +350,7 @@ func (b *bench) relay(ctx context.Context) error {
 	if err := copySQLite(b.be.file(fileRun), b.be.file(fileRelayed)); err != nil {
 		return err
 	}
-	return b.alternate(stageDispatcher, limitXAdd, func(name string) (time.Duration, int64, error) {
+	return b.alternate(stageDispatcher, limitXAdd, func(name string) (span, int64, error) {
 		return b.dispatch(ctx, name, 1, 0)
 	})
 }
@@ -358,7 +358,7 @@ func (b *bench) relay(ctx context.Context) error {
 // alternate is -ab on one stage: with -ab, run (the stage under name)
 // -ab-runs times with each binary, alternated, as stages <stage>-a and
 // <stage>-b; without it, nothing.
-func (b *bench) alternate(stage, limit string, run func(name string) (time.Duration, int64, error)) error {
+func (b *bench) alternate(stage, limit string, run func(name string) (span, int64, error)) error {
 	if b.binB == "" {
 		return nil
 	}
@@ -390,7 +390,7 @@ func (b *bench) workStages(ctx context.Context) error {
 		}
 		b.res.addStage(b.out, Stage{Name: w.name, Events: b.total, LimitName: limitRedisToPG, PeakRssBytes: rss}, d)
 	}
-	return b.alternate(stageWorker1, limitRedisToPG, func(name string) (time.Duration, int64, error) {
+	return b.alternate(stageWorker1, limitRedisToPG, func(name string) (span, int64, error) {
 		return b.work(ctx, name, 1, 0)
 	})
 }
@@ -551,8 +551,8 @@ func (b *bench) chunkTable(ctx context.Context) error {
 			return err
 		}
 		raw := len(b.rawEvents)
-		c := Chunk{BatchSize: size, DispatcherEventsPerSecond: perSecond(b.total, d), XaddEventsPerSecond: perSecond(raw, xadd),
-			WorkerEventsPerSecond:          perSecond(b.total, w),
+		c := Chunk{BatchSize: size, DispatcherEventsPerSecond: perSecond(b.total, d.wall), XaddEventsPerSecond: perSecond(raw, xadd),
+			WorkerEventsPerSecond:          perSecond(b.total, w.wall),
 			RedisToPostgresEventsPerSecond: serial(perSecond(raw, readAck), perSecond(raw, project)),
 			DispatcherPeakRssBytes:         drss, WorkerPeakRssBytes: wrss}
 		c.DispatcherRatio = ratio(c.DispatcherEventsPerSecond, c.XaddEventsPerSecond)
