@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -48,6 +49,21 @@ func messageVariants() map[string]Message {
 		"Empty":             {},
 		"OtherOriginString": with(func(m *Message) { m.Origin = "dlq-replay" }),
 	}
+}
+
+// TestMessageCodecCoversEveryField: the direct codec writes and reads the
+// fields below, in this order; a field added to Message must be added to
+// it (encodeMessage, parseMessage and the key constants) and here, or the
+// direct path would drop it.
+func TestMessageCodecCoversEveryField(t *testing.T) {
+	t.Parallel()
+	var tags []string
+	typ := reflect.TypeFor[Message]()
+	for i := range typ.NumField() {
+		tags = append(tags, typ.Field(i).Tag.Get("json"))
+	}
+	require.Equal(t, []string{"eventId", "idempotencyKey", "sourceKey", "deviceKey", "occurredAt", "createdAt",
+		"origin", "traceparent,omitempty"}, tags)
 }
 
 // TestMessageEncodeIsEncodingJSON: Encode writes what encoding/json writes,
