@@ -224,10 +224,10 @@ func (p *messageParser) field(key string) string {
 	start := p.i + len(key)
 	end := start
 	for end < len(p.s) && p.s[end] != '"' {
-		// Every byte but the quote that ends the value must be one that
-		// encoding/json reads as it is: '<', '>' and '&' are, though it
-		// never writes them so.
-		if c := p.s[end]; !plainByte(c) && c != '<' && c != '>' && c != '&' {
+		// Up to the quote that ends the value, every byte must be one that
+		// encoding/json reads as it is: printable ASCII but the backslash
+		// ('<', '>' and '&' too, though Encode never writes them so).
+		if c := p.s[end]; c < 0x20 || c >= 0x7f || c == '\\' {
 			p.ok = false
 			return ""
 		}
