@@ -82,7 +82,13 @@
 // to itself with JUSTID, which restarts their idle time and leaves the
 // delivery count alone), so no other worker's XAUTOCLAIM takes them: with
 // two or more workers, an outage of any length hands nothing from worker
-// to worker. Only a dead or wedged worker's entries are taken over.
+// to worker. Only a dead or wedged worker's entries are taken over. The
+// touch covers every entry pending to the consumer, so an entry Redis
+// delivered to it in a reply the worker never got (a read that timed out
+// while Redis was stopped and ran when it resumed) would never be taken
+// over: every Config.ClaimIdle, between batches, the worker reads its own
+// pending history and delivers again what it does not hold
+// (outboxd_worker_recovered_total; TestWorkerRecoversEntriesItsReadLost).
 //
 // Record failures have a delivery budget kept apart from Redis's delivery
 // count (which rises with every XAUTOCLAIM and history read): the hash

@@ -339,6 +339,7 @@ func (w *Worker) loop(fetchCtx, workCtx context.Context) error {
 		return err
 	}
 	nextClaim := time.Now()
+	nextRecover := time.Now().Add(w.cfg.ClaimIdle)
 	housekeeping := w.housekeepingEvery()
 	nextHousekeeping := time.Now().Add(housekeeping)
 	for fetchCtx.Err() == nil {
@@ -372,6 +373,13 @@ func (w *Worker) loop(fetchCtx, workCtx context.Context) error {
 				return err
 			}
 			nextClaim = time.Now().Add(w.cfg.ClaimInterval)
+		}
+		if !time.Now().Before(nextRecover) {
+			if err := w.recoverOwn(fetchCtx); err != nil {
+				return err
+			}
+			nextRecover = time.Now().Add(w.cfg.ClaimIdle)
+			continue // the recovered entries are due now
 		}
 		if !time.Now().Before(nextHousekeeping) {
 			w.housekeep(fetchCtx)
@@ -639,28 +647,81 @@ func (w *Worker) waitHeld(fetchCtx context.Context) {
 	}
 }
 
+// recoverOwn holds, due now, this consumer's pending entries the worker
+// does not know of. Redis can run an XREADGROUP or XAUTOCLAIM whose reply
+// the worker never gets (it timed out while Redis was stopped, and Redis
+// ran it when it resumed; a connection cut after the command went out):
+// the entries are then pending to this consumer, and keepHeld touches
+// every pending entry of the consumer, so no worker's XAUTOCLAIM would
+// take them over while this one lives. The loop runs it every ClaimIdle,
+// between batches, after the tail behind is written and with the
+// read-ahead's entries held, so that the held entries are everything the
+// worker knows is pending: the rest of its pending entries, read back
+// from its history (XREADGROUP from 0), are the lost ones. An entry
+// is thus recovered within about ClaimIdle, as a dead worker's would be
+// taken over.
+func (w *Worker) recoverOwn(fetchCtx context.Context) error {
+	if err := w.settleBehind(); err != nil {
+		return err
+	}
+	w.holdAhead()
+	now := time.Now()
+	for _, g := range w.groups() {
+		recovered := 0
+		err := w.eachOwnPage(fetchCtx, g, func(msgs []stream.Entry) error {
+			for _, m := range msgs {
+				if _, held := w.held[heldKey(g, m.ID)]; !held {
+					w.hold(heldEntry{g: g, msg: m, due: now})
+					recovered++
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if recovered > 0 {
+			w.metrics.recovered.Add(float64(recovered))
+			w.logger.Warn("recovered pending entries whose delivery the worker missed", zap.Int("entries", recovered), zap.String("lane", w.lane(g)))
+		}
+	}
+	return nil
+}
+
 // drainOwn processes the entries this consumer left pending (a restart under
 // the same name) on the stream, then on the replay lane, reading its PEL
 // history from the start once.
 func (w *Worker) drainOwn(fetchCtx, workCtx context.Context) error {
 	for _, g := range w.groups() {
-		start := "0"
-		for fetchCtx.Err() == nil {
-			msgs, err := w.read(fetchCtx, g, start, w.batchSize(), -1)
-			if err != nil {
-				return err
-			}
-			if len(msgs) == 0 {
-				break
-			}
-			start = msgs[len(msgs)-1].ID
+		err := w.eachOwnPage(fetchCtx, g, func(msgs []stream.Entry) error {
 			w.logger.Info("draining own pending entries", zap.Int("entries", len(msgs)), zap.String("lane", w.lane(g)))
 			if err := w.process(fetchCtx, workCtx, g, msgs, nil); err != nil {
 				return err
 			}
-			if err := w.settle(fetchCtx, workCtx); err != nil {
-				return err
-			}
+			return w.settle(fetchCtx, workCtx)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// eachOwnPage reads this consumer's pending history on g from the start
+// (XREADGROUP from 0), a batch at a time, and passes each page to fn,
+// until the history ends, fetchCtx ends or an error.
+func (w *Worker) eachOwnPage(fetchCtx context.Context, g *stream.Group, fn func([]stream.Entry) error) error {
+	for start := "0"; fetchCtx.Err() == nil; {
+		msgs, err := w.read(fetchCtx, g, start, w.batchSize(), -1)
+		if err != nil {
+			return err
+		}
+		if len(msgs) == 0 {
+			return nil
+		}
+		start = msgs[len(msgs)-1].ID
+		if err := fn(msgs); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -535,9 +535,29 @@ func (s *soak) waitConverged(ctx context.Context, until time.Time) (checker.Verd
 			if last != nil {
 				return v, fmt.Errorf("the checker failed: %w", last)
 			}
-			return v, fmt.Errorf("not converged within %s after the nemesis stopped: %s", s.converge, v)
+			return v, fmt.Errorf("not converged within %s after the nemesis stopped: %s%s", s.converge, v, pendingDetail(ctx, s.rdb, keys))
 		}
 	}
+}
+
+// pendingDetail lists, for a verdict that is not converged, the first
+// pending entries of every partition's stream and replay lane: id,
+// consumer, idle time and delivery count, so that the kept logs can be
+// searched for them. "" when none is pending.
+func pendingDetail(ctx context.Context, rdb redis.UniversalClient, keys stream.Keys) string {
+	var b strings.Builder
+	for _, k := range keys.Live().AllPartitions() {
+		for _, key := range []string{k.Stream(), k.ReplayLane().Stream()} {
+			ps, err := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: key, Group: k.Group(), Start: "-", End: "+", Count: 10}).Result()
+			if err != nil {
+				continue // no group yet, or Redis away: the verdict says enough
+			}
+			for _, p := range ps {
+				fmt.Fprintf(&b, "; pending %s %s to %s, idle %s, delivered %d times", key, p.ID, p.Consumer, p.Idle.Round(time.Millisecond), p.RetryCount)
+			}
+		}
+	}
+	return b.String()
 }
 
 // openStore opens the run's store for the checker (nil on lungo: only the

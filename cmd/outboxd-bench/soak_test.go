@@ -1,9 +1,16 @@
 package main
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outboxd/internal/testkit"
+	"github.com/outboxd/outboxd/stream"
 )
 
 func TestParseFaults(t *testing.T) {
@@ -59,4 +66,21 @@ func TestOccurredAt(t *testing.T) {
 	if len(days) < 4 {
 		t.Errorf("events of %d days only", len(days))
 	}
+}
+
+// TestPendingDetail: a soak that does not converge names the entries left
+// pending, with their consumer.
+func TestPendingDetail(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb, prefix := testkit.NewRedis(t)
+	keys := stream.NewKeys(prefix+":stream", "g")
+	require.Empty(t, pendingDetail(ctx, rdb, keys), "no group: nothing to say")
+	id, err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: keys.Stream(), Values: map[string]any{"k": "v"}}).Result()
+	require.NoError(t, err)
+	require.NoError(t, rdb.XGroupCreate(ctx, keys.Stream(), keys.Group(), "0").Err())
+	require.NoError(t, rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: keys.Group(), Consumer: "c7", Streams: []string{keys.Stream(), ">"}, Block: -1}).Err())
+	got := pendingDetail(ctx, rdb, keys)
+	require.Contains(t, got, "pending "+keys.Stream()+" "+id+" to c7")
+	require.Contains(t, got, "delivered 1 times")
 }
