@@ -128,7 +128,8 @@ func plain(s string) bool {
 // RFC3339Nano writes it: a four-digit year and a zero offset ("Z").
 func plainTime(t time.Time) bool {
 	_, offset := t.Zone()
-	return offset == 0 && t.Year() >= 0 && t.Year() <= 9999
+	year := t.Year()
+	return offset == 0 && year >= 0 && year <= 9999
 }
 
 // encodeMessage writes m's JSON directly and reports true, or reports false

@@ -135,6 +135,56 @@ func (g *Group) Reclaim(ctx context.Context, start string, minIdle time.Duration
 	return claimed, next, nil
 }
 
+// OwnPending returns the ids of at most count of this consumer's pending
+// entries after after ("" from the first), in id order. It reads only the
+// pending entries list (XPENDING), so no entry is delivered again and no
+// delivery count rises. No group is nothing pending.
+func (g *Group) OwnPending(ctx context.Context, after string, count int) ([]string, error) {
+	start := "-"
+	if after != "" {
+		start = "(" + after
+	}
+	ps, err := g.c.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{
+		Stream: g.keys.Stream(), Group: g.keys.Group(), Start: start, End: "+", Count: int64(count), Consumer: g.consumer,
+	}).Result()
+	if IsNoGroup(err) || isNoKey(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, len(ps))
+	for i, p := range ps {
+		ids[i] = p.ID
+	}
+	return ids, nil
+}
+
+// Entries reads the entries ids of the stream (one XRANGE each, in one
+// round trip), in the order of ids; an entry whose data is gone (trimmed or
+// deleted) comes back without values, as from a read of the pending
+// history. It changes nothing in the group.
+func (g *Group) Entries(ctx context.Context, ids []string) ([]Entry, error) {
+	cmds := make([]*redis.XMessageSliceCmd, len(ids))
+	_, err := g.c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = p.XRange(ctx, g.keys.Stream(), id, id)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Entry, len(ids))
+	for i, id := range ids {
+		out[i] = Entry{ID: id}
+		if msgs := cmds[i].Val(); len(msgs) == 1 {
+			out[i].Values = msgs[0].Values
+		}
+	}
+	return out, nil
+}
+
 // Budgets returns, for each entry id, how many of its deliveries failed
 // because of the record (Keys.Failures; 0 when none).
 func (g *Group) Budgets(ctx context.Context, ids []string) ([]int64, error) {

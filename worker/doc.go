@@ -86,8 +86,9 @@
 // touch covers every entry pending to the consumer, so an entry Redis
 // delivered to it in a reply the worker never got (a read that timed out
 // while Redis was stopped and ran when it resumed) would never be taken
-// over: every Config.ClaimIdle, between batches, the worker reads its own
-// pending history and delivers again what it does not hold
+// over: every Config.ClaimIdle, between batches, the worker lists its own
+// pending entries (XPENDING, which delivers nothing) and reads and
+// delivers again only those it does not hold
 // (outboxd_worker_recovered_total; TestWorkerRecoversEntriesItsReadLost).
 //
 // Record failures have a delivery budget kept apart from Redis's delivery

@@ -68,7 +68,7 @@ func newMetrics(reg prometheus.Registerer, stream string) (*metrics, error) {
 		held: f.Gauge("held_entries",
 			"Entries this worker keeps pending for a later delivery: failing records waiting for their backoff, and records held while retries are halted."),
 		claimed:       f.Counter("claimed_total", "Pending entries taken over from dead or wedged consumers with XAUTOCLAIM."),
-		recovered:     f.Counter("recovered_total", "Pending entries of the worker's own consumer that it did not know of (Redis ran a read whose reply was lost), found in its pending history and delivered again."),
+		recovered:     f.Counter("recovered_total", "Pending entries of the worker's own consumer that it did not know of (Redis ran a read whose reply was lost), found among its pending entries and delivered again."),
 		groupsCreated: f.Counter("groups_created_total", "Consumer groups created, at start or after Redis lost them (NOGROUP)."),
 		consumersDeleted: f.Counter("consumers_deleted_total",
 			"Consumers removed from the group (XGROUP DELCONSUMER) after ConsumerExpiry idle with nothing pending."),

@@ -656,34 +656,55 @@ func (w *Worker) waitHeld(fetchCtx context.Context) {
 // take them over while this one lives. The loop runs it every ClaimIdle,
 // between batches, after the tail behind is written and with the
 // read-ahead's entries held, so that the held entries are everything the
-// worker knows is pending: the rest of its pending entries, read back
-// from its history (XREADGROUP from 0), are the lost ones. An entry
-// is thus recovered within about ClaimIdle, as a dead worker's would be
-// taken over.
+// worker knows is pending: the rest of its pending entries (listed with
+// XPENDING, which delivers nothing) are the lost ones, and only they are
+// read. An entry is thus recovered within about ClaimIdle, as a dead
+// worker's would be taken over.
 func (w *Worker) recoverOwn(fetchCtx context.Context) error {
 	if err := w.settleBehind(); err != nil {
 		return err
 	}
 	w.holdAhead()
-	now := time.Now()
 	for _, g := range w.groups() {
-		recovered := 0
-		err := w.eachOwnPage(fetchCtx, g, func(msgs []stream.Entry) error {
-			for _, m := range msgs {
-				if _, held := w.held[heldKey(g, m.ID)]; !held {
-					w.hold(heldEntry{g: g, msg: m, due: now})
-					recovered++
+		var lost []string
+		for after := ""; fetchCtx.Err() == nil; {
+			var ids []string
+			err := w.retry(fetchCtx, "listing own pending entries", func() error {
+				var err error
+				ids, err = g.OwnPending(fetchCtx, after, w.batchSize())
+				return w.redisDone(err)
+			})
+			if err != nil {
+				return err
+			}
+			if len(ids) == 0 {
+				break
+			}
+			after = ids[len(ids)-1]
+			for _, id := range ids {
+				if _, held := w.held[heldKey(g, id)]; !held {
+					lost = append(lost, id)
 				}
 			}
-			return nil
+		}
+		if len(lost) == 0 {
+			continue
+		}
+		var msgs []stream.Entry
+		err := w.retry(fetchCtx, "reading lost entries", func() error {
+			var err error
+			msgs, err = g.Entries(fetchCtx, lost)
+			return w.redisDone(err)
 		})
 		if err != nil {
 			return err
 		}
-		if recovered > 0 {
-			w.metrics.recovered.Add(float64(recovered))
-			w.logger.Warn("recovered pending entries whose delivery the worker missed", zap.Int("entries", recovered), zap.String("lane", w.lane(g)))
+		now := time.Now()
+		for _, m := range msgs {
+			w.hold(heldEntry{g: g, msg: m, due: now})
 		}
+		w.metrics.recovered.Add(float64(len(msgs)))
+		w.logger.Warn("recovered pending entries whose delivery the worker missed", zap.Int("entries", len(msgs)), zap.String("lane", w.lane(g)))
 	}
 	return nil
 }
@@ -693,35 +714,23 @@ func (w *Worker) recoverOwn(fetchCtx context.Context) error {
 // history from the start once.
 func (w *Worker) drainOwn(fetchCtx, workCtx context.Context) error {
 	for _, g := range w.groups() {
-		err := w.eachOwnPage(fetchCtx, g, func(msgs []stream.Entry) error {
+		start := "0"
+		for fetchCtx.Err() == nil {
+			msgs, err := w.read(fetchCtx, g, start, w.batchSize(), -1)
+			if err != nil {
+				return err
+			}
+			if len(msgs) == 0 {
+				break
+			}
+			start = msgs[len(msgs)-1].ID
 			w.logger.Info("draining own pending entries", zap.Int("entries", len(msgs)), zap.String("lane", w.lane(g)))
 			if err := w.process(fetchCtx, workCtx, g, msgs, nil); err != nil {
 				return err
 			}
-			return w.settle(fetchCtx, workCtx)
-		})
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// eachOwnPage reads this consumer's pending history on g from the start
-// (XREADGROUP from 0), a batch at a time, and passes each page to fn,
-// until the history ends, fetchCtx ends or an error.
-func (w *Worker) eachOwnPage(fetchCtx context.Context, g *stream.Group, fn func([]stream.Entry) error) error {
-	for start := "0"; fetchCtx.Err() == nil; {
-		msgs, err := w.read(fetchCtx, g, start, w.batchSize(), -1)
-		if err != nil {
-			return err
-		}
-		if len(msgs) == 0 {
-			return nil
-		}
-		start = msgs[len(msgs)-1].ID
-		if err := fn(msgs); err != nil {
-			return err
+			if err := w.settle(fetchCtx, workCtx); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

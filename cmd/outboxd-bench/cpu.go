@@ -1,45 +1,26 @@
 package main
 
 import (
-	"bufio"
-	"os"
-	"strconv"
-	"strings"
 	"time"
+
+	"github.com/prometheus/procfs"
 )
 
-// userHZ is the unit of /proc/stat's times: USER_HZ, which Linux fixes at
-// 100 for the /proc interface whatever the kernel's own tick rate
-// (proc(5)).
-const userHZ = 100
-
 // machineCPU returns the CPU time every process of the machine has used
-// since boot: the user, nice, system, irq, softirq and steal columns of
-// /proc/stat's first line (not idle or iowait). It returns 0 where
-// /proc/stat cannot be read (not Linux); a stage then shows no CPU figure.
+// since boot: /proc/stat's user, nice, system, irq, softirq and steal times
+// (not idle or iowait), read with procfs. It returns 0 where /proc/stat
+// cannot be read (not Linux); a stage then shows no CPU figure.
 func machineCPU() time.Duration {
-	f, err := os.Open("/proc/stat")
+	fs, err := procfs.NewDefaultFS()
 	if err != nil {
 		return 0
 	}
-	defer f.Close()
-	line, err := bufio.NewReader(f).ReadString('\n')
+	st, err := fs.Stat()
 	if err != nil {
 		return 0
 	}
-	fields := strings.Fields(line)
-	if len(fields) < 9 || fields[0] != "cpu" {
-		return 0
-	}
-	var ticks int64
-	for _, i := range []int{1, 2, 3, 6, 7, 8} { // user nice system [idle iowait] irq softirq steal
-		n, err := strconv.ParseInt(fields[i], 10, 64)
-		if err != nil {
-			return 0
-		}
-		ticks += n
-	}
-	return time.Duration(ticks) * time.Second / userHZ
+	c := st.CPUTotal
+	return time.Duration((c.User + c.Nice + c.System + c.IRQ + c.SoftIRQ + c.Steal) * float64(time.Second))
 }
 
 // span is what a stage took: the wall time, and the CPU time the whole
