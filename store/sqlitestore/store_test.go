@@ -245,6 +245,9 @@ func TestWriteTx(t *testing.T) {
 			again[i].IdempotencyKey = events[i].IdempotencyKey
 			err := insert(ctx, b.store, again, againEntries)
 			require.ErrorIs(t, err, outbox.ErrDuplicateKey, "row %d", i)
+			// The rows before the failing one stay until the rollback
+			// (INSERT OR FAIL): the stored key is named, not theirs.
+			require.ErrorContains(t, err, strconv.Quote(events[i].IdempotencyKey), "row %d", i)
 			got, err := b.store.LoadEvents(ctx, []string{again[0].ID, again[98].ID})
 			require.NoError(t, err)
 			require.Empty(t, got, "the transaction rolled back as a whole")
@@ -256,11 +259,16 @@ func TestWriteTx(t *testing.T) {
 		b := setup(t)
 		events, entries := records(1, "s", time.Now())
 		require.NoError(t, insert(ctx, b.store, events, entries))
-		again, _ := records(1, "s", time.Now())
-		again[0].ID = events[0].ID
+		// The third row of a 4-row INSERT: the two before it are in the
+		// transaction when it fails, and their keys are not taken.
+		again, _ := records(4, "s", time.Now())
+		again[2].ID = events[0].ID
 		err := insert(ctx, b.store, again, nil)
 		require.Error(t, err)
 		require.NotErrorIs(t, err, outbox.ErrDuplicateKey)
+		got, err := b.store.LoadEvents(ctx, []string{again[0].ID, again[1].ID, again[3].ID})
+		require.NoError(t, err)
+		require.Empty(t, got, "the transaction rolled back as a whole")
 	})
 
 	t.Run("LookupKeys", func(t *testing.T) {

@@ -36,12 +36,20 @@ var insertRows = [rowsN]int{32, 16, 8, 4, 2, 1}
 const rowsN = 6
 
 // The columns of the two INSERTs, and how many each row binds.
+//
+// Both are INSERT OR FAIL: a failing row ends the statement and keeps the
+// rows before it, where SQLite's default (ABORT) undoes the statement's own
+// rows. Undoing them needs a statement journal, which SQLite writes for every
+// page a multi-row INSERT touches before it knows whether a row will fail
+// (about 5% of ingest's CPU in a batch profile); the transaction is rolled
+// back as a whole after any failure of either INSERT anyway (outbox.Tx), so
+// nothing of the partial statement is ever committed.
 const (
-	insertEventHead = `INSERT INTO events (id, idempotency_key, source_key, device_key, type, occurred_at,
+	insertEventHead = `INSERT OR FAIL INTO events (id, idempotency_key, source_key, device_key, type, occurred_at,
 		payload, content_hash, created_at, synced_at, last_requeued_at, requeue_count, sync_failure, failure_category,
 		traceparent) VALUES `
 	insertEventArgs = 15
-	insertEntryHead = `INSERT INTO outbox (event_id, stream, message, created_at, dispatched_at, traceparent, partition) VALUES `
+	insertEntryHead = `INSERT OR FAIL INTO outbox (event_id, stream, message, created_at, dispatched_at, traceparent, partition) VALUES `
 	insertEntryArgs = 7
 )
 
@@ -67,7 +75,7 @@ var txQueries = func() (q [stmtCount]string) {
 	q[stmtLookupKeys] = `SELECT idempotency_key, id, content_hash FROM events
 		WHERE idempotency_key IN (SELECT value FROM json_each(?))`
 	// Index events_idempotency_key.
-	q[stmtKeyExists] = `SELECT 1 FROM events WHERE idempotency_key = ?`
+	q[stmtKeyExists] = `SELECT 1 FROM events WHERE idempotency_key = ? AND id <> ?`
 	for i, n := range insertRows {
 		q[stmtInsertEvents+i] = insertEventHead + valuesList(n, insertEventArgs)
 		q[stmtInsertEntries+i] = insertEntryHead + valuesList(n, insertEntryArgs)
@@ -265,7 +273,7 @@ func (w *txWriter) LookupKeys(ctx context.Context, keys []string) (map[string]ou
 
 // InsertEvents inserts originals. A key already stored fails it with an
 // error wrapping outbox.ErrDuplicateKey; the transaction must then be rolled
-// back (the originals before the failing statement are inserted).
+// back (the originals before the failing one are inserted).
 func (w *txWriter) InsertEvents(ctx context.Context, events []outbox.Event) error {
 	for len(events) > 0 {
 		n, i := nextInsert(len(events))
@@ -304,10 +312,11 @@ func (w *txWriter) insertFailed(ctx context.Context, events []outbox.Event, err 
 	if isUniqueViolation(err) {
 		// The id or a key is taken. Which one is read from the table,
 		// never from the message; a constraint failure ends only the
-		// statement (none of its rows stays), so the transaction can
-		// still read.
+		// statement, so the transaction can still read. The statement's
+		// rows before the failing one stay (INSERT OR FAIL), so a key
+		// counts as taken only by an original of another id.
 		for _, ev := range events {
-			if dup, lookErr := w.keyExists(ctx, ev.IdempotencyKey); lookErr == nil && dup {
+			if dup, lookErr := w.keyExists(ctx, ev.IdempotencyKey, ev.ID); lookErr == nil && dup {
 				return fmt.Errorf("error inserting original with idempotency key %q: %w", ev.IdempotencyKey, outbox.ErrDuplicateKey)
 			}
 		}
@@ -318,14 +327,15 @@ func (w *txWriter) insertFailed(ctx context.Context, events []outbox.Event, err 
 	return w.s.fail(fmt.Sprintf("inserting %d originals from %s", len(events), events[0].ID), err)
 }
 
-// keyExists reports whether an original with idempotency key is stored.
-func (w *txWriter) keyExists(ctx context.Context, key string) (bool, error) {
+// keyExists reports whether an original with idempotency key and another
+// id than id is stored.
+func (w *txWriter) keyExists(ctx context.Context, key, id string) (bool, error) {
 	st, err := w.stmt(ctx, stmtKeyExists)
 	if err != nil {
 		return false, err
 	}
 	var one int
-	err = st.QueryRowContext(ctx, key).Scan(&one)
+	err = st.QueryRowContext(ctx, key, id).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil
 	}
