@@ -273,7 +273,9 @@ func (w *Writer) retryTx(ctx context.Context, fn func(ctx context.Context, tx Tx
 // caller's own writes commit or abort together with them. tx comes from the
 // store: mongostore.Store.Tx for a MongoDB session, sqlitestore.Store.Tx for
 // a *sql.Tx. A concurrent writer of the same key makes it fail with an error
-// wrapping ErrDuplicateKey; run the whole transaction again then.
+// wrapping ErrDuplicateKey; run the whole transaction again then. After
+// any error, roll the transaction back: some of the inputs may have been
+// written before the failure.
 func (w *Writer) WriteInTx(ctx context.Context, tx Tx, inputs []Input) ([]Result, error) {
 	prep, err := w.prepareAll(inputs)
 	if err != nil {
