@@ -92,6 +92,30 @@ func entries(msgs []redis.XMessage) []Entry {
 	return out
 }
 
+// byID reads the entries ids of the stream key in one round trip (an
+// XRANGE of each id), in the order of ids; an id without an entry (never
+// added, trimmed or deleted) gives an Entry with that id and nil Values.
+func (c *Client) byID(ctx context.Context, key string, ids []string) ([]Entry, error) {
+	cmds := make([]*redis.XMessageSliceCmd, len(ids))
+	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = p.XRangeN(ctx, key, id, id, 1)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Entry, len(ids))
+	for i, id := range ids {
+		out[i] = Entry{ID: id}
+		if msgs := cmds[i].Val(); len(msgs) == 1 {
+			out[i].Values = msgs[0].Values
+		}
+	}
+	return out, nil
+}
+
 // IDTime returns the time in a stream entry id ("<milliseconds>-<sequence>"):
 // when Redis added the entry.
 func IDTime(id string) (time.Time, bool) {

@@ -6,8 +6,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -126,20 +124,14 @@ func (c *Client) DeadLetters(ctx context.Context, keys Keys, after string, n int
 // DeadLettersByID reads the dead letters of ids in one round trip; an id
 // without an entry is nil. Every id must be an entry id (IDTime).
 func (c *Client) DeadLettersByID(ctx context.Context, keys Keys, ids []string) ([]*DeadLetter, error) {
-	cmds := make([]*redis.XMessageSliceCmd, len(ids))
-	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, id := range ids {
-			cmds[i] = p.XRangeN(ctx, keys.DLQ(), id, id, 1)
-		}
-		return nil
-	})
+	es, err := c.byID(ctx, keys.DLQ(), ids)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]*DeadLetter, len(ids))
-	for i, cmd := range cmds {
-		if msgs := cmd.Val(); len(msgs) == 1 {
-			d := decodeDeadLetter(entries(msgs)[0])
+	for i, e := range es {
+		if e.Values != nil {
+			d := decodeDeadLetter(e)
 			out[i] = &d
 		}
 	}

@@ -160,29 +160,12 @@ func (g *Group) OwnPending(ctx context.Context, after string, count int) ([]stri
 	return ids, nil
 }
 
-// Entries reads the entries ids of the stream (one XRANGE each, in one
-// round trip), in the order of ids; an entry whose data is gone (trimmed or
-// deleted) comes back without values, as from a read of the pending
-// history. It changes nothing in the group.
+// Entries reads the entries ids of the stream, in one round trip, in the
+// order of ids; an entry whose data is gone (trimmed or deleted) comes back
+// without values, as from a read of the pending history. It changes nothing
+// in the group.
 func (g *Group) Entries(ctx context.Context, ids []string) ([]Entry, error) {
-	cmds := make([]*redis.XMessageSliceCmd, len(ids))
-	_, err := g.c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, id := range ids {
-			cmds[i] = p.XRange(ctx, g.keys.Stream(), id, id)
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	out := make([]Entry, len(ids))
-	for i, id := range ids {
-		out[i] = Entry{ID: id}
-		if msgs := cmds[i].Val(); len(msgs) == 1 {
-			out[i].Values = msgs[0].Values
-		}
-	}
-	return out, nil
+	return g.c.byID(ctx, g.keys.Stream(), ids)
 }
 
 // Budgets returns, for each entry id, how many of its deliveries failed

@@ -177,10 +177,10 @@ func (s *Store) WriteTx(ctx context.Context, fn func(ctx context.Context, tx out
 // Begin tx on DB(), the write pool; a tx of another *sql.DB fails at its
 // first use. While tx is open, do not call the Store's writing methods (they
 // wait for the connection tx holds). After an error of InsertEvents or
-// InsertEntries roll tx back (some rows of the call may be in it); one
-// wrapping outbox.ErrDuplicateKey means: roll back and run the whole
-// transaction again. The caller commits, so the store does not see the commit: feeds see
-// the entries at their next poll rather than at once.
+// InsertEntries roll tx back (some rows of the call may be in it); after one
+// wrapping outbox.ErrDuplicateKey, run the whole transaction again. The
+// caller commits, so the store does not see the commit: feeds see the
+// entries at their next poll rather than at once.
 func (s *Store) Tx(tx *sql.Tx) outbox.Tx {
 	return &txWriter{s: s, tx: tx, stmts: s.readyStmts()}
 }
