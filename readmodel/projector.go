@@ -58,6 +58,18 @@ func (p *Projector) Project(ctx context.Context, tx pgx.Tx, events []*outbox.Eve
 	return nil
 }
 
+// QueueProject queues Project's statement on b (worker.PipelinedProjector):
+// the worker sends it with the transaction's BEGIN and COMMIT in one round
+// trip.
+func (p *Projector) QueueProject(b *pgx.Batch, events []*outbox.Event) error {
+	rows, err := projectRows(events)
+	if err != nil {
+		return err
+	}
+	b.Queue(projectSQL, rows.args()...)
+	return nil
+}
+
 // rowSet holds a batch as column arrays for unnest.
 type rowSet struct {
 	ids, keys, sources, devices, types, payloads []string

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -397,17 +398,15 @@ func (w *Worker) project(ctx context.Context, events []*outbox.Event) (failed ma
 
 // projectTx runs the projector in one transaction through the PostgreSQL
 // circuit breaker, again after a serialization failure or deadlock. The
-// transaction begins with its lock and statement timeouts (beginSQL); one
-// that ends on either is counted.
+// transaction begins with its lock and statement timeouts
+// (beginStatements); one that ends on either is counted.
 func (w *Worker) projectTx(ctx context.Context, events []*outbox.Event) error {
 	started := time.Now()
 	defer func() { w.metrics.projection.Observe(time.Since(started).Seconds()) }()
 	_, err := w.pgBreaker.Execute(func() (struct{}, error) {
 		var err error
 		for attempt := 1; attempt <= w.cfg.TxAttempts; attempt++ {
-			err = pgx.BeginTxFunc(ctx, w.pool, pgx.TxOptions{BeginQuery: w.beginSQL}, func(tx pgx.Tx) error {
-				return w.cfg.Projector.Project(ctx, tx, events)
-			})
+			err = w.projectOnce(ctx, events)
 			if kind := timeoutOf(ctx, err); kind != "" {
 				w.metrics.pgTimeouts.WithLabelValues(kind).Inc()
 				w.logger.Warn("projection transaction timed out; retrying", zap.String("timeout", kind),
@@ -425,6 +424,93 @@ func (w *Worker) projectTx(ctx context.Context, events []*outbox.Event) error {
 		w.streak.Succeed(failpolicy.SourcePostgres) // PostgreSQL answered
 	}
 	return from(failpolicy.SourcePostgres, err)
+}
+
+// projectOnce runs one projection transaction: in one round trip when the
+// projector is a PipelinedProjector and the connections cache statements
+// (projectPipelined), else as a pgx.Tx that Project writes through.
+func (w *Worker) projectOnce(ctx context.Context, events []*outbox.Event) error {
+	if p, ok := w.cfg.Projector.(PipelinedProjector); ok && w.pipelines {
+		return w.projectPipelined(ctx, p, events)
+	}
+	return pgx.BeginTxFunc(ctx, w.pool, pgx.TxOptions{BeginQuery: w.beginSQL}, func(tx pgx.Tx) error {
+		return w.cfg.Projector.Project(ctx, tx, events)
+	})
+}
+
+// projectPipelined sends the whole transaction (BEGIN and its timeouts,
+// p's statements, COMMIT) as one pipeline, so it costs one round trip
+// where a pgx.Tx costs three: on a busy machine every round trip waits for
+// PostgreSQL and then the worker to be scheduled again. The pipeline ends
+// with one Sync: when a statement fails, PostgreSQL skips the rest of it,
+// COMMIT included, and leaves the transaction aborted; it is then rolled
+// back here, so that the connection goes back to the pool idle (a
+// connection left in a transaction would be closed by the pool).
+func (w *Worker) projectPipelined(ctx context.Context, p PipelinedProjector, events []*outbox.Event) error {
+	b := &pgx.Batch{}
+	for _, q := range w.begin {
+		b.Queue(q)
+	}
+	if err := p.QueueProject(b, events); err != nil {
+		return err
+	}
+	b.Queue("COMMIT")
+	conn, err := w.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	if err := w.prepareStatements(ctx, conn.Conn(), b); err != nil {
+		return err
+	}
+	err = conn.SendBatch(ctx, b).Close()
+	if err != nil && !conn.Conn().IsClosed() && conn.Conn().PgConn().TxStatus() != 'I' {
+		_, _ = conn.Exec(ctx, "ROLLBACK")
+	}
+	return err
+}
+
+// preparedKey is the key, in a connection's CustomData, of the statements
+// prepareStatements prepared on it (a map[string]bool of their SQL).
+const preparedKey = "outboxd.worker.prepared"
+
+// prepareStatements prepares on conn the statements of b it has not
+// prepared there yet, inside a transaction that begins with the
+// projection's timeouts. pgx would otherwise prepare a statement new to the
+// connection in a round trip of its own before the pipeline, outside the
+// transaction and its lock_timeout: preparing an INSERT takes a lock on its
+// table, and a lock another transaction holds would hold the worker with no
+// timeout. A pipeline uses the statements prepared with their SQL as name.
+func (w *Worker) prepareStatements(ctx context.Context, conn *pgx.Conn, b *pgx.Batch) error {
+	done, _ := conn.PgConn().CustomData()[preparedKey].(map[string]bool)
+	var missing []string
+	for _, q := range b.QueuedQueries {
+		if !done[q.SQL] && !slices.Contains(missing, q.SQL) {
+			missing = append(missing, q.SQL)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	err := pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{BeginQuery: w.beginSQL}, func(tx pgx.Tx) error {
+		for _, q := range missing {
+			if _, err := tx.Conn().Prepare(ctx, q, q); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if done == nil {
+		done = map[string]bool{}
+		conn.PgConn().CustomData()[preparedKey] = done
+	}
+	for _, q := range missing {
+		done[q] = true
+	}
+	return nil
 }
 
 // judgement is what becomes of the entries of failing events.
@@ -513,20 +599,27 @@ func (w *Worker) tuneBatch(ctx context.Context, n int, d time.Duration, err erro
 	}
 }
 
-// beginSQL is the statement that begins a projection transaction with
-// PostgreSQL's lock_timeout and statement_timeout for the transaction
-// (SET LOCAL; TimeoutOff leaves one out), in one round trip.
-func beginSQL(lock, statement time.Duration) string {
-	q := "BEGIN"
+// beginStatements are the statements that begin a projection transaction
+// with PostgreSQL's lock_timeout and statement_timeout for the transaction
+// (SET LOCAL; TimeoutOff leaves one out). beginSQL joins them into the one
+// simple query a pgx.Tx begins with; the pipelined transaction queues them
+// one by one (the extended protocol takes one statement per query).
+func beginStatements(lock, statement time.Duration) []string {
+	q := []string{"BEGIN"}
 	for _, t := range []struct {
 		name string
 		d    time.Duration
 	}{{"lock_timeout", lock}, {"statement_timeout", statement}} {
 		if t.d != TimeoutOff {
-			q += fmt.Sprintf("; SET LOCAL %s = %d", t.name, max(t.d.Milliseconds(), 1))
+			q = append(q, fmt.Sprintf("SET LOCAL %s = %d", t.name, max(t.d.Milliseconds(), 1)))
 		}
 	}
 	return q
+}
+
+// beginSQL is beginStatements as one query, in one round trip.
+func beginSQL(lock, statement time.Duration) string {
+	return strings.Join(beginStatements(lock, statement), "; ")
 }
 
 // recordBackoff is the pause after a record's n-th failed delivery:

@@ -38,3 +38,16 @@ type ProjectorFunc func(ctx context.Context, tx pgx.Tx, events []*outbox.Event) 
 func (f ProjectorFunc) Project(ctx context.Context, tx pgx.Tx, events []*outbox.Event) error {
 	return f(ctx, tx, events)
 }
+
+// PipelinedProjector is a Projector that can also queue its writes on a
+// pgx.Batch, none of them depending on a result of another: the worker then
+// sends the whole transaction (BEGIN with its timeouts, the queued
+// statements, COMMIT) as one pipeline, in one round trip instead of three or
+// more. QueueProject must queue what Project writes; the worker calls it
+// instead of Project, under the same rules (once per attempt, retried after
+// a serialization failure or deadlock, errors classified alike). The
+// default, readmodel's Projector, is one.
+type PipelinedProjector interface {
+	Projector
+	QueueProject(b *pgx.Batch, events []*outbox.Event) error
+}

@@ -177,11 +177,19 @@ func TestTraceFollowsOneEvent(t *testing.T) {
 			require.Equal(t, st.Kind(), testkit.SpanAttr(write, "db.system.name"))
 			require.Subset(t, children(write, all), []string{"store.LookupKeys", "store.InsertEvents", "store.InsertEntries"})
 			require.Subset(t, children(relay, all), []string{"store.MarkRelayed"})
-			require.Subset(t, children(project, all), []string{"store.LoadEvents", "BEGIN", "WITH", "COMMIT", "store.MarkSynced"})
+			// The projection transaction is one pipeline (worker.PipelinedProjector):
+			// one span, its statements as events.
+			require.Subset(t, children(project, all), []string{"store.LoadEvents", "BATCH", "store.MarkSynced"})
 			for _, s := range all {
-				if s.Parent.SpanID() == project.SpanContext.SpanID() && s.Name == "WITH" {
+				if s.Parent.SpanID() == project.SpanContext.SpanID() && s.Name == "BATCH" {
 					require.Equal(t, "postgresql", testkit.SpanAttr(s, "db.system.name"))
 					require.Equal(t, b.pg.Name, testkit.SpanAttr(s, "db.namespace"))
+					require.Equal(t, "5", testkit.SpanAttr(s, "db.operation.batch.size"))
+					var ops []string
+					for _, ev := range s.Events {
+						ops = append(ops, ev.Name)
+					}
+					require.Equal(t, []string{"BEGIN", "SET", "SET", "WITH", "COMMIT"}, ops)
 				}
 			}
 			requireNoPayload(t, all)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sony/gobreaker/v2"
 	"go.uber.org/zap"
@@ -68,8 +69,16 @@ type Worker struct {
 	pgBreaker    *gobreaker.CircuitBreaker[struct{}]
 	storeBreaker *gobreaker.CircuitBreaker[struct{}]
 	streak       *failpolicy.Streak
-	// beginSQL begins a projection transaction with its timeouts.
+	// beginSQL begins a projection transaction with its timeouts; begin
+	// are its statements one by one (beginStatements).
 	beginSQL string
+	begin    []string
+	// pipelines: the pool's connections cache prepared statements (pgx's
+	// default_query_exec_mode cache_statement, the default, or
+	// cache_describe), so a PipelinedProjector's transactions go in one
+	// round trip (projectPipelined). In the other modes, chosen for a
+	// connection pooler, they go as a pgx.Tx.
+	pipelines bool
 	// elector holds the partition's lease of an Ordered worker; nil
 	// otherwise.
 	elector *leader.Elector
@@ -133,6 +142,9 @@ func New(st store.Store, rc *stream.Client, pool *pgxpool.Pool, cfg *Config, log
 	w := &Worker{
 		st: st, rc: rc, group: rc.Group(keys, c.Consumer), replay: rc.Group(keys.ReplayLane(), c.Consumer), limiter: c.ReplayLimiter,
 		pool: pool, cfg: c, metrics: m, wake: make(chan struct{}, 1), beginSQL: beginSQL(c.LockTimeout, c.StatementTimeout),
+		begin: beginStatements(c.LockTimeout, c.StatementTimeout),
+		pipelines: slices.Contains([]pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe},
+			pool.Config().ConnConfig.DefaultQueryExecMode),
 		logger: logger.Named("worker").With(zap.String("stream", c.Stream), zap.String("group", c.Group), zap.String("consumer", c.Consumer)),
 	}
 	w.size.Store(int64(c.BatchSize))

@@ -42,20 +42,61 @@ func Postgres(cfg *pgxpool.Config) {
 	}
 }
 
-// Tracer is a pgx.QueryTracer: a span per statement (BEGIN, the
-// projector's statements, COMMIT) under a recording span of its context,
-// with the semantic conventions of a PostgreSQL client call. It records the
-// statement's first keyword (db.operation.name) and, on failure, its
-// SQLSTATE (db.response.status_code); never the query's text or its
-// arguments (they hold payloads).
+// Tracer is a pgx.QueryTracer and BatchTracer: a span per statement
+// (BEGIN, a custom projector's statements, COMMIT) or pipeline under a
+// recording span of its context, with the semantic conventions of a
+// PostgreSQL client call. It records the statement's first keyword
+// (db.operation.name) and, on failure, its SQLSTATE
+// (db.response.status_code); never the query's text or its arguments (they
+// hold payloads).
 type Tracer struct{}
 
 var _ pgx.QueryTracer = Tracer{}
 
+var _ pgx.BatchTracer = Tracer{}
+
 // TraceQueryStart starts the span of a statement.
 func (Tracer) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	return start(ctx, conn, operation(data.SQL))
+}
+
+// TraceQueryEnd ends the span of a statement.
+func (Tracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryEndData) {
+	end(ctx, data.Err)
+}
+
+// TraceBatchStart starts the span of a pipeline (the worker's projection
+// transaction: BEGIN, its timeouts, the projector's statements and COMMIT
+// in one round trip), named BATCH as the semantic conventions name a batch
+// of different operations, with db.operation.batch.size; each statement
+// becomes an event of it (TraceBatchQuery).
+func (Tracer) TraceBatchStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceBatchStartData) context.Context {
+	return start(ctx, conn, "BATCH", semconv.DBOperationBatchSize(data.Batch.Len()))
+}
+
+// TraceBatchQuery adds a statement of a pipeline to its span: an event
+// named by its first keyword, with its SQLSTATE when it failed.
+func (Tracer) TraceBatchQuery(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchQueryData) {
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return
+	}
 	op := operation(data.SQL)
-	attrs := []attribute.KeyValue{semconv.DBSystemNamePostgreSQL, semconv.DBOperationName(op)}
+	attrs := []attribute.KeyValue{semconv.DBOperationName(op)}
+	if code := sqlState(data.Err); code != "" {
+		attrs = append(attrs, semconv.DBResponseStatusCode(code))
+	}
+	span.AddEvent(op, trace.WithAttributes(attrs...))
+}
+
+// TraceBatchEnd ends the span of a pipeline.
+func (Tracer) TraceBatchEnd(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchEndData) {
+	end(ctx, data.Err)
+}
+
+// start starts the client span op of a call on conn.
+func start(ctx context.Context, conn *pgx.Conn, op string, extra ...attribute.KeyValue) context.Context {
+	attrs := append([]attribute.KeyValue{semconv.DBSystemNamePostgreSQL, semconv.DBOperationName(op)}, extra...)
 	if c := conn.Config(); c != nil {
 		attrs = append(attrs, semconv.DBNamespace(c.Database), semconv.ServerAddress(c.Host), semconv.ServerPort(int(c.Port)))
 	}
@@ -63,17 +104,25 @@ func (Tracer) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data pgx.Trac
 	return ctx
 }
 
-// TraceQueryEnd ends the span of a statement.
-func (Tracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryEndData) {
+// end ends the span of ctx (start's) with err and its SQLSTATE.
+func end(ctx context.Context, err error) {
 	span := trace.SpanFromContext(ctx)
 	if !span.IsRecording() {
 		return
 	}
-	var pgErr *pgconn.PgError
-	if errors.As(data.Err, &pgErr) {
-		span.SetAttributes(semconv.DBResponseStatusCode(pgErr.Code))
+	if code := sqlState(err); code != "" {
+		span.SetAttributes(semconv.DBResponseStatusCode(code))
 	}
-	tracing.End(span, data.Err)
+	tracing.End(span, err)
+}
+
+// sqlState returns the SQLSTATE of a PostgreSQL error, "" for any other.
+func sqlState(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	return ""
 }
 
 // operation returns the first keyword of a statement, upper-cased
