@@ -264,11 +264,11 @@ func (r *replayRun) phase(ctx context.Context, name string, during func(context.
 	}, r.p); err != nil {
 		return ph, err
 	}
-	lat, err := syncLatencies(ctx, r.path, ids, starts)
+	ts, err := syncTimes(ctx, r.path, ids, starts)
 	if err != nil {
 		return ph, err
 	}
-	s := summarize(lat)
+	s := summarize(latencies(ts))
 	ph.LiveEvents, ph.P50Ms, ph.P95Ms, ph.P99Ms, ph.MaxMs = s.n, s.p50, s.p95, s.p99, s.maxValue
 	if took > 0 {
 		ph.ReplaySeconds, ph.ReplayEventsPerSecond = took.Seconds(), perSecond(r.b.n, took)

@@ -67,6 +67,8 @@ type Latency struct {
 	Worker *WorkerBatches `json:"worker,omitempty"`
 	// Histogram counts the events by latency range (the chart's).
 	Histogram []LatencyBucket `json:"histogram"`
+	// Hops is ingest → syncedAt split by the pipeline's hops.
+	Hops *Hops `json:"hops,omitempty"`
 }
 
 // Chunk is the dispatcher and one worker at one batch size.
@@ -179,6 +181,9 @@ func (r *Results) Print(w io.Writer) {
 		printWriter(w, "latency", l.Writer)
 		if l.Worker != nil {
 			fmt.Fprintf(w, "latency worker: %s\n", l.Worker)
+		}
+		if l.Hops != nil {
+			fmt.Fprintf(w, "latency %s\n", l.Hops)
 		}
 	}
 	if len(r.Chunks) > 0 {

@@ -451,6 +451,11 @@ func (b *bench) latency(ctx context.Context) error {
 	if err == nil {
 		err = b.waitSynced(ctx, stageLatency, path, stream, group, n, p)
 	}
+	var added map[string]time.Time
+	if err == nil {
+		// Before the stream is trimmed (--stream-retention, 1m).
+		added, err = addedTimes(ctx, b.be.rdb, stream)
+	}
 	var m scraped
 	if err == nil {
 		m, err = scrapeMetrics(ctx, p)
@@ -464,10 +469,11 @@ func (b *bench) latency(ctx context.Context) error {
 		return err
 	}
 	b.res.notePeak(stageLatency, rss)
-	lat, err := syncLatencies(ctx, path, ids, starts)
+	ts, err := syncTimes(ctx, path, ids, starts)
 	if err != nil {
 		return err
 	}
+	lat := latencies(ts)
 	s, req := summarize(lat), summarize(res.latencies)
 	b.res.Latency = &Latency{OfferedEventsPerSecond: latencyRate, AchievedEventsPerSecond: perSecond(n, res.elapsed), Events: n,
 		P50Ms: s.p50, P95Ms: s.p95, P99Ms: s.p99, MaxMs: s.maxValue, RequestP99Ms: req.p99, PeakRssBytes: rss, GroupSizes: m.groups, Writer: m.writer, Worker: m.worker, Histogram: latencyHistogram(lat)}
@@ -476,6 +482,9 @@ func (b *bench) latency(ctx context.Context) error {
 	printWriter(b.out, "  "+stageLatency, m.writer)
 	if m.worker != nil {
 		fmt.Fprintf(b.out, "  %s worker: %s\n", stageLatency, m.worker)
+	}
+	if b.res.Latency.Hops = hopsOf(withAdded(ts, added)); b.res.Latency.Hops != nil {
+		fmt.Fprintf(b.out, "  %s %s\n", stageLatency, b.res.Latency.Hops)
 	}
 	return nil
 }
@@ -499,15 +508,15 @@ func (b *bench) httpCeiling(ctx context.Context, p *proc) error {
 	return nil
 }
 
-// syncLatencies reads the syncedAt of ids from the SQLite file path and
-// returns syncedAt − starts[i] for each.
-func syncLatencies(ctx context.Context, path string, ids []string, starts []time.Time) ([]time.Duration, error) {
+// syncTimes reads the createdAt and syncedAt of ids from the SQLite file
+// path, beside starts[i], the start of each one's request.
+func syncTimes(ctx context.Context, path string, ids []string, starts []time.Time) ([]eventTimes, error) {
 	st, err := openStore(ctx, path)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = st.Close(context.Background()) }()
-	out := make([]time.Duration, 0, len(ids))
+	out := make([]eventTimes, 0, len(ids))
 	const chunk = 1000
 	for i := 0; i < len(ids); i += chunk {
 		loaded, err := st.LoadEvents(ctx, ids[i:min(i+chunk, len(ids))])
@@ -524,10 +533,19 @@ func syncLatencies(ctx context.Context, path string, ids []string, starts []time
 			case l.Event.SyncedAt == nil:
 				return nil, fmt.Errorf("%s: original %s is not synced", stageLatency, ids[j])
 			}
-			out = append(out, l.Event.SyncedAt.Sub(starts[j]))
+			out = append(out, eventTimes{id: ids[j], start: starts[j], created: l.Event.CreatedAt, synced: *l.Event.SyncedAt})
 		}
 	}
 	return out, nil
+}
+
+// latencies returns syncedAt − the request's start of each of ts.
+func latencies(ts []eventTimes) []time.Duration {
+	out := make([]time.Duration, len(ts))
+	for i, t := range ts {
+		out[i] = t.synced.Sub(t.start)
+	}
+	return out
 }
 
 // chunkTable runs the dispatcher and worker-1 stages, and their raw
