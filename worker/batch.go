@@ -11,6 +11,7 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
 
 	"github.com/outboxd/outboxd/internal/failpolicy"
@@ -426,27 +427,42 @@ func (w *Worker) projectTx(ctx context.Context, events []*outbox.Event) error {
 	return from(failpolicy.SourcePostgres, err)
 }
 
-// projectOnce runs one projection transaction: in one round trip when the
-// projector is a PipelinedProjector and the connections cache statements
-// (projectPipelined), else as a pgx.Tx that Project writes through.
+// projectOnce runs one projection transaction on a connection of the
+// pool: in one round trip when the projector is a PipelinedProjector and
+// the connections cache statements (projectPipelined), else as a pgx.Tx
+// that Project writes through. A connection that lost its prepared
+// statements (26000: DEALLOCATE or DISCARD ALL behind the worker's back, by
+// a pooler or a hook) is closed, so that the retry (an infrastructure
+// failure) prepares them on another.
 func (w *Worker) projectOnce(ctx context.Context, events []*outbox.Event) error {
-	if p, ok := w.cfg.Projector.(PipelinedProjector); ok && w.pipelines {
-		return w.projectPipelined(ctx, p, events)
+	conn, err := w.pool.Acquire(ctx)
+	if err != nil {
+		return err
 	}
-	return pgx.BeginTxFunc(ctx, w.pool, pgx.TxOptions{BeginQuery: w.beginSQL}, func(tx pgx.Tx) error {
-		return w.cfg.Projector.Project(ctx, tx, events)
-	})
+	defer conn.Release()
+	if p, ok := w.cfg.Projector.(PipelinedProjector); ok && w.pipelines {
+		err = w.projectPipelined(ctx, conn.Conn(), p, events)
+	} else {
+		err = pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{BeginQuery: w.beginSQL}, func(tx pgx.Tx) error {
+			return w.cfg.Projector.Project(ctx, tx, events)
+		})
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "26000" {
+		_ = conn.Conn().Close(ctx)
+	}
+	return err
 }
 
 // projectPipelined sends the whole transaction (BEGIN and its timeouts,
-// p's statements, COMMIT) as one pipeline, so it costs one round trip
-// where a pgx.Tx costs three: on a busy machine every round trip waits for
-// PostgreSQL and then the worker to be scheduled again. The pipeline ends
-// with one Sync: when a statement fails, PostgreSQL skips the rest of it,
-// COMMIT included, and leaves the transaction aborted; it is then rolled
-// back here, so that the connection goes back to the pool idle (a
-// connection left in a transaction would be closed by the pool).
-func (w *Worker) projectPipelined(ctx context.Context, p PipelinedProjector, events []*outbox.Event) error {
+// p's statements, COMMIT) on conn as one pipeline, so it costs one round
+// trip where a pgx.Tx costs three: on a busy machine every round trip
+// waits for PostgreSQL and then the worker to be scheduled again. The
+// pipeline ends with one Sync: when a statement fails, PostgreSQL skips the
+// rest of it, COMMIT included, and leaves the transaction aborted; it is
+// then rolled back here, so that the connection goes back to the pool idle
+// (a connection left in a transaction would be closed by the pool).
+func (w *Worker) projectPipelined(ctx context.Context, conn *pgx.Conn, p PipelinedProjector, events []*outbox.Event) error {
 	b := &pgx.Batch{}
 	for _, q := range w.begin {
 		b.Queue(q)
@@ -455,16 +471,11 @@ func (w *Worker) projectPipelined(ctx context.Context, p PipelinedProjector, eve
 		return err
 	}
 	b.Queue("COMMIT")
-	conn, err := w.pool.Acquire(ctx)
-	if err != nil {
+	if err := w.prepareStatements(ctx, conn, b); err != nil {
 		return err
 	}
-	defer conn.Release()
-	if err := w.prepareStatements(ctx, conn.Conn(), b); err != nil {
-		return err
-	}
-	err = conn.SendBatch(ctx, b).Close()
-	if err != nil && !conn.Conn().IsClosed() && conn.Conn().PgConn().TxStatus() != 'I' {
+	err := conn.SendBatch(ctx, b).Close()
+	if err != nil && !conn.IsClosed() && conn.PgConn().TxStatus() != 'I' {
 		_, _ = conn.Exec(ctx, "ROLLBACK")
 	}
 	return err

@@ -144,8 +144,10 @@ func pgClass(code string) class {
 	// (57), system (58), object in use and lock timeouts (55), a schema
 	// missing or changed (42, 3D, 3F: a deploy fault, pause rather than
 	// park everything), transaction state (25, 40), authorization (28),
-	// unsupported features (0A), internal errors (XX).
-	case hasAnyPrefix(code, "08", "53", "57", "58", "55", "42", "3D", "3F", "25", "40", "28", "0A", "XX"):
+	// unsupported features (0A), a prepared statement gone (26: the
+	// connection was reset under the worker, DEALLOCATE or DISCARD ALL by a
+	// pooler or a hook), internal errors (XX).
+	case hasAnyPrefix(code, "08", "53", "57", "58", "55", "42", "3D", "3F", "25", "40", "28", "0A", "26", "XX"):
 		return classInfra
 	}
 	return classUnknown

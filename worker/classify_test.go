@@ -64,6 +64,7 @@ func TestClassify(t *testing.T) {
 		{"PostgresLockTimeout", pg("55P03"), classInfra, "postgres_55P03", failpolicy.ClassInfrastructure},
 		{"PostgresUndefinedTable", pg("42P01"), classInfra, "postgres_42P01", failpolicy.ClassInfrastructure},
 		{"PostgresInternal", pg("XX000"), classInfra, "postgres_XX000", failpolicy.ClassInfrastructure},
+		{"PreparedStatementGone", pg("26000"), classInfra, "postgres_26000", failpolicy.ClassInfrastructure},
 		{"Serialization", pg("40001"), classTxRetry, "postgres_40001", failpolicy.ClassInfrastructure},
 		{"Deadlock", pg("40P01"), classTxRetry, "postgres_40P01", failpolicy.ClassInfrastructure},
 		{"DataException", pg("22P02"), classRecord, "postgres_22P02", failpolicy.ClassRecord},

@@ -12,6 +12,7 @@ import (
 
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/readmodel"
 	"github.com/outboxd/outboxd/worker"
 )
 
@@ -66,6 +67,43 @@ func TestWorkerPipelinedTransaction(t *testing.T) {
 		b.check(t)
 		require.Equal(t, int64(1), pool.Stat().NewConnsCount(), "the failed transactions were rolled back on their connection, not dropped with it")
 	})
+
+	// A pooler or a hook that deallocates the connection's prepared
+	// statements between two transactions: the next transaction fails with
+	// 26000, an infrastructure failure charged to no record; the worker
+	// closes that connection and the retry prepares them on a new one. The
+	// same for the pipeline's statements and for those pgx caches for a
+	// pgx.Tx (a custom projector).
+	for name, projector := range map[string]worker.Projector{
+		"Pipelined": readmodel.NewProjector(),
+		"Tx": worker.ProjectorFunc(func(ctx context.Context, tx pgx.Tx, events []*outbox.Event) error {
+			return readmodel.NewProjector().Project(ctx, tx, events)
+		}),
+	} {
+		t.Run("PreparedStatementsGone/"+name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			reg := prometheus.NewRegistry()
+			pool := b.onePool(t, pgx.QueryExecModeCacheStatement)
+			cfg := b.config("c")
+			cfg.Registerer, cfg.MaxDeliveries, cfg.Projector = reg, 1, projector
+			first := b.write(t, "d1", 3)
+			b.publish(t, first...)
+			b.startOn(t, pool, cfg)
+			b.events = first
+			b.waitConverged(t)
+			_, err := pool.Exec(ctx, "DEALLOCATE ALL", pgx.QueryExecModeSimpleProtocol)
+			require.NoError(t, err)
+			second := b.write(t, "d2", 3)
+			b.publish(t, second...)
+			b.events = append(first, second...)
+			b.waitConverged(t)
+			b.check(t)
+			require.Zero(t, b.rdb.XLen(ctx, b.keys().DLQ()).Val(), "nothing charged to the records")
+			require.Equal(t, int64(2), pool.Stat().NewConnsCount(), "the reset connection closed, one new")
+			require.Equal(t, 1.0, testkit.Metric(t, reg, "outboxd_worker_retries_total", "reason", "infrastructure"))
+		})
+	}
 
 	// In every query mode of pgx: the cache modes pipeline the transaction
 	// (preparing its statements inside a transaction first, so that a lock
