@@ -47,3 +47,12 @@ func (w stopwatch) stop() span {
 	}
 	return sp
 }
+
+// cpuBusy returns the share of the machine's cores sp kept busy (0 when its
+// CPU time could not be read).
+func cpuBusy(sp span, cores int) float64 {
+	if sp.wall <= 0 || cores <= 0 {
+		return 0
+	}
+	return sp.cpu.Seconds() / (sp.wall.Seconds() * float64(cores))
+}

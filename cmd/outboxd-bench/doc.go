@@ -72,7 +72,8 @@
 //     then split into its hops (Hops): ingest (→ createdAt), relay (→ the
 //     millisecond of the event's stream entry id, read from the stream
 //     before it is trimmed) and sync (→ syncedAt), with each hop's mean
-//     over the slowest 1%.
+//     over the slowest 1%; and the share of the machine's cores busy while
+//     the events were posted (/proc/stat; JSON "cpuBusy").
 //
 // The dispatcher and worker stages are timed from the start of their
 // processes, so they include it (tens of milliseconds); the stages that

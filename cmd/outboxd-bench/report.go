@@ -69,6 +69,10 @@ type Latency struct {
 	Histogram []LatencyBucket `json:"histogram"`
 	// Hops is ingest → syncedAt split by the pipeline's hops.
 	Hops *Hops `json:"hops,omitempty"`
+	// CPUBusy is the share of the machine's cores busy while the events
+	// were posted (/proc/stat, every process); 0 where it cannot be read.
+	// Near 1 the tail is the scheduler's.
+	CPUBusy float64 `json:"cpuBusy,omitempty"`
 }
 
 // Chunk is the dispatcher and one worker at one batch size.
@@ -173,8 +177,8 @@ func (r *Results) Print(w io.Writer) {
 		printWriter(w, s.Name, s.Writer)
 	}
 	if l := r.Latency; l != nil {
-		fmt.Fprintf(w, "\ningest → syncedAt at %.0f/s offered (%.0f/s achieved, %d events): p50 %.1f ms, p95 %.1f ms, p99 %.1f ms, max %.1f ms; request p99 %.1f ms; peak RSS %s\n",
-			l.OfferedEventsPerSecond, l.AchievedEventsPerSecond, l.Events, l.P50Ms, l.P95Ms, l.P99Ms, l.MaxMs, l.RequestP99Ms, mib(l.PeakRssBytes))
+		fmt.Fprintf(w, "\ningest → syncedAt at %.0f/s offered (%.0f/s achieved, %d events): p50 %.1f ms, p95 %.1f ms, p99 %.1f ms, max %.1f ms; request p99 %.1f ms; peak RSS %s; the cores %.0f%% busy\n",
+			l.OfferedEventsPerSecond, l.AchievedEventsPerSecond, l.Events, l.P50Ms, l.P95Ms, l.P99Ms, l.MaxMs, l.RequestP99Ms, mib(l.PeakRssBytes), 100*l.CPUBusy)
 		if l.GroupSizes != nil {
 			fmt.Fprintf(w, "latency group commit: %s\n", l.GroupSizes)
 		}

@@ -130,6 +130,14 @@ func TestCPUBound(t *testing.T) {
 
 // TestMachineCPU: the machine's CPU time is read from /proc/stat and
 // grows while a core works.
+// TestCPUBusy: CPU time over wall time and cores.
+func TestCPUBusy(t *testing.T) {
+	t.Parallel()
+	require.InDelta(t, 0.75, cpuBusy(span{wall: 2 * time.Second, cpu: 3 * time.Second}, 2), 1e-9)
+	require.Zero(t, cpuBusy(span{}, 2), "no wall time")
+	require.Zero(t, cpuBusy(span{wall: time.Second}, 2), "CPU time unread")
+}
+
 func TestMachineCPU(t *testing.T) {
 	t.Parallel()
 	before := machineCPU()

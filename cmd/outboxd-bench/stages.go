@@ -447,7 +447,9 @@ func (b *bench) latency(ctx context.Context) error {
 		ids[i] = id
 		return 1, err
 	}}
+	watch := startWatch()
 	res, err := d.run(ctx)
+	busy := watch.stop()
 	if err == nil {
 		err = b.waitSynced(ctx, stageLatency, path, stream, group, n, p)
 	}
@@ -477,8 +479,9 @@ func (b *bench) latency(ctx context.Context) error {
 	s, req := summarize(lat), summarize(res.latencies)
 	b.res.Latency = &Latency{OfferedEventsPerSecond: latencyRate, AchievedEventsPerSecond: perSecond(n, res.elapsed), Events: n,
 		P50Ms: s.p50, P95Ms: s.p95, P99Ms: s.p99, MaxMs: s.maxValue, RequestP99Ms: req.p99, PeakRssBytes: rss, GroupSizes: m.groups, Writer: m.writer, Worker: m.worker, Histogram: latencyHistogram(lat)}
-	fmt.Fprintf(b.out, "  stage %-14s p50 %.1f ms, p95 %.1f ms, p99 %.1f ms ingest → syncedAt at %.0f/s offered (%.0f/s achieved)\n",
-		stageLatency, s.p50, s.p95, s.p99, float64(latencyRate), b.res.Latency.AchievedEventsPerSecond)
+	b.res.Latency.CPUBusy = cpuBusy(busy, b.res.Cores)
+	fmt.Fprintf(b.out, "  stage %-14s p50 %.1f ms, p95 %.1f ms, p99 %.1f ms ingest → syncedAt at %.0f/s offered (%.0f/s achieved), the cores %.0f%% busy\n",
+		stageLatency, s.p50, s.p95, s.p99, float64(latencyRate), b.res.Latency.AchievedEventsPerSecond, 100*b.res.Latency.CPUBusy)
 	printWriter(b.out, "  "+stageLatency, m.writer)
 	if m.worker != nil {
 		fmt.Fprintf(b.out, "  %s worker: %s\n", stageLatency, m.worker)
