@@ -46,6 +46,8 @@ func (f ProjectorFunc) Project(ctx context.Context, tx pgx.Tx, events []*outbox.
 // more. QueueProject must queue what Project writes; the worker calls it
 // instead of Project, under the same rules (once per attempt, retried after
 // a serialization failure or deadlock, errors classified alike). The
+// worker prepares each statement's SQL once per connection, so the SQL
+// should come from a small fixed set (the values go in as arguments). The
 // default, readmodel's Projector, is one.
 type PipelinedProjector interface {
 	Projector
