@@ -146,6 +146,16 @@ func (b *devBundle) status() (httpapi.Snapshot, error) {
 	return s, json.NewDecoder(resp.Body).Decode(&s)
 }
 
+// converged reports a snapshot of a pipeline that has done everything for
+// its n originals: all synced, no stream entry pending, and every outbox
+// entry marked dispatched. The dispatcher marks what it relayed in a write
+// of its own after the XADD, so an event can be synced before its entry is
+// marked, and a checker run then would find it undispatched.
+func converged(s httpapi.Snapshot, n int64) bool {
+	return s.Events != nil && s.Events.Total == n && s.Events.Synced == n &&
+		(s.Stream == nil || s.Stream.Pending == 0) && s.Outbox != nil && s.Outbox.Undispatched == 0
+}
+
 func event(i int) string {
 	return fmt.Sprintf(`{"sourceKey":"src-%d","deviceKey":"dev-%d","occurredAt":"2026-11-%02dT%02d:%02d:00Z","payload":{"i":%d}}`,
 		i%3, i%17, 1+i%5, i%24, i%60, i)
@@ -228,7 +238,7 @@ func devEndToEnd(t *testing.T, b *devBundle, singles, retries, batch int) {
 	total := singles + batch
 	require.Eventually(t, func() bool {
 		s, err := b.status()
-		return err == nil && s.Events != nil && s.Events.Total == int64(total) && s.Events.Synced == int64(total)
+		return err == nil && converged(s, int64(total))
 	}, 4*time.Minute, 100*time.Millisecond, "pipeline did not converge")
 
 	var keys []string

@@ -152,8 +152,7 @@ func TestDevSurvivesSIGKILL(t *testing.T) {
 		}
 		defer resp.Body.Close()
 		var s httpapi.Snapshot
-		return json.NewDecoder(resp.Body).Decode(&s) == nil &&
-			s.Events != nil && s.Events.Total == events && s.Events.Synced == events && s.Stream != nil && s.Stream.Pending == 0
+		return json.NewDecoder(resp.Body).Decode(&s) == nil && converged(s, events)
 	}, 2*time.Minute, 100*time.Millisecond, "pipeline did not converge after the kill: %s", proc.stderr)
 
 	v, err := testkit.Check(context.Background(), nil, pg.Pool, rdb, stream, group, keys)

@@ -34,7 +34,7 @@ func TestRedisOverTLS(t *testing.T) {
 	}
 	require.Eventually(t, func() bool {
 		s, err := b.status()
-		return err == nil && s.Events != nil && s.Events.Synced == 50 && s.Stream != nil && s.Stream.Pending == 0
+		return err == nil && converged(s, 50)
 	}, time.Minute, 50*time.Millisecond, "the pipeline did not converge over TLS")
 	v, err := testkit.Check(context.Background(), b.openStore(t), b.pg.Pool, srv.Client(), b.stream, b.group, keys)
 	require.NoError(t, err)
