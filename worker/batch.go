@@ -11,7 +11,6 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
 
 	"github.com/outboxd/outboxd/internal/failpolicy"
@@ -447,8 +446,7 @@ func (w *Worker) projectOnce(ctx context.Context, events []*outbox.Event) error 
 			return w.cfg.Projector.Project(ctx, tx, events)
 		})
 	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "26000" {
+	if pgCode(err) == "26000" {
 		_ = conn.Conn().Close(ctx)
 	}
 	return err

@@ -104,9 +104,8 @@ func classify(err error) class {
 		errors.Is(err, errMissingOriginal), errors.Is(err, errInvalidOriginal):
 		return classRecord
 	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return pgClass(pgErr.Code)
+	if code := pgCode(err); code != "" {
+		return pgClass(code)
 	}
 	if failpolicy.Unavailable(err) || pgconn.Timeout(err) || pgconn.SafeToRetry(err) ||
 		errors.Is(err, pgconn.ErrConnClosed) || isConnectError(err) {
@@ -185,10 +184,9 @@ func failureOf(err error) failpolicy.Failure {
 	case stream.IsOOM(err):
 		return failpolicy.Full() // Redis full: hold, never halting
 	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		f := failpolicy.Failure{Code: "postgres_" + pgErr.Code, Class: failpolicy.ClassUnknown, Source: failpolicy.SourcePostgres}
-		switch pgClass(pgErr.Code) {
+	if code := pgCode(err); code != "" {
+		f := failpolicy.Failure{Code: "postgres_" + code, Class: failpolicy.ClassUnknown, Source: failpolicy.SourcePostgres}
+		switch pgClass(code) {
 		case classRecord:
 			f.Class = failpolicy.ClassRecord
 		case classInfra, classTxRetry:
@@ -222,15 +220,21 @@ const (
 // while ctx is live, since a cancelled context ends a query with 57014
 // too), or "".
 func timeoutOf(ctx context.Context, err error) string {
-	var pgErr *pgconn.PgError
-	if err == nil || !errors.As(err, &pgErr) {
-		return ""
-	}
-	switch {
-	case pgErr.Code == "55P03":
+	switch code := pgCode(err); {
+	case code == "55P03":
 		return timeoutLock
-	case pgErr.Code == "57014" && ctx.Err() == nil:
+	case code == "57014" && ctx.Err() == nil:
 		return timeoutStatement
+	}
+	return ""
+}
+
+// pgCode returns the SQLSTATE of a PostgreSQL error in err's chain, "" when
+// it holds none.
+func pgCode(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
 	}
 	return ""
 }

@@ -9,7 +9,8 @@
 //     one read (the message only names the original);
 //  2. projects the batch into PostgreSQL in one transaction through a
 //     Projector (by default readmodel.NewProjector: events rows and
-//     device_daily_stats counts, idempotently);
+//     device_daily_stats counts, idempotently), sent in one round trip
+//     when the Projector is a PipelinedProjector;
 //  3. sets syncedAt on the originals with one store write;
 //  4. acknowledges the entries with one XACK.
 //

@@ -17,19 +17,14 @@ import (
 )
 
 // onePool returns a pool of one connection on b's database, in pgx's query
-// mode mode, closed at cleanup: a test of it sees every transaction go
-// through that connection, and NewConnsCount tells whether one was lost on
-// the way.
+// mode mode: a test of it sees every transaction go through that
+// connection, and NewConnsCount tells whether one was lost on the way.
 func (b *testBundle) onePool(t *testing.T, mode pgx.QueryExecMode) *pgxpool.Pool {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(b.pg.URL)
-	require.NoError(t, err)
-	cfg.MaxConns, cfg.MinConns = 1, 0
-	cfg.ConnConfig.DefaultQueryExecMode = mode
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	return pool
+	return b.pg.PoolWith(t, func(cfg *pgxpool.Config) {
+		cfg.MaxConns, cfg.MinConns = 1, 0
+		cfg.ConnConfig.DefaultQueryExecMode = mode
+	})
 }
 
 // TestWorkerPipelinedTransaction: the default projector is a

@@ -49,13 +49,10 @@ func setupTrace(t *testing.T, st store.Store) *traceBundle {
 	rdb, prefix := testkit.NewRedis(t)
 	b := &traceBundle{testBundle: setupOn(t, storetrace.Wrap(st), rdb, prefix)}
 	b.writer = outbox.NewWriter(b.st, &outbox.WriterConfig{Stream: b.stream})
-	cfg, err := pgxpool.ParseConfig(b.pg.URL)
-	require.NoError(t, err)
-	instrument.Postgres(cfg)
-	require.NotNil(t, cfg.ConnConfig.Tracer, "tracing is on")
-	b.pool, err = pgxpool.NewWithConfig(context.Background(), cfg)
-	require.NoError(t, err)
-	t.Cleanup(b.pool.Close)
+	b.pool = b.pg.PoolWith(t, func(cfg *pgxpool.Config) {
+		instrument.Postgres(cfg)
+		require.NotNil(t, cfg.ConnConfig.Tracer, "tracing is on")
+	})
 	return b
 }
 

@@ -57,31 +57,35 @@ type eventTimes struct {
 	start, created, added, synced time.Time
 }
 
+// The hops of an event, and their sum (ingest → syncedAt).
+func (e eventTimes) ingest() time.Duration { return e.created.Sub(e.start) }
+func (e eventTimes) relay() time.Duration  { return e.added.Sub(e.created) }
+func (e eventTimes) sync() time.Duration   { return e.synced.Sub(e.added) }
+func (e eventTimes) total() time.Duration  { return e.synced.Sub(e.start) }
+
 // hopsOf computes Hops from the events' times; nil when there are none.
 func hopsOf(events []eventTimes) *Hops {
 	if len(events) == 0 {
 		return nil
 	}
 	h := &Hops{Events: len(events)}
-	var ingest, relay, sync []time.Duration
-	for _, e := range events {
-		ingest = append(ingest, e.created.Sub(e.start))
-		relay = append(relay, e.added.Sub(e.created))
-		sync = append(sync, e.synced.Sub(e.added))
-	}
-	hop := func(d []time.Duration) HopMs {
+	hop := func(of func(eventTimes) time.Duration) HopMs {
+		d := make([]time.Duration, len(events))
+		for i, e := range events {
+			d[i] = of(e)
+		}
 		s := summarize(d)
 		return HopMs{P50: s.p50, P95: s.p95, P99: s.p99}
 	}
-	h.Ingest, h.Relay, h.Sync = hop(ingest), hop(relay), hop(sync)
+	h.Ingest, h.Relay, h.Sync = hop(eventTimes.ingest), hop(eventTimes.relay), hop(eventTimes.sync)
 	slowest := slices.Clone(events)
-	slices.SortStableFunc(slowest, func(a, b eventTimes) int { return cmp.Compare(b.synced.Sub(b.start), a.synced.Sub(a.start)) })
+	slices.SortStableFunc(slowest, func(a, b eventTimes) int { return cmp.Compare(b.total(), a.total()) })
 	n := max(1, len(slowest)/100)
 	h.Slowest.Events = n
 	for _, e := range slowest[:n] {
-		h.Slowest.IngestMs += msOf(e.created.Sub(e.start)) / float64(n)
-		h.Slowest.RelayMs += msOf(e.added.Sub(e.created)) / float64(n)
-		h.Slowest.SyncMs += msOf(e.synced.Sub(e.added)) / float64(n)
+		h.Slowest.IngestMs += msOf(e.ingest()) / float64(n)
+		h.Slowest.RelayMs += msOf(e.relay()) / float64(n)
+		h.Slowest.SyncMs += msOf(e.sync()) / float64(n)
 	}
 	return h
 }

@@ -546,7 +546,7 @@ func syncTimes(ctx context.Context, path string, ids []string, starts []time.Tim
 func latencies(ts []eventTimes) []time.Duration {
 	out := make([]time.Duration, len(ts))
 	for i, t := range ts {
-		out[i] = t.synced.Sub(t.start)
+		out[i] = t.total()
 	}
 	return out
 }

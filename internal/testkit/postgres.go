@@ -66,6 +66,20 @@ func NewPostgres(t testing.TB) *Postgres {
 	return &Postgres{Pool: pool, URL: url, Name: name}
 }
 
+// PoolWith returns another pool on pg's database, its configuration
+// changed by edit first (the size, the query mode, a tracer, another
+// address), closed at cleanup.
+func (pg *Postgres) PoolWith(t testing.TB, edit func(*pgxpool.Config)) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(pg.URL)
+	require.NoError(t, err)
+	edit(cfg)
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
+}
+
 // templateName is keyed on the migration files, so a changed schema gets a
 // new template.
 func templateName(t testing.TB) string {

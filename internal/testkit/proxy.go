@@ -1,7 +1,6 @@
 package testkit
 
 import (
-	"context"
 	"net"
 	"strconv"
 	"testing"
@@ -43,17 +42,15 @@ func (p *TCPProxy) Up(t testing.TB) {
 // cleanup.
 func ProxiedPool(t testing.TB, pg *Postgres) (*pgxpool.Pool, *TCPProxy) {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(pg.URL)
-	require.NoError(t, err)
-	proxy := NewTCPProxy(t, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
-	host, port, err := net.SplitHostPort(proxy.Addr())
-	require.NoError(t, err)
-	p, err := strconv.Atoi(port)
-	require.NoError(t, err)
-	cfg.ConnConfig.Host, cfg.ConnConfig.Port = host, uint16(p)
-	cfg.ConnConfig.ConnectTimeout = time.Second
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	var proxy *TCPProxy
+	pool := pg.PoolWith(t, func(cfg *pgxpool.Config) {
+		proxy = NewTCPProxy(t, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
+		host, port, err := net.SplitHostPort(proxy.Addr())
+		require.NoError(t, err)
+		p, err := strconv.Atoi(port)
+		require.NoError(t, err)
+		cfg.ConnConfig.Host, cfg.ConnConfig.Port = host, uint16(p)
+		cfg.ConnConfig.ConnectTimeout = time.Second
+	})
 	return pool, proxy
 }
