@@ -63,9 +63,18 @@ func newWatchMetrics(reg prometheus.Registerer, name string) (*watchMetrics, err
 	return m, errors.Join(sf.Err(), rf.Err(), df.Err())
 }
 
-// Backpressure returns why the relay holds now ("" when it does not):
-// HoldMemoryHigh or HoldOOM.
+// Backpressure returns why the relay holds ("" when it does not):
+// HoldMemoryHigh or HoldOOM, as outboxd_dispatcher_backpressure and the
+// log show it. A dispatcher that does not lead never holds.
 func (d *Dispatcher) Backpressure() string {
+	d.pressure.mu.Lock()
+	defer d.pressure.mu.Unlock()
+	return d.pressure.held
+}
+
+// reason returns why the relay should hold now, from what the watch and
+// the last XADD learnt of Redis's memory: HoldMemoryHigh, HoldOOM or "".
+func (d *Dispatcher) reason() string {
 	switch {
 	case d.pressure.high.Load():
 		return HoldMemoryHigh
@@ -78,7 +87,7 @@ func (d *Dispatcher) Backpressure() string {
 // hold returns errBackpressure while Redis is full, and shows the hold (or
 // its end) in the gauge and the log.
 func (d *Dispatcher) hold() error {
-	reason := d.Backpressure()
+	reason := d.reason()
 	d.pressure.mu.Lock()
 	defer d.pressure.mu.Unlock()
 	if reason != d.pressure.held {
@@ -116,7 +125,26 @@ func (d *Dispatcher) startWatch(ctx context.Context) (stop func()) {
 		defer close(done)
 		d.watch(ctx)
 	}()
-	return func() { cancel(); <-done }
+	return func() { cancel(); <-done; d.unwatched() }
+}
+
+// unwatched clears what the watch learnt and exported, once this
+// dispatcher stops leading: a standby holds nothing and does not read
+// Redis's memory or the groups' lag, and figures left from its lead would
+// keep /v1/status and the alerts on them (OutboxdRedisMemoryHigh,
+// OutboxdStreamLagHigh)
+// saying what only the new leader can tell.
+func (d *Dispatcher) unwatched() {
+	d.pressure.high.Store(false)
+	d.pressure.oomAt.Store(0)
+	d.pressure.mu.Lock()
+	d.pressure.held = ""
+	d.watchMetrics.backpressure.Set(0)
+	d.pressure.mu.Unlock()
+	d.watchMetrics.used.Set(0)
+	d.watchMetrics.max.Set(0)
+	d.watchMetrics.lag.Reset()
+	d.watchMetrics.read.Reset()
 }
 
 // watch is the leader's housekeeping of Redis, every TrimInterval: it
