@@ -101,9 +101,14 @@
 // role (outboxd_store_writer_wait_seconds and _held_seconds: per role the
 // write transactions, their mean and p99 wait for the write connection and
 // lock, and the mean time they held it; JSON key "writer"). The latency
-// stage adds the worker's batches (outboxd_worker_batch_entries and
-// outboxd_worker_projection_seconds: how many, their mean size, their
-// PostgreSQL transaction's mean and p99; JSON key "worker").
+// stage and the worker stages add the workers' batches
+// (outboxd_worker_batch_entries and outboxd_worker_projection_seconds: how
+// many, their mean size, their PostgreSQL transaction's mean, p99 and
+// total; JSON key "worker"). For a worker stage the line also gives the
+// share of the stage its workers spent in transactions and the events per
+// second of transaction time beside pg-project: a worker stage that spends
+// nearly all its time in transactions is as fast as PostgreSQL is while it
+// runs, which on a shared machine drifts from the raw limits' run.
 //
 // Every stage also reports the CPU time the whole machine used during it
 // (/proc/stat: every process, so outboxd, Redis, PostgreSQL and the

@@ -93,7 +93,7 @@ func runPartitions(ctx context.Context, out io.Writer, args []string) error {
 			if err := copySQLite(b.be.file(fileRun), b.be.file(fileRelayed)); err != nil {
 				return err
 			}
-			wt, _, err := b.work(ctx, "work-"+name, 1, 0)
+			wt, _, _, err := b.work(ctx, "work-"+name, 1, 0)
 			if err != nil {
 				return err
 			}

@@ -44,6 +44,9 @@ type Stage struct {
 	GroupSizes *GroupSizes `json:"groupSizes,omitempty"`
 	// Writer is the SQLite store's writer by role (stages that post).
 	Writer []WriterRole `json:"writer,omitempty"`
+	// Worker is the workers' batches and PostgreSQL transactions (the
+	// worker stages).
+	Worker *WorkerBatches `json:"worker,omitempty"`
 }
 
 // Latency is ingest → syncedAt at a steady offered load.
@@ -142,6 +145,21 @@ func (r *Results) addStage(w io.Writer, s Stage, sp span) {
 		s.Name, s.EventsPerSecond, s.Events, d.Round(time.Millisecond), s.Ratio, s.LimitName, mib(s.PeakRssBytes))
 }
 
+// transactionRate says how fast the workers of stage s projected while
+// in their PostgreSQL transactions (events ÷ the transactions' time) beside
+// pg-project, measured with the raw limits: a worker stage that keeps
+// PostgreSQL busy all along is as fast as PostgreSQL is during the stage,
+// which on a shared machine drifts from the raw run, and the share of the
+// stage spent in transactions tells the one from the other.
+func (r *Results) transactionRate(s Stage) string {
+	if s.Worker == nil || s.Worker.ProjectionTotalS <= 0 || s.Seconds <= 0 {
+		return "no transaction timed"
+	}
+	rate := float64(s.Events) / s.Worker.ProjectionTotalS
+	return fmt.Sprintf("%.0f%% of the stage in transactions (summed over the workers), %.0f ev/s of transaction time, %.2f of %s",
+		100*s.Worker.ProjectionTotalS/s.Seconds, rate, ratio(rate, r.limit(limitProject)), limitProject)
+}
+
 // notePeak keeps the largest peak RSS and the stage it belongs to.
 func (r *Results) notePeak(stage string, rss int64) {
 	if rss > r.PeakRssBytes {
@@ -175,6 +193,9 @@ func (r *Results) Print(w io.Writer) {
 			fmt.Fprintf(w, "%s group commit: %s\n", s.Name, s.GroupSizes)
 		}
 		printWriter(w, s.Name, s.Writer)
+		if s.Worker != nil {
+			fmt.Fprintf(w, "%s worker: %s; %s\n", s.Name, s.Worker, r.transactionRate(s))
+		}
 	}
 	if l := r.Latency; l != nil {
 		fmt.Fprintf(w, "\ningest → syncedAt at %.0f/s offered (%.0f/s achieved, %d events): p50 %.1f ms, p95 %.1f ms, p99 %.1f ms, max %.1f ms; request p99 %.1f ms; peak RSS %s; the cores %.0f%% busy\n",

@@ -292,20 +292,20 @@ func (b *bench) drained(group string, n int, streams ...string) func(context.Con
 // (--batch-size batch unless 0; --partitions as b.partitions: each runs one
 // loop per partition) on a copy of the relayed snapshot, from a new group
 // at 0 into an empty read model.
-func (b *bench) work(ctx context.Context, name string, workers, batch int) (span, int64, error) {
+func (b *bench) work(ctx context.Context, name string, workers, batch int) (span, int64, *WorkerBatches, error) {
 	path := b.be.file(fileRun)
 	if err := copySQLite(b.be.file(fileRelayed), path); err != nil {
-		return span{}, 0, err
+		return span{}, 0, nil, err
 	}
 	if err := b.be.truncateReadModel(ctx); err != nil {
-		return span{}, 0, err
+		return span{}, 0, nil, err
 	}
 	b.runs++
 	group := "work-" + strconv.Itoa(b.runs)
 	streams := b.streams()
 	for _, s := range streams {
 		if err := b.be.rdb.XGroupCreate(ctx, s, group, "0").Err(); err != nil {
-			return span{}, 0, err
+			return span{}, 0, nil, err
 		}
 		defer b.be.rdb.XGroupDestroy(context.Background(), s, group)
 	}
@@ -325,18 +325,27 @@ func (b *bench) work(ctx context.Context, name string, workers, batch int) (span
 		err = b.waitCounts(ctx, name+": every original synced", path, func(c store.Counts) bool { return c.Pending == 0 }, procs...)
 	}
 	elapsed := watch.stop()
+	var batches *WorkerBatches
+	for _, p := range procs {
+		if err != nil {
+			break
+		}
+		var m scraped
+		m, err = scrapeMetrics(ctx, p)
+		batches = batches.merge(m.worker)
+	}
 	if err != nil {
 		abort(procs...)
-		return span{}, 0, err
+		return span{}, 0, nil, err
 	}
 	rss, err := b.l.finish(name, procs...)
 	if err != nil {
-		return span{}, 0, err
+		return span{}, 0, nil, err
 	}
 	if err := b.be.checkReadModel(ctx, name, b.total); err != nil {
-		return span{}, 0, err
+		return span{}, 0, nil, err
 	}
-	return elapsed, rss, nil
+	return elapsed, rss, batches, nil
 }
 
 // relay runs the dispatcher stage and keeps the relayed snapshot (the
@@ -384,14 +393,15 @@ func (b *bench) workStages(ctx context.Context) error {
 		name    string
 		workers int
 	}{{stageWorker1, 1}, {stageWorker2, 2}} {
-		d, rss, err := b.work(ctx, w.name, w.workers, 0)
+		d, rss, batches, err := b.work(ctx, w.name, w.workers, 0)
 		if err != nil {
 			return err
 		}
-		b.res.addStage(b.out, Stage{Name: w.name, Events: b.total, LimitName: limitRedisToPG, PeakRssBytes: rss}, d)
+		b.res.addStage(b.out, Stage{Name: w.name, Events: b.total, LimitName: limitRedisToPG, PeakRssBytes: rss, Worker: batches}, d)
 	}
 	return b.alternate(stageWorker1, limitRedisToPG, func(name string) (span, int64, error) {
-		return b.work(ctx, name, 1, 0)
+		d, rss, _, err := b.work(ctx, name, 1, 0)
+		return d, rss, err
 	})
 }
 
@@ -561,7 +571,7 @@ func (b *bench) chunkTable(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		w, wrss, err := b.work(ctx, stageWorker1+"-"+name, 1, size)
+		w, wrss, _, err := b.work(ctx, stageWorker1+"-"+name, 1, size)
 		if err != nil {
 			return err
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"fmt"
 	"io"
 	"math"
@@ -33,12 +34,31 @@ type WorkerBatches struct {
 	// ProjectionP99Ms is the upper bound of the bucket of the 99th
 	// percentile.
 	ProjectionP99Ms float64 `json:"projectionP99Ms"`
+	// ProjectionTotalS is the time every transaction took, in seconds.
+	ProjectionTotalS float64 `json:"projectionTotalS"`
 }
 
 // String renders b on one line.
 func (b *WorkerBatches) String() string {
-	return fmt.Sprintf("%d batches, mean %.1f entries; PostgreSQL transaction mean %.2f ms, p99 ≤ %.1f ms",
-		b.Batches, b.MeanEntries, b.ProjectionMeanMs, b.ProjectionP99Ms)
+	return fmt.Sprintf("%d batches, mean %.1f entries; PostgreSQL transaction mean %.2f ms, p99 ≤ %.1f ms, %.2f s in all",
+		b.Batches, b.MeanEntries, b.ProjectionMeanMs, b.ProjectionP99Ms, b.ProjectionTotalS)
+}
+
+// merge returns what the batches of b and o were together (either nil:
+// the other): the workers of one stage.
+func (b *WorkerBatches) merge(o *WorkerBatches) *WorkerBatches {
+	if b == nil || o == nil {
+		return cmp.Or(b, o)
+	}
+	n := b.Batches + o.Batches
+	total := b.ProjectionTotalS + o.ProjectionTotalS
+	return &WorkerBatches{
+		Batches:          n,
+		MeanEntries:      (b.MeanEntries*float64(b.Batches) + o.MeanEntries*float64(o.Batches)) / float64(n),
+		ProjectionMeanMs: total / float64(n) * 1e3,
+		ProjectionP99Ms:  max(b.ProjectionP99Ms, o.ProjectionP99Ms),
+		ProjectionTotalS: total,
+	}
 }
 
 // parseWorkerBatches reads the worker's histograms (one series: the
@@ -54,7 +74,7 @@ func parseWorkerBatches(r io.Reader) (*WorkerBatches, error) {
 	}
 	b := &WorkerBatches{Batches: batch.count, MeanEntries: batch.sum / float64(batch.count)}
 	if proj != nil && proj.count > 0 {
-		b.ProjectionMeanMs, b.ProjectionP99Ms = proj.sum/float64(proj.count)*1e3, proj.quantile(0.99)*1e3
+		b.ProjectionMeanMs, b.ProjectionP99Ms, b.ProjectionTotalS = proj.sum/float64(proj.count)*1e3, proj.quantile(0.99)*1e3, proj.sum
 	}
 	return b, nil
 }

@@ -44,7 +44,15 @@ outboxd_worker_projection_seconds_count{stream="s"} 4
 
 	w, err := parseWorkerBatches(strings.NewReader(text))
 	require.NoError(t, err)
-	require.Equal(t, &WorkerBatches{Batches: 4, MeanEntries: 25, ProjectionMeanMs: 5, ProjectionP99Ms: 5}, w)
+	require.Equal(t, &WorkerBatches{Batches: 4, MeanEntries: 25, ProjectionMeanMs: 5, ProjectionP99Ms: 5, ProjectionTotalS: 0.02}, w)
+
+	two := w.merge(&WorkerBatches{Batches: 4, MeanEntries: 75, ProjectionMeanMs: 15, ProjectionP99Ms: 20, ProjectionTotalS: 0.06})
+	require.Equal(t, int64(8), two.Batches)
+	require.InDelta(t, 50.0, two.MeanEntries, 1e-9)
+	require.InDelta(t, 10.0, two.ProjectionMeanMs, 1e-9)
+	require.InDelta(t, 20.0, two.ProjectionP99Ms, 1e-9)
+	require.InDelta(t, 0.08, two.ProjectionTotalS, 1e-9)
+	require.Same(t, w, w.merge(nil))
 
 	none, err := parseWorkerBatches(strings.NewReader(""))
 	require.NoError(t, err)
