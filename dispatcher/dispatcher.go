@@ -167,7 +167,8 @@ func (d *Dispatcher) Err() error { return d.life.Err() }
 // the stream, kept in Redis (stream.Keys.Streak), so a dispatcher that
 // takes over inherits the run and a restart does not clear a halt;
 // failures of Redis itself count in the process. Either is logged at info
-// level.
+// level. A dispatcher that stops leading drops its own view of the rule
+// (its series go to 0; the leader exports the rule).
 func (d *Dispatcher) ResumeRetries() {
 	if d.sharing != nil {
 		for _, p := range d.sharing.parts {

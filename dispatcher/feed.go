@@ -25,6 +25,7 @@ var errPositionUnreadable = errors.New("the saved feed position cannot be read")
 // after a lost position, the feed's end or a failure. It returns when ctx
 // ends, on a fenced write and on a fault point.
 func (d *Dispatcher) lead(ctx, workCtx context.Context, lease store.Lease) error {
+	defer d.unled()
 	defer d.startWatch(ctx)() // trimming, Redis's memory, the groups' lag
 	bo := &failpolicy.HaltBackOff{Inner: d.newBackoff(), Streak: d.streak, Probe: d.cfg.BreakerTimeout}
 	var lost error // why the previous feed cannot be resumed
@@ -49,6 +50,18 @@ func (d *Dispatcher) lead(ctx, workCtx context.Context, lease store.Lease) error
 			}
 		}
 	}
+}
+
+// unled clears what this dispatcher knew and exported as the leader, once
+// it stops leading: a standby holds nothing, reads neither Redis's memory
+// nor the groups' lag, and retries nothing, and figures left from its lead
+// (outboxd_dispatcher_backpressure, Redis's memory, outboxd_stream_lag,
+// outboxd_retries_halted and outboxd_error_streak) would keep /v1/status
+// and the alerts on them (OutboxdRedisMemoryHigh, OutboxdStreamLagHigh,
+// OutboxdRetriesHalted) saying what only the new leader can tell.
+func (d *Dispatcher) unled() {
+	d.unwatched()
+	d.streak.Forget()
 }
 
 // follow is one feed's life: open it (from the saved position unless lost

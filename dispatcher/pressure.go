@@ -125,15 +125,10 @@ func (d *Dispatcher) startWatch(ctx context.Context) (stop func()) {
 		defer close(done)
 		d.watch(ctx)
 	}()
-	return func() { cancel(); <-done; d.unwatched() }
+	return func() { cancel(); <-done }
 }
 
-// unwatched clears what the watch learnt and exported, once this
-// dispatcher stops leading: a standby holds nothing and does not read
-// Redis's memory or the groups' lag, and figures left from its lead would
-// keep /v1/status and the alerts on them (OutboxdRedisMemoryHigh,
-// OutboxdStreamLagHigh)
-// saying what only the new leader can tell.
+// unwatched clears what the watch learnt and exported (unled).
 func (d *Dispatcher) unwatched() {
 	d.pressure.high.Store(false)
 	d.pressure.oomAt.Store(0)

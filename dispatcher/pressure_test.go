@@ -57,25 +57,51 @@ func TestBackpressure(t *testing.T) {
 	}, 10*time.Second, 5*time.Millisecond)
 }
 
-// TestBackpressureEndsWithTheLead stops a dispatcher that holds because
-// Redis is full: a dispatcher that no longer leads holds nothing and
+// TestStandbyExportsNoLeaderFigures stops a dispatcher while Redis is
+// full, and one whose retries the streak rule halted while Redis was down:
+// a dispatcher that no longer leads holds nothing, retries nothing and
 // exports none of the leader's figures (backpressure, Redis's memory, the
-// groups' lag), so /v1/status and the alerts of a standby do not go on
-// saying what only the new leader can tell. (A lease lost under load,
-// before this, left a standby's backpressure at 1.)
-func TestBackpressureEndsWithTheLead(t *testing.T) {
+// groups' lag, the streak rule's run and halts), so /v1/status and the
+// alerts of a standby do not go on saying what only the new leader can
+// tell. (A lease lost under load, before this, left a standby's
+// backpressure at 1.)
+func TestStandbyExportsNoLeaderFigures(t *testing.T) {
 	t.Parallel()
-	_, d, reg := fillRedis(t)
-	require.Eventually(t, func() bool {
-		return testkit.Metric(t, reg, "outboxd_stream_lag", "group", stream.GroupDefault) > 0
-	}, 10*time.Second, 5*time.Millisecond)
+	t.Run("Backpressure", func(t *testing.T) {
+		t.Parallel()
+		_, d, reg := fillRedis(t)
+		require.Eventually(t, func() bool {
+			return testkit.Metric(t, reg, "outboxd_stream_lag", "group", stream.GroupDefault) > 0
+		}, 10*time.Second, 5*time.Millisecond)
 
-	require.NoError(t, d.Stop(context.Background()))
-	require.Empty(t, d.Backpressure())
-	require.Equal(t, 0.0, testkit.Metric(t, reg, "outboxd_dispatcher_backpressure"))
-	require.Equal(t, 0.0, testkit.Metric(t, reg, "outboxd_redis_used_memory_bytes"))
-	require.Equal(t, 0.0, testkit.Metric(t, reg, "outboxd_redis_maxmemory_bytes"))
-	require.Zero(t, testkit.Series(t, reg, "outboxd_stream_lag"), "a standby exports no lag")
+		require.NoError(t, d.Stop(context.Background()))
+		require.Empty(t, d.Backpressure())
+		require.Equal(t, 0.0, testkit.Metric(t, reg, "outboxd_dispatcher_backpressure"))
+		require.Equal(t, 0.0, testkit.Metric(t, reg, "outboxd_redis_used_memory_bytes"))
+		require.Equal(t, 0.0, testkit.Metric(t, reg, "outboxd_redis_maxmemory_bytes"))
+		require.Zero(t, testkit.Series(t, reg, "outboxd_stream_lag"), "a standby exports no lag")
+	})
+
+	t.Run("RetriesHalted", func(t *testing.T) {
+		t.Parallel()
+		srv := testkit.NewRedisServer(t)
+		b := setup(t, &setupOpts{redis: srv.Client()})
+		reg := prometheus.NewRegistry()
+		cfg := b.config()
+		cfg.Registerer, cfg.StreakLimit = reg, 2
+		d := b.start(cfg)
+		halted := func() float64 {
+			return testkit.Metric(t, reg, "outboxd_retries_halted", "component", "dispatcher", "class", "infrastructure")
+		}
+		srv.Stop()
+		b.write(5, 5)
+		require.Eventually(t, func() bool { return halted() == 1 }, 10*time.Second, 5*time.Millisecond)
+		require.Positive(t, testkit.Metric(t, reg, "outboxd_error_streak", "component", "dispatcher"))
+
+		require.NoError(t, d.Stop(context.Background()))
+		require.Zero(t, halted())
+		require.Zero(t, testkit.Series(t, reg, "outboxd_error_streak"), "a standby has no run")
+	})
 }
 
 // fillRedis starts a dispatcher on a Redis of the test's own (trimming

@@ -502,6 +502,26 @@ func (s *Streak) Resume() {
 	})
 }
 
+// Forget drops this process's view of the rule, its run and its halts
+// (their series go to 0), and leaves the shared state as it is. A
+// component calls it when it stops doing the work the rule watches (a
+// dispatcher that no longer leads): what it saw is stale from then on, the
+// process that does the work exports the rule, and this one starts again
+// from the shared state (the next Refresh reads it at once) and what it
+// sees itself.
+func (s *Streak) Forget() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.endRun()
+	for class, f := range s.halts {
+		delete(s.halts, class)
+		s.metrics.halted.WithLabelValues(s.component, class).Set(0)
+		s.logger.Info("retries no longer halted in this process: it stopped doing the work (another process exports the rule now)",
+			zap.String("component", s.component), zap.String("class", class), zap.String("code", f.Code))
+	}
+	s.tried.Store(0)
+}
+
 // Run returns the current code and how many times in a row it came.
 func (s *Streak) Run() (code string, n int) {
 	s.mu.Lock()

@@ -128,6 +128,34 @@ func TestSharedStreak(t *testing.T) {
 		}, 5*failpolicy.RefreshEvery, 10*time.Millisecond)
 	}
 
+	t.Run("ForgetDropsOnlyThisProcesssView", func(t *testing.T) {
+		t.Parallel()
+		shared := newMemShared()
+		a := newProcess(t, shared)
+		for range 3 {
+			a.s.Fail(pgDown) // shared: the group's run and halt
+		}
+		for range 3 {
+			a.s.Fail(redisDown) // this process's own run
+		}
+		require.True(t, a.s.Halted(failpolicy.ClassInfrastructure))
+		require.Equal(t, 3.0, testkit.Metric(t, a.reg, "outboxd_error_streak", "code", redisDown.Code))
+
+		a.s.Forget() // the process stopped doing the work
+		require.False(t, a.s.AnyHalted())
+		require.Zero(t, testkit.Metric(t, a.reg, "outboxd_retries_halted", "class", failpolicy.ClassInfrastructure))
+		require.Zero(t, testkit.Series(t, a.reg, "outboxd_error_streak"), "no run left")
+		st, err := shared.Load(ctx)
+		require.NoError(t, err)
+		require.Contains(t, st.Halts, failpolicy.ClassInfrastructure, "the group's halt stays")
+
+		a.s.Refresh(ctx) // at once: Forget made the next read due
+		require.True(t, a.s.Halted(failpolicy.ClassInfrastructure), "the group's halt, read again")
+		code, n := a.s.Run()
+		require.Equal(t, pgDown.Code, code, "the group's run, read again; the run of Redis failures was this process's alone, and is gone")
+		require.Equal(t, 3, n)
+	})
+
 	t.Run("ProcessesCountIntoOneRun", func(t *testing.T) {
 		t.Parallel()
 		shared := newMemShared()
