@@ -121,13 +121,8 @@ func New(st store.Store, rc *stream.Client, cfg *Config, logger *zap.Logger) (*D
 		st: st, rc: rc, cfg: c, metrics: m, watchMetrics: wm,
 		logger: logger.Named("dispatcher").With(zap.String("stream", c.Stream), zap.String("owner", c.Owner)),
 	}
-	keys := stream.NewKeys(c.Stream, "").Partition(c.part.Index, c.part.Count)
-	d.publisher = rc.Publisher(keys, &stream.PublisherConfig{Breaker: &failpolicy.BreakerConfig{
-		Name: failpolicy.SourceRedis, Failures: c.BreakerFailures, Timeout: c.BreakerTimeout, State: m.breaker,
-		// A full Redis answers: it does not open the circuit, the hold
-		// (pressure.go) waits for room instead.
-		IsFailure: func(err error) bool { return err != nil && !stream.IsOOM(err) },
-	}}, d.logger)
+	keys := d.keys()
+	d.publisher = d.newPublisher()
 	d.streak = failpolicy.NewStreak(component, c.StreakLimit, m.streak, d.logger)
 	d.streak.Share(rc.Streak(keys, component), nil)
 	d.elector = leader.New(st, leader.Config{
@@ -177,6 +172,23 @@ func (d *Dispatcher) ResumeRetries() {
 		return
 	}
 	d.streak.Resume()
+}
+
+// keys are the keys of the stream (or partition) this dispatcher relays.
+func (d *Dispatcher) keys() stream.Keys {
+	return stream.NewKeys(d.cfg.Stream, "").Partition(d.cfg.part.Index, d.cfg.part.Count)
+}
+
+// newPublisher returns the dispatcher's stream.Publisher, with a new
+// circuit breaker around Redis (closed; outboxd_dispatcher_breaker_state
+// says so).
+func (d *Dispatcher) newPublisher() *stream.Publisher {
+	return d.rc.Publisher(d.keys(), &stream.PublisherConfig{Breaker: &failpolicy.BreakerConfig{
+		Name: failpolicy.SourceRedis, Failures: d.cfg.BreakerFailures, Timeout: d.cfg.BreakerTimeout, State: d.metrics.breaker,
+		// A full Redis answers: it does not open the circuit, the hold
+		// (pressure.go) waits for room instead.
+		IsFailure: func(err error) bool { return err != nil && !stream.IsOOM(err) },
+	}}, d.logger)
 }
 
 // component names the dispatcher for the streak rule (its metrics and its

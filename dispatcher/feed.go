@@ -54,14 +54,18 @@ func (d *Dispatcher) lead(ctx, workCtx context.Context, lease store.Lease) error
 
 // unled clears what this dispatcher knew and exported as the leader, once
 // it stops leading: a standby holds nothing, reads neither Redis's memory
-// nor the groups' lag, and retries nothing, and figures left from its lead
-// (outboxd_dispatcher_backpressure, Redis's memory, outboxd_stream_lag,
-// outboxd_retries_halted and outboxd_error_streak) would keep /v1/status
-// and the alerts on them (OutboxdRedisMemoryHigh, OutboxdStreamLagHigh,
-// OutboxdRetriesHalted) saying what only the new leader can tell.
+// nor the groups' lag, retries nothing and calls nothing through its
+// breaker, and figures left from its lead (outboxd_dispatcher_backpressure,
+// Redis's memory, outboxd_stream_lag, outboxd_retries_halted,
+// outboxd_error_streak, outboxd_dispatcher_breaker_state) would keep
+// /v1/status and the alerts on them (OutboxdRedisMemoryHigh,
+// OutboxdStreamLagHigh, OutboxdRetriesHalted, OutboxdDispatcherBreakerOpen)
+// saying what only the new leader can tell. Its next lead starts with a
+// closed breaker, as a dispatcher that takes over does.
 func (d *Dispatcher) unled() {
 	d.unwatched()
 	d.streak.Forget()
+	d.publisher = d.newPublisher()
 }
 
 // follow is one feed's life: open it (from the saved position unless lost

@@ -150,7 +150,7 @@ func (d *Dispatcher) unwatched() {
 func (d *Dispatcher) watch(ctx context.Context) {
 	t := time.NewTicker(d.cfg.TrimInterval)
 	defer t.Stop()
-	keys := stream.NewKeys(d.cfg.Stream, "").Partition(d.cfg.part.Index, d.cfg.part.Count)
+	keys := d.keys()
 	for {
 		d.watchOnce(ctx, keys)
 		select {

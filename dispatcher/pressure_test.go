@@ -58,10 +58,11 @@ func TestBackpressure(t *testing.T) {
 }
 
 // TestStandbyExportsNoLeaderFigures stops a dispatcher while Redis is
-// full, and one whose retries the streak rule halted while Redis was down:
-// a dispatcher that no longer leads holds nothing, retries nothing and
-// exports none of the leader's figures (backpressure, Redis's memory, the
-// groups' lag, the streak rule's run and halts), so /v1/status and the
+// full, and one whose retries the streak rule halted, and whose breaker
+// opened, while Redis was down: a dispatcher that no longer leads holds
+// nothing, retries nothing and exports none of the leader's figures
+// (backpressure, Redis's memory, the groups' lag, the streak rule's run and
+// halts, the breaker's state), so /v1/status and the
 // alerts of a standby do not go on saying what only the new leader can
 // tell. (A lease lost under load, before this, left a standby's
 // backpressure at 1.)
@@ -82,7 +83,7 @@ func TestStandbyExportsNoLeaderFigures(t *testing.T) {
 		require.Zero(t, testkit.Series(t, reg, "outboxd_stream_lag"), "a standby exports no lag")
 	})
 
-	t.Run("RetriesHalted", func(t *testing.T) {
+	t.Run("RetriesHaltedBreakerOpen", func(t *testing.T) {
 		t.Parallel()
 		srv := testkit.NewRedisServer(t)
 		b := setup(t, &setupOpts{redis: srv.Client()})
@@ -95,12 +96,15 @@ func TestStandbyExportsNoLeaderFigures(t *testing.T) {
 		}
 		srv.Stop()
 		b.write(5, 5)
-		require.Eventually(t, func() bool { return halted() == 1 }, 10*time.Second, 5*time.Millisecond)
+		require.Eventually(t, func() bool {
+			return halted() == 1 && testkit.Metric(t, reg, "outboxd_dispatcher_breaker_state") == breakerOpen
+		}, 10*time.Second, 5*time.Millisecond)
 		require.Positive(t, testkit.Metric(t, reg, "outboxd_error_streak", "component", "dispatcher"))
 
 		require.NoError(t, d.Stop(context.Background()))
 		require.Zero(t, halted())
 		require.Zero(t, testkit.Series(t, reg, "outboxd_error_streak"), "a standby has no run")
+		require.Equal(t, breakerClosed, testkit.Metric(t, reg, "outboxd_dispatcher_breaker_state"), "nor a breaker in use")
 	})
 }
 
