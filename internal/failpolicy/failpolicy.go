@@ -198,6 +198,26 @@ func NewBreaker(cfg BreakerConfig, logger *zap.Logger) *gobreaker.CircuitBreaker
 type StreakMetrics struct {
 	streak *prometheus.GaugeVec
 	halted *prometheus.GaugeVec
+
+	mu sync.Mutex
+	// halts counts, per component and class, the Streaks that hold a
+	// halt: the series is 1 while any does (the partitions of a
+	// dispatcher each have a Streak, and one's clear is not another's).
+	halts map[[2]string]int
+}
+
+// halt counts one more (delta 1) or one fewer (-1) Streak of component
+// that holds a halt of class, and sets the series.
+func (m *StreakMetrics) halt(component, class string, delta int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	k := [2]string{component, class}
+	m.halts[k] = max(m.halts[k]+delta, 0)
+	v := 0.0
+	if m.halts[k] > 0 {
+		v = 1
+	}
+	m.halted.WithLabelValues(component, class).Set(v)
 }
 
 // NewStreakMetrics registers outboxd_error_streak{stream,component,code}
@@ -206,6 +226,7 @@ type StreakMetrics struct {
 func NewStreakMetrics(reg prometheus.Registerer, stream string) (*StreakMetrics, error) {
 	f := ometrics.NewFactory(reg, "", stream)
 	m := &StreakMetrics{
+		halts: map[[2]string]int{},
 		streak: f.GaugeVec("error_streak",
 			"Current run of one identical error code in a component (reset by a success of what failed); at the streak limit (50) automatic retries of its class halt.",
 			"component", "code"),
@@ -307,7 +328,7 @@ type Streak struct {
 func NewStreak(component string, limit int, m *StreakMetrics, logger *zap.Logger) *Streak {
 	s := &Streak{component: component, limit: max(limit, 1), metrics: m, logger: logger, halts: map[string]Failure{}}
 	for _, c := range Classes {
-		m.halted.WithLabelValues(component, c).Set(0)
+		m.halted.WithLabelValues(component, c).Add(0) // the series exists before any halt
 	}
 	return s
 }
@@ -360,7 +381,7 @@ func (s *Streak) halt(class string, f Failure) {
 		return
 	}
 	s.halts[class] = f
-	s.metrics.halted.WithLabelValues(s.component, class).Set(1)
+	s.metrics.halt(s.component, class, 1)
 	s.logger.Error("error code repeated; automatic retries of its class halted until it clears",
 		zap.String("component", s.component), zap.String("class", class), zap.String("code", f.Code),
 		zap.Int("streak", s.n), zap.String("source", f.Source), zap.Bool("shared", s.shared != nil))
@@ -515,7 +536,7 @@ func (s *Streak) Forget() {
 	s.endRun()
 	for class, f := range s.halts {
 		delete(s.halts, class)
-		s.metrics.halted.WithLabelValues(s.component, class).Set(0)
+		s.metrics.halt(s.component, class, -1)
 		s.logger.Info("retries no longer halted in this process: it stopped doing the work (another process exports the rule now)",
 			zap.String("component", s.component), zap.String("class", class), zap.String("code", f.Code))
 	}
@@ -539,7 +560,7 @@ func (s *Streak) endRun() {
 func (s *Streak) clear(class, why string) {
 	f := s.halts[class]
 	delete(s.halts, class)
-	s.metrics.halted.WithLabelValues(s.component, class).Set(0)
+	s.metrics.halt(s.component, class, -1)
 	s.logger.Info("automatic retries resumed", zap.String("component", s.component), zap.String("class", class),
 		zap.String("code", f.Code), zap.String("cleared_by", why))
 }

@@ -51,6 +51,29 @@ func TestStreak(t *testing.T) {
 		return testkit.Metric(t, reg, "outboxd_retries_halted", "component", "worker", "class", class)
 	}
 
+	t.Run("OneSeriesForStreaksOfOneComponent", func(t *testing.T) {
+		t.Parallel()
+		// The partitions of a dispatcher: a Streak each, one series.
+		reg := prometheus.NewRegistry()
+		m, err := failpolicy.NewStreakMetrics(reg, "s")
+		require.NoError(t, err)
+		a := failpolicy.NewStreak("worker", 1, m, zap.NewNop())
+		b := failpolicy.NewStreak("worker", 1, m, zap.NewNop())
+		a.Fail(redisDown)
+		b.Fail(redisDown)
+		require.Equal(t, 1.0, halted(t, reg, failpolicy.ClassInfrastructure))
+		_ = failpolicy.NewStreak("worker", 1, m, zap.NewNop()) // a partition that starts later
+		require.Equal(t, 1.0, halted(t, reg, failpolicy.ClassInfrastructure), "a new Streak clears no one's halt")
+		b.Succeed(failpolicy.SourceRedis)
+		require.False(t, b.AnyHalted())
+		require.Equal(t, 1.0, halted(t, reg, failpolicy.ClassInfrastructure), "a is still halted")
+		a.Forget()
+		require.Zero(t, halted(t, reg, failpolicy.ClassInfrastructure))
+		a.Forget() // nothing held: no count below zero
+		a.Fail(redisDown)
+		require.Equal(t, 1.0, halted(t, reg, failpolicy.ClassInfrastructure))
+	})
+
 	t.Run("TripsAtTheLimitInARow", func(t *testing.T) {
 		t.Parallel()
 		s, reg := newStreak(t)
