@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxd/outboxd/internal/pgerr"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -42,8 +42,7 @@ func (d *DB) inTx(ctx context.Context, mode pgx.TxAccessMode, fn func(tx pgx.Tx)
 	var err error
 	for range txAttempts {
 		err = pgx.BeginTxFunc(ctx, d.pool, pgx.TxOptions{AccessMode: mode}, fn)
-		var pe *pgconn.PgError
-		if !errors.As(err, &pe) || (pe.Code != "40001" && pe.Code != "40P01") {
+		if code := pgerr.Code(err); code != "40001" && code != "40P01" {
 			break
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/outboxd/outboxd/internal/failpolicy"
+	"github.com/outboxd/outboxd/internal/pgerr"
 	"github.com/outboxd/outboxd/internal/tracing"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store"
@@ -446,7 +447,7 @@ func (w *Worker) projectOnce(ctx context.Context, events []*outbox.Event) error 
 			return w.cfg.Projector.Project(ctx, tx, events)
 		})
 	}
-	if pgCode(err) == "26000" {
+	if pgerr.Code(err) == "26000" {
 		_ = conn.Conn().Close(ctx)
 	}
 	return err

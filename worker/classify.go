@@ -9,6 +9,7 @@ import (
 
 	"github.com/outboxd/outboxd/internal/failpolicy"
 	"github.com/outboxd/outboxd/internal/fault"
+	"github.com/outboxd/outboxd/internal/pgerr"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/stream"
 )
@@ -104,7 +105,7 @@ func classify(err error) class {
 		errors.Is(err, errMissingOriginal), errors.Is(err, errInvalidOriginal):
 		return classRecord
 	}
-	if code := pgCode(err); code != "" {
+	if code := pgerr.Code(err); code != "" {
 		return pgClass(code)
 	}
 	if failpolicy.Unavailable(err) || pgconn.Timeout(err) || pgconn.SafeToRetry(err) ||
@@ -184,7 +185,7 @@ func failureOf(err error) failpolicy.Failure {
 	case stream.IsOOM(err):
 		return failpolicy.Full() // Redis full: hold, never halting
 	}
-	if code := pgCode(err); code != "" {
+	if code := pgerr.Code(err); code != "" {
 		f := failpolicy.Failure{Code: "postgres_" + code, Class: failpolicy.ClassUnknown, Source: failpolicy.SourcePostgres}
 		switch pgClass(code) {
 		case classRecord:
@@ -220,21 +221,11 @@ const (
 // while ctx is live, since a cancelled context ends a query with 57014
 // too), or "".
 func timeoutOf(ctx context.Context, err error) string {
-	switch code := pgCode(err); {
+	switch code := pgerr.Code(err); {
 	case code == "55P03":
 		return timeoutLock
 	case code == "57014" && ctx.Err() == nil:
 		return timeoutStatement
-	}
-	return ""
-}
-
-// pgCode returns the SQLSTATE of a PostgreSQL error in err's chain, "" when
-// it holds none.
-func pgCode(err error) string {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return pgErr.Code
 	}
 	return ""
 }

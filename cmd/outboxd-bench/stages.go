@@ -326,12 +326,9 @@ func (b *bench) work(ctx context.Context, name string, workers, batch int) (span
 	}
 	elapsed := watch.stop()
 	var batches *WorkerBatches
-	for _, p := range procs {
-		if err != nil {
-			break
-		}
+	for i := 0; err == nil && i < len(procs); i++ {
 		var m scraped
-		m, err = scrapeMetrics(ctx, p)
+		m, err = scrapeMetrics(ctx, procs[i])
 		batches = batches.merge(m.worker)
 	}
 	if err != nil {

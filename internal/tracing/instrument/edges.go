@@ -2,18 +2,17 @@ package instrument
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/attribute"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/outboxd/outboxd/internal/pgerr"
 	"github.com/outboxd/outboxd/internal/tracing"
 )
 
@@ -83,7 +82,7 @@ func (Tracer) TraceBatchQuery(ctx context.Context, _ *pgx.Conn, data pgx.TraceBa
 	}
 	op := operation(data.SQL)
 	attrs := []attribute.KeyValue{semconv.DBOperationName(op)}
-	if code := sqlState(data.Err); code != "" {
+	if code := pgerr.Code(data.Err); code != "" {
 		attrs = append(attrs, semconv.DBResponseStatusCode(code))
 	}
 	span.AddEvent(op, trace.WithAttributes(attrs...))
@@ -110,19 +109,10 @@ func end(ctx context.Context, err error) {
 	if !span.IsRecording() {
 		return
 	}
-	if code := sqlState(err); code != "" {
+	if code := pgerr.Code(err); code != "" {
 		span.SetAttributes(semconv.DBResponseStatusCode(code))
 	}
 	tracing.End(span, err)
-}
-
-// sqlState returns the SQLSTATE of a PostgreSQL error, "" for any other.
-func sqlState(err error) string {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return pgErr.Code
-	}
-	return ""
 }
 
 // operation returns the first keyword of a statement, upper-cased
