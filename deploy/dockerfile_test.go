@@ -332,7 +332,7 @@ func TestDockerfileBroken(t *testing.T) {
 		{"NoSourceLabel", "Dockerfile", `org.opencontainers.image.source="https://github.com/outboxd/outboxd" \`, `\`, "org.opencontainers.image.source is missing"},
 		{"OneStage", "Dockerfile", "FROM gcr.io/distroless/static-debian13:nonroot\n", "", "build in a Go stage and copy the binary into a final one"},
 		{"IgnoresMigrations", ".dockerignore", "docs\n", "docs\nmigrations\n", "leaves out migrations/postgres/00001_read_model.sql"},
-		{"IgnoresEmbeds", ".dockerignore", "docs\n", "docs\n**/*.html\n", "leaves out httpapi/console/templates/layout.html"},
+		{"IgnoresEmbeds", ".dockerignore", "docs\n", "docs\n**/*.html\n", "leaves out internal/httpapi/console/templates/layout.html"},
 		{"KeepsHistory", ".dockerignore", ".git\n", "", "must leave out .git/config"},
 	}
 	for _, c := range cases {

@@ -11,9 +11,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/outboxd/outboxd/dispatcher"
+	"github.com/outboxd/outboxd/internal/stream"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store/sqlitestore"
-	"github.com/outboxd/outboxd/stream"
 )
 
 // A dispatcher relays what the transactional writer put into the outbox of

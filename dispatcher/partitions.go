@@ -10,8 +10,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/outboxd/outboxd/internal/stream"
 	"github.com/outboxd/outboxd/store"
-	"github.com/outboxd/outboxd/stream"
 )
 
 // PartitionLeaseName is the name of the lease (and checkpoint) of part of

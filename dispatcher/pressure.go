@@ -11,7 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	ometrics "github.com/outboxd/outboxd/internal/metrics"
-	"github.com/outboxd/outboxd/stream"
+	"github.com/outboxd/outboxd/internal/stream"
 )
 
 // Reasons of a hold, as Backpressure returns them.

@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/dispatcher"
+	"github.com/outboxd/outboxd/internal/stream"
 	"github.com/outboxd/outboxd/internal/testkit"
-	"github.com/outboxd/outboxd/stream"
 )
 
 // TestBackpressure runs the pipeline on a Redis of the test's own with a

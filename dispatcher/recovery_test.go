@@ -10,9 +10,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/outboxd/outboxd/internal/stream"
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/reconciler"
-	"github.com/outboxd/outboxd/stream"
 )
 
 // envRecoveryEvents sets how many events the recovery tests

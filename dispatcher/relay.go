@@ -10,9 +10,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/outboxd/outboxd/internal/failpolicy"
+	"github.com/outboxd/outboxd/internal/stream"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store"
-	"github.com/outboxd/outboxd/stream"
 )
 
 // relay moves one batch: XADD (retried until Redis answers or the

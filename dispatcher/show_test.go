@@ -11,8 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outboxd/outboxd/internal/stream"
 	"github.com/outboxd/outboxd/internal/testkit"
-	"github.com/outboxd/outboxd/stream"
 )
 
 // envShow runs TestShowRedisBounded: OUTBOXD_SHOW_EVENTS=100000 go test

@@ -4,8 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/outboxd/outboxd/internal/stream"
 	"github.com/outboxd/outboxd/store"
-	"github.com/outboxd/outboxd/stream"
 )
 
 // lagPoll is how often, after a sweep that reached its limit, the

@@ -10,8 +10,8 @@ import (
 	"github.com/outboxd/outboxd/internal/failpolicy"
 	"github.com/outboxd/outboxd/internal/fault"
 	"github.com/outboxd/outboxd/internal/pgerr"
+	"github.com/outboxd/outboxd/internal/stream"
 	"github.com/outboxd/outboxd/outbox"
-	"github.com/outboxd/outboxd/stream"
 )
 
 // class is what the worker does about an error.

@@ -13,9 +13,9 @@ import (
 	"github.com/outboxd/outboxd/internal/failpolicy"
 	"github.com/outboxd/outboxd/internal/fault"
 	"github.com/outboxd/outboxd/internal/instance"
+	"github.com/outboxd/outboxd/internal/readmodel"
+	"github.com/outboxd/outboxd/internal/stream"
 	"github.com/outboxd/outboxd/outbox"
-	"github.com/outboxd/outboxd/readmodel"
-	"github.com/outboxd/outboxd/stream"
 )
 
 // Defaults of Config.

@@ -13,9 +13,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/outboxd/outboxd/internal/stream"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store/sqlitestore"
-	"github.com/outboxd/outboxd/stream"
 	"github.com/outboxd/outboxd/worker"
 )
 

@@ -6,7 +6,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/outboxd/outboxd/stream"
+	"github.com/outboxd/outboxd/internal/stream"
 )
 
 // touchMax bounds how many held entries one touch refreshes; a worker holds

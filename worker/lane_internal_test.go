@@ -8,9 +8,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/time/rate"
 
+	"github.com/outboxd/outboxd/internal/stream"
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
-	"github.com/outboxd/outboxd/stream"
 )
 
 // TestNextGivesTheLaneItsTurn: next reads the stream first; a read of the

@@ -14,10 +14,10 @@ import (
 
 	"github.com/outboxd/outboxd/internal/checker"
 	"github.com/outboxd/outboxd/internal/fault"
+	"github.com/outboxd/outboxd/internal/readmodel"
+	"github.com/outboxd/outboxd/internal/stream"
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
-	"github.com/outboxd/outboxd/readmodel"
-	"github.com/outboxd/outboxd/stream"
 	"github.com/outboxd/outboxd/worker"
 )
 

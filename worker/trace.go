@@ -9,9 +9,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
+	"github.com/outboxd/outboxd/internal/stream"
 	"github.com/outboxd/outboxd/internal/tracing"
 	"github.com/outboxd/outboxd/outbox"
-	"github.com/outboxd/outboxd/stream"
 )
 
 // traceParent keeps the trace context of msg, the first entry of its event

@@ -16,16 +16,16 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxd/outboxd/dispatcher"
-	"github.com/outboxd/outboxd/httpapi"
 	"github.com/outboxd/outboxd/internal/clock"
 	"github.com/outboxd/outboxd/internal/fault"
+	"github.com/outboxd/outboxd/internal/httpapi"
+	"github.com/outboxd/outboxd/internal/storetrace"
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/internal/tracing"
 	"github.com/outboxd/outboxd/internal/tracing/instrument"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/reconciler"
 	"github.com/outboxd/outboxd/store"
-	"github.com/outboxd/outboxd/store/storetrace"
 	"github.com/outboxd/outboxd/worker"
 )
 

@@ -21,8 +21,8 @@ import (
 	"github.com/outboxd/outboxd/internal/failpolicy"
 	"github.com/outboxd/outboxd/internal/leader"
 	"github.com/outboxd/outboxd/internal/startstop"
+	"github.com/outboxd/outboxd/internal/stream"
 	"github.com/outboxd/outboxd/store"
-	"github.com/outboxd/outboxd/stream"
 )
 
 // Fault points (tests only). When one fires the worker stops at once, as if

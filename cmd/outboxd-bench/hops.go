@@ -9,8 +9,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/outboxd/outboxd/internal/stream"
 	"github.com/outboxd/outboxd/outbox"
-	"github.com/outboxd/outboxd/stream"
 )
 
 // Hops splits the latency stage's ingest → syncedAt into the three hops

@@ -9,8 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/outboxd/outboxd/internal/readmodel"
 	"github.com/outboxd/outboxd/outbox"
-	"github.com/outboxd/outboxd/readmodel"
 	"github.com/outboxd/outboxd/store/sqlitestore"
 	"github.com/outboxd/outboxd/worker"
 )

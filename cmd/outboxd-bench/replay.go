@@ -18,9 +18,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/outboxd/outboxd/internal/stream"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store"
-	"github.com/outboxd/outboxd/stream"
 )
 
 // Defaults of the replay run (issue 23's Show: a 100,000-event replay while

@@ -26,15 +26,15 @@ import (
 
 	"github.com/outboxd/outboxd/internal/checker"
 	"github.com/outboxd/outboxd/internal/faultnet"
+	"github.com/outboxd/outboxd/internal/operator"
+	"github.com/outboxd/outboxd/internal/readmodel"
 	"github.com/outboxd/outboxd/internal/redact"
 	"github.com/outboxd/outboxd/internal/redisproc"
-	"github.com/outboxd/outboxd/operator"
+	"github.com/outboxd/outboxd/internal/stream"
 	"github.com/outboxd/outboxd/outbox"
-	"github.com/outboxd/outboxd/readmodel"
 	"github.com/outboxd/outboxd/store"
 	"github.com/outboxd/outboxd/store/mongostore"
 	"github.com/outboxd/outboxd/store/sqlitestore"
-	"github.com/outboxd/outboxd/stream"
 )
 
 // Defaults of the soak's environment.

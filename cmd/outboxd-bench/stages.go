@@ -6,9 +6,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/outboxd/outboxd/internal/stream"
 	"github.com/outboxd/outboxd/store"
 	"github.com/outboxd/outboxd/store/sqlitestore"
-	"github.com/outboxd/outboxd/stream"
 )
 
 // Stage names.

@@ -1,7 +1,8 @@
 // Command outboxd keeps a PostgreSQL read model in step with a system of
 // record (MongoDB, or an embedded SQLite file) through a transactional
 // outbox. One binary, one role per subcommand; see README.md and
-// `outboxd help`.
+// `outboxd help`. It is package runner with no options: a team's own binary
+// is these lines plus runner's options (docs/adopting.md).
 package main
 
 import (
@@ -9,11 +10,13 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/outboxd/outboxd/runner"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	code := runner.Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }

@@ -7,8 +7,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/outboxd/outboxd/internal/checker"
+	streampkg "github.com/outboxd/outboxd/internal/stream"
 	"github.com/outboxd/outboxd/store"
-	streampkg "github.com/outboxd/outboxd/stream"
 )
 
 // Verdict is the checker's count (package internal/checker).

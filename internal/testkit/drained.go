@@ -5,7 +5,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/outboxd/outboxd/stream"
+	"github.com/outboxd/outboxd/internal/stream"
 )
 
 // Drained reports that group has read the whole of stream and of its

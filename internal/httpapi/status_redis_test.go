@@ -1,0 +1,60 @@
+package httpapi_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outboxd/internal/httpapi"
+	"github.com/outboxd/outboxd/internal/stream"
+	"github.com/outboxd/outboxd/internal/testkit"
+)
+
+// TestStatusRedisMemory: the status shows every consumer group's lag,
+// Redis's memory and policy, flags an evicting policy, and names a full
+// Redis as a stall; the redis readiness check (Client.Writable) fails
+// while it is full.
+func TestStatusRedisMemory(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := testkit.NewRedisServer(t)
+	rdb := srv.Client()
+	rc, err := stream.NewClient(rdb, nil)
+	require.NoError(t, err)
+	keys := stream.NewKeys(testkit.Name("s"), "g")
+	for range 10 {
+		require.NoError(t, rdb.XAdd(ctx, &redis.XAddArgs{Stream: keys.Stream(), Values: map[string]any{"payload": "{}"}}).Err())
+	}
+	_, err = rc.Group(keys, "c").Ensure(ctx)
+	require.NoError(t, err)
+	require.NoError(t, rdb.XGroupCreate(ctx, keys.Stream(), "audit", "0").Err())
+	_, err = rc.Group(keys, "c").Read(ctx, ">", 4, -1)
+	require.NoError(t, err)
+	status := &httpapi.Status{Store: testkit.NewStore(t), Redis: rc, Stream: keys.Name(), Group: keys.Group()}
+
+	snap := status.Snapshot(ctx)
+	require.Equal(t, []httpapi.GroupCounts{
+		{Name: "audit", Lag: ptr(int64(10))},
+		{Name: "g", Pending: 4, Lag: ptr(int64(6)), EntriesRead: 4},
+	}, snap.Stream.Groups)
+	require.NotNil(t, snap.Redis)
+	require.Positive(t, snap.Redis.UsedMemoryBytes)
+	require.Equal(t, "noeviction", snap.Redis.MaxMemoryPolicy)
+	require.False(t, snap.Redis.EvictionMisconfigured)
+	require.Empty(t, snap.Stalled)
+	require.NoError(t, rc.Writable(ctx))
+
+	require.NoError(t, rdb.ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err())
+	snap = status.Snapshot(ctx)
+	require.True(t, snap.Redis.EvictionMisconfigured)
+
+	require.NoError(t, rdb.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err())
+	require.NoError(t, rdb.ConfigSet(ctx, "maxmemory", fmt.Sprint(snap.Redis.UsedMemoryBytes/2)).Err())
+	snap = status.Snapshot(ctx)
+	require.True(t, snap.Redis.Full)
+	require.Equal(t, []string{"redis refuses writes (used_memory at maxmemory)"}, snap.Stalled)
+	require.ErrorIs(t, rc.Writable(ctx), stream.ErrFull)
+}

@@ -1,0 +1,305 @@
+package operator
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	ometrics "github.com/outboxd/outboxd/internal/metrics"
+	"github.com/outboxd/outboxd/internal/readmodel"
+	"github.com/outboxd/outboxd/internal/stream"
+	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/store"
+)
+
+// Limits of the actions.
+const (
+	// ChunkDefault is how many originals one replay or verify call handles
+	// unless its query says otherwise, and how many dead letters a listing
+	// returns.
+	ChunkDefault = 500
+	// ChunkMax is the most a query may ask for.
+	ChunkMax = 5000
+)
+
+// ReadModel is what the actions need of the read model: the lookups and
+// repair statements of readmodel.DB (the default projector's tables), each
+// in a transaction of its own.
+type ReadModel interface {
+	Unproject(ctx context.Context, ids []string) (int64, error)
+	RecomputeStats(ctx context.Context, keys []readmodel.StatsKey) error
+	Projected(ctx context.Context, ids []string) (map[string]bool, error)
+	Rows(ctx context.Context, from, to *time.Time, after string, limit int) ([]readmodel.Row, error)
+	CountRows(ctx context.Context, from, to *time.Time) (int64, error)
+	StatsDrift(ctx context.Context, from, to *time.Time, limit int) ([]readmodel.StatsDrift, error)
+	Lookup(ctx context.Context, eventID, idempotencyKey string, key readmodel.StatsKey) (*readmodel.Row, *readmodel.Stats, error)
+}
+
+// Config configures an Operator. Store is required; an action that needs a
+// backend the Config lacks fails with ErrNotAvailable.
+type Config struct {
+	// Store is the system of record. Required.
+	Store store.Store
+	// Redis holds the stream and the dead-letter stream. Without it the
+	// dead-letter actions, replay (other than a dry run), verify with
+	// repair and the journey are not available.
+	Redis *stream.Client
+	// ReadModel is the read model in PostgreSQL (readmodel.New). Without
+	// it verify, replay with rebuild and the journey are not available.
+	ReadModel ReadModel
+	// Stream and Group name the stream (its keys are stream.NewKeys(Stream,
+	// Group)) and the worker's consumer group. Default to
+	// outbox.StreamDefault and stream.GroupDefault.
+	Stream, Group string
+	// Partitions is the stream's number of partitions (--partitions):
+	// replays and DLQ replays go into the replay lane of each original's
+	// partition. Defaults to 1.
+	Partitions int
+	// Role names this instance's role in the detail of ErrNotAvailable, so
+	// the operator knows to ask another. Defaults to "this role".
+	Role string
+	// EventRetention is the store's retention of synced originals
+	// (--event-retention): a read-model row created before now minus it
+	// whose original is gone was expired, not lost, and verify does not
+	// report it as drift (VerifyResult.Expired counts it). Defaults to 0:
+	// originals are kept, and every row without one is drift.
+	EventRetention time.Duration
+	// Now tells the time for ages. Defaults to time.Now.
+	Now func() time.Time
+	// Registerer receives outboxd_admin_published_total{origin}. Defaults
+	// to none.
+	Registerer prometheus.Registerer
+}
+
+// Operator performs the operator actions: it lists, replays and drops
+// dead letters, replays originals by boundary, compares the originals with
+// the read model (and repairs what differs) and follows one original
+// through the pipeline. Every action that repairs re-enters the normal path
+// (a stream message the worker projects idempotently); none writes a
+// read-model row itself. It is safe for concurrent use.
+type Operator struct {
+	cfg       Config
+	keys      stream.Keys
+	publisher *stream.Publisher // nil without Redis
+	logger    *zap.Logger
+	published *prometheus.CounterVec
+}
+
+// New returns the operator actions over cfg's backends. A nil logger logs
+// nothing.
+func New(cfg *Config, logger *zap.Logger) (*Operator, error) {
+	if cfg == nil || cfg.Store == nil {
+		return nil, errors.New("operator: a store is required")
+	}
+	c := *cfg
+	c.Stream = cmp.Or(c.Stream, outbox.StreamDefault)
+	c.Group = cmp.Or(c.Group, stream.GroupDefault)
+	c.Role = cmp.Or(c.Role, "this role")
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if logger == nil {
+		logger = zap.NewNop()
+	}
+	f := ometrics.NewFactory(c.Registerer, "admin", c.Stream)
+	published := f.CounterVec("published_total", "Originals re-published by operator actions, by origin (replay, dlq-replay).", "origin")
+	if err := f.Err(); err != nil {
+		return nil, fmt.Errorf("error registering operator metrics: %w", err)
+	}
+	o := &Operator{cfg: c, keys: stream.NewKeys(c.Stream, c.Group), published: published,
+		logger: logger.Named("admin").With(zap.String("stream", c.Stream))}
+	if c.Redis != nil {
+		// Replays go into the replay lane, which the workers read only when
+		// the stream has nothing for them, at a bounded rate: live events
+		// keep their latency.
+		o.publisher = c.Redis.Publisher(o.keys.Split(c.Partitions).ReplayLane(), nil, nil)
+	}
+	return o, nil
+}
+
+// Role returns the role this instance runs (Config.Role).
+func (o *Operator) Role() string { return o.cfg.Role }
+
+// The kinds of Error, matched with errors.Is.
+var (
+	// ErrInvalid: a query is invalid; Error.Fields name what is wrong.
+	ErrInvalid = errors.New("invalid request")
+	// ErrNotFound: the dead letter or original asked for does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrNotAvailable: this instance lacks the backend the action needs
+	// (Error.Backend); ask an instance that has it.
+	ErrNotAvailable = errors.New("not available on this instance")
+	// ErrUnavailable: a backend (Error.Backend) failed or cannot be
+	// reached now; what was done so far is logged and the action can run
+	// again.
+	ErrUnavailable = errors.New("backend unavailable")
+)
+
+// Backends named by Error.Backend.
+const (
+	BackendRedis    = "redis"
+	BackendPostgres = "postgres"
+	BackendStore    = "store"
+)
+
+// Error is an error of an action that a caller can act on: Kind (one of
+// ErrInvalid, ErrNotFound, ErrNotAvailable, ErrUnavailable) says what went
+// wrong and errors.Is matches it. Other errors of an action are failures
+// of its own (a store error other than an outage, say).
+type Error struct {
+	Kind error
+	// Fields name the invalid fields and why (ErrInvalid).
+	Fields []FieldError
+	// Backend names the missing or failing backend: BackendRedis,
+	// BackendPostgres or BackendStore (ErrNotAvailable, ErrUnavailable).
+	Backend string
+	// Detail says what happened, for a person (ErrNotFound,
+	// ErrNotAvailable).
+	Detail string
+	// Err is the cause, if any.
+	Err error
+}
+
+func (e *Error) Error() string {
+	switch {
+	case errors.Is(e.Kind, ErrInvalid):
+		parts := make([]string, len(e.Fields))
+		for i, f := range e.Fields {
+			parts[i] = f.Field + " " + f.Reason
+		}
+		return "invalid request: " + strings.Join(parts, "; ")
+	case e.Err != nil:
+		return fmt.Sprintf("%s: %v", e.Backend, e.Err)
+	}
+	return e.Detail
+}
+
+// Is reports whether target is e's Kind.
+func (e *Error) Is(target error) bool { return target == e.Kind }
+
+// Unwrap returns the cause.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Invalid returns an ErrInvalid error that names field, with the reason
+// format says.
+func Invalid(field, format string, args ...any) error {
+	return &Error{Kind: ErrInvalid, Fields: []FieldError{{Field: field, Reason: fmt.Sprintf(format, args...)}}}
+}
+
+// FieldError is one invalid field of a query: its name as the admin API
+// spells it, and what is wrong with it.
+type FieldError struct {
+	Field  string
+	Reason string
+}
+
+func notFound(detail string) error { return &Error{Kind: ErrNotFound, Detail: detail} }
+
+func (o *Operator) notAvailable(backend, what string) error {
+	return &Error{Kind: ErrNotAvailable, Backend: backend, Detail: fmt.Sprintf(
+		"this instance (%s) has no %s; run the command against an instance of `outboxd work` or `outboxd dev`", o.cfg.Role, what)}
+}
+
+func (o *Operator) needRedis() error {
+	if o.cfg.Redis == nil {
+		return o.notAvailable(BackendRedis, "Redis")
+	}
+	return nil
+}
+
+func (o *Operator) needReadModel() error {
+	if o.cfg.ReadModel == nil {
+		return o.notAvailable(BackendPostgres, "PostgreSQL")
+	}
+	return nil
+}
+
+// unavailable marks err, of backend, as ErrUnavailable; nil stays nil.
+func unavailable(backend, what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &Error{Kind: ErrUnavailable, Backend: backend, Err: fmt.Errorf("error %s: %w", what, err)}
+}
+
+func redisErr(what string, err error) error { return unavailable(BackendRedis, what, err) }
+
+func pgErr(what string, err error) error { return unavailable(BackendPostgres, what, err) }
+
+// storeErr wraps an error of the store: an outage is ErrUnavailable, any
+// other error is the action's own failure.
+func storeErr(what string, err error) error {
+	if store.IsUnavailable(err) {
+		return unavailable(BackendStore, what, err)
+	}
+	return fmt.Errorf("error %s: %w", what, err)
+}
+
+// publish adds the messages of events, with origin, to the replay lane
+// (stream.Keys.Replay) in one round trip, and returns which were added (by index); err is set when any
+// was not.
+func (o *Operator) publish(ctx context.Context, events []*outbox.Event, origin outbox.Origin) ([]bool, error) {
+	ok := make([]bool, len(events))
+	if len(events) == 0 {
+		return ok, nil
+	}
+	err := o.publisher.PublishEvents(ctx, events, origin)
+	n := 0
+	for i := range ok {
+		if ok[i] = stream.Added(err, i); ok[i] {
+			n++
+		}
+	}
+	o.published.WithLabelValues(string(origin)).Add(float64(n))
+	return ok, redisErr(fmt.Sprintf("publishing %d originals", len(events)), err)
+}
+
+// Event is an original with its payload, as GET /v1/events/{id} shows it
+// and a dead letter's detail (DeadLetter.Event). Times are UTC.
+type Event struct {
+	ID             string              `json:"id"`
+	IdempotencyKey string              `json:"idempotencyKey"`
+	SourceKey      string              `json:"sourceKey"`
+	DeviceKey      string              `json:"deviceKey"`
+	Type           string              `json:"type"`
+	OccurredAt     time.Time           `json:"occurredAt"`
+	Payload        json.RawMessage     `json:"payload"`
+	CreatedAt      time.Time           `json:"createdAt"`
+	State          string              `json:"state"`
+	SyncedAt       *time.Time          `json:"syncedAt"`
+	RequeueCount   int64               `json:"requeueCount"`
+	SyncFailure    *outbox.SyncFailure `json:"syncFailure"`
+}
+
+// EventOf returns the view of ev.
+func EventOf(ev *outbox.Event) Event {
+	return Event{
+		ID: ev.ID, IdempotencyKey: ev.IdempotencyKey, SourceKey: ev.SourceKey, DeviceKey: ev.DeviceKey,
+		Type: ev.Type, OccurredAt: ev.OccurredAt.UTC(), Payload: payloadOrEmpty(ev.Payload), CreatedAt: ev.CreatedAt.UTC(),
+		State: ev.State(), SyncedAt: utc(ev.SyncedAt), RequeueCount: ev.RequeueCount, SyncFailure: ev.SyncFailure,
+	}
+}
+
+// utc returns t in UTC; nil stays nil.
+func utc(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+// payloadOrEmpty returns p, or {} when the original holds none.
+func payloadOrEmpty(p json.RawMessage) json.RawMessage {
+	if len(p) == 0 {
+		return json.RawMessage("{}")
+	}
+	return p
+}

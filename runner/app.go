@@ -1,0 +1,728 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"golang.org/x/time/rate"
+
+	"github.com/outboxd/outboxd/dispatcher"
+	"github.com/outboxd/outboxd/internal/config"
+	"github.com/outboxd/outboxd/internal/httpapi"
+	ometrics "github.com/outboxd/outboxd/internal/metrics"
+	"github.com/outboxd/outboxd/internal/operator"
+	"github.com/outboxd/outboxd/internal/readmodel"
+	"github.com/outboxd/outboxd/internal/redact"
+	"github.com/outboxd/outboxd/internal/storetrace"
+	"github.com/outboxd/outboxd/internal/stream"
+	"github.com/outboxd/outboxd/internal/tracing"
+	"github.com/outboxd/outboxd/internal/tracing/instrument"
+	"github.com/outboxd/outboxd/migrations"
+	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/reconciler"
+	"github.com/outboxd/outboxd/store"
+	"github.com/outboxd/outboxd/store/mongostore"
+	"github.com/outboxd/outboxd/store/sqlitestore"
+	"github.com/outboxd/outboxd/worker"
+)
+
+// service is a long-running component (package startstop's contract).
+type service interface {
+	Start(ctx context.Context) error
+	Stop(ctx context.Context) error
+}
+
+// app holds what a role opened; run closes it.
+type app struct {
+	o      *options
+	role   *role
+	log    *zap.Logger
+	stdout io.Writer
+	stderr io.Writer
+	// set are Run's options.
+	set *settings
+
+	st  store.Store
+	rdb redis.UniversalClient
+	// rc is the pipeline's Redis over rdb (package stream).
+	rc  *stream.Client
+	pg  *pgxpool.Pool
+	reg *prometheus.Registry
+	// rec is the periodic reconciler of this process, if any: the status
+	// shows its last report.
+	rec *reconciler.Reconciler
+	// history samples the status for the console's charts while the HTTP
+	// server runs.
+	history *httpapi.History
+	// committer groups the single-event ingest requests into shared store
+	// transactions while the HTTP server runs (api roles).
+	committer *outbox.Committer
+}
+
+// run opens what the role needs, runs it, and closes everything.
+func (a *app) run(ctx context.Context) error {
+	r := a.role
+	if r.store || r.redis || r.postgres {
+		a.log.Info("starting", zap.String("config", a.o.String()))
+	}
+	defer a.close()
+	if err := a.open(ctx); err != nil {
+		return err
+	}
+	if r.migrate {
+		if err := a.applyMigrations(ctx); err != nil {
+			return err
+		}
+	} else if a.st != nil && r.name != "migrate" {
+		if err := a.st.CheckSchema(ctx); err != nil {
+			return err
+		}
+	}
+	if err := a.checkPartitions(ctx); err != nil {
+		return err
+	}
+	if r.once != nil && (r.onceWhen == nil || r.onceWhen(a.o)) {
+		return r.once(ctx, a)
+	}
+	var services []service
+	if r.services != nil {
+		var err error
+		if services, err = r.services(a); err != nil {
+			return err
+		}
+	}
+	return a.serve(ctx, services)
+}
+
+// open opens the backends the role needs.
+func (a *app) open(ctx context.Context) error {
+	r := a.role
+	a.reg = a.set.registry
+	if a.reg == nil {
+		a.reg = prometheus.NewRegistry()
+	}
+	for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+		if err := a.reg.Register(c); err != nil && !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
+			return err
+		}
+	}
+	if r.store && a.set.store != nil {
+		a.st = a.set.store
+		if tracing.Enabled() {
+			a.st = storetrace.Wrap(a.st)
+		}
+	} else if r.store {
+		sqlite, err := a.sqliteOptions()
+		if err != nil {
+			return err
+		}
+		st, err := openStore(ctx, a.o.store, sqlite, &mongostore.Options{Database: a.o.mongoDB,
+			AppName: "outboxd/" + r.name, MaxPoolSize: uint64(a.o.mongoMaxPool)})
+		if err != nil {
+			return err
+		}
+		a.st = st
+		if tracing.Enabled() {
+			a.st = storetrace.Wrap(st)
+		}
+	}
+	if r.redis {
+		rdb, err := stream.OpenRedis(a.o.redisURL, a.o.redisTopology(), a.o.redisCAs)
+		if err != nil {
+			return config.Invalid("redis-url", "%v", err)
+		}
+		a.rdb = rdb
+		rc, err := stream.NewClient(a.rdb, nil)
+		if err != nil {
+			return err
+		}
+		a.rc = rc
+		a.checkEviction(ctx)
+	}
+	if r.postgres {
+		cfg, err := pgxpool.ParseConfig(a.o.postgresURL)
+		if err != nil {
+			return fmt.Errorf("error opening PostgreSQL at %s: %w", redact.DSN(a.o.postgresURL), err)
+		}
+		instrument.Postgres(cfg)
+		// One connection per batch loop (--concurrency) and a few to
+		// spare, unless the URL sizes the pool itself (pool_max_conns).
+		if a.o.concurrency > 0 && !strings.Contains(a.o.postgresURL, "pool_max_conns") {
+			cfg.MaxConns = max(cfg.MaxConns, int32(a.o.concurrency*a.partitions()+poolSpare))
+		}
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			return fmt.Errorf("error opening PostgreSQL at %s: %w", redact.DSN(a.o.postgresURL), err)
+		}
+		a.pg = pool
+	}
+	return nil
+}
+
+// openStore opens the store a --store value names; sqlite configures an
+// SQLite store, mongo a MongoDB store.
+func openStore(ctx context.Context, uri string, sqlite *sqlitestore.Options, mongo *mongostore.Options) (store.Store, error) {
+	kind, target, err := storeKind(uri)
+	if err != nil {
+		return nil, config.Invalid("store", "%v", err)
+	}
+	if kind == "sqlite" {
+		st, err := sqlitestore.Open(ctx, target, sqlite)
+		if errors.Is(err, sqlitestore.ErrNotADatabase) {
+			return nil, config.Invalid("store", "%v", err)
+		}
+		return st, err
+	}
+	return mongostore.Open(ctx, target, mongo)
+}
+
+// sqliteOptions returns the SQLite store's options, with the histograms
+// of its writer by role (outboxd_store_writer_wait_seconds: the wait for
+// the write connection and lock; outboxd_store_writer_held_seconds: the
+// transaction that followed).
+func (a *app) sqliteOptions() (*sqlitestore.Options, error) {
+	f := ometrics.NewFactory(a.reg, "store", a.o.stream)
+	buckets := prometheus.ExponentialBuckets(50e-6, 2, 15) // 50µs … 0.8s
+	wait := f.HistogramVec("writer_wait_seconds", "Time an SQLite store write transaction waited for the write connection and lock, by role.", buckets, "role")
+	held := f.HistogramVec("writer_held_seconds", "Time an SQLite store write transaction held the write connection (statements and commit), by role.", buckets, "role")
+	if err := f.Err(); err != nil {
+		return nil, err
+	}
+	return &sqlitestore.Options{ObserveWriter: func(role string, waited, holding time.Duration) {
+		wait.WithLabelValues(role).Observe(waited.Seconds())
+		held.WithLabelValues(role).Observe(holding.Seconds())
+	}}, nil
+}
+
+// roleService is a service whose context carries its role for the store
+// (store.WithRole).
+type roleService struct {
+	service
+	role string
+}
+
+// Start starts the service on ctx labelled with its role.
+func (s roleService) Start(ctx context.Context) error {
+	return s.service.Start(store.WithRole(ctx, s.role))
+}
+
+// withRole returns ctor with the service it makes labelled with role.
+func withRole(role string, ctor func() (service, error)) func() (service, error) {
+	return func() (service, error) {
+		s, err := ctor()
+		if err != nil || s == nil {
+			return s, err
+		}
+		return roleService{service: s, role: role}, nil
+	}
+}
+
+// close releases the backends, the store last.
+func (a *app) close() {
+	if a.pg != nil {
+		a.pg.Close()
+	}
+	if a.rdb != nil {
+		_ = a.rdb.Close()
+	}
+	if a.st != nil && a.set.store == nil { // the caller closes its own
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = a.st.Close(ctx)
+	}
+}
+
+// applyMigrations applies the PostgreSQL schema and the store's.
+func (a *app) applyMigrations(ctx context.Context) error {
+	n, err := migrations.Postgres(ctx, a.o.postgresURL)
+	if err != nil {
+		return err
+	}
+	if err := a.st.Migrate(ctx, &store.MigrateConfig{OutboxRetention: a.o.outboxRetention, EventRetention: a.o.eventRetention}); err != nil {
+		return err
+	}
+	a.log.Info("migrations applied", zap.Int("postgres_applied", n), zap.String("store", a.st.Kind()))
+	return nil
+}
+
+// build returns the services the constructors make, in order.
+func (a *app) build(ctors ...func() (service, error)) ([]service, error) {
+	out := make([]service, 0, len(ctors))
+	for _, c := range ctors {
+		s, err := c()
+		if err != nil {
+			return nil, err
+		}
+		if s != nil { // a service turned off
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+// newWorker returns the process's workers: --concurrency batch loops,
+// each a consumer of the group (--consumer, then --consumer-2, … when it
+// is given), sharing the PostgreSQL pool, the metrics and one bound on the
+// replay lane's rate.
+func (a *app) newWorker() (service, error) {
+	replayRate := rate.Limit(a.o.replayRate)
+	if a.o.replayRate == 0 {
+		replayRate = rate.Inf
+	}
+	limiter := worker.NewReplayLimiter(replayRate)
+	timeout := func(d time.Duration) time.Duration {
+		if d == 0 {
+			return worker.TimeoutOff
+		}
+		return d
+	}
+	// One Worker per partition (each reads its partition's stream and
+	// replay lane), --concurrency of them per partition.
+	workers := make(serviceGroup, 0, a.o.concurrency*a.partitions())
+	for i := range a.o.concurrency {
+		consumer := a.o.consumer
+		if consumer != "" && i > 0 {
+			consumer = fmt.Sprintf("%s-%d", consumer, i+1)
+		}
+		for p := range a.partitions() {
+			w, err := worker.New(a.st, a.rc, a.pg, &worker.Config{
+				Stream: a.o.stream, Group: a.o.group, Consumer: consumer, Partition: p, Partitions: a.partitions(),
+				BatchSize: a.o.batchSize.n, AutoBatch: a.o.batchSize.auto, ProjectionTarget: a.o.projectionTarget,
+				LockTimeout: timeout(a.o.lockTimeout), StatementTimeout: timeout(a.o.statementTimeout),
+				ReplayRate: replayRate, ReplayLimiter: limiter,
+				ClaimIdle: a.o.claimIdle, MaxDeliveries: a.o.maxDeliveries, Ordered: a.o.ordered, LeaseTTL: a.o.leaseTTL,
+				RecordBackoff: a.o.retryBackoff, ConsumerExpiry: a.o.consumerExpiry,
+				BreakerFailures: a.o.breakerFailures, BreakerTimeout: a.o.breakerTimeout, StreakLimit: a.o.streakLimit,
+				Registerer: a.reg, Projector: a.set.projector,
+			}, a.log)
+			if err != nil {
+				return nil, err
+			}
+			workers = append(workers, w)
+		}
+	}
+	if len(workers) == 1 {
+		return workers[0], nil
+	}
+	return workers, nil
+}
+
+// serviceGroup runs several services as one: Start starts each in turn
+// (and stops those it started when one fails), Stop stops them all at
+// once, so that each finishes its work in flight in parallel.
+type serviceGroup []service
+
+// Start starts every service.
+func (g serviceGroup) Start(ctx context.Context) error {
+	for i, s := range g {
+		if err := s.Start(ctx); err != nil {
+			_ = g[:i].Stop(ctx)
+			return err
+		}
+	}
+	return nil
+}
+
+// Stop stops every service at once and returns their errors.
+func (g serviceGroup) Stop(ctx context.Context) error {
+	errs := make([]error, len(g))
+	var wg sync.WaitGroup
+	for i, s := range g {
+		wg.Go(func() { errs[i] = s.Stop(ctx) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (a *app) newDispatcher() (service, error) {
+	return dispatcher.New(a.st, a.rc, &dispatcher.Config{
+		Stream: a.o.stream, Partitions: a.partitions(), BatchSize: a.o.relayBatch, LeaseTTL: a.o.leaseTTL, Retention: a.o.outboxRetention, EventRetention: a.o.eventRetention,
+		BreakerFailures: a.o.breakerFailures, BreakerTimeout: a.o.breakerTimeout, StreakLimit: a.o.streakLimit,
+		StreamRetention: a.o.streamRetention, MemoryHigh: a.o.memoryHigh, Registerer: a.reg,
+	}, a.log)
+}
+
+func (a *app) reconcilerConfig() *reconciler.Config {
+	cfg := &reconciler.Config{
+		Stream: a.o.stream, Partitions: a.partitions(), MinAge: a.o.minAge, RequeueAfter: a.o.requeueAfter, Limit: a.o.limit,
+		MaxRequeues: a.o.maxRequeues, Every: a.o.every, Lease: a.o.reconcileLease, Registerer: a.reg,
+	}
+	if a.o.every == 0 { // one sweep, run by a schedule
+		cfg.Interval = a.o.expectedEvery
+	}
+	return cfg
+}
+
+// newAudit returns the read model's audit (--audit-every, --audit-sample),
+// or nil when it is off.
+func (a *app) newAudit() (service, error) {
+	if a.o.auditEvery == 0 || a.pg == nil {
+		return nil, nil
+	}
+	audit, err := operator.NewAudit(&operator.AuditConfig{
+		Store: a.st, ReadModel: readmodel.New(a.pg), Stream: a.o.stream, Every: a.o.auditEvery, Sample: a.o.auditSample,
+		EventRetention: a.o.eventRetention, Registerer: a.reg,
+	}, a.log)
+	if err != nil {
+		return nil, err
+	}
+	return audit, nil
+}
+
+func (a *app) newReconciler() (service, error) {
+	r, err := reconciler.New(a.st, a.rc, a.reconcilerConfig(), a.log)
+	a.rec = r
+	return r, err
+}
+
+// reconcileOnce runs one sweep for cron: the report goes to stdout (JSON
+// with --json) and the log; any failed document makes the exit code 1. The
+// sweep is recorded in the store for the status of every process, and with
+// --metrics-file the process's metrics are written there at the end, in
+// Prometheus' text format (for node_exporter's textfile collector): a
+// process that lives for one sweep cannot be scraped.
+func (a *app) reconcileOnce(ctx context.Context) error {
+	r, err := reconciler.New(a.st, a.rc, a.reconcilerConfig(), a.log)
+	if err != nil {
+		return err
+	}
+	rep, err := r.Sweep(ctx)
+	if err == nil {
+		if _, rerr := r.RecordSweep(ctx); rerr != nil {
+			a.log.Warn("error recording the sweep for the status", zap.Error(rerr))
+		}
+	}
+	if a.o.metricsFile != "" {
+		if werr := prometheus.WriteToTextfile(a.o.metricsFile, a.reg); werr != nil {
+			err = errors.Join(err, fmt.Errorf("error writing --metrics-file %s: %w", a.o.metricsFile, werr))
+		}
+	}
+	if a.o.jsonOut {
+		b, _ := json.Marshal(rep)
+		fmt.Fprintln(a.stdout, string(b))
+	} else {
+		fmt.Fprintln(a.stdout, rep.String())
+	}
+	a.log.Info("sweep done", zap.Object("report", rep))
+	if err != nil {
+		return fmt.Errorf("sweep failed: %w", err)
+	}
+	if rep.Failed() {
+		return errReported
+	}
+	return nil
+}
+
+// serve starts the services and the HTTP server, waits for ctx to end,
+// then shuts down in this order, each step within --shutdown-timeout:
+//  1. the HTTP server stops accepting connections, closes the idle ones and
+//     answers the requests in flight (their events are written before it
+//     returns); a body still arriving gets at most a second more, then its
+//     client is answered 503, so a stalled client cannot hold this step up;
+//     then the ingest committer stops (it writes what is still queued);
+//  2. the services stop in the role's order, producers first: each stops
+//     reading new work and finishes (acknowledges, checkpoints) its work in
+//     flight;
+//  3. the stores close (run's deferred close).
+//
+// The services are started on a context of their own, so that the signal
+// reaches them only through this order.
+func (a *app) serve(ctx context.Context, services []service) error {
+	shutdownCtx := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.Background(), a.o.shutdownTimeout)
+	}
+	var started []service
+	stopServices := func() error {
+		sctx, cancel := shutdownCtx()
+		defer cancel()
+		var errs []error
+		for _, s := range started {
+			if err := s.Stop(sctx); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		return errors.Join(errs...)
+	}
+	runCtx := context.WithoutCancel(ctx)
+	for _, s := range services {
+		if err := s.Start(runCtx); err != nil {
+			_ = stopServices()
+			return err
+		}
+		started = append(started, s)
+	}
+	srv, errc, err := a.listen(runCtx)
+	if err != nil {
+		_ = stopServices()
+		return err
+	}
+	if a.history != nil {
+		if err := a.history.Start(runCtx); err != nil {
+			if a.committer != nil {
+				_ = a.committer.Stop(runCtx)
+			}
+			_ = stopServices()
+			return err
+		}
+	}
+	var serveErr error
+	select {
+	case serveErr = <-errc:
+	case <-ctx.Done():
+	}
+	a.log.Info("stopping")
+	if srv != nil {
+		sctx, cancel := shutdownCtx()
+		if err := srv.Shutdown(sctx); err != nil {
+			serveErr = errors.Join(serveErr, err)
+		}
+		if a.history != nil {
+			_ = a.history.Stop(sctx) // it holds no work to finish
+		}
+		if a.committer != nil {
+			// The server answered its requests: nothing is queued, but a
+			// request it gave up on may still be.
+			if err := a.committer.Stop(sctx); err != nil {
+				serveErr = errors.Join(serveErr, fmt.Errorf("stopping the ingest committer: %w", err))
+			}
+		}
+		cancel()
+	}
+	if err := stopServices(); err != nil {
+		serveErr = errors.Join(serveErr, fmt.Errorf("stopping: %w", err))
+	}
+	a.log.Info("stopped")
+	return serveErr
+}
+
+// listen starts the HTTP server of the role on --http-addr (none when it is
+// empty), with the limits of the --http-* flags, and the ingest committer
+// (on ctx) before it serves.
+func (a *app) listen(ctx context.Context) (*httpapi.Server, <-chan error, error) {
+	if a.o.httpAddr == "" {
+		return nil, nil, nil
+	}
+	handler, err := a.httpHandler()
+	if err != nil {
+		return nil, nil, err
+	}
+	handler = instrument.HTTP(handler)
+	srv, err := httpapi.NewServer(handler, &httpapi.ServerConfig{
+		BodyTimeout:       a.o.httpBodyTimeout,
+		IdleTimeout:       a.o.httpIdleTimeout,
+		WriteTimeout:      a.o.httpWriteTimeout,
+		MaxInFlightBodies: a.o.httpMaxBodies,
+		MaxConns:          a.o.httpMaxConns,
+		TLS:               a.o.tls,
+		Registerer:        a.reg,
+	}, a.log)
+	if err != nil {
+		return nil, nil, err
+	}
+	ln, err := net.Listen("tcp", a.o.httpAddr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("error listening on --http-addr %s: %w", a.o.httpAddr, err)
+	}
+	if a.committer != nil {
+		if err := a.committer.Start(store.WithRole(ctx, store.RoleIngest)); err != nil {
+			_ = ln.Close()
+			return nil, nil, err
+		}
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	a.log.Info("listening", zap.String("addr", ln.Addr().String()), zap.Bool("tls", a.o.tls != nil),
+		zap.Int("max_conns", a.o.httpMaxConns), zap.Bool("auth", a.o.operator() != "" || a.o.viewerToken.value != "" || a.o.ingestToken.value != ""))
+	return srv, errc, nil
+}
+
+// httpHandler builds the role's HTTP surface: probes, metrics, status, the
+// admin API and the console (/ui/) for every serving role, the ingest API
+// for the api roles.
+func (a *app) httpHandler() (http.Handler, error) {
+	cfg := &httpapi.Config{
+		AuthToken:      a.o.operator(),
+		IngestToken:    a.o.ingestToken.value,
+		ViewerToken:    a.o.viewerToken.value,
+		LoopbackHosts:  !a.o.allowNoAuth,
+		Profiles:       a.o.pprof, // the harness in cmd/outboxd-bench takes CPU profiles of a stage this way
+		MaxBody:        a.o.maxBody,
+		MaxBatch:       a.o.maxBatch,
+		RequestTimeout: a.o.requestTimeout,
+		Metrics:        promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}),
+		Registerer:     a.reg,
+		Ready:          a.readyChecks(),
+		ReadOnly:       a.o.uiReadOnly,
+	}
+	if a.role.api {
+		for _, rt := range a.set.routes {
+			cfg.Routes = append(cfg.Routes, httpapi.Route{Pattern: rt.Pattern, Handler: rt.Handler})
+		}
+	}
+	if a.st != nil {
+		status := &httpapi.Status{Store: a.st, Stream: a.o.stream, Group: a.o.group, Gatherer: a.reg,
+			DispatcherLease: dispatcher.LeaseName(a.o.stream), ReconcilerLease: reconciler.LeaseName(a.o.stream)}
+		if n := a.partitions(); n > 1 {
+			for p := range n {
+				status.PartitionLeases = append(status.PartitionLeases, dispatcher.PartitionLeaseName(a.o.stream, store.Partition{Index: p, Count: n}))
+			}
+		}
+		if a.rc != nil {
+			status.Redis = a.rc
+		}
+		if a.rec != nil {
+			status.LastSweep = a.rec.LastReport
+		}
+		if a.pg != nil {
+			rm := readmodel.New(a.pg)
+			status.Audit = func(ctx context.Context) (*operator.AuditReport, error) {
+				return operator.LastAudit(ctx, rm, a.o.stream)
+			}
+		}
+		cfg.Status, cfg.Store = status, a.st
+		if err := a.reg.Register(httpapi.NewCollector(status)); err != nil {
+			return nil, err
+		}
+		admin, err := a.newAdmin()
+		if err != nil {
+			return nil, err
+		}
+		cfg.Admin = admin
+		if a.history, err = httpapi.NewHistory(status, &httpapi.HistoryConfig{Every: a.o.uiSampleEvery}, a.log); err != nil {
+			return nil, err
+		}
+		cfg.History, cfg.Console = a.history, true
+	}
+	if a.role.api {
+		cfg.Writer = outbox.NewWriter(a.st, &outbox.WriterConfig{Stream: a.o.stream, Partitions: a.partitions()})
+		committer, err := a.newCommitter(cfg.Writer)
+		if err != nil {
+			return nil, err
+		}
+		a.committer, cfg.Committer = committer, committer
+	}
+	return httpapi.New(cfg, a.log)
+}
+
+// newCommitter returns the group commit of POST /v1/events
+// (--ingest-group-wait, --ingest-group-max, --ingest-group-max-bytes), with the histogram
+// outboxd_ingest_group_events.
+func (a *app) newCommitter(w *outbox.Writer) (*outbox.Committer, error) {
+	wait := a.o.ingestGroupWait
+	if wait == 0 {
+		wait = outbox.GroupWaitOff
+	}
+	f := ometrics.NewFactory(a.reg, "ingest", a.o.stream)
+	sizes := f.Histogram("group_events", "Events per shared store transaction of POST /v1/events (group commit).",
+		prometheus.ExponentialBuckets(1, 2, 10))
+	if err := f.Err(); err != nil {
+		return nil, err
+	}
+	return outbox.NewCommitter(w, &outbox.CommitterConfig{
+		GroupWait: wait, GroupMax: a.o.ingestGroupMax, GroupMaxBytes: a.o.ingestGroupMaxBytes, GroupTimeout: a.o.requestTimeout,
+		ObserveGroup: func(events int) { sizes.Observe(float64(events)) },
+	})
+}
+
+// newAdmin returns the operator actions over the backends this role has
+// (the admin API answers 501 for an action that needs one it lacks).
+func (a *app) newAdmin() (*operator.Operator, error) {
+	cfg := &operator.Config{Store: a.st, Stream: a.o.stream, Group: a.o.group, Partitions: a.partitions(),
+		Role: a.role.name, EventRetention: a.o.eventRetention, Registerer: a.reg}
+	if a.rc != nil {
+		cfg.Redis = a.rc
+	}
+	if a.pg != nil {
+		cfg.ReadModel = readmodel.New(a.pg)
+	}
+	return operator.New(cfg, a.log)
+}
+
+// readyChecks are the dependencies of the role. Redis is not on the
+// ingest path, so the ingest role does not check it.
+func (a *app) readyChecks() []httpapi.Check {
+	var checks []httpapi.Check
+	if a.st != nil {
+		checks = append(checks, httpapi.Check{Name: "store", Func: a.st.Ping})
+	}
+	if a.rc != nil {
+		// Reachable and with room for writes: a dispatcher or a worker
+		// cannot do its job while Redis refuses writes.
+		checks = append(checks, httpapi.Check{Name: "redis", Func: a.rc.Writable})
+	}
+	if a.pg != nil && !a.role.postgresAside {
+		checks = append(checks, httpapi.Check{Name: "postgres", Func: a.pg.Ping})
+	}
+	return checks
+}
+
+// evictionCheckTimeout bounds the start's look at Redis's memory policy.
+const evictionCheckTimeout = 2 * time.Second
+
+// checkEviction logs an error when Redis's maxmemory-policy lets it evict
+// keys (anything but noeviction): outboxd's stream, consumer group and dead
+// letters must not be evicted (docs/operations.md, "Redis memory"). The
+// status shows it too. A Redis that cannot be read now is the role's own
+// start to report.
+func (a *app) checkEviction(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, evictionCheckTimeout)
+	defer cancel()
+	m, err := a.rc.Memory(ctx)
+	if err != nil {
+		return
+	}
+	if m.Evicts() {
+		a.log.Error("redis's maxmemory-policy lets it evict outboxd's keys (the stream, its consumer group, the dead letters); set maxmemory-policy noeviction",
+			zap.String("maxmemory_policy", m.Policy), zap.Int64("maxmemory", m.Max))
+	}
+}
+
+// partitions is --partitions (1 for a role without the flag).
+func (a *app) partitions() int { return max(a.o.partitions, 1) }
+
+// checkPartitions makes sure that the store records --partitions for the
+// stream (store.EnsurePartitions: the first role to start on a store
+// records it), for every role with the flag and a store; another number is
+// a configuration error (exit 2) that names the procedure.
+func (a *app) checkPartitions(ctx context.Context) error {
+	if a.st == nil || a.o.partitions == 0 {
+		return nil
+	}
+	err := store.EnsurePartitions(ctx, a.st, a.o.stream, a.o.partitions)
+	var mismatch *store.PartitionsMismatchError
+	if errors.As(err, &mismatch) {
+		return config.Invalid("partitions", "%d: %v", a.o.partitions, err)
+	}
+	return err
+}
+
+// switchPartitions is `outboxd partitions switch --to N`: the switch step
+// of changing the number of partitions (store.SwitchPartitions); it exits
+// 1 while the pipeline is not drained.
+func (a *app) switchPartitions(ctx context.Context) error {
+	// --to is also the window's end of replay and verify: checked here.
+	if outbox.ValidatePartitions(a.o.partitionsTo) != nil {
+		return config.Invalid("to", "is required: the new number of partitions, 1 to %d", outbox.PartitionsMax)
+	}
+	was, err := store.SwitchPartitions(ctx, a.st, a.o.stream, a.o.partitionsTo)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(a.stdout, "stream %s: %d partitions recorded (was %d); start every role with --partitions %d\n",
+		a.o.stream, a.o.partitionsTo, was, a.o.partitionsTo)
+	return err
+}

@@ -1,0 +1,111 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/outboxd/outboxd/internal/config"
+	"github.com/outboxd/outboxd/internal/logging"
+	"github.com/outboxd/outboxd/internal/tracing/instrument"
+	"github.com/outboxd/outboxd/store"
+)
+
+// Exit codes.
+const (
+	ExitOK      = 0
+	ExitFailure = 1
+	ExitUsage   = 2
+)
+
+// run is Run with no options: the stock binary.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return runWith(ctx, args, stdout, stderr, &settings{})
+}
+
+// runWith runs the command line args (without the program name) with the
+// options' settings s until ctx is cancelled or the role ends, and returns
+// the exit code.
+func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, s *settings) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stderr)
+		if len(args) == 0 {
+			return ExitUsage
+		}
+		return ExitOK
+	}
+	r, rest, ok := lookupRole(args)
+	if !ok {
+		fmt.Fprintf(stderr, "outboxd: unknown role %q\n", args[0])
+		usage(stderr)
+		return ExitUsage
+	}
+	fs, o := newFlagSet(r)
+	if err := config.Parse(fs, rest, nil); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(stderr, "usage: outboxd %s [flags]\n  %s\n", r.name, r.summary)
+			config.Usage(stderr, fs)
+			return ExitOK
+		}
+		fmt.Fprintf(stderr, "outboxd %s: %v\n", r.name, err)
+		return ExitUsage
+	}
+	if err := o.validate(); err != nil {
+		fmt.Fprintf(stderr, "outboxd %s: %v\n", r.name, err)
+		return ExitUsage
+	}
+	log := s.logger
+	if log == nil {
+		var err error
+		if log, err = logging.New(o.logLevel, r.name == "dev"); err != nil {
+			fmt.Fprintf(stderr, "outboxd %s: %v\n", r.name, config.Invalid("log-level", "%v", err))
+			return ExitUsage
+		}
+		defer func() { _ = log.Sync() }()
+	}
+	if r.store || r.redis || r.postgres {
+		stopTracing, err := instrument.Setup(ctx, r.name, os.Getenv, log)
+		if err != nil {
+			fmt.Fprintf(stderr, "outboxd %s: %v\n", r.name, err)
+			return ExitUsage
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := stopTracing(sctx); err != nil {
+				log.Warn("tracing: spans not flushed at exit", zap.Error(err))
+			}
+		}()
+	}
+	a := &app{o: o, role: r, log: log, stdout: stdout, stderr: stderr, set: s}
+	err := a.run(ctx)
+	if err != nil && !errors.Is(err, errReported) {
+		fmt.Fprintf(stderr, "outboxd %s: %v\n", r.name, err)
+	}
+	return exitCode(err)
+}
+
+// exitCode maps a role's result to the process exit code: usage and
+// configuration errors (a missing schema and a file that is not a store
+// included) are 2, any other failure, including a sweep whose report lists
+// failed documents, is 1.
+func exitCode(err error) int {
+	switch {
+	case err == nil:
+		return ExitOK
+	case errors.Is(err, config.ErrUsage), errors.Is(err, store.ErrSchema):
+		return ExitUsage
+	default:
+		return ExitFailure
+	}
+}
+
+// errReported ends a run whose output already said what went wrong (a
+// sweep's report, drift found by verify).
+var errReported = errors.New("failure reported above")

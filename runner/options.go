@@ -1,0 +1,668 @@
+package runner
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"flag"
+	"fmt"
+	"net"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/outboxd/outboxd/dispatcher"
+	"github.com/outboxd/outboxd/internal/config"
+	"github.com/outboxd/outboxd/internal/failpolicy"
+	"github.com/outboxd/outboxd/internal/httpapi"
+	"github.com/outboxd/outboxd/internal/operator"
+	"github.com/outboxd/outboxd/internal/redact"
+	"github.com/outboxd/outboxd/internal/stream"
+	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/reconciler"
+	"github.com/outboxd/outboxd/store"
+	"github.com/outboxd/outboxd/store/mongostore"
+	"github.com/outboxd/outboxd/worker"
+)
+
+// Defaults of the common flags.
+const (
+	StoreDefault       = "sqlite:data/outboxd.db"
+	RedisURLDefault    = "redis://127.0.0.1:6379/0"
+	PostgresURLDefault = "postgres://outboxd:outboxd@127.0.0.1:5432/outboxd?sslmode=disable"
+	HTTPAddrDefault    = "127.0.0.1:8080"
+	ServerDefault      = "http://127.0.0.1:8080"
+	ShutdownDefault    = 30 * time.Second
+	// devEvery is how often dev sweeps unless told otherwise.
+	devEvery = time.Minute
+	// ExpectedEveryDefault is the default --expected-every: a cron job of
+	// one sweep every 5 minutes (the default --min-age).
+	ExpectedEveryDefault = 5 * time.Minute
+)
+
+// options holds every flag; each role registers the groups it reads.
+type options struct {
+	role *role
+
+	store, mongoDB, redisURL, postgresURL string
+	stream, group, httpAddr, logLevel     string
+	shutdownTimeout                       time.Duration
+	// mongoMaxPool is the MongoDB driver's pool size per server.
+	mongoMaxPool int
+	// partitions is --partitions: the stream's number of partitions.
+	partitions int
+	// partitionsTo is `partitions switch --to`.
+	partitionsTo int
+
+	// http
+	httpBodyTimeout, httpIdleTimeout time.Duration
+	httpWriteTimeout                 time.Duration
+	httpMaxBodies, httpMaxConns      int
+	uiReadOnly                       bool
+	uiSampleEvery                    time.Duration
+	pprof                            bool
+	// tlsCert and tlsKey serve HTTPS; tls is their configuration, loaded
+	// by validate.
+	tlsCert, tlsKey string
+	tls             *tls.Config
+	// redisCAFile is trusted for a rediss:// --redis-url; redisCAs is it
+	// read by validate.
+	redisCAFile string
+	redisCAs    *x509.CertPool
+	// redisCluster and redisSentinel are --redis-cluster and
+	// --redis-sentinel-master: how --redis-url is read (redisTopology).
+	redisCluster  bool
+	redisSentinel string
+
+	// access: the tokens of the serving roles, each from its flag or its
+	// file (validate reads the files; authToken is the operator's too, and
+	// the token the operator commands send).
+	authToken, operatorToken, viewerToken, ingestToken tokenFlag
+	allowNoAuth                                        bool
+
+	// ingest
+	maxBody  int64
+	maxBatch int
+	// requestTimeout bounds the store work of one ingest request.
+	requestTimeout time.Duration
+	// ingestGroupWait, ingestGroupMax and ingestGroupMaxBytes bound the
+	// groups of single-event requests that share one store transaction (0
+	// wait: no grouping).
+	ingestGroupWait     time.Duration
+	ingestGroupMax      int
+	ingestGroupMaxBytes int
+
+	// dispatch
+	outboxRetention time.Duration
+	// eventRetention keeps synced originals this long (0: forever):
+	// dispatch deletes older ones, migrate sets MongoDB's TTL index, and
+	// verify (work, dev) does not count rows older than it as drift.
+	eventRetention time.Duration
+	leaseTTL       time.Duration
+	ordered        bool
+	relayBatch     int
+	// streamRetention keeps acknowledged stream entries this long before
+	// the dispatcher's leader trims them; memoryHigh is the high-water
+	// mark of Redis's memory, in percent of maxmemory, above which the
+	// relay holds.
+	streamRetention time.Duration
+	memoryHigh      int
+
+	// work
+	consumer string
+	// batchSize is --batch-size: a number, or auto (the tuning loop).
+	batchSize        batchSize
+	projectionTarget time.Duration
+	// lockTimeout and statementTimeout are PostgreSQL's on the worker's
+	// transactions (0: the server's).
+	lockTimeout, statementTimeout time.Duration
+	// replayRate bounds the replay lane's entries per second in one work
+	// process (0: no bound).
+	replayRate int
+	// concurrency is the number of batch loops (workers) of the process.
+	concurrency    int
+	claimIdle      time.Duration
+	maxDeliveries  int
+	retryBackoff   time.Duration
+	consumerExpiry time.Duration
+
+	// failure policy (dispatch and work)
+	breakerFailures int
+	breakerTimeout  time.Duration
+	streakLimit     int
+
+	// reconcile
+	minAge, requeueAfter, every time.Duration
+	limit, maxRequeues          int
+	jsonOut                     bool
+	metricsFile                 string
+	// reconcileLease: only the replica holding the reconciler's lease
+	// sweeps (--lease).
+	reconcileLease bool
+	// expectedEvery is the period of the schedule that runs one sweep
+	// (--expected-every), exported for the overdue alert.
+	expectedEvery time.Duration
+	// auditEvery and auditSample: the read model's audit, wherever the
+	// reconciler runs as a service (0: off).
+	auditEvery  time.Duration
+	auditSample int
+
+	// operator commands
+	server                  string
+	class                   string
+	category, code          string
+	ids                     idList
+	all, yes                bool
+	from, to, by            string
+	source, device, state   string
+	dryRun, rebuild, repair bool
+	chunk                   int
+	// resume is the --resume token of replay and verify, resumed its
+	// decoded state (checked to be this command's).
+	resume  string
+	resumed *resumeToken
+
+	registered map[string]bool
+}
+
+func newFlagSet(r *role) (*flag.FlagSet, *options) {
+	o := &options{role: r}
+	fs := flag.NewFlagSet("outboxd "+r.name, flag.ContinueOnError)
+	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	if r.serve || r.store {
+		fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", ShutdownDefault, "grace period for in-flight work on SIGINT/SIGTERM")
+	}
+	for _, g := range r.flags {
+		switch g {
+		case gStore:
+			fs.StringVar(&o.store, "store", StoreDefault, "system of record: sqlite:PATH, mongodb://… or mongodb+srv://… (a replica set), "+mongostore.LungoMemory+" (dev only)")
+			fs.StringVar(&o.mongoDB, "mongo-db", mongostore.DatabaseDefault, "MongoDB database (mongodb stores)")
+			fs.IntVar(&o.mongoMaxPool, "mongo-max-pool", mongostore.MaxPoolSizeDefault, "most connections to each MongoDB server (mongodb stores; replaces the URI's maxPoolSize)")
+		case gRedis:
+			fs.StringVar(&o.redisURL, "redis-url", RedisURLDefault, "Redis URL (rediss://… for TLS)")
+			fs.StringVar(&o.redisCAFile, "redis-ca-file", "", "PEM certificates of the authorities a rediss:// --redis-url is trusted by, besides the system's")
+			fs.BoolVar(&o.redisCluster, "redis-cluster", false, "Redis is a Cluster: --redis-url is a seed list, redis://h1:p1?addr=h2:p2&addr=h3:p3 (needs --partitions 2 or more; see docs/operations.md, Redis Cluster)")
+			fs.StringVar(&o.redisSentinel, "redis-sentinel-master", "", "reach Redis through Sentinel: the master's name; --redis-url names the Sentinels, redis://s1:26379?addr=s2:26379")
+			fs.StringVar(&o.stream, "stream", outbox.StreamDefault, "Redis stream")
+			fs.StringVar(&o.group, "group", stream.GroupDefault, "Redis consumer group")
+			o.partitionsFlag(fs)
+		case gPostgres:
+			fs.StringVar(&o.postgresURL, "postgres-url", PostgresURLDefault, "PostgreSQL URL of the read model")
+		case gHTTP:
+			fs.StringVar(&o.httpAddr, "http-addr", HTTPAddrDefault, "HTTP listen address (API, /healthz, /readyz, /metrics); empty disables it for roles without the API")
+			fs.DurationVar(&o.httpBodyTimeout, "http-body-timeout", httpapi.BodyTimeoutDefault, "longest a client may take to send a request body (then 408)")
+			fs.DurationVar(&o.httpIdleTimeout, "http-idle-timeout", httpapi.IdleTimeoutDefault, "close keep-alive connections idle this long")
+			fs.IntVar(&o.httpMaxBodies, "http-max-bodies", httpapi.MaxInFlightBodiesDefault, "most request bodies read at once (more get 503), which bounds their memory to this × --max-body")
+			fs.DurationVar(&o.httpWriteTimeout, "http-write-timeout", httpapi.WriteTimeoutDefault, "longest the writing of one answer may take once it starts: a client that reads it slower is cut off")
+			fs.IntVar(&o.httpMaxConns, "http-max-conns", httpapi.MaxConnsDefault(), fmt.Sprintf("most open HTTP connections, by default half the open-file limit (at most %d): at the cap the longest-idle one is closed to make room, and with every one busy /healthz and /readyz are still answered on %d more", httpapi.MaxConnsCeiling, httpapi.ProbeReserve))
+			fs.StringVar(&o.tlsCert, "tls-cert", "", "serve HTTPS (TLS 1.2 or later) with this PEM certificate (chain), with --tls-key")
+			fs.StringVar(&o.tlsKey, "tls-key", "", "the PEM private key of --tls-cert")
+			fs.BoolVar(&o.uiReadOnly, "ui-read-only", false, "the console at /ui shows no action, and the admin API refuses those that change something (403)")
+			fs.DurationVar(&o.uiSampleEvery, "ui-sample-every", httpapi.HistoryEveryDefault, "how often the console's charts sample the status (GET /v1/status/history keeps 120 samples)")
+			fs.BoolVar(&o.pprof, "pprof", false, "serve Go's profiles (net/http/pprof) under /debug/pprof/ on --http-addr to the operator token (to anyone when no token is set), never the command line: for benchmarks and debugging")
+		case gAuth:
+			o.authToken.register(fs, "auth-token", "the operator token (the same as --operator-token)", false)
+			o.operatorToken.register(fs, "operator-token", "bearer token of every route, the admin actions included", true)
+			o.viewerToken.register(fs, "viewer-token", "bearer token of every read (the status, the admin listings, the journey, the console without actions)", true)
+			o.ingestToken.register(fs, "ingest-token", "bearer token of POST /v1/events, POST /v1/events:batch and GET /v1/events/{id}", true)
+			fs.BoolVar(&o.allowNoAuth, "allow-no-auth", false, "serve the API without a token on an address other than loopback, and to any Host (by default a role with no token refuses a non-loopback --http-addr and answers only a Host naming a loopback address)")
+		case gIngest:
+			if fs.Lookup("stream") == nil { // the stream the outbox entries are for
+				fs.StringVar(&o.stream, "stream", outbox.StreamDefault, "Redis stream the outbox entries are relayed to")
+				o.partitionsFlag(fs)
+			}
+			fs.Int64Var(&o.maxBody, "max-body", httpapi.MaxBodyDefault, fmt.Sprintf("request body limit in bytes (at most %d: no body may become a MongoDB document over 16 MiB)", httpapi.MaxBodyMax))
+			fs.IntVar(&o.maxBatch, "max-batch", httpapi.MaxBatchDefault, "most events in one batch request")
+			fs.DurationVar(&o.requestTimeout, "request-timeout", httpapi.RequestTimeoutDefault, "longest an ingest request may wait for the store (503 with Retry-After beyond)")
+			fs.DurationVar(&o.ingestGroupWait, "ingest-group-wait", outbox.GroupWaitDefault, "longest a POST /v1/events waits for concurrent ones to share its store transaction (0: each request its own transaction)")
+			fs.IntVar(&o.ingestGroupMax, "ingest-group-max", outbox.GroupMaxDefault, "most events in one shared ingest transaction")
+			fs.IntVar(&o.ingestGroupMaxBytes, "ingest-group-max-bytes", outbox.GroupMaxBytesDefault, "most bytes (as the store holds them: BSON on MongoDB) in one shared ingest transaction; a larger event is refused (422)")
+		case gDispatch:
+			fs.DurationVar(&o.outboxRetention, "outbox-retention", store.OutboxRetentionDefault, "how long dispatched outbox entries are kept")
+			o.eventRetentionFlag(fs)
+			if r.serve {
+				o.leaseTTLFlag(fs)
+				fs.IntVar(&o.relayBatch, "relay-batch", dispatcher.BatchSizeDefault, "outbox entries relayed by one pipelined XADD, one dispatchedAt write and one checkpoint")
+				fs.DurationVar(&o.streamRetention, "stream-retention", dispatcher.StreamRetentionDefault, "keep acknowledged stream entries this long, then trim them (never one a consumer group has not acknowledged)")
+				fs.IntVar(&o.memoryHigh, "redis-memory-high", dispatcher.MemoryHighDefault, "percent of Redis's maxmemory above which the relay holds until trimming frees memory (100: only when Redis refuses a write)")
+			}
+		case gWork:
+			o.eventRetentionFlag(fs)
+			fs.StringVar(&o.consumer, "consumer", "", "consumer name (default: host-pid)")
+			o.batchSize.n = worker.BatchSizeDefault
+			fs.Var(&o.batchSize, "batch-size", fmt.Sprintf("stream entries per batch (1 to %d), or auto: between %d and %d, tuned to keep the p95 of the projection under --projection-target",
+				worker.BatchSizeMax, worker.AutoBatchMin, worker.AutoBatchMax))
+			fs.DurationVar(&o.projectionTarget, "projection-target", worker.ProjectionTargetDefault, fmt.Sprintf("with --batch-size auto, the projection time whose p95 the batch size keeps under (%s to %s)",
+				worker.ProjectionTargetShortest, worker.ProjectionTargetLongest))
+			fs.DurationVar(&o.lockTimeout, "lock-timeout", worker.LockTimeoutDefault, "PostgreSQL lock_timeout of every projection transaction; one that waits longer for a lock is counted and retried (0: the server's setting)")
+			fs.DurationVar(&o.statementTimeout, "statement-timeout", worker.StatementTimeoutDefault, "PostgreSQL statement_timeout of every projection transaction (0: the server's setting)")
+			fs.IntVar(&o.replayRate, "replay-rate", int(worker.ReplayRateDefault), "most entries per second this process reads from the replay lane, which it reads only when the stream has nothing for it (0: no bound)")
+			fs.IntVar(&o.concurrency, "concurrency", 1, fmt.Sprintf("batch loops (workers, each a consumer of the group) in this process, sharing one PostgreSQL pool of this many connections plus %d (1 to %d)", poolSpare, ConcurrencyMax))
+			fs.DurationVar(&o.claimIdle, "claim-idle", worker.ClaimIdleDefault, "take over pending entries untouched this long (a dead or wedged consumer's; live workers touch theirs)")
+			fs.IntVar(&o.maxDeliveries, "max-deliveries", worker.MaxDeliveriesDefault, "failed deliveries of a record before it is dead-lettered (outages never count)")
+			fs.DurationVar(&o.retryBackoff, "retry-backoff", worker.RecordBackoffDefault, "pause before a failing record's second delivery, doubled for each further one (with jitter)")
+			fs.DurationVar(&o.consumerExpiry, "consumer-expiry", worker.ConsumerExpiryDefault, "remove other consumers idle this long with nothing pending from the group")
+			fs.BoolVar(&o.ordered, "ordered", false, "project each partition in stream order (one device's events in the order written): one worker at a time owns a partition through a store lease (--lease-ttl), a failing entry holds the partition's later ones until it goes through or is dead-lettered; every work process of the group must use it")
+			o.leaseTTLFlag(fs)
+		case gReconcile:
+			fs.DurationVar(&o.minAge, "min-age", reconciler.MinAgeDefault, "only originals older than this are candidates")
+			fs.DurationVar(&o.requeueAfter, "requeue-after", reconciler.RequeueAfterDefault, "a requeued original is a candidate again after this")
+			fs.IntVar(&o.limit, "limit", reconciler.LimitDefault, "most originals per sweep")
+			fs.DurationVar(&o.every, "every", 0, "sweep every D as a service, on every replica (0: one sweep, then exit)")
+			fs.BoolVar(&o.reconcileLease, "lease", false, "with --every: sweep only on the replica that holds the reconciler's lease, one at a time (default: every replica sweeps; per-document claims keep each document published once)")
+			fs.IntVar(&o.maxRequeues, "max-requeues", reconciler.MaxRequeuesDefault, "requeues of an original before the reconciler parks it as requeue_exhausted")
+			fs.BoolVar(&o.jsonOut, "json", false, "print the sweep report as JSON")
+			if r.serve {
+				o.eventRetentionFlag(fs)
+				fs.DurationVar(&o.auditEvery, "audit-every", operator.AuditEveryDefault, "where the reconciler runs as a service (reconcile --every, dev): compare a sample of synced originals with the read model this often (0: no audit)")
+				fs.IntVar(&o.auditSample, "audit-sample", operator.AuditSampleDefault, "most synced originals one audit run compares (the newest first, then older windows in turn)")
+			}
+			if r.once != nil {
+				fs.StringVar(&o.metricsFile, "metrics-file", "", "one sweep: write the metrics to this file at the end (Prometheus text format, for node_exporter's textfile collector)")
+				fs.DurationVar(&o.expectedEvery, "expected-every", ExpectedEveryDefault, "one sweep: how often the schedule (cron) runs it, exported as outboxd_reconciler_interval_seconds: the alert OutboxdReconcilerSweepOverdue fires when no sweep ended for 3 × it (with --every the interval is --every)")
+			}
+		case gClient:
+			fs.StringVar(&o.server, "server", ServerDefault, "URL of a running outboxd")
+			o.authToken.register(fs, "auth-token", "bearer token of the running outboxd: the operator token, or the viewer token for the commands that change nothing (status, dlq list, replay --dry-run, verify)", true)
+			fs.BoolVar(&o.jsonOut, "json", false, "print JSON instead of a table")
+		case gDLQFilter:
+			fs.StringVar(&o.category, "category", "", "only dead letters of this category (non_retryable, poison, …)")
+			fs.StringVar(&o.code, "code", "", "only dead letters with this code")
+		case gDLQList:
+			fs.IntVar(&o.limit, "limit", dlqListDefault, "most dead letters to list")
+		case gDLQSelect:
+			fs.Var(&o.ids, "id", "a dead letter's id (repeat it, or separate ids with commas)")
+			fs.BoolVar(&o.all, "all", false, "every dead letter (of --category and --code when given)")
+		case gSwitch:
+			if fs.Lookup("stream") == nil {
+				fs.StringVar(&o.stream, "stream", outbox.StreamDefault, "Redis stream whose number of partitions to change")
+			}
+			fs.IntVar(&o.partitionsTo, "to", 0, fmt.Sprintf("the new number of partitions (1 to %d)", outbox.PartitionsMax))
+		case gRetries:
+			fs.StringVar(&o.class, "class", "", "the failure class whose halted retries to resume: "+strings.Join(failpolicy.Classes, ", "))
+		case gConfirm:
+			fs.BoolVar(&o.yes, "yes", false, "confirm: dropped dead letters are gone")
+		case gWindow:
+			fs.StringVar(&o.from, "from", "", "start of the window, RFC 3339 (inclusive)")
+			fs.StringVar(&o.to, "to", "", "end of the window, RFC 3339 (exclusive)")
+			fs.IntVar(&o.chunk, "chunk", operator.ChunkDefault, "originals per request")
+			fs.StringVar(&o.resume, "resume", "", "continue an interrupted run after its last finished chunk: the token it printed (with the same arguments)")
+		case gReplay:
+			fs.StringVar(&o.by, "by", string(store.ByOccurred), "the time the window bounds: occurred or created")
+			fs.StringVar(&o.source, "source", "", "only originals of this sourceKey")
+			fs.StringVar(&o.device, "device", "", "only originals of this deviceKey (with --source)")
+			fs.StringVar(&o.state, "state", store.StateAny, "only originals in this state: pending, failed, synced or any")
+			fs.BoolVar(&o.dryRun, "dry-run", false, "print how many originals the window holds; change nothing")
+			fs.BoolVar(&o.rebuild, "rebuild", false, "remove the window's rows and their counts from the read model first (after a projection bug is fixed); needs --yes")
+			fs.BoolVar(&o.yes, "yes", false, "confirm --rebuild (without it, replay --rebuild prints what it would remove and exits 2)")
+		case gVerify:
+			fs.BoolVar(&o.repair, "repair", false, "re-publish synced originals without a row and recompute drifted statistics rows; needs --yes")
+			fs.BoolVar(&o.yes, "yes", false, "confirm --repair (without it, verify --repair checks, prints what it would repair and exits 2)")
+		}
+	}
+	if slices.Contains(r.flags, gWork) || (slices.Contains(r.flags, gDispatch) && r.serve) {
+		fs.IntVar(&o.breakerFailures, "breaker-failures", worker.BreakerFailuresDefault, "consecutive infrastructure failures that open a circuit breaker (PostgreSQL, the store, Redis)")
+		fs.DurationVar(&o.breakerTimeout, "breaker-timeout", worker.BreakerTimeoutDefault, "how long an open circuit stays open before one probe; also the pause between attempts while retries are halted")
+		fs.IntVar(&o.streakLimit, "error-streak-limit", worker.StreakLimitDefault, "the same error code this many times in a row halts automatic retries of its class and raises an alarm")
+	}
+	if r.name == "dev" {
+		o.every = devEvery
+		fs.Lookup("every").DefValue = devEvery.String()
+	}
+	o.registered = map[string]bool{}
+	fs.VisitAll(func(f *flag.Flag) { o.registered[f.Name] = true })
+	return fs, o
+}
+
+// eventRetentionFlag registers --event-retention, once (dev has the groups
+// of dispatch and work).
+func (o *options) eventRetentionFlag(fs *flag.FlagSet) {
+	if fs.Lookup("event-retention") == nil {
+		fs.DurationVar(&o.eventRetention, "event-retention", 0, "keep synced originals (and so their idempotency keys) this long after ingest, then delete them: the dispatcher's leader on SQLite, "+
+			"MongoDB's TTL index set by migrate; also the window in which a client's retry is recognised (0: keep them forever)")
+	}
+}
+
+// leaseTTLFlag registers --lease-ttl, once (dev has the groups of dispatch
+// and work): the dispatcher's lease and, with --ordered, the workers'
+// partition leases.
+func (o *options) leaseTTLFlag(fs *flag.FlagSet) {
+	if fs.Lookup("lease-ttl") == nil {
+		fs.DurationVar(&o.leaseTTL, "lease-ttl", dispatcher.LeaseTTLDefault, "dispatcher lease, and with --ordered each worker's partition lease: a standby takes over this long after the owner stops renewing")
+	}
+}
+
+// EventRetentionShortest is the shortest --event-retention: below it a client
+// still retrying could find its key forgotten.
+const EventRetentionShortest = time.Hour
+
+// ConcurrencyMax is the largest --concurrency.
+const ConcurrencyMax = 64
+
+// poolSpare is how many PostgreSQL connections a work process keeps beside
+// one per batch loop: the admin API's verify and journey, /readyz.
+const poolSpare = 2
+
+// batchSize is the value of --batch-size: a number of entries, or auto.
+type batchSize struct {
+	n    int
+	auto bool
+}
+
+// batchAuto is the --batch-size that turns the tuning loop on.
+const batchAuto = "auto"
+
+func (b *batchSize) String() string {
+	if b.auto {
+		return batchAuto
+	}
+	return strconv.Itoa(b.n)
+}
+
+// Set reads a number or auto.
+func (b *batchSize) Set(v string) error {
+	if v == batchAuto {
+		b.auto = true
+		return nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return fmt.Errorf("must be a number of entries or %s (got %q)", batchAuto, v)
+	}
+	b.n, b.auto = n, false
+	return nil
+}
+
+// storeKind tells the store a --store value selects: "sqlite" or "mongodb".
+func storeKind(uri string) (string, string, error) {
+	switch {
+	case strings.HasPrefix(uri, "sqlite:"):
+		path := strings.TrimPrefix(uri, "sqlite:")
+		if path == "" {
+			return "", "", fmt.Errorf("sqlite: needs a path (sqlite:data/outboxd.db)")
+		}
+		return "sqlite", path, nil
+	case strings.HasPrefix(uri, "mongodb://"), strings.HasPrefix(uri, "mongodb+srv://"), strings.HasPrefix(uri, "lungo:"):
+		if err := mongostore.ValidateURI(uri); err != nil {
+			return "", "", err
+		}
+		return "mongodb", uri, nil
+	case strings.HasPrefix(uri, "embedded:"):
+		return "", "", fmt.Errorf("the embedded MongoDB engine (embedded:…) is no longer offered: use sqlite:PATH (the default, sqlite:data/outboxd.db) for a file, or %s", mongostore.LungoMemory)
+	}
+	return "", "", fmt.Errorf("must be sqlite:PATH, mongodb://…, mongodb+srv://… or %s (got %q)", mongostore.LungoMemory, redact.DSN(uri))
+}
+
+// validate checks every registered flag; the error names the flag.
+func (o *options) validate() error {
+	has := o.registered
+	if has["store"] {
+		if _, _, err := storeKind(o.store); err != nil {
+			return config.Invalid("store", "%v", err)
+		}
+		if o.store == mongostore.LungoMemory && o.role.name != "dev" {
+			return config.Invalid("store", "%s lives inside one process, so only dev may use it; use sqlite:PATH or a replica set for %s", mongostore.LungoMemory, o.role.name)
+		}
+		if o.mongoDB == "" || strings.ContainsAny(o.mongoDB, "/\\. \"$") {
+			return config.Invalid("mongo-db", "must be a MongoDB database name (got %q)", o.mongoDB)
+		}
+	}
+	if has["shutdown-timeout"] && o.shutdownTimeout <= 0 {
+		return config.Invalid("shutdown-timeout", "must be positive")
+	}
+	if has["redis-url"] {
+		if u, err := url.Parse(o.redisURL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") {
+			return config.Invalid("redis-url", "must be redis://host:port/db or rediss://… (got %q)", redact.DSN(o.redisURL))
+		}
+		if err := o.redisTopology().Validate(); err != nil {
+			return config.Invalid("redis-cluster", "%v", err)
+		}
+		if o.redisCluster && o.partitions < 2 {
+			return config.Invalid("redis-cluster", "needs --partitions 2 or more: one partition's keys keep their unpartitioned names, which share no hash tag, so the worker's MULTI/EXEC and scripts would span slots (see docs/operations.md, Redis Cluster)")
+		}
+		if o.stream == "" {
+			return config.Invalid("stream", "must not be empty")
+		}
+		if o.group == "" {
+			return config.Invalid("group", "must not be empty")
+		}
+	}
+	if has["stream"] && o.stream == "" {
+		return config.Invalid("stream", "must not be empty")
+	}
+	if has["postgres-url"] {
+		if u, err := url.Parse(o.postgresURL); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+			return config.Invalid("postgres-url", "must be postgres://user:password@host:port/db (got %q)", redact.DSN(o.postgresURL))
+		}
+	}
+	if has["http-addr"] && o.httpAddr != "" {
+		if _, _, err := net.SplitHostPort(o.httpAddr); err != nil {
+			return config.Invalid("http-addr", "must be host:port (got %q)", o.httpAddr)
+		}
+	}
+	if has["http-addr"] && o.httpAddr == "" && o.role.api {
+		return config.Invalid("http-addr", "must not be empty for %s, which serves the API", o.role.name)
+	}
+	if err := o.validateAccess(); err != nil {
+		return err
+	}
+	if err := o.validateTLS(); err != nil {
+		return err
+	}
+	if has["server"] {
+		if u, err := url.Parse(o.server); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return config.Invalid("server", "must be http://host:port or https://… (got %q)", redact.DSN(o.server))
+		}
+	}
+	if has["lease"] && o.reconcileLease && o.every == 0 {
+		return config.Invalid("lease", "needs --every: one sweep takes no lease")
+	}
+	if has["expected-every"] && o.every > 0 && o.expectedEvery != ExpectedEveryDefault {
+		return config.Invalid("expected-every", "is for one sweep run by a schedule; with --every the expected interval is --every")
+	}
+	if err := o.validateOperator(); err != nil {
+		return err
+	}
+	checks := []struct {
+		name string
+		bad  bool
+		msg  string
+	}{
+		{"http-body-timeout", o.httpBodyTimeout < time.Millisecond, "must be at least 1ms"},
+		{"http-idle-timeout", o.httpIdleTimeout < time.Millisecond, "must be at least 1ms"},
+		{"http-max-bodies", o.httpMaxBodies <= 0, "must be positive"},
+		{"http-max-conns", o.httpMaxConns <= 0, "must be positive"},
+		{"http-write-timeout", o.httpWriteTimeout < time.Millisecond, "must be at least 1ms"},
+		{"ui-sample-every", o.uiSampleEvery < 100*time.Millisecond, "must be at least 100ms"},
+		{"max-body", o.maxBody <= 0 || o.maxBody > httpapi.MaxBodyMax, fmt.Sprintf("must be between 1 and %d (a larger body could become a MongoDB document over its 16 MiB limit)", httpapi.MaxBodyMax)},
+		{"max-batch", o.maxBatch <= 0, "must be positive"},
+		{"request-timeout", o.requestTimeout < time.Millisecond, "must be at least 1ms"},
+		{"ingest-group-wait", o.ingestGroupWait < 0 || o.ingestGroupWait > outbox.GroupWaitMax, fmt.Sprintf("must be between 0 (no grouping) and %s", outbox.GroupWaitMax)},
+		{"ingest-group-max", o.ingestGroupMax <= 0, "must be positive"},
+		{"ingest-group-max-bytes", o.ingestGroupMaxBytes < outbox.GroupMaxBytesMin || o.ingestGroupMaxBytes > outbox.GroupMaxBytesMax,
+			fmt.Sprintf("must be between %d and %d (MongoDB's 16 MiB document)", outbox.GroupMaxBytesMin, outbox.GroupMaxBytesMax)},
+		{"mongo-max-pool", o.mongoMaxPool <= 0, "must be positive"},
+		{"outbox-retention", o.outboxRetention < time.Second, "must be at least 1s"},
+		{"event-retention", o.eventRetention < 0 || (o.eventRetention > 0 && o.eventRetention < EventRetentionShortest),
+			fmt.Sprintf("must be 0 (keep originals forever) or at least %s", EventRetentionShortest)},
+		{"partitions", outbox.ValidatePartitions(o.partitions) != nil, fmt.Sprintf("must be between 1 and %d", outbox.PartitionsMax)},
+		{"lease-ttl", o.leaseTTL < dispatcher.MinLeaseTTL, fmt.Sprintf("must be at least %s", dispatcher.MinLeaseTTL)},
+		{"stream-retention", o.streamRetention < time.Millisecond, "must be at least 1ms"},
+		{"redis-memory-high", o.memoryHigh < 1 || o.memoryHigh > 100, "must be between 1 and 100 (percent of maxmemory)"},
+		{"relay-batch", o.relayBatch <= 0 || o.relayBatch > dispatcher.BatchSizeMax, fmt.Sprintf("must be between 1 and %d", dispatcher.BatchSizeMax)},
+		{"batch-size", !o.batchSize.auto && (o.batchSize.n <= 0 || o.batchSize.n > worker.BatchSizeMax), fmt.Sprintf("must be auto or between 1 and %d", worker.BatchSizeMax)},
+		{"projection-target", o.projectionTarget < worker.ProjectionTargetShortest || o.projectionTarget > worker.ProjectionTargetLongest,
+			fmt.Sprintf("must be between %s and %s", worker.ProjectionTargetShortest, worker.ProjectionTargetLongest)},
+		{"lock-timeout", o.lockTimeout < 0 || (o.lockTimeout > 0 && o.lockTimeout < time.Millisecond), "must be 0 (the server's setting) or at least 1ms"},
+		{"statement-timeout", o.statementTimeout < 0 || (o.statementTimeout > 0 && o.statementTimeout < time.Millisecond), "must be 0 (the server's setting) or at least 1ms"},
+		{"replay-rate", o.replayRate < 0, "must be 0 (no bound) or a positive number of entries per second"},
+		{"concurrency", o.concurrency < 1 || o.concurrency > ConcurrencyMax, fmt.Sprintf("must be between 1 and %d", ConcurrencyMax)},
+		{"class", !slices.Contains(failpolicy.Classes, o.class), "is required: one of " + strings.Join(failpolicy.Classes, ", ")},
+		{"max-deliveries", o.maxDeliveries <= 0, "must be positive"},
+		{"claim-idle", o.claimIdle <= 0, "must be positive"},
+		{"retry-backoff", o.retryBackoff < time.Millisecond, "must be at least 1ms"},
+		{"consumer-expiry", o.consumerExpiry < time.Millisecond, "must be at least 1ms"},
+		{"breaker-failures", o.breakerFailures <= 0, "must be positive"},
+		{"breaker-timeout", o.breakerTimeout < time.Millisecond, "must be at least 1ms"},
+		{"error-streak-limit", o.streakLimit <= 0, "must be positive"},
+		{"min-age", o.minAge < 0, "must not be negative"},
+		{"requeue-after", o.requeueAfter <= 0, "must be positive"},
+		{"limit", o.limit <= 0, "must be positive"},
+		{"max-requeues", o.maxRequeues <= 0, "must be positive"},
+		{"chunk", o.chunk <= 0 || o.chunk > operator.ChunkMax, fmt.Sprintf("must be between 1 and %d", operator.ChunkMax)},
+		{"every", o.every < 0, "must not be negative"},
+		{"audit-every", o.auditEvery < 0 || (o.auditEvery > 0 && o.auditEvery < time.Second), "must be 0 (no audit) or at least 1s"},
+		{"audit-sample", o.auditSample < 1 || o.auditSample > operator.AuditSampleMax, fmt.Sprintf("must be between 1 and %d", operator.AuditSampleMax)},
+		{"expected-every", o.expectedEvery < time.Second, "must be at least 1s"},
+	}
+	for _, c := range checks {
+		if has[c.name] && c.bad {
+			return config.Invalid(c.name, "%s", c.msg)
+		}
+	}
+	return nil
+}
+
+// validateOperator checks the flags of the operator commands.
+func (o *options) validateOperator() error {
+	has := o.registered
+	if has["id"] && has["all"] {
+		switch {
+		case len(o.ids) == 0 && !o.all:
+			return config.Invalid("id", "or --all is required: name the dead letters")
+		case len(o.ids) > 0 && o.all:
+			return config.Invalid("all", "cannot be combined with --id")
+		case len(o.ids) > 0 && (o.category != "" || o.code != ""):
+			return config.Invalid("id", "cannot be combined with --category or --code (they filter --all)")
+		}
+	}
+	if has["yes"] && has["id"] && !o.yes { // dlq drop
+		return config.Invalid("yes", "is required: dropped dead letters are gone (replay them instead with outboxd dlq replay)")
+	}
+	if has["from"] {
+		var from, to time.Time
+		required := has["by"] // replay needs a window, verify may check everything
+		for _, f := range []struct {
+			name string
+			v    string
+			t    *time.Time
+		}{{"from", o.from, &from}, {"to", o.to, &to}} {
+			if f.v == "" {
+				if required {
+					return config.Invalid(f.name, "is required: the window is [--from, --to)")
+				}
+				continue
+			}
+			t, err := time.Parse(time.RFC3339Nano, f.v)
+			if err != nil {
+				return config.Invalid(f.name, "must be an RFC 3339 time like 2026-11-29T09:00:00Z (got %q)", f.v)
+			}
+			*f.t = t
+		}
+		if !from.IsZero() && !to.IsZero() && !from.Before(to) {
+			return config.Invalid("to", "must be after --from")
+		}
+	}
+	if has["resume"] && o.resume != "" {
+		if has["dry-run"] && o.dryRun {
+			return config.Invalid("resume", "cannot be combined with --dry-run, which counts the whole window")
+		}
+		r, err := decodeResume(o.resume, o.role.name, o.summary(), o.fingerprint())
+		if err != nil {
+			return err
+		}
+		o.resumed = r
+	}
+	if has["by"] {
+		if o.by != string(store.ByOccurred) && o.by != string(store.ByCreated) {
+			return config.Invalid("by", "must be occurred or created (got %q)", o.by)
+		}
+		switch o.state {
+		case store.StateAny, outbox.StatePending, outbox.StateFailed, outbox.StateSynced:
+		default:
+			return config.Invalid("state", "must be pending, failed, synced or any (got %q)", o.state)
+		}
+		if o.device != "" && o.source == "" {
+			return config.Invalid("source", "is required with --device: a device is named within its source")
+		}
+	}
+	return nil
+}
+
+// summary is the command line of replay or verify without its connection
+// flags: what a resume message repeats and a token records.
+func (o *options) summary() string {
+	parts := []string{o.role.name}
+	add := func(flag, v, def string) {
+		if v != def {
+			parts = append(parts, "--"+flag, v)
+		}
+	}
+	add("from", o.from, "")
+	add("to", o.to, "")
+	if o.registered["by"] {
+		add("by", o.by, string(store.ByOccurred))
+		add("source", o.source, "")
+		add("device", o.device, "")
+		add("state", o.state, store.StateAny)
+	}
+	add("chunk", fmt.Sprint(o.chunk), fmt.Sprint(operator.ChunkDefault))
+	for _, f := range []struct {
+		name string
+		on   bool
+	}{{"rebuild", o.rebuild}, {"repair", o.repair}, {"yes", o.yes}} {
+		if f.on {
+			parts = append(parts, "--"+f.name)
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+// fingerprint hashes what decides what replay or verify touches: the
+// window (its times in UTC), the filters and whether it changes the read
+// model. --chunk, --json and the connection flags are left out: a run may
+// resume with other chunks, elsewhere.
+func (o *options) fingerprint() string {
+	norm := func(v string) string {
+		if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+			return t.UTC().Format(time.RFC3339Nano)
+		}
+		return v
+	}
+	return fingerprint(o.role.name, norm(o.from), norm(o.to), o.by, o.source, o.device, o.state,
+		fmt.Sprint(o.rebuild && o.yes), fmt.Sprint(o.repair && o.yes))
+}
+
+// idList is a repeatable flag of ids; each value may hold several,
+// separated by commas.
+type idList []string
+
+func (l *idList) String() string { return strings.Join(*l, ",") }
+
+// Set adds the ids of v.
+func (l *idList) Set(v string) error {
+	for id := range strings.SplitSeq(v, ",") {
+		if id = strings.TrimSpace(id); id != "" {
+			*l = append(*l, id)
+		}
+	}
+	return nil
+}
+
+func (o *options) String() string {
+	return fmt.Sprintf("role=%s store=%s redis=%s postgres=%s", o.role.name,
+		redact.DSN(o.store), redact.DSN(o.redisURL), redact.DSN(o.postgresURL))
+}
+
+// redisTopology is how --redis-url is read: --redis-cluster and
+// --redis-sentinel-master.
+func (o *options) redisTopology() stream.Topology {
+	return stream.Topology{Cluster: o.redisCluster, SentinelMaster: o.redisSentinel}
+}
+
+// partitionsFlag registers --partitions, where the stream is named.
+func (o *options) partitionsFlag(fs *flag.FlagSet) {
+	fs.IntVar(&o.partitions, "partitions", outbox.PartitionsDefault, fmt.Sprintf(
+		"partitions of the stream (1 to %d): each device's events go to one, each has its own dispatcher lease and Redis stream; every role of a deployment must use the number the store records (see docs/operations.md, Changing the number of partitions)", outbox.PartitionsMax))
+}
