@@ -33,6 +33,7 @@ const (
 	gVerify    // --repair
 	gRetries   // --class
 	gSwitch    // --stream, --to
+	gMigrate   // --store-only, --read-model-only
 )
 
 // role is one subcommand: what it reads, what it opens, what it runs. This
@@ -90,8 +91,8 @@ var roles = []*role{
 		},
 		once:     func(ctx context.Context, a *app) error { return a.reconcileOnce(ctx) },
 		onceWhen: func(o *options) bool { return o.every == 0 }},
-	{name: "migrate", summary: "apply the PostgreSQL schema and the store's schema (tables or indexes)",
-		flags: []flagGroup{gStore, gPostgres, gDispatch}, store: true, postgres: true,
+	{name: "migrate", summary: "apply the store's schema (tables or indexes) and the PostgreSQL read model's (--store-only, --read-model-only)",
+		flags: []flagGroup{gStore, gPostgres, gDispatch, gMigrate}, store: true, postgres: true,
 		once: func(ctx context.Context, a *app) error { return a.applyMigrations(ctx) }},
 	{name: "status", summary: "the pipeline at a glance, from a running instance (exit 1 while it is stalled)",
 		flags: []flagGroup{gClient}, once: func(ctx context.Context, a *app) error { return a.printStatus(ctx) }},
