@@ -7,10 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/256dpi/lungo"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/bson/primitive"
+	"go.mongodb.org/mongo-driver/mongo"
+	"go.mongodb.org/mongo-driver/mongo/options"
 
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store"
@@ -189,25 +190,84 @@ func TestKeyRaceOnAReplicaSetIsAWriteConflict(t *testing.T) {
 	require.Len(t, fs.commands("insert"), 1, "the run again inserts nothing: the key is the winner's")
 }
 
-// TestOwnTransactionSeesTheLabels: a caller running its own transaction
-// with the driver's WithTransaction and the store's Tx (README "Using the
-// writer from Go") gets the driver's retry on a transient error, because
-// the store's errors keep the driver's error on one chain.
-func TestOwnTransactionSeesTheLabels(t *testing.T) {
+// TestRunTxRunsTheCallbackAgainOnATransientError: a service's own
+// transaction through Store.RunTx gets the store's loop: a
+// TransientTransactionError (a write conflict on the caller's own insert,
+// then one on the commit) aborts the transaction and runs the callback
+// again, with the driver's session context, and the caller's write and
+// the event commit in the one transaction that commits.
+func TestRunTxRunsTheCallbackAgainOnATransientError(t *testing.T) {
 	t.Parallel()
 	fs := newFakeServer(t, false)
-	s := openFake(t, fs, Options{})
-	fs.handle("find", failFirst(1, commandError(codeWriteConflict, "WriteConflict", labelTransient), fs.byDefault))
-	w := outbox.NewWriter(s, nil)
-	ctx := context.Background()
-	sess, err := s.Database().Client().StartSession()
+	client := fakeClient(t, fs)
+	s, err := NewFromClient(context.Background(), client, "shop", nil)
 	require.NoError(t, err)
-	defer sess.EndSession(ctx)
-	_, err = sess.WithTransaction(ctx, func(sc lungo.ISessionContext) (any, error) {
-		return w.WriteInTx(sc, s.Tx(sc), fakeInput("own"))
+	fs.handle("insert", fs.onColl("orders", failFirst(1, commandError(codeWriteConflict, "WriteConflict", labelTransient), fs.byDefault)))
+	fs.handle("commitTransaction", failFirst(1, commandError(251, "NoSuchTransaction", labelTransient), fs.byDefault))
+	w := outbox.NewWriter(s, nil)
+	runs := 0
+	err = s.RunTx(context.Background(), func(sc mongo.SessionContext, tx outbox.Tx) error {
+		runs++
+		if _, err := w.WriteInTx(sc, tx, fakeInput("own")); err != nil {
+			return err
+		}
+		_, err := client.Database("shop").Collection("orders").InsertOne(sc, bson.D{{Key: "n", Value: 1}})
+		return err
 	})
 	require.NoError(t, err)
-	require.Len(t, fs.transactions(), 2)
+	require.Equal(t, 3, runs, "run again after the insert's conflict and after the commit's")
+	txs := fs.transactions()
+	require.Len(t, txs, 3)
+	require.Equal(t, []string{"find", "insert", "insert", "insert", "abortTransaction"}, txs[0].names)
+	require.Equal(t, []string{"find", "insert", "insert", "insert", "commitTransaction"}, txs[1].names)
+	require.Equal(t, []string{"find", "insert", "insert", "insert", "commitTransaction"}, txs[2].names)
+	require.Equal(t, []string{"events", "events", "outbox", "orders"}, txs[2].colls[:4],
+		"the caller's write and the event in the one transaction that commits")
+	for _, c := range fs.commands("insert") {
+		db, _ := c.lookup("$db").StringValueOK()
+		require.Equal(t, "shop", db)
+	}
+	require.NoError(t, s.Close(context.Background()))
+	require.NoError(t, client.Ping(context.Background(), nil), "Close leaves the caller's client connected")
+}
+
+// TestRunTxUnknownCommitEndsAtTheDeadline: an unknown commit result that
+// repeats (the majority is lost) ends a caller's own transaction at its
+// deadline with an unavailable error saying what ran, where the driver's
+// WithTransaction would run on for 120 s.
+func TestRunTxUnknownCommitEndsAtTheDeadline(t *testing.T) {
+	t.Parallel()
+	fs := newFakeServer(t, false)
+	s, err := NewFromClient(context.Background(), fakeClient(t, fs), "", nil)
+	require.NoError(t, err)
+	fs.handle("commitTransaction", func(fakeCommand) bson.D {
+		fs.wait(20 * time.Millisecond)
+		return writeConcernTimeout(bson.D{})
+	})
+	const deadline = 500 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	defer cancel()
+	began := time.Now()
+	err = writeWithin(t, 5*time.Second, func() error {
+		return s.RunTx(ctx, func(sc mongo.SessionContext, tx outbox.Tx) error {
+			_, err := outbox.NewWriter(s, nil).WriteInTx(sc, tx, fakeInput("d"))
+			return err
+		})
+	})
+	require.True(t, store.IsUnavailable(err), "%v", err)
+	require.ErrorContains(t, err, "the caller's transaction")
+	require.Less(t, time.Since(began), deadline+time.Second)
+	require.Greater(t, len(fs.commands("commitTransaction")), 1, "sent again while time is left")
+}
+
+// fakeClient is a driver client of the caller's own on fs, disconnected at
+// t's cleanup.
+func fakeClient(t testing.TB, fs *fakeServer) *mongo.Client {
+	t.Helper()
+	client, err := mongo.Connect(context.Background(), options.Client().ApplyURI(fs.uri()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
+	return client
 }
 
 // TestUnknownCommitResultEndsAtTheDeadline: with the majority lost, every
