@@ -429,7 +429,7 @@ func (s *Store) CheckSchema(ctx context.Context) error {
 		}
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("%w: missing MongoDB indexes %v; run Store.Migrate (outboxd migrate) with the same database and collection names", store.ErrSchema, missing)
+		return fmt.Errorf("%w: missing MongoDB indexes %v; run Store.Migrate with the same database and collection names", store.ErrSchema, missing)
 	}
 	return nil
 }

@@ -240,7 +240,7 @@ func TestCheckSchemaRefusesMissingIndexes(t *testing.T) {
 	err = s.CheckSchema(ctx)
 	require.ErrorIs(t, err, store.ErrSchema)
 	require.ErrorContains(t, err, "events."+mongostore.IndexIdempotencyKey)
-	require.ErrorContains(t, err, "outboxd migrate")
+	require.ErrorContains(t, err, "Store.Migrate")
 	require.NoError(t, s.Migrate(ctx, nil))
 	require.NoError(t, s.CheckSchema(ctx))
 }
