@@ -3,6 +3,7 @@ package mongostore
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -653,5 +654,73 @@ func TestMigrateOnAShardedCluster(t *testing.T) {
 			db, _ := c.lookup("$db").StringValueOK()
 			require.NotEqual(t, "config", db)
 		}
+	})
+}
+
+// TestMigrateOnAPopulatedCollection: an index build on a populated
+// collection (here: createIndexes answered after longer than ten
+// OpTimeouts, the old fixed deadline) is not bounded by OpTimeout: each
+// createIndexes carries Migrate's own long deadline as maxTimeMS, so the
+// server does not abort the build, and Migrate waits for it.
+func TestMigrateOnAPopulatedCollection(t *testing.T) {
+	t.Parallel()
+	fs := newFakeServer(t, false)
+	s := openFake(t, fs, Options{})
+	s.opts.OpTimeout = 30 * time.Millisecond
+	fs.handle("createIndexes", func(c fakeCommand) bson.D {
+		if name, _ := c.lookup("indexes", "0", "name").StringValueOK(); name == IndexReconciler {
+			fs.wait(400 * time.Millisecond) // > 10 × OpTimeout
+		}
+		return bson.D{}
+	})
+	require.NoError(t, s.Migrate(context.Background(), nil))
+	builds := fs.commands("createIndexes")
+	require.NotEmpty(t, builds)
+	for _, c := range builds {
+		ms, ok := c.lookup("maxTimeMS").AsInt64OK()
+		require.True(t, ok, "%s", c.Doc)
+		require.Greater(t, ms, (MigrateTimeoutDefault - time.Minute).Milliseconds(), "the build's deadline is Options.MigrateTimeout, not OpTimeout")
+	}
+}
+
+// TestMigrateRebuildsBeforeDropping: an outboxd index whose keys changed
+// is built anew under its other name before the old one is dropped, so the
+// queries it serves always have one; a build already running on the server
+// (currentOp) is joined, and one still running at Migrate's deadline is
+// reported as such (ErrIndexBuildRunning), never dropped or started again.
+func TestMigrateRebuildsBeforeDropping(t *testing.T) {
+	t.Parallel()
+	fs := newFakeServer(t, false)
+	s := openFake(t, fs, Options{})
+	fs.handle("listIndexes", fs.onColl(EventsCollection, func(c fakeCommand) bson.D {
+		return cursorReply("outboxd.events", "firstBatch", bson.D{{Key: "v", Value: 2}, {Key: "name", Value: IndexReconciler},
+			{Key: "key", Value: bson.D{{Key: "syncedAt", Value: 1}, {Key: "createdAt", Value: 1}}}})
+	}))
+	require.NoError(t, s.Migrate(context.Background(), nil))
+	var order []string
+	for _, c := range fs.commands("createIndexes", "dropIndexes") {
+		name, _ := c.lookup("indexes", "0", "name").StringValueOK()
+		if c.Name == "dropIndexes" {
+			name, _ = c.lookup("index").StringValueOK()
+		}
+		if strings.HasPrefix(name, IndexReconciler) {
+			order = append(order, c.Name+" "+name)
+		}
+	}
+	require.Equal(t, []string{"createIndexes " + IndexReconciler + rebuiltSuffix, "dropIndexes " + IndexReconciler}, order)
+
+	t.Run("RunningBuildIsJoinedAndReported", func(t *testing.T) {
+		fs.reset()
+		fs.handle("currentOp", func(fakeCommand) bson.D {
+			return bson.D{{Key: "inprog", Value: bson.A{bson.D{{Key: "opid", Value: int32(7)}, {Key: "secs_running", Value: int64(3600)},
+				{Key: "msg", Value: "Index Build: scanning collection"}}}}}
+		})
+		fs.handle("createIndexes", func(fakeCommand) bson.D { return commandError(codeMaxTimeMSExpired, "MaxTimeMSExpired") })
+		err := s.Migrate(context.Background(), nil)
+		require.ErrorIs(t, err, ErrIndexBuildRunning)
+		require.ErrorContains(t, err, "operation 7")
+		require.ErrorContains(t, err, "run Store.Migrate again")
+		require.Len(t, fs.commands("createIndexes"), 1, "one build joined, no other started")
+		require.Empty(t, fs.commands("dropIndexes"), "the old index stays while the new one is built")
 	})
 }
