@@ -508,6 +508,14 @@ func TestServerErrorsThroughTheDriver(t *testing.T) {
 		{"CappedPositionLostOnGetMore", "getMore", commandError(136, "CappedPositionLost"), feedNext, lost},
 		{"ChangeStreamHistoryLostOnResume", "aggregate", commandError(286, "ChangeStreamHistoryLost", "NonResumableChangeStreamError"), resume, lost},
 		{"UnclassifiedResumeFailureIsNotLost", "aggregate", commandError(13, "Unauthorized"), resume, request},
+		// A token the server refuses to parse: the same token never works
+		// again, so the position is lost (not a feed that reopens forever).
+		{"RefusedTokenFailedToParse", "aggregate", commandError(9, "FailedToParse"), resume, lost},
+		{"RefusedToken40649", "aggregate", commandError(40649, "Location40649"), resume, lost},
+		{"RefusedToken50795NewerVersion", "aggregate", commandError(50795, "Location50795"), resume, lost},
+		{"RefusedToken50796", "aggregate", commandError(50796, "Location50796"), resume, lost},
+		{"RefusedToken50854", "aggregate", commandError(50854, "Location50854"), resume, lost},
+		{"FailedToParseElsewhereIsARequestError", "find", commandError(9, "FailedToParse"), loadEvents, request},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -74,6 +74,9 @@ func (s *Store) OpenFeed(ctx context.Context, stream string, from store.Position
 	defer cancel()
 	cs, err := s.outbox.Watch(wctx, pipeline, csOpts)
 	if err != nil {
+		if from != nil {
+			return nil, wrapFeed(err, "opening the change stream on %s", s.opts.OutboxCollection)
+		}
 		return nil, wrap(err, "opening the change stream on %s", s.opts.OutboxCollection)
 	}
 	return &feed{cs: cs, coll: s.opts.OutboxCollection, stream: stream, part: opts.Partition, poll: poll, opTimeout: s.opts.OpTimeout, pos: from}, nil
@@ -148,7 +151,7 @@ func (f *feed) Next(ctx context.Context, max int, wait time.Duration) ([]outbox.
 			if len(out) > 0 {
 				return out, nil // the error comes back on the next call
 			}
-			return nil, wrap(err, "reading the change stream on %s", f.coll)
+			return nil, wrapFeed(err, "reading the change stream on %s", f.coll)
 		}
 		// Empty batch: the post-batch resume token (none on lungo) is the
 		// position, so quiet periods move the checkpoint too.
