@@ -732,3 +732,44 @@ func TestMigrateRebuildsBeforeDropping(t *testing.T) {
 		require.Empty(t, fs.commands("dropIndexes"), "the old index stays while the new one is built")
 	})
 }
+
+// TestLeaseExpiryWithASlowMajority: the server reads its clock for the
+// lease when the clock write applies, then waits for the majority (here
+// 400 ms). The expiry the store writes is never before the holder's own
+// (now + ttl), so a standby, judged by the server's clock, cannot take
+// over while the holder still believes it leads; with the round trip's
+// midpoint taken as the reading, it was half the wait early.
+func TestLeaseExpiryWithASlowMajority(t *testing.T) {
+	t.Parallel()
+	fs := newFakeServer(t, false)
+	s := openFake(t, fs, Options{})
+	const majorityWait, ttl = 400 * time.Millisecond, 15 * time.Second
+	fs.handle("findAndModify", func(c fakeCommand) bson.D {
+		if c.coll() == ClockCollection {
+			read := fs.now() // $currentDate, before the majority wait
+			fs.wait(majorityWait)
+			return bson.D{{Key: "lastErrorObject", Value: bson.D{{Key: "n", Value: 1}}},
+				{Key: "value", Value: bson.D{{Key: "_id", Value: clockID}, {Key: clockField, Value: read}}}}
+		}
+		return bson.D{{Key: "lastErrorObject", Value: bson.D{{Key: "n", Value: 1}}}, {Key: "value", Value: bson.D{
+			{Key: "_id", Value: "s"}, {Key: "owner", Value: "me"}, {Key: "term", Value: int64(1)},
+			{Key: "leaseExpiresAt", Value: c.lookup("update", "$set", "leaseExpiresAt")}}}}
+	})
+	l, err := s.AcquireLease(context.Background(), "s", "me", time.Now(), ttl)
+	require.NoError(t, err)
+	cmds := fs.commands("findAndModify")
+	written, ok := cmds[len(cmds)-1].lookup("update", "$set", "leaseExpiresAt").TimeOK()
+	require.True(t, ok)
+	require.False(t, written.Before(l.Expires.Add(-time.Millisecond)),
+		"the server's expiry %s is before the holder's %s", written.UTC(), l.Expires.UTC())
+
+	fs.reset()
+	now := time.Now()
+	l, err = s.RenewLease(context.Background(), l, now, ttl)
+	require.NoError(t, err)
+	renew := fs.commands("update")
+	require.Len(t, renew, 1)
+	written, ok = renew[0].lookup("updates", "0", "u", "$set", "leaseExpiresAt").TimeOK()
+	require.True(t, ok)
+	require.False(t, written.Before(l.Expires.Add(-time.Millisecond)), "renewal: %s before %s", written.UTC(), l.Expires.UTC())
+}
