@@ -92,7 +92,7 @@ func (a *app) run(ctx context.Context) error {
 		}
 	} else if a.st != nil && r.name != "migrate" {
 		if err := a.st.CheckSchema(ctx); err != nil {
-			return err
+			return fmt.Errorf("%w (run `outboxd migrate` with the same --store)", err)
 		}
 	}
 	if !a.o.readModelOnly {
