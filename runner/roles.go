@@ -108,6 +108,8 @@ var roles = []*role{
 		flags: []flagGroup{gClient, gWindow, gVerify}, once: func(ctx context.Context, a *app) error { return a.verify(ctx) }},
 	{name: "retries resume", summary: "resume the automatic retries of a class halted by the error-streak rule (--class C), for every worker and dispatcher",
 		flags: []flagGroup{gClient, gRetries}, once: func(ctx context.Context, a *app) error { return a.resumeRetries(ctx) }},
+	{name: "version", summary: "print the version of outboxd, the Go release it was built with and its commit",
+		once: func(ctx context.Context, a *app) error { return a.printVersion() }},
 	{name: "partitions switch", summary: "record another number of partitions (--to N) once the pipeline is drained (refuses while entries are undispatched or pending)",
 		flags: []flagGroup{gStore, gSwitch}, store: true, once: func(ctx context.Context, a *app) error { return a.switchPartitions(ctx) }},
 }
