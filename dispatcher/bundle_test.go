@@ -106,7 +106,7 @@ func (b *testBundle) config() *dispatcher.Config {
 // newDispatcher builds a dispatcher stopped at cleanup.
 func (b *testBundle) newDispatcher(cfg *dispatcher.Config) *dispatcher.Dispatcher {
 	b.t.Helper()
-	d, err := dispatcher.New(b.st, b.rc, cfg, testkit.Logger(b.t))
+	d, err := dispatcher.New(b.st, b.rdb, cfg, testkit.Logger(b.t))
 	require.NoError(b.t, err)
 	b.t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -264,7 +264,7 @@ func unique(ids []string) []string {
 func (b *testBundle) startWorker() testkit.Pipeline {
 	b.t.Helper()
 	pg := testkit.NewPostgres(b.t)
-	w, err := worker.New(b.st, b.rc, pg.Pool, &worker.Config{
+	w, err := worker.New(b.st, b.rdb, pg.Pool, &worker.Config{
 		Stream: b.stream, Group: stream.GroupDefault, Consumer: testkit.Name("c"),
 		Block: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond, BreakerTimeout: 200 * time.Millisecond,
 	}, testkit.Logger(b.t))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/outboxd/outboxd/internal/failpolicy"
@@ -93,9 +94,19 @@ type Dispatcher struct {
 }
 
 // New returns a Dispatcher that relays the outbox of st into the stream
-// through rc (whose Config.MaxLen is the stream's length policy). A nil cfg
-// means all defaults; an invalid one is an error naming the field.
-func New(st store.Store, rc *stream.Client, cfg *Config, logger *zap.Logger) (*Dispatcher, error) {
+// through the Redis client rdb (a single node, a cluster or Sentinel's: go-redis's
+// UniversalClient). A nil cfg means all defaults; an invalid one is an error
+// naming the field.
+func New(st store.Store, rdb redis.UniversalClient, cfg *Config, logger *zap.Logger) (*Dispatcher, error) {
+	rc, err := stream.NewClient(rdb, nil)
+	if err != nil {
+		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
+	return newDispatcher(st, rc, cfg, logger)
+}
+
+// newDispatcher is New over the pipeline's Redis client.
+func newDispatcher(st store.Store, rc *stream.Client, cfg *Config, logger *zap.Logger) (*Dispatcher, error) {
 	if st == nil || rc == nil {
 		return nil, errors.New("dispatcher: a store and a Redis client are required")
 	}

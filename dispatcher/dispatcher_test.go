@@ -308,7 +308,7 @@ func testDispatcher(t *testing.T, kind string) {
 			go func() {
 				defer wg.Done()
 				for range 3 {
-					d, err := dispatcher.New(b.st, b.rc, b.config(), testkit.Logger(t))
+					d, err := dispatcher.New(b.st, b.rdb, b.config(), testkit.Logger(t))
 					if err != nil {
 						t.Error(err)
 						return

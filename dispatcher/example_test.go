@@ -11,7 +11,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/outboxd/outboxd/dispatcher"
-	"github.com/outboxd/outboxd/internal/stream"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store/sqlitestore"
 )
@@ -35,10 +34,6 @@ func Example() {
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer rdb.Close()
-	rc, err := stream.NewClient(rdb, nil)
-	if err != nil {
-		panic(err)
-	}
 	name := fmt.Sprintf("example-%d", time.Now().UnixNano())
 	defer rdb.Del(ctx, name)
 
@@ -47,7 +42,7 @@ func Example() {
 		panic(err)
 	}
 
-	d, err := dispatcher.New(st, rc, &dispatcher.Config{Stream: name}, zap.NewNop())
+	d, err := dispatcher.New(st, rdb, &dispatcher.Config{Stream: name}, zap.NewNop())
 	if err != nil {
 		panic(err)
 	}

@@ -56,7 +56,7 @@ func TestElectionIsNotALostPosition(t *testing.T) {
 			t.Parallel()
 			b := setup(t, &setupOpts{kind: kind})
 			e := &electing{Store: b.st}
-			d, err := dispatcher.New(e, b.rc, b.config(), testkit.Logger(t))
+			d, err := dispatcher.New(e, b.rdb, b.config(), testkit.Logger(t))
 			require.NoError(t, err)
 			require.NoError(t, d.Start(context.Background()))
 			t.Cleanup(func() { _ = d.Stop(context.Background()) })

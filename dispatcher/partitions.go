@@ -68,7 +68,7 @@ func newSharing(st store.Store, rc *stream.Client, c *Config, logger *zap.Logger
 		pc := *c
 		pc.part = store.Partition{Index: p, Count: c.Partitions}
 		pc.gate = s.gate
-		inner, err := New(st, rc, &pc, logger.With(zap.Int("partition", p)))
+		inner, err := newDispatcher(st, rc, &pc, logger.With(zap.Int("partition", p)))
 		if err != nil {
 			return nil, fmt.Errorf("error creating the dispatcher of partition %d: %w", p, err)
 		}

@@ -131,7 +131,7 @@ func TestPartitionsConfig(t *testing.T) {
 	for _, n := range []int{-1, outbox.PartitionsMax + 1} {
 		cfg := b.config()
 		cfg.Partitions = n
-		_, err := dispatcher.New(b.st, b.rc, cfg, testkit.Logger(t))
+		_, err := dispatcher.New(b.st, b.rdb, cfg, testkit.Logger(t))
 		require.ErrorContains(t, err, "Partitions")
 	}
 }

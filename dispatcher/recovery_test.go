@@ -86,7 +86,7 @@ func requireRecovery(t *testing.T, what string, prepare, lose func(*testBundle, 
 	}
 	require.NoError(t, b.rdb.XGroupCreateMkStream(ctx, b.stream, stream.GroupDefault, "0").Err())
 	b.start(b.config())
-	r, err := reconciler.New(b.st, b.rc, &reconciler.Config{Stream: b.stream}, testkit.Logger(t))
+	r, err := reconciler.New(b.st, b.rdb, &reconciler.Config{Stream: b.stream}, testkit.Logger(t))
 	require.NoError(t, err)
 	require.NoError(t, r.Start(ctx))
 	t.Cleanup(func() { require.NoError(t, r.Stop(context.Background())) })

@@ -70,7 +70,7 @@ func (b *testBundle) reconciler(t *testing.T, cfg *reconciler.Config) *reconcile
 	if cfg == nil {
 		cfg = b.config()
 	}
-	r, err := reconciler.New(b.st, newClient(t, b.rdb), cfg, testkit.Logger(t))
+	r, err := reconciler.New(b.st, b.rdb, cfg, testkit.Logger(t))
 	require.NoError(t, err)
 	return r
 }

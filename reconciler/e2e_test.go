@@ -69,7 +69,7 @@ func TestEndToEndRedisRestartedEmpty(t *testing.T) {
 		require.NoError(t, st.MarkDispatched(ctx, lease, ids, clk.Now()))
 	}
 	startWorker := func(rdb redis.UniversalClient) *worker.Worker {
-		w, err := worker.New(st, newClient(t, rdb), pg.Pool, &worker.Config{
+		w, err := worker.New(st, rdb, pg.Pool, &worker.Config{
 			Stream: name, Group: group, Consumer: testkit.Name("c"), Now: clk.Now,
 			Block: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
 		}, testkit.Logger(t))
@@ -108,7 +108,7 @@ func TestEndToEndRedisRestartedEmpty(t *testing.T) {
 	require.Equal(t, int64(half), unsynced())
 
 	cfg := &reconciler.Config{Stream: name, Now: clk.Now, MinAge: time.Minute, RequeueAfter: 10 * time.Minute}
-	r, err := reconciler.New(st, newClient(t, rdb), cfg, testkit.Logger(t))
+	r, err := reconciler.New(st, rdb, cfg, testkit.Logger(t))
 	require.NoError(t, err)
 	// The worker recreated the group and recorded the reset: the lost
 	// half is taken at once, younger than MinAge as it is.

@@ -34,7 +34,7 @@ func TestSweepStopsWhenTheStoreFailsOver(t *testing.T) {
 	b := setup(t)
 	b.writeAged(t, 5)
 	fo := &failingOver{Store: b.st}
-	r, err := reconciler.New(fo, newClient(t, b.rdb), b.config(), testkit.Logger(t))
+	r, err := reconciler.New(fo, b.rdb, b.config(), testkit.Logger(t))
 	require.NoError(t, err)
 	rep, err := r.Sweep(ctx)
 	require.ErrorIs(t, err, store.ErrUnavailable)

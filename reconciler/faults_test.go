@@ -77,7 +77,7 @@ func TestReconcilerFaults(t *testing.T) {
 				b.claimAt(t, id, b.clock.Now().Add(time.Millisecond))
 			}
 		})
-		r, err := reconciler.New(b.st, newClient(t, rdb), cfg, testkit.Logger(t))
+		r, err := reconciler.New(b.st, rdb, cfg, testkit.Logger(t))
 		require.NoError(t, err)
 		srv.Stop()
 		rep, err := r.Sweep(ctx)
@@ -217,7 +217,7 @@ func (b *testBundle) startWorkerWith(t *testing.T, rdb redis.UniversalClient, ad
 	if adjust != nil {
 		adjust(cfg)
 	}
-	w, err := worker.New(b.st, newClient(t, rdb), pg.Pool, cfg, testkit.Logger(t))
+	w, err := worker.New(b.st, rdb, pg.Pool, cfg, testkit.Logger(t))
 	require.NoError(t, err)
 	require.NoError(t, w.Start(context.Background()))
 	t.Cleanup(func() { require.NoError(t, w.Stop(context.Background())) })

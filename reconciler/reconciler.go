@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/outboxd/outboxd/internal/fault"
@@ -193,9 +194,19 @@ type Reconciler struct {
 }
 
 // New returns a Reconciler for the originals in st that publishes through
-// rc. A nil cfg means all defaults; an invalid one is an error naming the
-// field.
-func New(st store.Store, rc *stream.Client, cfg *Config, logger *zap.Logger) (*Reconciler, error) {
+// the Redis client rdb (a single node, a cluster or Sentinel's: go-redis's
+// UniversalClient). A nil cfg means all defaults; an invalid one is an error
+// naming the field.
+func New(st store.Store, rdb redis.UniversalClient, cfg *Config, logger *zap.Logger) (*Reconciler, error) {
+	rc, err := stream.NewClient(rdb, nil)
+	if err != nil {
+		return nil, fmt.Errorf("reconciler: %w", err)
+	}
+	return newReconciler(st, rc, cfg, logger)
+}
+
+// newReconciler is New over the pipeline's Redis client.
+func newReconciler(st store.Store, rc *stream.Client, cfg *Config, logger *zap.Logger) (*Reconciler, error) {
 	if st == nil || rc == nil {
 		return nil, errors.New("reconciler: a store and a Redis client are required")
 	}

@@ -25,7 +25,7 @@ func TestReconciler(t *testing.T) {
 	t.Run("Defaults", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		r, err := reconciler.New(b.st, newClient(t, b.rdb), nil, nil)
+		r, err := reconciler.New(b.st, b.rdb, nil, nil)
 		require.NoError(t, err)
 		// A fresh original is younger than the 5 minute default: untouched.
 		b.clock.Set(time.Now())
@@ -48,10 +48,10 @@ func TestReconciler(t *testing.T) {
 			"LeaseTTL":     {LeaseTTL: time.Millisecond},
 			"Interval":     {Interval: -time.Second},
 		} {
-			_, err := reconciler.New(b.st, newClient(t, b.rdb), cfg, nil)
+			_, err := reconciler.New(b.st, b.rdb, cfg, nil)
 			require.ErrorContains(t, err, field)
 		}
-		_, err := reconciler.New(b.st, newClient(t, b.rdb), &reconciler.Config{RequeueAfter: time.Microsecond}, nil)
+		_, err := reconciler.New(b.st, b.rdb, &reconciler.Config{RequeueAfter: time.Microsecond}, nil)
 		require.ErrorContains(t, err, "RequeueAfter")
 	})
 
@@ -244,7 +244,7 @@ func TestReconciler(t *testing.T) {
 		long := b.clock.Now().Add(-requeueAfter - time.Hour).UTC()
 		b.claimAt(t, ids[1], long.Add(-requeueAfter-time.Hour))
 		b.claimAt(t, ids[1], long)
-		r, err := reconciler.New(b.st, newClient(t, rdb), b.config(), testkit.Logger(t))
+		r, err := reconciler.New(b.st, rdb, b.config(), testkit.Logger(t))
 		require.NoError(t, err)
 
 		srv.Stop()
@@ -285,7 +285,7 @@ func TestReconciler(t *testing.T) {
 		srv := testkit.NewRedisServer(t)
 		rdb := srv.Client()
 		ids := b.writeAged(t, 1)
-		r, err := reconciler.New(b.st, newClient(t, rdb), b.config(), testkit.Logger(t))
+		r, err := reconciler.New(b.st, rdb, b.config(), testkit.Logger(t))
 		require.NoError(t, err)
 
 		srv.Stop()

@@ -44,7 +44,7 @@ func TestEveryReplicaSweepsWithoutTheLease(t *testing.T) {
 
 	group := stream.GroupDefault
 	workerMetrics := prometheus.NewRegistry()
-	w, err := worker.New(b.st, newClient(t, b.rdb), pg.Pool, &worker.Config{
+	w, err := worker.New(b.st, b.rdb, pg.Pool, &worker.Config{
 		Stream: b.stream, Group: group, Consumer: testkit.Name("c"), Block: 50 * time.Millisecond, Registerer: workerMetrics,
 	}, testkit.Logger(t))
 	require.NoError(t, err)

@@ -71,7 +71,7 @@ func TestRequeueCap(t *testing.T) {
 	t.Run("InvalidMaxRequeues", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		_, err := reconciler.New(b.st, newClient(t, b.rdb), &reconciler.Config{MaxRequeues: -1}, nil)
+		_, err := reconciler.New(b.st, b.rdb, &reconciler.Config{MaxRequeues: -1}, nil)
 		require.ErrorContains(t, err, "MaxRequeues")
 	})
 }

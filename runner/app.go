@@ -321,7 +321,7 @@ func (a *app) newWorker() (service, error) {
 			consumer = fmt.Sprintf("%s-%d", consumer, i+1)
 		}
 		for p := range a.partitions() {
-			w, err := worker.New(a.st, a.rc, a.pg, &worker.Config{
+			w, err := worker.New(a.st, a.rdb, a.pg, &worker.Config{
 				Stream: a.o.stream, Group: a.o.group, Consumer: consumer, Partition: p, Partitions: a.partitions(),
 				BatchSize: a.o.batchSize.n, AutoBatch: a.o.batchSize.auto, ProjectionTarget: a.o.projectionTarget,
 				LockTimeout: timeout(a.o.lockTimeout), StatementTimeout: timeout(a.o.statementTimeout),
@@ -371,7 +371,7 @@ func (g serviceGroup) Stop(ctx context.Context) error {
 }
 
 func (a *app) newDispatcher() (service, error) {
-	return dispatcher.New(a.st, a.rc, &dispatcher.Config{
+	return dispatcher.New(a.st, a.rdb, &dispatcher.Config{
 		Stream: a.o.stream, Partitions: a.partitions(), BatchSize: a.o.relayBatch, LeaseTTL: a.o.leaseTTL, Retention: a.o.outboxRetention, EventRetention: a.o.eventRetention,
 		BreakerFailures: a.o.breakerFailures, BreakerTimeout: a.o.breakerTimeout, StreakLimit: a.o.streakLimit,
 		StreamRetention: a.o.streamRetention, MemoryHigh: a.o.memoryHigh, Registerer: a.reg,
@@ -431,7 +431,7 @@ func (a *app) auditable() bool {
 }
 
 func (a *app) newReconciler() (service, error) {
-	r, err := reconciler.New(a.st, a.rc, a.reconcilerConfig(), a.log)
+	r, err := reconciler.New(a.st, a.rdb, a.reconcilerConfig(), a.log)
 	a.rec = r
 	return r, err
 }
@@ -443,7 +443,7 @@ func (a *app) newReconciler() (service, error) {
 // Prometheus' text format (for node_exporter's textfile collector): a
 // process that lives for one sweep cannot be scraped.
 func (a *app) reconcileOnce(ctx context.Context) error {
-	r, err := reconciler.New(a.st, a.rc, a.reconcilerConfig(), a.log)
+	r, err := reconciler.New(a.st, a.rdb, a.reconcilerConfig(), a.log)
 	if err != nil {
 		return err
 	}

@@ -21,7 +21,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/dispatcher"
-	"github.com/outboxd/outboxd/internal/stream"
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store"
@@ -355,9 +354,7 @@ func TestReconcileExitsOneAfterFailedPublish(t *testing.T) {
 	require.Contains(t, out, "published 3")
 
 	rdb, _ := testkit.NewRedis(t)
-	rc, err := stream.NewClient(rdb, nil)
-	require.NoError(t, err)
-	wk, err := worker.New(st, rc, b.pg.Pool, &worker.Config{Stream: b.stream, Group: b.group, Block: 50 * time.Millisecond}, testkit.Logger(t))
+	wk, err := worker.New(st, rdb, b.pg.Pool, &worker.Config{Stream: b.stream, Group: b.group, Block: 50 * time.Millisecond}, testkit.Logger(t))
 	require.NoError(t, err)
 	require.NoError(t, wk.Start(ctx))
 	t.Cleanup(func() { require.NoError(t, wk.Stop(context.Background())) })

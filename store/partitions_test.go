@@ -7,7 +7,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/dispatcher"
-	"github.com/outboxd/outboxd/internal/stream"
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/reconciler"
@@ -27,8 +26,6 @@ func TestComponentsRefuseAnotherNumberOfPartitions(t *testing.T) {
 	ctx := context.Background()
 	st := testkit.NewStore(t)
 	rdb, prefix := testkit.NewRedis(t)
-	rc, err := stream.NewClient(rdb, nil)
-	require.NoError(t, err)
 	pg := testkit.NewPostgres(t)
 	name := prefix + ":stream"
 	require.NoError(t, store.EnsurePartitions(ctx, st, name, 2))
@@ -49,17 +46,17 @@ func TestComponentsRefuseAnotherNumberOfPartitions(t *testing.T) {
 		require.Zero(t, n, "a refused write writes nothing")
 	})
 	t.Run("Worker", func(t *testing.T) {
-		w, err := worker.New(st, rc, pg.Pool, &worker.Config{Stream: name}, testkit.Logger(t))
+		w, err := worker.New(st, rdb, pg.Pool, &worker.Config{Stream: name}, testkit.Logger(t))
 		require.NoError(t, err)
 		mismatch(t, w.Start(ctx))
 	})
 	t.Run("Dispatcher", func(t *testing.T) {
-		d, err := dispatcher.New(st, rc, &dispatcher.Config{Stream: name}, testkit.Logger(t))
+		d, err := dispatcher.New(st, rdb, &dispatcher.Config{Stream: name}, testkit.Logger(t))
 		require.NoError(t, err)
 		mismatch(t, d.Start(ctx))
 	})
 	t.Run("Reconciler", func(t *testing.T) {
-		r, err := reconciler.New(st, rc, &reconciler.Config{Stream: name}, testkit.Logger(t))
+		r, err := reconciler.New(st, rdb, &reconciler.Config{Stream: name}, testkit.Logger(t))
 		require.NoError(t, err)
 		mismatch(t, r.Start(ctx))
 	})

@@ -80,7 +80,7 @@ func TestTailWrittenBehind(t *testing.T) {
 		b.publish(t, b.write(t, "d1", 30)...)
 		cfg := b.config("c")
 		cfg.BatchSize, cfg.Block, cfg.Registerer = 10, 30*time.Second, reg
-		w, err := worker.New(b.st, b.rc, b.pg.Pool, cfg, testkit.Logger(t))
+		w, err := worker.New(b.st, b.rdb, b.pg.Pool, cfg, testkit.Logger(t))
 		require.NoError(t, err)
 		require.NoError(t, w.Start(context.Background()))
 		require.Eventually(t, func() bool {
@@ -113,7 +113,7 @@ func TestTailWrittenBehind(t *testing.T) {
 		cfg := b.config("crashing")
 		cfg.BatchSize = 10
 		worker.SetFaults(cfg, faults)
-		w, err := worker.New(b.st, b.rc, b.pg.Pool, cfg, testkit.Logger(t))
+		w, err := worker.New(b.st, b.rdb, b.pg.Pool, cfg, testkit.Logger(t))
 		require.NoError(t, err)
 		require.NoError(t, w.Start(context.Background()))
 		select {

@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/outboxd/outboxd/internal/stream"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store/sqlitestore"
 	"github.com/outboxd/outboxd/worker"
@@ -43,8 +42,6 @@ func ExampleProjector() {
 	check(st.Migrate(ctx, nil))
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer rdb.Close()
-	rc, err := stream.NewClient(rdb, nil)
-	check(err)
 	pool, err := pgxpool.New(ctx, "postgres://outboxd:outboxd@127.0.0.1:5432/outboxd?sslmode=disable")
 	check(err)
 	defer pool.Close()
@@ -54,8 +51,8 @@ func ExampleProjector() {
 	_, err = pool.Exec(ctx, "CREATE TABLE "+table+" (device_key text PRIMARY KEY, last_seen timestamptz NOT NULL)")
 	check(err)
 	defer pool.Exec(ctx, "DROP TABLE "+table) //nolint:errcheck
-	keys := stream.NewKeys("example-stream-"+unique, "")
-	defer rdb.Del(ctx, keys.Stream(), keys.DLQ(), keys.Failures())
+	name := "example-stream-" + unique
+	defer rdb.Del(ctx, name, name+":dlq", name+":read-model:failures", name+":read-model:streak")
 
 	lastSeen := worker.ProjectorFunc(func(ctx context.Context, tx pgx.Tx, events []*outbox.Event) error {
 		devices := make([]string, len(events))
@@ -84,11 +81,11 @@ func ExampleProjector() {
 	for range 2 {
 		for _, id := range ids {
 			msg := originals[id].Event.Message(outbox.OriginOutbox)
-			check(rdb.XAdd(ctx, &redis.XAddArgs{Stream: keys.Stream(), Values: msg.Values()}).Err())
+			check(rdb.XAdd(ctx, &redis.XAddArgs{Stream: name, Values: msg.Values()}).Err())
 		}
 	}
 
-	w, err := worker.New(st, rc, pool, &worker.Config{Stream: keys.Name(), Projector: lastSeen, Block: 50 * time.Millisecond}, nil)
+	w, err := worker.New(st, rdb, pool, &worker.Config{Stream: name, Projector: lastSeen, Block: 50 * time.Millisecond}, nil)
 	check(err)
 	check(w.Start(ctx))
 	// Wait until every original is synced.

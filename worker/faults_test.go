@@ -257,7 +257,7 @@ func TestWorkerFaults(t *testing.T) {
 		faults.Arm(worker.FaultAfterSyncedAt, 1)
 		cfg := b.config("crashing")
 		worker.SetFaults(cfg, faults)
-		w, err := worker.New(b.st, b.rc, b.pg.Pool, cfg, testkit.Logger(t))
+		w, err := worker.New(b.st, b.rdb, b.pg.Pool, cfg, testkit.Logger(t))
 		require.NoError(t, err)
 		require.NoError(t, w.Start(ctx))
 		select {

@@ -24,7 +24,7 @@ func TestNextGivesTheLaneItsTurn(t *testing.T) {
 	rdb, prefix := testkit.NewRedis(t)
 	rc, err := stream.NewClient(rdb, nil)
 	require.NoError(t, err)
-	w, err := New(testkit.NewStore(t), rc, testkit.NewPostgres(t).Pool,
+	w, err := newWorker(testkit.NewStore(t), rc, testkit.NewPostgres(t).Pool,
 		&Config{Stream: prefix + ":stream", Consumer: "c", BatchSize: 3, ReplayRate: rate.Inf}, nil)
 	require.NoError(t, err)
 	require.NoError(t, w.ensureGroup(ctx))

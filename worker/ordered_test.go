@@ -138,7 +138,7 @@ func TestOrdered(t *testing.T) {
 	}
 	var as []*worker.Worker
 	for p := range partitions {
-		w, err := worker.New(b.st, b.rc, b.pg.Pool, cfg("a", p, &aCalls, faults), testkit.Logger(t))
+		w, err := worker.New(b.st, b.rdb, b.pg.Pool, cfg("a", p, &aCalls, faults), testkit.Logger(t))
 		require.NoError(t, err)
 		require.NoError(t, w.Start(context.Background()))
 		as = append(as, w)

@@ -59,7 +59,7 @@ func setupTrace(t *testing.T, st store.Store) *traceBundle {
 // startDispatcher relays the bundle's outbox until the test ends.
 func (b *traceBundle) startDispatcher(t *testing.T) {
 	t.Helper()
-	d, err := dispatcher.New(b.st, b.rc, &dispatcher.Config{Stream: b.stream, PollInterval: 10 * time.Millisecond,
+	d, err := dispatcher.New(b.st, b.rdb, &dispatcher.Config{Stream: b.stream, PollInterval: 10 * time.Millisecond,
 		IdleCheckpoint: 50 * time.Millisecond, Owner: testkit.Name("relay")}, testkit.Logger(t))
 	require.NoError(t, err)
 	require.NoError(t, d.Start(context.Background()))
@@ -223,7 +223,7 @@ func TestTraceAcrossWorkerCrashAndReclaim(t *testing.T) {
 	faults.Arm(worker.FaultAfterCommit, 1)
 	crashing := b.config(testkit.Name("crashing"))
 	worker.SetFaults(crashing, faults)
-	w, err := worker.New(b.st, b.rc, b.pool, crashing, nil)
+	w, err := worker.New(b.st, b.rdb, b.pool, crashing, nil)
 	require.NoError(t, err)
 	require.NoError(t, w.Start(ctx))
 	select {
@@ -312,7 +312,7 @@ func TestTraceReconcilerPublishLinksToIngest(t *testing.T) {
 	require.Equal(t, sc(clientTP).TraceID(), sc(ingestTP).TraceID())
 
 	b.startOn(t, b.pool, b.config(testkit.Name("w")))
-	r, err := reconciler.New(b.st, b.rc, &reconciler.Config{Stream: b.stream, Now: clk.Now, MinAge: time.Minute}, testkit.Logger(t))
+	r, err := reconciler.New(b.st, b.rdb, &reconciler.Config{Stream: b.stream, Now: clk.Now, MinAge: time.Minute}, testkit.Logger(t))
 	require.NoError(t, err)
 	rep, err := r.Sweep(ctx)
 	require.NoError(t, err)

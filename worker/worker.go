@@ -14,6 +14,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
 	"go.uber.org/zap"
 	"golang.org/x/time/rate"
@@ -121,9 +122,20 @@ type heldEntry struct {
 // be equal.
 func heldKey(g *stream.Group, id string) string { return g.Keys().Stream() + "\x00" + id }
 
-// New returns a Worker reading cfg.Stream as cfg.Group through rc. A nil
-// cfg means all defaults. It does not touch the stores; Start does.
-func New(st store.Store, rc *stream.Client, pool *pgxpool.Pool, cfg *Config, logger *zap.Logger) (*Worker, error) {
+// New returns a Worker reading cfg.Stream as cfg.Group through the Redis
+// client rdb (a single node, a cluster or Sentinel's: go-redis's
+// UniversalClient) and projecting into pool. A nil cfg means all defaults.
+// It does not touch the stores; Start does.
+func New(st store.Store, rdb redis.UniversalClient, pool *pgxpool.Pool, cfg *Config, logger *zap.Logger) (*Worker, error) {
+	rc, err := stream.NewClient(rdb, nil)
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	return newWorker(st, rc, pool, cfg, logger)
+}
+
+// newWorker is New over the pipeline's Redis client.
+func newWorker(st store.Store, rc *stream.Client, pool *pgxpool.Pool, cfg *Config, logger *zap.Logger) (*Worker, error) {
 	if st == nil || rc == nil || pool == nil {
 		return nil, errors.New("worker: a store, a Redis client and a PostgreSQL pool are required")
 	}

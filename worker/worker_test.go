@@ -87,7 +87,7 @@ func (b *testBundle) start(t *testing.T, cfg *worker.Config) *worker.Worker {
 // cleanup.
 func (b *testBundle) startOn(t *testing.T, pool *pgxpool.Pool, cfg *worker.Config) *worker.Worker {
 	t.Helper()
-	w, err := worker.New(b.st, b.rc, pool, cfg, testkit.Logger(t))
+	w, err := worker.New(b.st, b.rdb, pool, cfg, testkit.Logger(t))
 	require.NoError(t, err)
 	require.NoError(t, w.Start(context.Background()))
 	t.Cleanup(func() { require.NoError(t, w.Stop(context.Background())) })
@@ -201,7 +201,7 @@ func TestWorker(t *testing.T) {
 	t.Run("Defaults", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		w, err := worker.New(b.st, b.rc, b.pg.Pool, nil, nil)
+		w, err := worker.New(b.st, b.rdb, b.pg.Pool, nil, nil)
 		require.NoError(t, err)
 		require.NotEmpty(t, w.Consumer())
 		require.NoError(t, w.Stop(ctx)) // before Start: a no-op that closes Stopped
@@ -226,7 +226,7 @@ func TestWorker(t *testing.T) {
 			"StatementTimeout": {StatementTimeout: time.Microsecond},
 			"ReplayRate":       {ReplayRate: -1},
 		} {
-			_, err := worker.New(b.st, b.rc, b.pg.Pool, cfg, nil)
+			_, err := worker.New(b.st, b.rdb, b.pg.Pool, cfg, nil)
 			require.ErrorContains(t, err, field)
 		}
 	})
@@ -236,9 +236,7 @@ func TestWorker(t *testing.T) {
 		b := setup(t)
 		bad := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
 		defer bad.Close()
-		rc, err := stream.NewClient(bad, nil)
-		require.NoError(t, err)
-		w, err := worker.New(b.st, rc, b.pg.Pool, b.config("c"), nil)
+		w, err := worker.New(b.st, bad, b.pg.Pool, b.config("c"), nil)
 		require.NoError(t, err)
 		require.ErrorContains(t, w.Start(ctx), "Redis")
 	})
@@ -247,7 +245,7 @@ func TestWorker(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		for i := range 5 {
-			w, err := worker.New(b.st, b.rc, b.pg.Pool, b.config(fmt.Sprint("c", i)), nil)
+			w, err := worker.New(b.st, b.rdb, b.pg.Pool, b.config(fmt.Sprint("c", i)), nil)
 			require.NoError(t, err)
 			require.NoError(t, w.Start(ctx))
 			var wg sync.WaitGroup
@@ -259,7 +257,7 @@ func TestWorker(t *testing.T) {
 			require.NoError(t, w.Err())
 		}
 		// A stopped worker starts again.
-		w, err := worker.New(b.st, b.rc, b.pg.Pool, b.config("again"), nil)
+		w, err := worker.New(b.st, b.rdb, b.pg.Pool, b.config("again"), nil)
 		require.NoError(t, err)
 		for range 3 {
 			require.NoError(t, w.Start(ctx))
@@ -270,7 +268,7 @@ func TestWorker(t *testing.T) {
 	t.Run("RespectsContextCancellation", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		w, err := worker.New(b.st, b.rc, b.pg.Pool, b.config("c"), nil)
+		w, err := worker.New(b.st, b.rdb, b.pg.Pool, b.config("c"), nil)
 		require.NoError(t, err)
 		cctx, cancel := context.WithCancel(ctx)
 		require.NoError(t, w.Start(cctx))
@@ -392,7 +390,7 @@ func TestWorker(t *testing.T) {
 		b.publish(t, b.write(t, "d1", 40)...)
 		cfg := b.config("c")
 		cfg.BatchSize = 7 // a backlog: the next batch is read ahead
-		w, err := worker.New(b.st, b.rc, b.pg.Pool, cfg, nil)
+		w, err := worker.New(b.st, b.rdb, b.pg.Pool, cfg, nil)
 		require.NoError(t, err)
 		require.NoError(t, w.Start(ctx))
 		require.Eventually(t, func() bool { rows, _ := b.rows(t); return rows > 0 }, waitFor, time.Millisecond)
@@ -419,7 +417,7 @@ func TestWorkerCrashPoints(t *testing.T) {
 				faults.Arm(point, 1)
 				cfg := b.config("crashing")
 				worker.SetFaults(cfg, faults)
-				w, err := worker.New(b.st, b.rc, b.pg.Pool, cfg, nil)
+				w, err := worker.New(b.st, b.rdb, b.pg.Pool, cfg, nil)
 				require.NoError(t, err)
 				require.NoError(t, w.Start(ctx))
 				select {

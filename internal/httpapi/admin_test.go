@@ -76,14 +76,14 @@ func setupAdmin(t *testing.T, st store.Store, mods ...func(*httpapi.Config)) *ad
 func (b *adminBundle) start(t *testing.T, project worker.Projector) {
 	t.Helper()
 	ctx := context.Background()
-	d, err := dispatcher.New(b.st, b.rc, &dispatcher.Config{Stream: b.stream, LeaseTTL: time.Second}, testkit.Logger(t))
+	d, err := dispatcher.New(b.st, b.rdb, &dispatcher.Config{Stream: b.stream, LeaseTTL: time.Second}, testkit.Logger(t))
 	require.NoError(t, err)
 	require.NoError(t, d.Start(ctx))
 	t.Cleanup(func() { require.NoError(t, d.Stop(context.Background())) })
 	if project == nil {
 		project = readmodel.NewProjector()
 	}
-	w, err := worker.New(b.st, b.rc, b.pg.Pool, &worker.Config{Stream: b.stream, Group: b.group, Consumer: "c",
+	w, err := worker.New(b.st, b.rdb, b.pg.Pool, &worker.Config{Stream: b.stream, Group: b.group, Consumer: "c",
 		Block: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond, ClaimIdle: 50 * time.Millisecond,
 		ClaimInterval: 20 * time.Millisecond, MaxDeliveries: 2,
 		Projector: worker.ProjectorFunc(func(ctx context.Context, tx pgx.Tx, events []*outbox.Event) error {

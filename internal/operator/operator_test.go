@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/operator"
@@ -30,6 +31,7 @@ const waitFor = 30 * time.Second
 type testBundle struct {
 	st   store.Store
 	rc   *stream.Client
+	rdb  redis.UniversalClient
 	pg   *testkit.Postgres
 	keys stream.Keys
 	w    *outbox.Writer
@@ -42,7 +44,7 @@ func setup(t *testing.T) *testBundle {
 	rdb, prefix := testkit.NewRedis(t)
 	rc, err := stream.NewClient(rdb, nil)
 	require.NoError(t, err)
-	b := &testBundle{st: testkit.NewStore(t), rc: rc, pg: testkit.NewPostgres(t), keys: stream.NewKeys(prefix+":stream", "g"),
+	b := &testBundle{st: testkit.NewStore(t), rc: rc, rdb: rdb, pg: testkit.NewPostgres(t), keys: stream.NewKeys(prefix+":stream", "g"),
 		now: time.Date(2026, 11, 2, 3, 4, 5, 678_000_000, time.UTC)}
 	b.w = outbox.NewWriter(b.st, &outbox.WriterConfig{Stream: b.keys.Name()})
 	b.op, err = operator.New(&operator.Config{Store: b.st, Redis: rc, ReadModel: readmodel.New(b.pg.Pool),
@@ -86,7 +88,7 @@ func TestDeadLetterFromWorkerToOperator(t *testing.T) {
 	badEntry, junkEntry := entries[1], entries[2]
 
 	projector := readmodel.NewProjector()
-	w, err := worker.New(b.st, b.rc, b.pg.Pool, &worker.Config{
+	w, err := worker.New(b.st, b.rdb, b.pg.Pool, &worker.Config{
 		Stream: b.keys.Name(), Group: b.keys.Group(), Consumer: "c", Block: 50 * time.Millisecond,
 		MaxDeliveries: 2, RecordBackoff: 10 * time.Millisecond, Now: func() time.Time { return b.now },
 		Projector: worker.ProjectorFunc(func(ctx context.Context, tx pgx.Tx, events []*outbox.Event) error {
@@ -297,7 +299,7 @@ func TestDLQPartitions(t *testing.T) {
 	require.NoError(t, b.rc.Publisher(split, nil, nil).PublishEvents(ctx, events, outbox.OriginOutbox))
 	var workers []*worker.Worker
 	for p := range partitions {
-		w, err := worker.New(b.st, b.rc, b.pg.Pool, &worker.Config{
+		w, err := worker.New(b.st, b.rdb, b.pg.Pool, &worker.Config{
 			Stream: b.keys.Name(), Group: b.keys.Group(), Consumer: "c", Partition: p, Partitions: partitions,
 			Block: 50 * time.Millisecond, MaxDeliveries: 1,
 			Projector: worker.ProjectorFunc(func(context.Context, pgx.Tx, []*outbox.Event) error {
