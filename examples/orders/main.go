@@ -77,7 +77,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "orders %s: %v\n", role, err)
 			return runner.ExitFailure
 		}
-		defer st.Close(context.WithoutCancel(ctx))
+		defer func() { _ = st.Close(context.WithoutCancel(ctx)) }()
 		if _, err := st.DB().ExecContext(ctx, ordersTable); err != nil {
 			fmt.Fprintf(stderr, "orders %s: error creating the orders table: %v\n", role, err)
 			return runner.ExitFailure
