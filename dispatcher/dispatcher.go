@@ -209,6 +209,12 @@ func (d *Dispatcher) preflight(ctx context.Context) error {
 	if err := d.st.Ping(ctx); err != nil {
 		return fmt.Errorf("error reaching the store: %w", err)
 	}
+	// The store's record of the number of partitions (the first
+	// component to start records it): another number would hash events
+	// to partitions that the rest of the deployment does not read.
+	if err := store.EnsurePartitions(ctx, d.st, d.cfg.Stream, max(d.cfg.Partitions, 1)); err != nil {
+		return err
+	}
 	return nil
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/outboxd/outboxd/dispatcher"
 	"github.com/outboxd/outboxd/internal/fault"
+	"github.com/outboxd/outboxd/internal/mongoseam"
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store/mongostore"
@@ -406,7 +407,7 @@ func (b *testBundle) corruptPosition(tok any) {
 	ctx := context.Background()
 	switch st := b.st.(type) {
 	case *mongostore.Store:
-		_, err := st.Database().Collection(mongostore.LeasesCollection).UpdateOne(ctx,
+		_, err := mongoseam.Database(st).Collection(mongostore.LeasesCollection).UpdateOne(ctx,
 			bson.M{"_id": dispatcher.LeaseName(b.stream)}, bson.M{"$set": bson.M{"resumeToken": tok}})
 		require.NoError(b.t, err)
 	case *sqlitestore.Store:

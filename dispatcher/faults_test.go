@@ -12,6 +12,7 @@ import (
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo"
 
+	"github.com/outboxd/outboxd/internal/mongoseam"
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/store"
 	"github.com/outboxd/outboxd/store/mongostore"
@@ -72,7 +73,7 @@ func TestDispatcherFaults(t *testing.T) {
 		require.Eventually(t, func() bool { return d.Stats().RedisRetries > 0 }, 10*time.Second, 5*time.Millisecond)
 		// A probe learns the token of the next entry: the dispatcher's
 		// stream position is before it.
-		probe, err := b.mongo.Database().Collection(mongostore.OutboxCollection).Watch(ctx, mongo.Pipeline{})
+		probe, err := mongoseam.Database(b.mongo).Collection(mongostore.OutboxCollection).Watch(ctx, mongo.Pipeline{})
 		require.NoError(t, err)
 		later := b.write(1, 1)
 		require.True(t, probe.TryNext(ctx))
@@ -141,7 +142,7 @@ func TestDispatcherFaults(t *testing.T) {
 					entries := 0
 					switch st := b.st.(type) {
 					case *mongostore.Store:
-						n, err := st.Database().Collection(mongostore.OutboxCollection).CountDocuments(ctx, bson.M{})
+						n, err := mongoseam.Database(st).Collection(mongostore.OutboxCollection).CountDocuments(ctx, bson.M{})
 						require.NoError(t, err)
 						entries = int(n)
 					default:
@@ -167,7 +168,7 @@ func TestDispatcherFaults(t *testing.T) {
 		b.waitRelayed(first, 10*time.Second)
 		// Dropping the outbox (or renaming it, or restoring it with
 		// mongorestore --drop) ends the change stream with invalidate.
-		require.NoError(t, b.mongo.Database().Collection(mongostore.OutboxCollection).Drop(ctx))
+		require.NoError(t, mongoseam.Database(b.mongo).Collection(mongostore.OutboxCollection).Drop(ctx))
 		second := b.write(2, 2)
 		require.Eventually(t, func() bool { return b.containsAll(second) }, 10*time.Second, 10*time.Millisecond,
 			"entries written after the drop are relayed")
@@ -192,7 +193,7 @@ func (b *testBundle) waitTokenForgotten(token store.Position) {
 	b.t.Helper()
 	ctx := context.Background()
 	require.Eventually(b.t, func() bool {
-		_, err := b.mongo.Database().Collection("scratch").InsertOne(ctx, bson.M{})
+		_, err := mongoseam.Database(b.mongo).Collection("scratch").InsertOne(ctx, bson.M{})
 		require.NoError(b.t, err)
 		f, err := b.st.OpenFeed(ctx, b.stream, token, store.FeedOptions{})
 		if err == nil {

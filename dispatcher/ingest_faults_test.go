@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/bson"
 
+	"github.com/outboxd/outboxd/internal/mongoseam"
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store/mongostore"
@@ -131,7 +132,7 @@ func counts(t *testing.T, b *testBundle) int64 {
 func countEntries(b *testBundle, n *int64) error {
 	ctx := context.Background()
 	if b.mongo != nil {
-		c, err := b.mongo.Database().Collection(mongostore.OutboxCollection).CountDocuments(ctx, bson.M{})
+		c, err := mongoseam.Database(b.mongo).Collection(mongostore.OutboxCollection).CountDocuments(ctx, bson.M{})
 		*n = c
 		return err
 	}

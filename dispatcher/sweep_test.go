@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/bson"
 
+	"github.com/outboxd/outboxd/internal/mongoseam"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store/mongostore"
 	"github.com/outboxd/outboxd/store/sqlitestore"
@@ -40,7 +41,7 @@ func TestSweepRelaysEntriesTheFeedMissed(t *testing.T) {
 			b.waitRelayedOwn(b.write(1, 1)) // the feed moves past the hidden entry
 			switch st := b.st.(type) {
 			case *mongostore.Store:
-				_, err = st.Database().Collection(mongostore.OutboxCollection).UpdateOne(ctx,
+				_, err = mongoseam.Database(st).Collection(mongostore.OutboxCollection).UpdateOne(ctx,
 					bson.M{"stream": b.stream + ":elsewhere"}, bson.M{"$set": bson.M{"stream": b.stream}})
 			case *sqlitestore.Store:
 				_, err = st.DB().ExecContext(ctx, `UPDATE outbox SET stream = ? WHERE stream = ?`, b.stream, b.stream+":elsewhere")

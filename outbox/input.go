@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/big"
 	"strconv"
 	"strings"
 	"time"
@@ -268,9 +269,30 @@ func checkValue(v any, path string, depth int) (string, string) {
 		if !strings.ContainsAny(string(x), ".eE") {
 			return path, fmt.Sprintf("integer %s does not fit in a signed 64-bit integer (%d to %d); send it as a string", x, math.MinInt64, math.MaxInt64)
 		}
-		if _, err := x.Float64(); err != nil {
+		f, err := x.Float64()
+		if err != nil {
 			return path, fmt.Sprintf("number %s is out of range", x)
+		}
+		// A decimal with more digits than a float64 holds would read back
+		// rounded from MongoDB (123456789012345678.5 as
+		// 1.2345678901234568e+17) while SQLite keeps its text: refused on
+		// every store. One whose value the float's shortest form states
+		// exactly (21.5, 0.1, 1e-7) is kept.
+		if !exactFloat(string(x), f) {
+			return path, fmt.Sprintf("number %s has more significant digits than a 64-bit float holds (it would read back as %s); send it as a string", x,
+				strconv.FormatFloat(f, 'g', -1, 64))
 		}
 	}
 	return "", ""
+}
+
+// exactFloat reports whether the decimal text and the shortest form of f,
+// its nearest float64, are the same number.
+func exactFloat(text string, f float64) bool {
+	want, ok := new(big.Rat).SetString(text)
+	if !ok {
+		return false
+	}
+	got, ok := new(big.Rat).SetString(strconv.FormatFloat(f, 'g', -1, 64))
+	return ok && want.Cmp(got) == 0
 }

@@ -130,6 +130,9 @@ func TestPayloadRules(t *testing.T) {
 		{"IntegerJustBelowInt64", `{"n":-9223372036854775809}`, "payload.n"},
 		{"LargestInt64", `{"n":9223372036854775807,"m":-9223372036854775808}`, ""},
 		{"BigNumberWithAnExponentIsAFloat", `{"n":1.2345678901234568e29}`, ""},
+		{"DecimalBeyondFloat64Digits", `{"n":123456789012345678.5}`, "payload.n"},
+		{"LongFraction", `{"a":[0.12345678901234567890123]}`, "payload.a[0]"},
+		{"DecimalsThatFit", `{"a":0.1,"b":1e-7,"c":-2.50,"d":1.7976931348623157e308}`, ""},
 		{"NotObject", `[1]`, "payload"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -130,6 +131,46 @@ type Writer struct {
 	now        func() time.Time
 	faults     *fault.Set
 	sizer      PayloadSizer // nil: the payload's JSON
+	// checked is set once the store's record of the number of partitions
+	// was found to agree with partitions (checkPartitions).
+	checked atomic.Bool
+}
+
+// PartitionsReader is implemented by a store that records the number of
+// partitions of each stream (both stores of the storage port do).
+type PartitionsReader interface {
+	// Partitions returns the number recorded for stream, 0 when none is.
+	Partitions(ctx context.Context, stream string) (int, error)
+}
+
+// ErrPartitionsMismatch is wrapped by the error of a write whose Writer was
+// configured with another number of partitions than the store records for
+// its stream: its entries would go to partitions that the rest of the
+// deployment does not read.
+var ErrPartitionsMismatch = errors.New("the number of partitions differs from the store's record")
+
+// checkPartitions compares, once per Writer, WriterConfig.Partitions with
+// the number the store records for the stream (when it implements
+// PartitionsReader and records one: the first role to start records it).
+func (w *Writer) checkPartitions(ctx context.Context) error {
+	if w.checked.Load() {
+		return nil
+	}
+	pr, ok := w.db.(PartitionsReader)
+	if !ok {
+		w.checked.Store(true)
+		return nil
+	}
+	n, err := pr.Partitions(ctx, w.stream)
+	if err != nil {
+		return fmt.Errorf("error reading the number of partitions of stream %s: %w", w.stream, err)
+	}
+	if n != 0 && n != w.partitions {
+		return fmt.Errorf("%w: the store records %d partitions for stream %s, this Writer was configured with %d (WriterConfig.Partitions; the CLI's --partitions)",
+			ErrPartitionsMismatch, n, w.stream, w.partitions)
+	}
+	w.checked.Store(true)
+	return nil
 }
 
 // NewWriter returns a Writer that writes through db (a store of the storage
@@ -257,6 +298,9 @@ func (w *Writer) WriteBatch(ctx context.Context, b *Batch) ([]Result, error) {
 // WriteAttemptsDefault runs, within ctx, after a short jittered pause) when
 // it loses the race for an idempotency key to a concurrent writer.
 func (w *Writer) retryTx(ctx context.Context, fn func(ctx context.Context, tx Tx) error) error {
+	if err := w.checkPartitions(ctx); err != nil {
+		return err
+	}
 	bo := backoff.NewExponentialBackOff(backoff.WithInitialInterval(5*time.Millisecond),
 		backoff.WithMaxInterval(100*time.Millisecond), backoff.WithMaxElapsedTime(0))
 	op := func() error {
@@ -279,6 +323,9 @@ func (w *Writer) retryTx(ctx context.Context, fn func(ctx context.Context, tx Tx
 func (w *Writer) WriteInTx(ctx context.Context, tx Tx, inputs []Input) ([]Result, error) {
 	prep, err := w.prepareAll(inputs)
 	if err != nil {
+		return nil, err
+	}
+	if err := w.checkPartitions(ctx); err != nil {
 		return nil, err
 	}
 	m := &member{prep: prep, traceParent: tracing.TraceParent(ctx)}

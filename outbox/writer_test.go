@@ -12,6 +12,7 @@ import (
 	"go.mongodb.org/mongo-driver/bson"
 
 	"github.com/outboxd/outboxd/internal/fault"
+	"github.com/outboxd/outboxd/internal/mongoseam"
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store"
@@ -211,18 +212,15 @@ func TestWriteInCallersTransaction(t *testing.T) {
 		t.Parallel()
 		st := testkit.NewMongo(t, nil)
 		w := outbox.NewWriter(st, nil)
-		orders := st.Database().Collection("orders")
-		sess, err := st.Database().Client().StartSession()
-		require.NoError(t, err)
-		defer sess.EndSession(ctx)
-		_, err = sess.WithTransaction(ctx, func(sc lungo.ISessionContext) (any, error) {
+		orders := mongoseam.Database(st).Collection("orders")
+		err := mongoseam.RunTx(st, ctx, func(sc lungo.ISessionContext, tx outbox.Tx) error {
 			if _, err := orders.InsertOne(sc, bson.M{"n": 1}); err != nil {
-				return nil, err
+				return err
 			}
-			if _, err := w.WriteInTx(sc, st.Tx(sc), []outbox.Input{input("d1")}); err != nil {
-				return nil, err
+			if _, err := w.WriteInTx(sc, tx, []outbox.Input{input("d1")}); err != nil {
+				return err
 			}
-			return nil, errAbort
+			return errAbort
 		})
 		require.ErrorIs(t, err, errAbort)
 		n, err := orders.CountDocuments(ctx, bson.M{})
@@ -230,11 +228,12 @@ func TestWriteInCallersTransaction(t *testing.T) {
 		require.Zero(t, n)
 		testkit.RequireStored(t, st, 0)
 
-		_, err = sess.WithTransaction(ctx, func(sc lungo.ISessionContext) (any, error) {
+		err = mongoseam.RunTx(st, ctx, func(sc lungo.ISessionContext, tx outbox.Tx) error {
 			if _, err := orders.InsertOne(sc, bson.M{"n": 1}); err != nil {
-				return nil, err
+				return err
 			}
-			return w.WriteInTx(sc, st.Tx(sc), []outbox.Input{input("d1")})
+			_, err := w.WriteInTx(sc, tx, []outbox.Input{input("d1")})
+			return err
 		})
 		require.NoError(t, err)
 		n, err = orders.CountDocuments(ctx, bson.M{})

@@ -245,6 +245,12 @@ func (r *Reconciler) preflight(ctx context.Context) error {
 	if err := r.st.Ping(ctx); err != nil {
 		return fmt.Errorf("error reaching the store: %w", err)
 	}
+	// The store's record of the number of partitions (the first
+	// component to start records it): another number would hash events
+	// to partitions that the rest of the deployment does not read.
+	if err := store.EnsurePartitions(ctx, r.st, r.cfg.Stream, max(r.cfg.Partitions, 1)); err != nil {
+		return err
+	}
 	return nil
 }
 

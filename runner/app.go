@@ -68,6 +68,9 @@ type app struct {
 	// history samples the status for the console's charts while the HTTP
 	// server runs.
 	history *httpapi.History
+	// auditOff: the read model's audit cannot check this deployment's read
+	// model (auditable), so the status shows none.
+	auditOff bool
 	// committer groups the single-event ingest requests into shared store
 	// transactions while the HTTP server runs (api roles).
 	committer *outbox.Committer
@@ -89,11 +92,13 @@ func (a *app) run(ctx context.Context) error {
 		}
 	} else if a.st != nil && r.name != "migrate" {
 		if err := a.st.CheckSchema(ctx); err != nil {
-			return err
+			return fmt.Errorf("%w (run `outboxd migrate` with the same --store)", err)
 		}
 	}
-	if err := a.checkPartitions(ctx); err != nil {
-		return err
+	if !a.o.readModelOnly {
+		if err := a.checkPartitions(ctx); err != nil {
+			return err
+		}
 	}
 	if r.once != nil && (r.onceWhen == nil || r.onceWhen(a.o)) {
 		return r.once(ctx, a)
@@ -246,17 +251,34 @@ func (a *app) close() {
 	}
 }
 
-// applyMigrations applies the PostgreSQL schema and the store's.
+// applyMigrations applies the store's schema and outboxd's PostgreSQL read
+// model (migrate's --store-only and --read-model-only pick one). Each is
+// applied whatever became of the other, the store's first, and a failure
+// says which part was applied and which was not.
 func (a *app) applyMigrations(ctx context.Context) error {
-	n, err := migrations.Postgres(ctx, a.o.postgresURL)
-	if err != nil {
-		return err
+	var storeErr, pgErr error
+	if !a.o.readModelOnly {
+		if storeErr = a.st.Migrate(ctx, &store.MigrateConfig{OutboxRetention: a.o.outboxRetention, EventRetention: a.o.eventRetention}); storeErr != nil {
+			storeErr = fmt.Errorf("the store's schema (%s) was not applied: %w", a.st.Kind(), storeErr)
+		} else {
+			a.log.Info("store schema applied", zap.String("store", a.st.Kind()))
+		}
 	}
-	if err := a.st.Migrate(ctx, &store.MigrateConfig{OutboxRetention: a.o.outboxRetention, EventRetention: a.o.eventRetention}); err != nil {
-		return err
+	if !a.o.storeOnly {
+		n, err := migrations.Postgres(ctx, a.o.postgresURL)
+		if err != nil {
+			pgErr = fmt.Errorf("the PostgreSQL read model's schema was not applied (%s): %w", redact.DSN(a.o.postgresURL), err)
+		} else {
+			a.log.Info("read model schema applied", zap.Int("postgres_applied", n))
+		}
 	}
-	a.log.Info("migrations applied", zap.Int("postgres_applied", n), zap.String("store", a.st.Kind()))
-	return nil
+	switch {
+	case storeErr != nil && pgErr == nil && !a.o.storeOnly:
+		return fmt.Errorf("%w; the PostgreSQL read model's schema was applied (--store-only applies the store's alone)", storeErr)
+	case pgErr != nil && storeErr == nil && !a.o.readModelOnly:
+		return fmt.Errorf("%w; the store's schema was applied (--read-model-only applies the read model's alone)", pgErr)
+	}
+	return errors.Join(storeErr, pgErr)
 }
 
 // build returns the services the constructors make, in order.
@@ -370,7 +392,7 @@ func (a *app) reconcilerConfig() *reconciler.Config {
 // newAudit returns the read model's audit (--audit-every, --audit-sample),
 // or nil when it is off.
 func (a *app) newAudit() (service, error) {
-	if a.o.auditEvery == 0 || a.pg == nil {
+	if a.o.auditEvery == 0 || a.pg == nil || !a.auditable() {
 		return nil, nil
 	}
 	audit, err := operator.NewAudit(&operator.AuditConfig{
@@ -381,6 +403,31 @@ func (a *app) newAudit() (service, error) {
 		return nil, err
 	}
 	return audit, nil
+}
+
+// auditPresenceTimeout bounds the start's look for the read model's tables.
+const auditPresenceTimeout = 5 * time.Second
+
+// auditable reports whether the audit can check this deployment's read
+// model; when it cannot, it says so once, at start, instead of failing on
+// every run: the read model is a projector of the program's own
+// (runner.WithProjector), or outboxd's tables are not in the database.
+// PostgreSQL not answering now keeps the audit on (its runs say so).
+func (a *app) auditable() bool {
+	a.auditOff = true
+	if a.set.projector != nil {
+		a.log.Info("the read model's audit is off: it checks outboxd's own tables, and this program projects with a projector of its own (runner.WithProjector)")
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), auditPresenceTimeout)
+	defer cancel()
+	present, err := readmodel.New(a.pg).Present(ctx)
+	if err == nil && !present {
+		a.log.Info("the read model's audit is off: outboxd's read model (tables events and device_daily_stats) is not in this PostgreSQL database (outboxd migrate --read-model-only applies it)")
+		return false
+	}
+	a.auditOff = false
+	return true
 }
 
 func (a *app) newReconciler() (service, error) {
@@ -587,7 +634,7 @@ func (a *app) httpHandler() (http.Handler, error) {
 		if a.rec != nil {
 			status.LastSweep = a.rec.LastReport
 		}
-		if a.pg != nil {
+		if a.pg != nil && !a.auditOff {
 			rm := readmodel.New(a.pg)
 			status.Audit = func(ctx context.Context) (*operator.AuditReport, error) {
 				return operator.LastAudit(ctx, rm, a.o.stream)

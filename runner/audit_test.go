@@ -75,3 +75,37 @@ func TestAuditInDev(t *testing.T) {
 	testkit.RequireConverged(t, testkit.Pipeline{Store: b.openStore(t), Pool: b.pg.Pool, Redis: rdb, Stream: b.stream, Group: b.group},
 		keys, 60*time.Second)
 }
+
+// TestAuditOffWithoutItsReadModel: `reconcile --every` beside a read model
+// of a team's own (outboxd's tables are not in the database) runs no audit
+// and says so once: the status shows neither an audit nor an unavailable
+// one, and no run is recorded, while the sweeps go on.
+func TestAuditOffWithoutItsReadModel(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pg := testkit.NewPostgres(t)
+	_, err := pg.Pool.Exec(ctx, `DROP TABLE events, device_daily_stats, audit_runs`)
+	require.NoError(t, err)
+	storeURI := "sqlite:" + t.TempDir() + "/s.db"
+	code, out := runCLI(t, nil, "migrate", "--store", storeURI, "--store-only")
+	require.Equal(t, ExitOK, code, out)
+	_, prefix := testkit.NewRedis(t)
+	addr := freeAddr(t)
+	startRole(t, addr, "reconcile", "--store", storeURI, "--postgres-url", pg.URL, "--redis-url", testkit.RedisURL(),
+		"--stream", prefix+"-stream", "--group", prefix+"-group", "--every", "1s", "--audit-every", "1s")
+	b := &devBundle{base: "http://" + addr}
+	var last httpapi.Snapshot
+	require.Eventually(t, func() bool {
+		s, err := b.status()
+		if err != nil || s.Reconciler == nil || s.Reconciler.LastReport == nil {
+			return false
+		}
+		last = s
+		return true
+	}, 30*time.Second, 20*time.Millisecond)
+	require.Nil(t, last.Audit)
+	require.NotContains(t, last.Unavailable, "audit")
+	var tables int
+	require.NoError(t, pg.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tablename = 'audit_runs'`).Scan(&tables))
+	require.Zero(t, tables, "no audit ran (it would have found no table to record in)")
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -131,4 +132,16 @@ func TestExitCode(t *testing.T) {
 	} {
 		require.Equal(t, tc.code, exitCode(tc.err), "%v", tc.err)
 	}
+}
+
+// TestVersion: `outboxd version` prints the version that CHANGELOG.md's
+// newest release names.
+func TestVersion(t *testing.T) {
+	t.Parallel()
+	var out, errOut bytes.Buffer
+	require.Equal(t, ExitOK, run(context.Background(), []string{"version"}, &out, &errOut), errOut.String())
+	require.True(t, strings.HasPrefix(out.String(), "outboxd "+Version+" go"), out.String())
+	changelog, err := os.ReadFile("../CHANGELOG.md")
+	require.NoError(t, err)
+	require.Contains(t, string(changelog), "## ["+Version+"]", "CHANGELOG.md has a section for the version the binary prints")
 }

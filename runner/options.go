@@ -54,6 +54,8 @@ type options struct {
 	partitions int
 	// partitionsTo is `partitions switch --to`.
 	partitionsTo int
+	// storeOnly, readModelOnly: what `migrate` applies (both by default).
+	storeOnly, readModelOnly bool
 
 	// http
 	httpBodyTimeout, httpIdleTimeout time.Duration
@@ -296,6 +298,9 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 			fs.BoolVar(&o.dryRun, "dry-run", false, "print how many originals the window holds; change nothing")
 			fs.BoolVar(&o.rebuild, "rebuild", false, "remove the window's rows and their counts from the read model first (after a projection bug is fixed); needs --yes")
 			fs.BoolVar(&o.yes, "yes", false, "confirm --rebuild (without it, replay --rebuild prints what it would remove and exits 2)")
+		case gMigrate:
+			fs.BoolVar(&o.storeOnly, "store-only", false, "apply only the store's schema (the system of record), not outboxd's PostgreSQL read model (a team with a read model of its own)")
+			fs.BoolVar(&o.readModelOnly, "read-model-only", false, "apply only outboxd's PostgreSQL read model, not the store's schema")
 		case gVerify:
 			fs.BoolVar(&o.repair, "repair", false, "re-publish synced originals without a row and recompute drifted statistics rows; needs --yes")
 			fs.BoolVar(&o.yes, "yes", false, "confirm --repair (without it, verify --repair checks, prints what it would repair and exits 2)")
@@ -407,6 +412,9 @@ func (o *options) validate() error {
 		if o.mongoDB == "" || strings.ContainsAny(o.mongoDB, "/\\. \"$") {
 			return config.Invalid("mongo-db", "must be a MongoDB database name (got %q)", o.mongoDB)
 		}
+	}
+	if o.storeOnly && o.readModelOnly {
+		return config.Invalid("store-only", "cannot be combined with --read-model-only (without either, migrate applies both)")
 	}
 	if has["shutdown-timeout"] && o.shutdownTimeout <= 0 {
 		return config.Invalid("shutdown-timeout", "must be positive")

@@ -33,6 +33,7 @@ const (
 	gVerify    // --repair
 	gRetries   // --class
 	gSwitch    // --stream, --to
+	gMigrate   // --store-only, --read-model-only
 )
 
 // role is one subcommand: what it reads, what it opens, what it runs. This
@@ -90,8 +91,8 @@ var roles = []*role{
 		},
 		once:     func(ctx context.Context, a *app) error { return a.reconcileOnce(ctx) },
 		onceWhen: func(o *options) bool { return o.every == 0 }},
-	{name: "migrate", summary: "apply the PostgreSQL schema and the store's schema (tables or indexes)",
-		flags: []flagGroup{gStore, gPostgres, gDispatch}, store: true, postgres: true,
+	{name: "migrate", summary: "apply the store's schema (tables or indexes) and the PostgreSQL read model's (--store-only, --read-model-only)",
+		flags: []flagGroup{gStore, gPostgres, gDispatch, gMigrate}, store: true, postgres: true,
 		once: func(ctx context.Context, a *app) error { return a.applyMigrations(ctx) }},
 	{name: "status", summary: "the pipeline at a glance, from a running instance (exit 1 while it is stalled)",
 		flags: []flagGroup{gClient}, once: func(ctx context.Context, a *app) error { return a.printStatus(ctx) }},
@@ -107,6 +108,8 @@ var roles = []*role{
 		flags: []flagGroup{gClient, gWindow, gVerify}, once: func(ctx context.Context, a *app) error { return a.verify(ctx) }},
 	{name: "retries resume", summary: "resume the automatic retries of a class halted by the error-streak rule (--class C), for every worker and dispatcher",
 		flags: []flagGroup{gClient, gRetries}, once: func(ctx context.Context, a *app) error { return a.resumeRetries(ctx) }},
+	{name: "version", summary: "print the version of outboxd, the Go release it was built with and its commit",
+		once: func(ctx context.Context, a *app) error { return a.printVersion() }},
 	{name: "partitions switch", summary: "record another number of partitions (--to N) once the pipeline is drained (refuses while entries are undispatched or pending)",
 		flags: []flagGroup{gStore, gSwitch}, store: true, once: func(ctx context.Context, a *app) error { return a.switchPartitions(ctx) }},
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/outboxd/outboxd/outbox"
 )
 
 // PartitionsProcedure names the documented procedure that changes a
@@ -20,12 +22,15 @@ type PartitionsMismatchError struct {
 }
 
 func (e *PartitionsMismatchError) Error() string {
-	return fmt.Sprintf("the store records %d partitions for stream %s, this process was started with --partitions %d: start it with --partitions %d, or change the number with the procedure in %s",
+	return fmt.Sprintf("the store records %d partitions for stream %s, this component was configured with %d (its Config's Partitions; the CLI's --partitions): configure it with %d, or change the number with the procedure in %s",
 		e.Recorded, e.Stream, e.Expected, e.Recorded, PartitionsProcedure)
 }
 
-// Is makes errors.Is(err, ErrPartitionsChanged) true.
-func (e *PartitionsMismatchError) Is(target error) bool { return target == ErrPartitionsChanged }
+// Is makes errors.Is(err, ErrPartitionsChanged) and errors.Is(err,
+// outbox.ErrPartitionsMismatch) true.
+func (e *PartitionsMismatchError) Is(target error) bool {
+	return target == ErrPartitionsChanged || target == outbox.ErrPartitionsMismatch
+}
 
 // EnsurePartitions checks that the store records n partitions for stream;
 // when it records none yet (a fresh store, or one from before partitions)

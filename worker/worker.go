@@ -252,6 +252,12 @@ func (w *Worker) preflight(ctx context.Context) error {
 	if err := w.st.Ping(ctx); err != nil {
 		return fmt.Errorf("error reaching the store: %w", err)
 	}
+	// The store's record of the number of partitions (the first
+	// component to start records it): another number would hash events
+	// to partitions that the rest of the deployment does not read.
+	if err := store.EnsurePartitions(ctx, w.st, w.cfg.Stream, max(w.cfg.Partitions, 1)); err != nil {
+		return err
+	}
 	return w.ensureGroup(ctx)
 }
 

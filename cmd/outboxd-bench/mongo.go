@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/outboxd/outboxd/internal/mongoseam"
 	"github.com/outboxd/outboxd/internal/redact"
 	"github.com/outboxd/outboxd/store/mongostore"
 )
@@ -53,5 +54,5 @@ func dropMongoDatabase(ctx context.Context, uri, name string) error {
 		return err
 	}
 	defer func() { _ = s.Close(context.WithoutCancel(ctx)) }()
-	return s.Database().Drop(ctx)
+	return mongoseam.Database(s).Drop(ctx)
 }

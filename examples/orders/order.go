@@ -2,9 +2,9 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"time"
 
@@ -69,34 +69,28 @@ func (h *ordersHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// place writes the order and its event in one transaction, the event
-// first: when the writer answers Duplicate, an earlier request for the same
-// order (a retry after an answer the client never got) committed both, so
-// the order's own row is skipped, and a retry is safe whatever happened to
-// the first attempt.
-func (h *ordersHandler) place(ctx context.Context, o order) (outbox.Result, error) {
+// place writes the order and its event in one transaction of the store's
+// (RunTx), the event first: when the writer answers Duplicate, an earlier
+// request for the same order (a retry after an answer the client never got)
+// committed both, so the order's own row is skipped, and a retry is safe
+// whatever happened to the first attempt.
+func (h *ordersHandler) place(ctx context.Context, o order) (res outbox.Result, err error) {
 	payload, err := json.Marshal(o)
 	if err != nil {
-		return outbox.Result{}, err
+		return res, err
 	}
-	tx, err := h.st.DB().BeginTx(ctx, nil)
-	if err != nil {
-		return outbox.Result{}, fmt.Errorf("error beginning a transaction: %w", err)
-	}
-	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	res, err := h.w.WriteInTx(ctx, h.st.Tx(tx), []outbox.Input{{IdempotencyKey: "order-" + o.ID, SourceKey: "orders",
-		DeviceKey: o.Customer, OccurredAt: o.PlacedAt, Type: orderPlaced, Payload: payload}})
-	if err != nil {
-		return outbox.Result{}, err
-	}
-	if !res[0].Duplicate {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO orders (id, customer, amount_cents, placed_at, event_id) VALUES (?, ?, ?, ?, ?)`,
-			o.ID, o.Customer, o.AmountCents, o.PlacedAt, res[0].ID); err != nil {
-			return outbox.Result{}, fmt.Errorf("error inserting order %s: %w", o.ID, err)
+	err = h.st.RunTx(ctx, func(ctx context.Context, tx *sql.Tx, otx outbox.Tx) error {
+		results, err := h.w.WriteInTx(ctx, otx, []outbox.Input{{IdempotencyKey: "order-" + o.ID, SourceKey: "orders",
+			DeviceKey: o.Customer, OccurredAt: o.PlacedAt, Type: orderPlaced, Payload: payload}})
+		if err != nil {
+			return err
 		}
-	}
-	if err := tx.Commit(); err != nil {
-		return outbox.Result{}, fmt.Errorf("error committing order %s: %w", o.ID, err)
-	}
-	return res[0], nil
+		if res = results[0]; res.Duplicate {
+			return nil // an earlier request committed the order too
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO orders (id, customer, amount_cents, placed_at, event_id) VALUES (?, ?, ?, ?, ?)`,
+			o.ID, o.Customer, o.AmountCents, o.PlacedAt, res.ID)
+		return err
+	})
+	return res, err
 }

@@ -36,6 +36,15 @@ func New(pool *pgxpool.Pool) *DB { return &DB{pool: pool} }
 // Ping checks that PostgreSQL answers.
 func (d *DB) Ping(ctx context.Context) error { return d.pool.Ping(ctx) }
 
+// Present reports whether the default projector's tables (events and
+// device_daily_stats) exist where the pool's search_path finds them: a team
+// that projects into a read model of its own has not applied outboxd's.
+func (d *DB) Present(ctx context.Context) (bool, error) {
+	var ok bool
+	err := d.pool.QueryRow(ctx, `SELECT to_regclass('events') IS NOT NULL AND to_regclass('device_daily_stats') IS NOT NULL`).Scan(&ok)
+	return ok, err
+}
+
 // inTx runs fn in one transaction of mode, again after a serialization
 // failure or deadlock.
 func (d *DB) inTx(ctx context.Context, mode pgx.TxAccessMode, fn func(tx pgx.Tx) error) error {

@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 
+	"github.com/outboxd/outboxd/internal/mongoseam"
 	"github.com/outboxd/outboxd/store"
 	"github.com/outboxd/outboxd/store/mongostore"
 	"github.com/outboxd/outboxd/store/sqlitestore"
@@ -123,7 +124,7 @@ func NewMongo(t testing.TB, opts *mongostore.Options) *mongostore.Store {
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		if RealMongo() {
-			_ = s.Database().Drop(context.Background())
+			_ = mongoseam.Database(s).Drop(context.Background())
 		}
 		_ = s.Close(context.Background())
 	})

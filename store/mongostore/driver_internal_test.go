@@ -3,14 +3,16 @@ package mongostore
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/256dpi/lungo"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/bson/primitive"
+	"go.mongodb.org/mongo-driver/mongo"
+	"go.mongodb.org/mongo-driver/mongo/options"
 
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store"
@@ -189,25 +191,84 @@ func TestKeyRaceOnAReplicaSetIsAWriteConflict(t *testing.T) {
 	require.Len(t, fs.commands("insert"), 1, "the run again inserts nothing: the key is the winner's")
 }
 
-// TestOwnTransactionSeesTheLabels: a caller running its own transaction
-// with the driver's WithTransaction and the store's Tx (README "Using the
-// writer from Go") gets the driver's retry on a transient error, because
-// the store's errors keep the driver's error on one chain.
-func TestOwnTransactionSeesTheLabels(t *testing.T) {
+// TestRunTxRunsTheCallbackAgainOnATransientError: a service's own
+// transaction through Store.RunTx gets the store's loop: a
+// TransientTransactionError (a write conflict on the caller's own insert,
+// then one on the commit) aborts the transaction and runs the callback
+// again, with the driver's session context, and the caller's write and
+// the event commit in the one transaction that commits.
+func TestRunTxRunsTheCallbackAgainOnATransientError(t *testing.T) {
 	t.Parallel()
 	fs := newFakeServer(t, false)
-	s := openFake(t, fs, Options{})
-	fs.handle("find", failFirst(1, commandError(codeWriteConflict, "WriteConflict", labelTransient), fs.byDefault))
-	w := outbox.NewWriter(s, nil)
-	ctx := context.Background()
-	sess, err := s.Database().Client().StartSession()
+	client := fakeClient(t, fs)
+	s, err := NewFromClient(context.Background(), client, "shop", nil)
 	require.NoError(t, err)
-	defer sess.EndSession(ctx)
-	_, err = sess.WithTransaction(ctx, func(sc lungo.ISessionContext) (any, error) {
-		return w.WriteInTx(sc, s.Tx(sc), fakeInput("own"))
+	fs.handle("insert", fs.onColl("orders", failFirst(1, commandError(codeWriteConflict, "WriteConflict", labelTransient), fs.byDefault)))
+	fs.handle("commitTransaction", failFirst(1, commandError(251, "NoSuchTransaction", labelTransient), fs.byDefault))
+	w := outbox.NewWriter(s, nil)
+	runs := 0
+	err = s.RunTx(context.Background(), func(sc mongo.SessionContext, tx outbox.Tx) error {
+		runs++
+		if _, err := w.WriteInTx(sc, tx, fakeInput("own")); err != nil {
+			return err
+		}
+		_, err := client.Database("shop").Collection("orders").InsertOne(sc, bson.D{{Key: "n", Value: 1}})
+		return err
 	})
 	require.NoError(t, err)
-	require.Len(t, fs.transactions(), 2)
+	require.Equal(t, 3, runs, "run again after the insert's conflict and after the commit's")
+	txs := fs.transactions()
+	require.Len(t, txs, 3)
+	require.Equal(t, []string{"find", "insert", "insert", "insert", "abortTransaction"}, txs[0].names)
+	require.Equal(t, []string{"find", "insert", "insert", "insert", "commitTransaction"}, txs[1].names)
+	require.Equal(t, []string{"find", "insert", "insert", "insert", "commitTransaction"}, txs[2].names)
+	require.Equal(t, []string{"events", "events", "outbox", "orders"}, txs[2].colls[:4],
+		"the caller's write and the event in the one transaction that commits")
+	for _, c := range fs.commands("insert") {
+		db, _ := c.lookup("$db").StringValueOK()
+		require.Equal(t, "shop", db)
+	}
+	require.NoError(t, s.Close(context.Background()))
+	require.NoError(t, client.Ping(context.Background(), nil), "Close leaves the caller's client connected")
+}
+
+// TestRunTxUnknownCommitEndsAtTheDeadline: an unknown commit result that
+// repeats (the majority is lost) ends a caller's own transaction at its
+// deadline with an unavailable error saying what ran, where the driver's
+// WithTransaction would run on for 120 s.
+func TestRunTxUnknownCommitEndsAtTheDeadline(t *testing.T) {
+	t.Parallel()
+	fs := newFakeServer(t, false)
+	s, err := NewFromClient(context.Background(), fakeClient(t, fs), "", nil)
+	require.NoError(t, err)
+	fs.handle("commitTransaction", func(fakeCommand) bson.D {
+		fs.wait(20 * time.Millisecond)
+		return writeConcernTimeout(bson.D{})
+	})
+	const deadline = 500 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	defer cancel()
+	began := time.Now()
+	err = writeWithin(t, 5*time.Second, func() error {
+		return s.RunTx(ctx, func(sc mongo.SessionContext, tx outbox.Tx) error {
+			_, err := outbox.NewWriter(s, nil).WriteInTx(sc, tx, fakeInput("d"))
+			return err
+		})
+	})
+	require.True(t, store.IsUnavailable(err), "%v", err)
+	require.ErrorContains(t, err, "the caller's transaction")
+	require.Less(t, time.Since(began), deadline+time.Second)
+	require.Greater(t, len(fs.commands("commitTransaction")), 1, "sent again while time is left")
+}
+
+// fakeClient is a driver client of the caller's own on fs, disconnected at
+// t's cleanup.
+func fakeClient(t testing.TB, fs *fakeServer) *mongo.Client {
+	t.Helper()
+	client, err := mongo.Connect(context.Background(), options.Client().ApplyURI(fs.uri()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
+	return client
 }
 
 // TestUnknownCommitResultEndsAtTheDeadline: with the majority lost, every
@@ -447,6 +508,14 @@ func TestServerErrorsThroughTheDriver(t *testing.T) {
 		{"CappedPositionLostOnGetMore", "getMore", commandError(136, "CappedPositionLost"), feedNext, lost},
 		{"ChangeStreamHistoryLostOnResume", "aggregate", commandError(286, "ChangeStreamHistoryLost", "NonResumableChangeStreamError"), resume, lost},
 		{"UnclassifiedResumeFailureIsNotLost", "aggregate", commandError(13, "Unauthorized"), resume, request},
+		// A token the server refuses to parse: the same token never works
+		// again, so the position is lost (not a feed that reopens forever).
+		{"RefusedTokenFailedToParse", "aggregate", commandError(9, "FailedToParse"), resume, lost},
+		{"RefusedToken40649", "aggregate", commandError(40649, "Location40649"), resume, lost},
+		{"RefusedToken50795NewerVersion", "aggregate", commandError(50795, "Location50795"), resume, lost},
+		{"RefusedToken50796", "aggregate", commandError(50796, "Location50796"), resume, lost},
+		{"RefusedToken50854", "aggregate", commandError(50854, "Location50854"), resume, lost},
+		{"FailedToParseElsewhereIsARequestError", "find", commandError(9, "FailedToParse"), loadEvents, request},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -594,4 +663,114 @@ func TestMigrateOnAShardedCluster(t *testing.T) {
 			require.NotEqual(t, "config", db)
 		}
 	})
+}
+
+// TestMigrateOnAPopulatedCollection: an index build on a populated
+// collection (here: createIndexes answered after longer than ten
+// OpTimeouts, the old fixed deadline) is not bounded by OpTimeout: each
+// createIndexes carries Migrate's own long deadline as maxTimeMS, so the
+// server does not abort the build, and Migrate waits for it.
+func TestMigrateOnAPopulatedCollection(t *testing.T) {
+	t.Parallel()
+	fs := newFakeServer(t, false)
+	s := openFake(t, fs, Options{})
+	s.opts.OpTimeout = 30 * time.Millisecond
+	fs.handle("createIndexes", func(c fakeCommand) bson.D {
+		if name, _ := c.lookup("indexes", "0", "name").StringValueOK(); name == IndexReconciler {
+			fs.wait(400 * time.Millisecond) // > 10 × OpTimeout
+		}
+		return bson.D{}
+	})
+	require.NoError(t, s.Migrate(context.Background(), nil))
+	builds := fs.commands("createIndexes")
+	require.NotEmpty(t, builds)
+	for _, c := range builds {
+		ms, ok := c.lookup("maxTimeMS").AsInt64OK()
+		require.True(t, ok, "%s", c.Doc)
+		require.Greater(t, ms, (MigrateTimeoutDefault - time.Minute).Milliseconds(), "the build's deadline is Options.MigrateTimeout, not OpTimeout")
+	}
+}
+
+// TestMigrateRebuildsBeforeDropping: an outboxd index whose keys changed
+// is built anew under its other name before the old one is dropped, so the
+// queries it serves always have one; a build already running on the server
+// (currentOp) is joined, and one still running at Migrate's deadline is
+// reported as such (ErrIndexBuildRunning), never dropped or started again.
+func TestMigrateRebuildsBeforeDropping(t *testing.T) {
+	t.Parallel()
+	fs := newFakeServer(t, false)
+	s := openFake(t, fs, Options{})
+	fs.handle("listIndexes", fs.onColl(EventsCollection, func(c fakeCommand) bson.D {
+		return cursorReply("outboxd.events", "firstBatch", bson.D{{Key: "v", Value: 2}, {Key: "name", Value: IndexReconciler},
+			{Key: "key", Value: bson.D{{Key: "syncedAt", Value: 1}, {Key: "createdAt", Value: 1}}}})
+	}))
+	require.NoError(t, s.Migrate(context.Background(), nil))
+	var order []string
+	for _, c := range fs.commands("createIndexes", "dropIndexes") {
+		name, _ := c.lookup("indexes", "0", "name").StringValueOK()
+		if c.Name == "dropIndexes" {
+			name, _ = c.lookup("index").StringValueOK()
+		}
+		if strings.HasPrefix(name, IndexReconciler) {
+			order = append(order, c.Name+" "+name)
+		}
+	}
+	require.Equal(t, []string{"createIndexes " + IndexReconciler + rebuiltSuffix, "dropIndexes " + IndexReconciler}, order)
+
+	t.Run("RunningBuildIsJoinedAndReported", func(t *testing.T) {
+		fs.reset()
+		fs.handle("currentOp", func(fakeCommand) bson.D {
+			return bson.D{{Key: "inprog", Value: bson.A{bson.D{{Key: "opid", Value: int32(7)}, {Key: "secs_running", Value: int64(3600)},
+				{Key: "msg", Value: "Index Build: scanning collection"}}}}}
+		})
+		fs.handle("createIndexes", func(fakeCommand) bson.D { return commandError(codeMaxTimeMSExpired, "MaxTimeMSExpired") })
+		err := s.Migrate(context.Background(), nil)
+		require.ErrorIs(t, err, ErrIndexBuildRunning)
+		require.ErrorContains(t, err, "operation 7")
+		require.ErrorContains(t, err, "run Store.Migrate again")
+		require.Len(t, fs.commands("createIndexes"), 1, "one build joined, no other started")
+		require.Empty(t, fs.commands("dropIndexes"), "the old index stays while the new one is built")
+	})
+}
+
+// TestLeaseExpiryWithASlowMajority: the server reads its clock for the
+// lease when the clock write applies, then waits for the majority (here
+// 400 ms). The expiry the store writes is never before the holder's own
+// (now + ttl), so a standby, judged by the server's clock, cannot take
+// over while the holder still believes it leads (within the 2 ms of BSON
+// dates, which hold milliseconds); with the round trip's
+// midpoint taken as the reading, it was half the wait early.
+func TestLeaseExpiryWithASlowMajority(t *testing.T) {
+	t.Parallel()
+	fs := newFakeServer(t, false)
+	s := openFake(t, fs, Options{})
+	const majorityWait, ttl = 400 * time.Millisecond, 15 * time.Second
+	fs.handle("findAndModify", func(c fakeCommand) bson.D {
+		if c.coll() == ClockCollection {
+			read := fs.now() // $currentDate, before the majority wait
+			fs.wait(majorityWait)
+			return bson.D{{Key: "lastErrorObject", Value: bson.D{{Key: "n", Value: 1}}},
+				{Key: "value", Value: bson.D{{Key: "_id", Value: clockID}, {Key: clockField, Value: read}}}}
+		}
+		return bson.D{{Key: "lastErrorObject", Value: bson.D{{Key: "n", Value: 1}}}, {Key: "value", Value: bson.D{
+			{Key: "_id", Value: "s"}, {Key: "owner", Value: "me"}, {Key: "term", Value: int64(1)},
+			{Key: "leaseExpiresAt", Value: c.lookup("update", "$set", "leaseExpiresAt")}}}}
+	})
+	l, err := s.AcquireLease(context.Background(), "s", "me", time.Now(), ttl)
+	require.NoError(t, err)
+	cmds := fs.commands("findAndModify")
+	written, ok := cmds[len(cmds)-1].lookup("update", "$set", "leaseExpiresAt").TimeOK()
+	require.True(t, ok)
+	require.False(t, written.Before(l.Expires.Add(-2*time.Millisecond)),
+		"the server's expiry %s is before the holder's %s", written.UTC(), l.Expires.UTC())
+
+	fs.reset()
+	now := time.Now()
+	l, err = s.RenewLease(context.Background(), l, now, ttl)
+	require.NoError(t, err)
+	renew := fs.commands("update")
+	require.Len(t, renew, 1)
+	written, ok = renew[0].lookup("updates", "0", "u", "$set", "leaseExpiresAt").TimeOK()
+	require.True(t, ok)
+	require.False(t, written.Before(l.Expires.Add(-2*time.Millisecond)), "renewal: %s before %s", written.UTC(), l.Expires.UTC())
 }

@@ -98,6 +98,22 @@ var codeClasses = map[int32]errClass{
 	100:                             classOther, // UnsatisfiableWriteConcern
 }
 
+// refusedTokenCodes are the server's answers to a resume token it cannot
+// parse (a corrupt token, one of a newer version after a downgrade): the
+// same token never works again, so a feed resumed from it has lost its
+// position (the catch-up from the outbox relays what it missed). FailedToParse
+// is no lost position elsewhere, so only the feed reads these (wrapFeed).
+var refusedTokenCodes = []int32{9, 40649, 50795, 50796, 50854}
+
+// wrapFeed is wrap for the errors of a change stream resumed from a token:
+// a token the server refuses is a lost position.
+func wrapFeed(err error, what string, args ...any) error {
+	if err != nil && slices.ContainsFunc(serverCodes(err), func(c int32) bool { return slices.Contains(refusedTokenCodes, c) }) {
+		return &Error{Op: fmt.Sprintf(what, args...), Kind: store.ErrPositionLost, Err: err}
+	}
+	return wrap(err, what, args...)
+}
+
 // unavailableLabels mark errors that a retry on another (or the same)
 // primary can fix.
 var unavailableLabels = []string{"RetryableWriteError", "ResumableChangeStreamError", labelTransient, "NetworkError"}

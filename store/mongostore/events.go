@@ -334,7 +334,7 @@ func (s *Store) readCounts(ctx context.Context) (store.Counts, error) {
 	c.Estimated = !s.lungo
 	n := map[string]int64{}
 	for _, q := range CountQueries() {
-		v, err := s.collection(q.Collection).CountDocuments(ctx, q.Filter, options.Count().SetHint(q.Index))
+		v, err := s.collectionOf(q.Collection).CountDocuments(ctx, q.Filter, options.Count().SetHint(s.hint(q.Index)))
 		if err != nil {
 			return c, wrap(err, "counting %s", q.Name)
 		}
@@ -356,7 +356,7 @@ func (s *Store) readCounts(ctx context.Context) (store.Counts, error) {
 		CreatedAt time.Time `bson:"createdAt"`
 	}
 	filter, sort, index := OldestPendingQuery()
-	err = s.events.FindOne(ctx, filter, options.FindOne().SetSort(sort).SetHint(index).
+	err = s.events.FindOne(ctx, filter, options.FindOne().SetSort(sort).SetHint(s.hint(index)).
 		SetProjection(bson.D{{Key: "createdAt", Value: 1}})).Decode(&oldest)
 	switch {
 	case isNoDocuments(err):
@@ -367,6 +367,27 @@ func (s *Store) readCounts(ctx context.Context) (store.Counts, error) {
 		c.OldestPending = &t
 	}
 	return c, nil
+}
+
+// collectionOf returns the store's collection of a CountQuery: its
+// Collection is the default name, the store's may be another
+// (Options.EventsCollection, Options.OutboxCollection).
+func (s *Store) collectionOf(name string) lungo.ICollection {
+	if name == EventsCollection {
+		return s.events
+	}
+	return s.outbox
+}
+
+// hint names the index of outboxd's name by its keys: a rebuild may have
+// left it under its other name (rebuiltName).
+func (s *Store) hint(name string) any {
+	for _, spec := range s.indexSpecs(store.OutboxRetentionDefault) {
+		if *spec.model.Options.Name == name {
+			return spec.model.Keys
+		}
+	}
+	return name
 }
 
 // SyncedBeforeFilter selects the synced originals created before before:

@@ -74,14 +74,18 @@ func (s *Store) OpenFeed(ctx context.Context, stream string, from store.Position
 	defer cancel()
 	cs, err := s.outbox.Watch(wctx, pipeline, csOpts)
 	if err != nil {
-		return nil, wrap(err, "opening the change stream on %s", OutboxCollection)
+		if from != nil {
+			return nil, wrapFeed(err, "opening the change stream on %s", s.opts.OutboxCollection)
+		}
+		return nil, wrap(err, "opening the change stream on %s", s.opts.OutboxCollection)
 	}
-	return &feed{cs: cs, stream: stream, part: opts.Partition, poll: poll, opTimeout: s.opts.OpTimeout, pos: from}, nil
+	return &feed{cs: cs, coll: s.opts.OutboxCollection, stream: stream, part: opts.Partition, poll: poll, opTimeout: s.opts.OpTimeout, pos: from}, nil
 }
 
 // feed is a change stream read as batches of entries.
 type feed struct {
 	cs     lungo.IChangeStream
+	coll   string // the outbox collection's name
 	stream string
 	part   store.Partition
 	poll   time.Duration
@@ -125,7 +129,7 @@ func (f *feed) Next(ctx context.Context, max int, wait time.Duration) ([]outbox.
 				continue
 			}
 			if isEndOfFeed(ev.OperationType) {
-				f.ended = fmt.Errorf("%w: change event %q on %s", store.ErrFeedInvalidated, ev.OperationType, OutboxCollection)
+				f.ended = fmt.Errorf("%w: change event %q on %s", store.ErrFeedInvalidated, ev.OperationType, f.coll)
 				if len(out) > 0 {
 					return out, nil
 				}
@@ -147,7 +151,7 @@ func (f *feed) Next(ctx context.Context, max int, wait time.Duration) ([]outbox.
 			if len(out) > 0 {
 				return out, nil // the error comes back on the next call
 			}
-			return nil, wrap(err, "reading the change stream on %s", OutboxCollection)
+			return nil, wrapFeed(err, "reading the change stream on %s", f.coll)
 		}
 		// Empty batch: the post-batch resume token (none on lungo) is the
 		// position, so quiet periods move the checkpoint too.

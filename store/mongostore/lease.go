@@ -35,16 +35,22 @@ func (d *leaseDoc) lease() store.Lease {
 // clock's now, so every replica decides with the server's clock however
 // far its own has drifted (clocks differ between replicas: lease times
 // come from the store's clock); a test's fake clock moves lease time as
-// far as it moves. The server read its clock during the round trip; its
-// middle is taken as the moment of the reading.
+// far as it moves. The server read its clock at some moment of the round
+// trip: $currentDate runs when the write applies, before the majority
+// wait, so the reading can be anywhere from the send to the reply. It is
+// taken as read at the send, the earliest it can have been: a lease's
+// expiry is then never earlier, on the server's clock, than its holder's
+// (now + ttl on the caller's clock), so a standby never takes over while
+// the holder still believes it leads, however slow the majority (the
+// midpoint, taken before, let a standby take over half the round trip
+// early).
 func (s *Store) leaseTime(ctx context.Context, now time.Time) (time.Time, error) {
 	sent := time.Now()
 	server, err := s.serverNow(ctx)
 	if err != nil {
 		return time.Time{}, err
 	}
-	read := sent.Add(time.Since(sent) / 2)
-	return server.Add(now.Sub(read)).UTC().Truncate(time.Millisecond), nil
+	return server.Add(now.Sub(sent)).UTC().Truncate(time.Millisecond), nil
 }
 
 // AcquireLease takes a free, expired or own lease with one conditional

@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
-	"github.com/256dpi/lungo"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/mongo/options"
@@ -49,50 +49,68 @@ type indexSpec struct {
 }
 
 func (s *Store) indexSpecs(retention time.Duration) []indexSpec {
+	events, outbox := s.opts.EventsCollection, s.opts.OutboxCollection
 	return []indexSpec{
-		{EventsCollection, mongo.IndexModel{Keys: bson.D{{Key: "idempotencyKey", Value: 1}},
+		{events, mongo.IndexModel{Keys: bson.D{{Key: "idempotencyKey", Value: 1}},
 			Options: options.Index().SetName(IndexIdempotencyKey).SetUnique(true)}},
 		// The reconciler's candidates, Counts' pending and failed counts and
 		// the oldest pending original: equality on syncedAt and
 		// syncFailure.category (null for pending), range and sort on
 		// createdAt, then lastRequeuedAt. syncFailure.category, not the
 		// syncFailure document: its message is free text.
-		{EventsCollection, mongo.IndexModel{Keys: bson.D{{Key: "syncedAt", Value: 1}, {Key: "syncFailure.category", Value: 1},
+		{events, mongo.IndexModel{Keys: bson.D{{Key: "syncedAt", Value: 1}, {Key: "syncFailure.category", Value: 1},
 			{Key: "createdAt", Value: 1}, {Key: "lastRequeuedAt", Value: 1}}, Options: options.Index().SetName(IndexReconciler)}},
 		// The operator commands (replay by boundary, verify): a window of
 		// occurredAt or createdAt in (time, _id) order, or one device's
 		// window of occurredAt.
-		{EventsCollection, mongo.IndexModel{Keys: bson.D{{Key: "occurredAt", Value: 1}, {Key: "_id", Value: 1}},
+		{events, mongo.IndexModel{Keys: bson.D{{Key: "occurredAt", Value: 1}, {Key: "_id", Value: 1}},
 			Options: options.Index().SetName(IndexOccurred)}},
-		{EventsCollection, mongo.IndexModel{Keys: bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}},
+		{events, mongo.IndexModel{Keys: bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}},
 			Options: options.Index().SetName(IndexCreated)}},
-		{EventsCollection, mongo.IndexModel{Keys: bson.D{{Key: "sourceKey", Value: 1}, {Key: "deviceKey", Value: 1},
+		{events, mongo.IndexModel{Keys: bson.D{{Key: "sourceKey", Value: 1}, {Key: "deviceKey", Value: 1},
 			{Key: "occurredAt", Value: 1}, {Key: "_id", Value: 1}}, Options: options.Index().SetName(IndexDevice)}},
 		// The catch-up: a stream's undispatched entries in id order.
-		{OutboxCollection, mongo.IndexModel{Keys: bson.D{{Key: "stream", Value: 1}, {Key: "dispatchedAt", Value: 1}, {Key: "_id", Value: 1}},
+		{outbox, mongo.IndexModel{Keys: bson.D{{Key: "stream", Value: 1}, {Key: "dispatchedAt", Value: 1}, {Key: "_id", Value: 1}},
 			Options: options.Index().SetName(IndexUndispatched)}},
 		// The catch-up of one partition of a partitioned stream.
-		{OutboxCollection, mongo.IndexModel{Keys: bson.D{{Key: "stream", Value: 1}, {Key: "partition", Value: 1},
+		{outbox, mongo.IndexModel{Keys: bson.D{{Key: "stream", Value: 1}, {Key: "partition", Value: 1},
 			{Key: "dispatchedAt", Value: 1}, {Key: "_id", Value: 1}}, Options: options.Index().SetName(IndexUndispatchedPartition)}},
 		// The event journey: an original's entries in _id order.
-		{OutboxCollection, mongo.IndexModel{Keys: bson.D{{Key: "eventId", Value: 1}, {Key: "_id", Value: 1}},
+		{outbox, mongo.IndexModel{Keys: bson.D{{Key: "eventId", Value: 1}, {Key: "_id", Value: 1}},
 			Options: options.Index().SetName(IndexOutboxEvent)}},
 		// Retention: TTL ignores documents whose dispatchedAt is null.
-		{OutboxCollection, mongo.IndexModel{Keys: bson.D{{Key: "dispatchedAt", Value: 1}},
+		{outbox, mongo.IndexModel{Keys: bson.D{{Key: "dispatchedAt", Value: 1}},
 			Options: options.Index().SetName(IndexOutboxTTL).SetExpireAfterSeconds(int32(retention / time.Second))}},
 	}
 }
 
 // eventsTTLSpec is the partial TTL index of --event-retention.
-func eventsTTLSpec(retention time.Duration) indexSpec {
-	return indexSpec{EventsCollection, mongo.IndexModel{Keys: bson.D{{Key: "createdAt", Value: 1}},
+func (s *Store) eventsTTLSpec(retention time.Duration) indexSpec {
+	return indexSpec{s.opts.EventsCollection, mongo.IndexModel{Keys: bson.D{{Key: "createdAt", Value: 1}},
 		Options: options.Index().SetName(IndexEventsTTL).SetExpireAfterSeconds(int32(retention / time.Second)).
 			SetPartialFilterExpression(syncedPartial)}}
 }
 
 // Migrate creates the indexes. An index of outboxd's name whose keys
-// changed is rebuilt; a changed retention is applied with collMod (no
-// rebuild) and read back. An index of someone else that takes the keys of
+// changed is rebuilt: the new index is built under the index's other name
+// (rebuiltName) before the old one is dropped, so the queries it serves
+// never go without one. A changed retention is applied with collMod (no
+// rebuild) and read back.
+//
+// An index build has no client deadline of OpTimeout: the server aborts a
+// build whose createIndexes is interrupted by its time limit, so each
+// createIndexes gets what is left of ctx's deadline, or
+// Options.MigrateTimeout when ctx has none (waiting, on a populated
+// collection, for every voting member to build it). A build of the same
+// index already running (another Migrate's, one interrupted on the client)
+// is joined, not started again: the server waits for it; one still running
+// at the deadline is reported (ErrIndexBuildRunning) and a later Migrate
+// waits for it again.
+//
+// An events collection holding documents outboxd did not write (one of
+// the service's own) fails the unique idempotencyKey index with a duplicate
+// key: Migrate reports ErrForeignCollection, naming the options that put
+// outboxd elsewhere. An index of someone else that takes the keys of
 // one of outboxd's with other options is an error naming it. With
 // cfg.EventRetention the partial TTL index of synced originals is created
 // (or its retention changed with collMod); without, it is dropped.
@@ -105,24 +123,58 @@ func (s *Store) Migrate(ctx context.Context, cfg *store.MigrateConfig) error {
 	if cfg != nil {
 		events = cfg.EventRetention
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*s.opts.OpTimeout)
-	defer cancel()
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.opts.MigrateTimeout)
+		defer cancel()
+	}
 	if err := s.checkSharding(ctx); err != nil {
 		return err
 	}
 	specs := s.indexSpecs(retention)
 	if events > 0 {
-		specs = append(specs, eventsTTLSpec(events))
+		specs = append(specs, s.eventsTTLSpec(events))
 	}
 	for _, spec := range specs {
 		if err := s.ensureIndex(ctx, spec); err != nil {
-			return fmt.Errorf("error creating index %s.%s: %w", spec.coll, *spec.model.Options.Name, err)
+			return fmt.Errorf("error creating index %s.%s in Store.Migrate: %w", spec.coll, *spec.model.Options.Name, err)
 		}
 	}
 	if events == 0 {
-		return s.dropIndex(ctx, EventsCollection, IndexEventsTTL)
+		for _, name := range []string{IndexEventsTTL, rebuiltName(IndexEventsTTL)} {
+			if err := s.dropIndex(ctx, s.opts.EventsCollection, name); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
+}
+
+// ErrForeignCollection is returned by Migrate when the events collection
+// holds documents outboxd did not write.
+var ErrForeignCollection = errors.New("outboxd needs a collection of its own")
+
+// ErrIndexBuildRunning is returned by Migrate when an index build was still
+// running at its deadline: the build goes on on the server, and Migrate run
+// again waits for it.
+var ErrIndexBuildRunning = errors.New("the index build is still running on the server")
+
+// rebuiltName is the other name of an outboxd index: a rebuild with new
+// keys builds under it while the old index still serves, then drops the
+// old; the next rebuild goes back to the first name.
+func rebuiltName(name string) string {
+	if n, ok := strings.CutSuffix(name, rebuiltSuffix); ok {
+		return n
+	}
+	return name + rebuiltSuffix
+}
+
+const rebuiltSuffix = "_rebuilt"
+
+// opTime bounds one of Migrate's short commands (lists, drops, collMod) by
+// OpTimeout within Migrate's deadline.
+func (s *Store) opTime(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.opts.OpTimeout)
 }
 
 // dropIndex drops the index name of coll when it exists.
@@ -134,8 +186,10 @@ func (s *Store) dropIndex(ctx context.Context, coll, name string) error {
 	if !slices.ContainsFunc(existing, func(ix existingIndex) bool { return ix.Name == name }) {
 		return nil
 	}
-	_, err = s.db.Collection(coll).Indexes().DropOne(ctx, name)
-	return wrap(err, "dropping the index %s.%s (no retention set)", coll, name)
+	octx, cancel := s.opTime(ctx)
+	defer cancel()
+	_, err = s.db.Collection(coll).Indexes().DropOne(octx, name)
+	return wrap(err, "dropping the index %s.%s", coll, name)
 }
 
 // existingIndex is what listIndexes reports of one index.
@@ -147,6 +201,8 @@ type existingIndex struct {
 }
 
 func (s *Store) listIndexes(ctx context.Context, coll string) ([]existingIndex, error) {
+	ctx, cancel := s.opTime(ctx)
+	defer cancel()
 	cur, err := s.db.Collection(coll).Indexes().List(ctx)
 	if err != nil {
 		var ce mongo.CommandError
@@ -194,41 +250,124 @@ func (s *Store) ensureIndex(ctx context.Context, spec indexSpec) error {
 	if err != nil {
 		return err
 	}
-	view := s.db.Collection(spec.coll).Indexes()
+	// outdated are outboxd's indexes of this spec (either name) with other
+	// keys: dropped once the new one is built.
+	var outdated []string
+	build := name
 	for _, ix := range existing {
+		ours := ix.Name == name || ix.Name == rebuiltName(name)
 		switch {
-		case ix.Name == name && !sameKeys(ix.Key, keys):
-			// An older outboxd's index of this name: rebuild it.
-			if _, err := view.DropOne(ctx, name); err != nil {
-				return wrap(err, "dropping the outdated index %s", name)
+		case ours && !sameKeys(ix.Key, keys):
+			outdated = append(outdated, ix.Name)
+			if ix.Name == name {
+				build = rebuiltName(name)
 			}
-		case ix.Name == name && ttl != nil && (ix.ExpireAfterSeconds == nil || *ix.ExpireAfterSeconds != *ttl):
+		case ours && ttl != nil && (ix.ExpireAfterSeconds == nil || *ix.ExpireAfterSeconds != *ttl):
+			spec.model.Options.SetName(ix.Name)
 			return s.setTTL(ctx, spec, *ttl)
-		case ix.Name == name:
-			return nil
+		case ours:
+			return s.dropOutdated(ctx, spec.coll, existing, name, keys)
 		case sameKeys(ix.Key, keys):
-			return fmt.Errorf("index %q on %s has the keys outboxd needs for %q with other options; drop it (db.%s.dropIndex(%q)) and run outboxd migrate again",
+			return fmt.Errorf("index %q on %s has the keys outboxd needs for %q with other options; drop it (db.%s.dropIndex(%q)) and run Store.Migrate again",
 				ix.Name, spec.coll, name, spec.coll, ix.Name)
 		}
 	}
-	_, err = view.CreateOne(ctx, spec.model)
+	model := spec.model
+	model.Options = cloneIndexOptions(spec.model.Options).SetName(build)
+	if err := s.createIndex(ctx, spec.coll, model); err != nil {
+		return err
+	}
+	for _, old := range outdated {
+		octx, cancel := s.opTime(ctx)
+		_, err := s.db.Collection(spec.coll).Indexes().DropOne(octx, old)
+		cancel()
+		if err != nil {
+			return wrap(err, "dropping the outdated index %s after building %s", old, build)
+		}
+	}
+	return nil
+}
+
+// dropOutdated drops, once the index of keys exists under one of its two
+// names, an outdated one under the other left by an interrupted rebuild.
+func (s *Store) dropOutdated(ctx context.Context, coll string, existing []existingIndex, name string, keys bson.D) error {
+	for _, ix := range existing {
+		if (ix.Name == name || ix.Name == rebuiltName(name)) && !sameKeys(ix.Key, keys) {
+			return s.dropIndex(ctx, coll, ix.Name)
+		}
+	}
+	return nil
+}
+
+// cloneIndexOptions copies o, so a build under another name leaves the
+// spec as it is.
+func cloneIndexOptions(o *options.IndexOptions) *options.IndexOptions {
+	c := *o
+	return &c
+}
+
+// createIndex builds model on coll, waiting for the build (a running build
+// of the same index included) within ctx: the createIndexes command's
+// maxTimeMS is what ctx has left, never OpTimeout.
+func (s *Store) createIndex(ctx context.Context, coll string, model mongo.IndexModel) error {
+	name := *model.Options.Name
+	keys := model.Keys.(bson.D)
+	running := s.runningBuild(ctx, coll, name)
+	_, err := s.db.Collection(coll).Indexes().CreateOne(ctx, model)
 	var ce mongo.CommandError
 	switch {
 	case err == nil:
 		return nil
+	case classify(err) == classDuplicateKey && model.Options.Unique != nil && *model.Options.Unique:
+		return fmt.Errorf("%w: the documents of %s.%s break the unique index %q (%s values repeat or are missing): they were not written by outboxd; "+
+			"choose a collection of outboxd's own with Options.EventsCollection (or a database with Options.Database): %w",
+			ErrForeignCollection, s.opts.Database, coll, name, keys[0].Key, err)
+	case ctx.Err() != nil || hasCode(err, codeMaxTimeMSExpired):
+		what := "started by this Migrate"
+		if running != "" {
+			what = "joined: " + running
+		}
+		return fmt.Errorf("%w: %s.%s (%s); run Store.Migrate again to wait for it: %w", ErrIndexBuildRunning, coll, name, what, err)
 	case errors.As(err, &ce) && ce.Code == codeIndexOptionsConflict:
 		// Created concurrently by another migrate with the same options, or
 		// by someone with others: check which.
-		existing, lerr := s.listIndexes(ctx, spec.coll)
+		existing, lerr := s.listIndexes(ctx, coll)
 		if lerr == nil && slices.ContainsFunc(existing, func(ix existingIndex) bool { return ix.Name == name && sameKeys(ix.Key, keys) }) {
 			return nil
 		}
-		return fmt.Errorf("an index on %s with the keys of %q exists with other options (code 85); drop it and run outboxd migrate again: %w", spec.coll, name, err)
+		return fmt.Errorf("an index on %s with the keys of %q exists with other options (code 85); drop it and run Store.Migrate again: %w", coll, name, err)
 	case errors.As(err, &ce) && ce.Code == codeIndexKeySpecsConflict:
-		return fmt.Errorf("an index named %q on %s exists with other keys (code 86); drop it and run outboxd migrate again: %w", name, spec.coll, err)
+		return fmt.Errorf("an index named %q on %s exists with other keys (code 86); drop it and run Store.Migrate again: %w", name, coll, err)
 	default:
 		return wrap(err, "creating the index")
 	}
+}
+
+// runningBuild describes a build of index name on coll already running on
+// the server ("" when none, on lungo, or when currentOp may not be read):
+// createIndexes joins it rather than starting another.
+func (s *Store) runningBuild(ctx context.Context, coll, name string) string {
+	if s.lungo {
+		return ""
+	}
+	octx, cancel := s.opTime(ctx)
+	defer cancel()
+	var out struct {
+		InProg []struct {
+			OpID       any       `bson:"opid"`
+			CurrentOpT time.Time `bson:"currentOpTime"`
+			Secs       int64     `bson:"secs_running"`
+			Msg        string    `bson:"msg"`
+		} `bson:"inprog"`
+	}
+	err := s.client.Database("admin").RunCommand(octx, bson.D{{Key: "currentOp", Value: 1},
+		{Key: "command.createIndexes", Value: coll}, {Key: "command.indexes.name", Value: name},
+		{Key: "command.$db", Value: s.opts.Database}}).Decode(&out)
+	if err != nil || len(out.InProg) == 0 {
+		return ""
+	}
+	op := out.InProg[0]
+	return fmt.Sprintf("a build running for %ds as operation %v %s", op.Secs, op.OpID, op.Msg)
 }
 
 // setTTL changes a TTL index's expireAfterSeconds in place (collMod: no
@@ -236,6 +375,8 @@ func (s *Store) ensureIndex(ctx context.Context, spec indexSpec) error {
 // to rebuild it) and reads it back. lungo has no collMod: it rebuilds.
 func (s *Store) setTTL(ctx context.Context, spec indexSpec, seconds int64) error {
 	coll, name := spec.coll, *spec.model.Options.Name
+	ctx, cancel := s.opTime(ctx)
+	defer cancel()
 	if s.lungo {
 		view := s.db.Collection(coll).Indexes()
 		if _, err := view.DropOne(ctx, name); err != nil {
@@ -281,20 +422,17 @@ func (s *Store) CheckSchema(ctx context.Context) error {
 		keys := spec.model.Keys.(bson.D)
 		unique := spec.model.Options.Unique != nil && *spec.model.Options.Unique
 		ok := slices.ContainsFunc(existing, func(ix existingIndex) bool {
-			return ix.Name == name && sameKeys(ix.Key, keys) && (!unique || ix.Unique)
+			return (ix.Name == name || ix.Name == rebuiltName(name)) && sameKeys(ix.Key, keys) && (!unique || ix.Unique)
 		})
 		if !ok {
 			missing = append(missing, spec.coll+"."+name)
 		}
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("%w: missing MongoDB indexes %v; run `outboxd migrate` (with the same --store and --mongo-db)", store.ErrSchema, missing)
+		return fmt.Errorf("%w: missing MongoDB indexes %v; run Store.Migrate with the same database and collection names", store.ErrSchema, missing)
 	}
 	return nil
 }
-
-// Engine returns lungo's engine, or nil on a server (tests).
-func (s *Store) Engine() *lungo.Engine { return s.engine }
 
 // ErrShardKey is returned by Migrate on a sharded cluster whose events
 // collection is sharded on a key that cannot hold the unique
@@ -317,7 +455,7 @@ func (s *Store) checkSharding(ctx context.Context) error {
 		Key     bson.D `bson:"key"`
 		Dropped bool   `bson:"dropped"` // before 5.0 a dropped collection stayed listed
 	}
-	ns := s.opts.Database + "." + EventsCollection
+	ns := s.opts.Database + "." + s.opts.EventsCollection
 	err := s.client.Database("config").Collection("collections").FindOne(ctx, bson.D{{Key: "_id", Value: ns}}).Decode(&coll)
 	switch {
 	case isNoDocuments(err):

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -28,7 +29,9 @@ import (
 // dev). Its data dies with the process.
 const LungoMemory = "lungo:memory"
 
-// Collection names in the database.
+// Collection names in the database. EventsCollection and
+// OutboxCollection are the defaults of Options.EventsCollection and
+// Options.OutboxCollection.
 const (
 	EventsCollection = "events"
 	OutboxCollection = "outbox"
@@ -45,6 +48,8 @@ const (
 const (
 	// DatabaseDefault is the default Options.Database (--mongo-db).
 	DatabaseDefault = "outboxd"
+	// MigrateTimeoutDefault is the default Options.MigrateTimeout.
+	MigrateTimeoutDefault = time.Hour
 	// OpTimeoutDefault is the default Options.OpTimeout.
 	OpTimeoutDefault = 10 * time.Second
 	// CountsTTLDefault is the default Options.CountsTTL.
@@ -66,6 +71,21 @@ type Options struct {
 	// Database is the database holding the collections. Defaults to
 	// DatabaseDefault.
 	Database string
+	// EventsCollection names the originals' collection, so outboxd can sit
+	// beside a service's own collections in its database. It must be a
+	// collection of outboxd's own (Migrate refuses one holding other
+	// documents). Defaults to EventsCollection ("events").
+	EventsCollection string
+	// OutboxCollection names the outbox entries' collection (the
+	// change stream's). Defaults to OutboxCollection ("outbox").
+	OutboxCollection string
+	// MigrateTimeout bounds Migrate when its context has no deadline. An
+	// index build is never given a client deadline (the server would
+	// abort a build interrupted by maxTimeMS): it runs until it ends, and
+	// Migrate waits for it up to MigrateTimeout, then reports it as still
+	// running (a later Migrate waits for the same build). Defaults to
+	// MigrateTimeoutDefault (1h).
+	MigrateTimeout time.Duration
 	// OpTimeout bounds every operation whose context has no deadline, and
 	// is the write concern's wtimeout and the client's timeoutMS: every
 	// command carries the time its context has left as maxTimeMS, so the
@@ -95,9 +115,16 @@ type Options struct {
 	Commands *CommandCounter
 }
 
-// Store is the MongoDB store. Create it with Open.
+// Store is the MongoDB store. Create it with Open, or NewFromClient for a
+// client the caller already has.
 type Store struct {
+	// client is the driver's client behind lungo's interfaces (on a server)
+	// or lungo's engine: every collection is reached through lungo's
+	// interfaces, the test engine's seam; none of them is exported.
 	client lungo.IClient
+	// owned tells that Close disconnects client (Open's own, not
+	// NewFromClient's).
+	owned  bool
 	engine *lungo.Engine // lungo only
 	db     lungo.IDatabase
 	events lungo.ICollection
@@ -150,16 +177,10 @@ func Open(ctx context.Context, uri string, opts *Options) (*Store, error) {
 	if err := ValidateURI(uri); err != nil {
 		return nil, err
 	}
-	o := Options{}
-	if opts != nil {
-		o = *opts
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
 	}
-	o.Database = cmp.Or(o.Database, DatabaseDefault)
-	o.OpTimeout = cmp.Or(o.OpTimeout, OpTimeoutDefault)
-	o.CountsTTL = cmp.Or(o.CountsTTL, CountsTTLDefault)
-	o.AppName = cmp.Or(o.AppName, AppNameDefault)
-	o.MaxPoolSize = cmp.Or(o.MaxPoolSize, MaxPoolSizeDefault)
-	s := &Store{opts: o}
 	if uri == LungoMemory {
 		lopts := lungo.Options{Store: lungo.NewMemoryStore(), ExpireInterval: o.ExpireInterval, MaxOplogSize: o.OplogSize}
 		if o.OplogSize > 0 {
@@ -170,21 +191,105 @@ func Open(ctx context.Context, uri string, opts *Options) (*Store, error) {
 		if err != nil {
 			return nil, fmt.Errorf("error opening lungo's engine: %w", err)
 		}
-		s.client, s.engine, s.lungo = client, engine, true
-	} else {
-		client, mongos, err := connect(ctx, uri, o)
-		if err != nil {
-			return nil, err
-		}
-		s.client, s.mongos = client, mongos
+		s := newStore(client, o, true)
+		s.engine, s.lungo = engine, true
+		return s, nil
 	}
-	s.db = s.client.Database(o.Database)
-	s.events = s.collection(EventsCollection)
-	s.outbox = s.collection(OutboxCollection)
+	client, err := lungo.Connect(ctx, ClientOptions(uri, o))
+	if err != nil {
+		return nil, wrap(err, "connecting to MongoDB at %s", redact.DSN(uri))
+	}
+	mongos, err := checkServer(ctx, client, redact.DSN(uri), o.OpTimeout)
+	if err != nil {
+		_ = client.Disconnect(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	s := newStore(client, o, true)
+	s.mongos = mongos
+	return s, nil
+}
+
+// NewFromClient returns the store on a client the caller already has and
+// keeps using, in database (Options.Database when empty): a service puts
+// outboxd's collections beside its own (name them with
+// Options.EventsCollection and Options.OutboxCollection) and writes its
+// documents and events in one transaction (RunTx). It checks, as Open does,
+// that the deployment is a replica set or a sharded cluster of MongoDB 4.4
+// or later. The store's collections use majority writes (wtimeout
+// Options.OpTimeout), majority reads and the primary whatever the client's
+// defaults; the client's own settings (timeoutMS, pool, monitor) stay the
+// caller's, so Options.MaxPoolSize, Options.AppName and Options.Commands do
+// not apply. Close leaves the client connected.
+func NewFromClient(ctx context.Context, client *mongo.Client, database string, opts *Options) (*Store, error) {
+	if client == nil {
+		return nil, errors.New("error creating the MongoDB store: the client is nil")
+	}
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	o.Database = cmp.Or(database, o.Database)
+	mongos, err := checkServer(ctx, &lungo.MongoClient{Client: client}, "the client's deployment", o.OpTimeout)
+	if err != nil {
+		return nil, err
+	}
+	s := newStore(&lungo.MongoClient{Client: client}, o, false)
+	s.mongos = mongos
+	return s, nil
+}
+
+// withDefaults returns the options with their defaults, validated.
+func (o *Options) withDefaults() (Options, error) {
+	out := Options{}
+	if o != nil {
+		out = *o
+	}
+	out.Database = cmp.Or(out.Database, DatabaseDefault)
+	out.EventsCollection = cmp.Or(out.EventsCollection, EventsCollection)
+	out.OutboxCollection = cmp.Or(out.OutboxCollection, OutboxCollection)
+	out.OpTimeout = cmp.Or(out.OpTimeout, OpTimeoutDefault)
+	out.MigrateTimeout = cmp.Or(out.MigrateTimeout, MigrateTimeoutDefault)
+	out.CountsTTL = cmp.Or(out.CountsTTL, CountsTTLDefault)
+	out.AppName = cmp.Or(out.AppName, AppNameDefault)
+	out.MaxPoolSize = cmp.Or(out.MaxPoolSize, MaxPoolSizeDefault)
+	return out, out.validate()
+}
+
+// validate names the first field that cannot work.
+func (o Options) validate() error {
+	reserved := []string{LeasesCollection, ClockCollection, SettingsCollection}
+	for _, c := range []struct{ field, name string }{{"EventsCollection", o.EventsCollection}, {"OutboxCollection", o.OutboxCollection}} {
+		switch {
+		case strings.ContainsAny(c.name, "$\x00") || strings.HasPrefix(c.name, "system."):
+			return fmt.Errorf("invalid Options.%s %q: not a collection name MongoDB accepts", c.field, c.name)
+		case slices.Contains(reserved, c.name):
+			return fmt.Errorf("invalid Options.%s %q: outboxd keeps its own %s collection under that name", c.field, c.name, c.name)
+		}
+	}
+	if o.EventsCollection == o.OutboxCollection {
+		return fmt.Errorf("invalid Options.OutboxCollection %q: the same collection as Options.EventsCollection", o.OutboxCollection)
+	}
+	if o.MigrateTimeout < 0 {
+		return fmt.Errorf("invalid Options.MigrateTimeout %s: must not be negative", o.MigrateTimeout)
+	}
+	return nil
+}
+
+// newStore returns the store on client with the options o (defaults set).
+func newStore(client lungo.IClient, o Options, owned bool) *Store {
+	s := &Store{client: client, opts: o, owned: owned}
+	// On a server the collections use the store's concerns whatever the
+	// client's defaults (NewFromClient's client is the caller's).
+	wc := writeconcern.Majority()
+	wc.WTimeout = o.OpTimeout //nolint:staticcheck // wtimeout bounds the server's wait for a majority even without a deadline of the caller
+	s.db = client.Database(o.Database, options.Database().SetWriteConcern(wc).
+		SetReadConcern(readconcern.Majority()).SetReadPreference(readpref.Primary()))
+	s.events = s.collection(o.EventsCollection)
+	s.outbox = s.collection(o.OutboxCollection)
 	s.leases = s.collection(LeasesCollection)
 	s.clock = s.collection(ClockCollection)
 	s.settings = s.collection(SettingsCollection)
-	return s, nil
+	return s
 }
 
 // collection returns the collection name of the store's database, counted
@@ -227,31 +332,23 @@ func ClientOptions(uri string, o Options) *options.ClientOptions {
 		SetMaxPoolSize(o.MaxPoolSize)
 }
 
-// connect connects to a server and checks its hello; mongos tells that it
-// is a sharded cluster's router.
-func connect(ctx context.Context, uri string, o Options) (client lungo.IClient, mongos bool, err error) {
-	client, err = lungo.Connect(ctx, ClientOptions(uri, o))
-	if err != nil {
-		return nil, false, wrap(err, "connecting to MongoDB at %s", redact.DSN(uri))
-	}
-	pingCtx, cancel := context.WithTimeout(ctx, o.OpTimeout)
+// checkServer checks the hello of client's deployment (named where for
+// errors); mongos tells that it is a sharded cluster's router.
+func checkServer(ctx context.Context, client lungo.IClient, where string, opTimeout time.Duration) (mongos bool, err error) {
+	pingCtx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
-	fail := func(err error) (lungo.IClient, bool, error) {
-		_ = client.Disconnect(context.WithoutCancel(ctx))
-		return nil, false, err
-	}
 	if err := client.Ping(pingCtx, readpref.Primary()); err != nil {
-		return fail(wrap(err, "reaching MongoDB at %s (transactions and change streams need a replica set)", redact.DSN(uri)))
+		return false, wrap(err, "reaching MongoDB at %s (transactions and change streams need a replica set)", where)
 	}
 	var hello bson.M
 	if err := client.Database("admin").RunCommand(pingCtx, bson.D{{Key: "hello", Value: 1}}).Decode(&hello); err != nil {
-		return fail(wrap(err, "asking MongoDB at %s for its topology (the hello command needs MongoDB 4.4.2 or later)", redact.DSN(uri)))
+		return false, wrap(err, "asking MongoDB at %s for its topology (the hello command needs MongoDB 4.4.2 or later)", where)
 	}
 	if err := checkHello(hello); err != nil {
-		return fail(fmt.Errorf("MongoDB at %s: %w", redact.DSN(uri), err))
+		return false, fmt.Errorf("MongoDB at %s: %w", where, err)
 	}
 	msg, _ := hello["msg"].(string)
-	return client, msg == "isdbgrid", nil
+	return msg == "isdbgrid", nil
 }
 
 // ErrStandalone is returned for a MongoDB server that is not part of a
@@ -293,10 +390,6 @@ func toInt64(v any) int64 {
 
 // Kind returns "mongodb".
 func (s *Store) Kind() string { return "mongodb" }
-
-// Database returns the database of the store, for callers who write their
-// own documents in the same transaction as the writer (see Tx).
-func (s *Store) Database() lungo.IDatabase { return s.db }
 
 // opctx bounds an operation by Options.OpTimeout unless ctx already has a
 // deadline.
@@ -375,6 +468,9 @@ func (s *Store) Close(ctx context.Context) error {
 	}
 	if s.engine != nil {
 		s.engine.Close()
+		return nil
+	}
+	if !s.owned {
 		return nil
 	}
 	err := s.client.Disconnect(ctx)

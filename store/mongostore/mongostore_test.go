@@ -20,6 +20,7 @@ import (
 
 	"github.com/outboxd/outboxd/internal/clock"
 	"github.com/outboxd/outboxd/internal/httpapi"
+	"github.com/outboxd/outboxd/internal/mongoseam"
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store"
@@ -49,7 +50,7 @@ func TestMigrate(t *testing.T) {
 	ctx := context.Background()
 	s := testkit.NewMongo(t, nil)
 	names := func(coll string) map[string]bson.M {
-		cur, err := s.Database().Collection(coll).Indexes().List(ctx)
+		cur, err := mongoseam.Database(s).Collection(coll).Indexes().List(ctx)
 		require.NoError(t, err)
 		var specs []bson.M
 		require.NoError(t, cur.All(ctx, &specs))
@@ -127,7 +128,7 @@ func TestQueriesUseIndexes(t *testing.T) {
 	explainIn := func(t *testing.T, cmd bson.D, index string) {
 		t.Helper()
 		var out bson.M
-		require.NoError(t, s.Database().RunCommand(ctx, bson.D{{Key: "explain", Value: cmd}, {Key: "verbosity", Value: "queryPlanner"}}).Decode(&out))
+		require.NoError(t, mongoseam.Database(s).RunCommand(ctx, bson.D{{Key: "explain", Value: cmd}, {Key: "verbosity", Value: "queryPlanner"}}).Decode(&out))
 		stages := map[string][]string{}
 		collectStages(out, stages)
 		require.NotContains(t, stages, "COLLSCAN", "explain: %v", out)
@@ -234,12 +235,12 @@ func TestCheckSchemaRefusesMissingIndexes(t *testing.T) {
 	ctx := context.Background()
 	s := testkit.NewMongo(t, nil)
 	require.NoError(t, s.CheckSchema(ctx))
-	_, err := s.Database().Collection(mongostore.EventsCollection).Indexes().DropOne(ctx, mongostore.IndexIdempotencyKey)
+	_, err := mongoseam.Database(s).Collection(mongostore.EventsCollection).Indexes().DropOne(ctx, mongostore.IndexIdempotencyKey)
 	require.NoError(t, err)
 	err = s.CheckSchema(ctx)
 	require.ErrorIs(t, err, store.ErrSchema)
 	require.ErrorContains(t, err, "events."+mongostore.IndexIdempotencyKey)
-	require.ErrorContains(t, err, "outboxd migrate")
+	require.ErrorContains(t, err, "Store.Migrate")
 	require.NoError(t, s.Migrate(ctx, nil))
 	require.NoError(t, s.CheckSchema(ctx))
 }
@@ -251,7 +252,7 @@ func TestMigrateRefusesAForeignIndexOnTheTTLKeys(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := testkit.NewMongo(t, nil)
-	view := s.Database().Collection(mongostore.OutboxCollection).Indexes()
+	view := mongoseam.Database(s).Collection(mongostore.OutboxCollection).Indexes()
 	_, err := view.DropOne(ctx, mongostore.IndexOutboxTTL)
 	require.NoError(t, err)
 	_, err = view.CreateOne(ctx, mongo.IndexModel{Keys: bson.D{{Key: "dispatchedAt", Value: 1}}, Options: options.Index().SetName("mine")})
@@ -274,9 +275,9 @@ func TestPingWritesAHeartbeat(t *testing.T) {
 	var clock struct {
 		At time.Time `bson:"at"`
 	}
-	require.NoError(t, s.Database().Collection(mongostore.ClockCollection).FindOne(ctx, bson.M{}).Decode(&clock))
+	require.NoError(t, mongoseam.Database(s).Collection(mongostore.ClockCollection).FindOne(ctx, bson.M{}).Decode(&clock))
 	require.WithinRange(t, clock.At, before, time.Now().Add(time.Minute), "the server's time, written by the server")
-	n, err := s.Database().Collection(mongostore.LeasesCollection).CountDocuments(ctx, bson.M{})
+	n, err := mongoseam.Database(s).Collection(mongostore.LeasesCollection).CountDocuments(ctx, bson.M{})
 	require.NoError(t, err)
 	require.Zero(t, n, "no heartbeat among the leases")
 
@@ -434,7 +435,7 @@ func dropDatabase(t testing.TB, name string) {
 		return
 	}
 	defer s.Close(ctx)
-	_ = s.Database().Drop(ctx)
+	_ = mongoseam.Database(s).Drop(ctx)
 }
 
 // TestStepDownUnderLoad is the row "MongoDB primary steps down (failover)"
@@ -468,7 +469,7 @@ func TestStepDownUnderLoad(t *testing.T) {
 
 	primary := func() string {
 		var hello bson.M
-		require.NoError(t, s.Database().Client().Database("admin").RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Decode(&hello))
+		require.NoError(t, mongoseam.Database(s).Client().Database("admin").RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Decode(&hello))
 		p, _ := hello["primary"].(string)
 		return p
 	}
@@ -511,7 +512,7 @@ func TestStepDownUnderLoad(t *testing.T) {
 		})
 	}
 	require.Eventually(t, func() bool { return acceptedN.Load() >= 500 }, time.Minute, 10*time.Millisecond, "the load runs before the step-down")
-	err = s.Database().Client().Database("admin").RunCommand(ctx, bson.D{
+	err = mongoseam.Database(s).Client().Database("admin").RunCommand(ctx, bson.D{
 		{Key: "replSetStepDown", Value: 30}, {Key: "secondaryCatchUpPeriodSecs", Value: 10}}).Err()
 	t.Logf("replSetStepDown: %v", err) // the primary closes its connections: an error is expected
 	var after string
@@ -526,7 +527,7 @@ func TestStepDownUnderLoad(t *testing.T) {
 	accepted.Range(func(k, v any) bool { want[v.(string)] = k.(string); return true })
 	t.Logf("%d events accepted across a step-down from %s to %s; %d requests answered unavailable and sent again",
 		len(want), before, after, unavailable.Load())
-	n, err := s.Database().Collection(mongostore.EventsCollection).CountDocuments(ctx, bson.M{})
+	n, err := mongoseam.Database(s).Collection(mongostore.EventsCollection).CountDocuments(ctx, bson.M{})
 	require.NoError(t, err)
 	require.EqualValues(t, len(want), n, "one original per accepted key, none else")
 	for id, key := range want {
@@ -534,7 +535,7 @@ func TestStepDownUnderLoad(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, id, ev.ID)
 	}
-	entries, err := s.Database().Collection(mongostore.OutboxCollection).CountDocuments(ctx, bson.M{})
+	entries, err := mongoseam.Database(s).Collection(mongostore.OutboxCollection).CountDocuments(ctx, bson.M{})
 	require.NoError(t, err)
 	require.EqualValues(t, len(want), entries, "one outbox entry per original")
 
@@ -590,4 +591,75 @@ func followFeed(ctx context.Context, t *testing.T, s *mongostore.Store, out chan
 		done <- nil
 	}()
 	return done
+}
+
+// TestConformanceCustomNames runs the storage port's suite on collections
+// of other names (Options.EventsCollection, Options.OutboxCollection)
+// beside a service's own "events" and "outbox" collections, which the
+// store never reads or changes.
+func TestConformanceCustomNames(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, storetest.Harness{NoShortHistory: testkit.RealMongo(), Open: func(t testing.TB, o storetest.Options) store.Store {
+		opts := &mongostore.Options{EventsCollection: "outboxd_events", OutboxCollection: "outboxd_outbox"}
+		if o.ShortHistory {
+			opts.OplogSize = 50
+		}
+		s := testkit.NewMongo(t, opts)
+		ctx := context.Background()
+		db := mongoseam.Database(s)
+		for _, coll := range []string{"events", "outbox"} {
+			_, err := db.Collection(coll).InsertOne(ctx, bson.M{"service": "own"})
+			require.NoError(t, err)
+		}
+		t.Cleanup(func() {
+			for _, coll := range []string{"events", "outbox"} {
+				n, err := db.Collection(coll).CountDocuments(context.Background(), bson.M{"service": "own"})
+				if err == nil && n != 1 {
+					t.Errorf("the service's own %s collection holds %d documents, want 1", coll, n)
+				}
+			}
+		})
+		return s
+	}})
+}
+
+// TestMigrateOverForeignDocuments: an events collection of the service's
+// own (documents without outboxd's fields) fails Migrate's unique
+// idempotencyKey index with a duplicate key; the error says that outboxd
+// needs a collection of its own and names the option that chooses one,
+// and Migrate with that option then succeeds beside it.
+func TestMigrateOverForeignDocuments(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	o := &mongostore.Options{Database: mongostore.DatabaseDefault, CountsTTL: -1}
+	if testkit.RealMongo() {
+		o.Database = testkit.Name("outboxd_test")
+	}
+	s, err := mongostore.Open(ctx, testkit.MongoURI(), o)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if testkit.RealMongo() {
+			_ = mongoseam.Database(s).Drop(context.Background())
+		}
+		_ = s.Close(context.Background())
+	})
+	_, err = mongoseam.Database(s).Collection("events").InsertMany(ctx, []any{bson.M{"sku": "a"}, bson.M{"sku": "b"}})
+	require.NoError(t, err)
+	err = s.Migrate(ctx, nil)
+	require.ErrorIs(t, err, mongostore.ErrForeignCollection)
+	require.ErrorContains(t, err, "Options.EventsCollection")
+	require.ErrorContains(t, err, "Store.Migrate")
+	require.NotContains(t, err.Error(), "outboxd migrate")
+
+	o2 := *o
+	o2.EventsCollection = "outboxd_events"
+	s2, err := mongostore.Open(ctx, testkit.MongoURI(), &o2)
+	require.NoError(t, err)
+	if !testkit.RealMongo() { // lungo's engine is per Open: seed it again
+		_, err = mongoseam.Database(s2).Collection("events").InsertMany(ctx, []any{bson.M{"sku": "a"}, bson.M{"sku": "b"}})
+		require.NoError(t, err)
+	}
+	t.Cleanup(func() { _ = s2.Close(context.Background()) })
+	require.NoError(t, s2.Migrate(ctx, nil))
+	require.NoError(t, s2.CheckSchema(ctx))
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/bson"
 
+	"github.com/outboxd/outboxd/internal/mongoseam"
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store"
@@ -68,7 +69,7 @@ func seed(t *testing.T, s *mongostore.Store, device func(i int) string) []outbox
 func explain(t *testing.T, s *mongostore.Store, filter, sort bson.D, limit int64) (map[string][]string, any) {
 	t.Helper()
 	var out bson.M
-	require.NoError(t, s.Database().RunCommand(context.Background(), bson.D{
+	require.NoError(t, mongoseam.Database(s).RunCommand(context.Background(), bson.D{
 		{Key: "explain", Value: bson.D{{Key: "find", Value: mongostore.EventsCollection},
 			{Key: "filter", Value: filter}, {Key: "sort", Value: sort}, {Key: "limit", Value: limit}}},
 		{Key: "verbosity", Value: "queryPlanner"},

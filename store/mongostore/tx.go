@@ -8,6 +8,9 @@ import (
 	"github.com/256dpi/lungo"
 	"github.com/cenkalti/backoff/v4"
 	"go.mongodb.org/mongo-driver/mongo/options"
+	"go.mongodb.org/mongo-driver/mongo/readconcern"
+	"go.mongodb.org/mongo-driver/mongo/readpref"
+	"go.mongodb.org/mongo-driver/mongo/writeconcern"
 
 	"github.com/outboxd/outboxd/internal/clock"
 )
@@ -107,7 +110,9 @@ func (s *Store) txAttempt(ctx context.Context, bo backoff.BackOff, fn func(sc lu
 // txOptions bound a transaction's commit on the server (maxTimeMS of
 // commitTransaction) by the time ctx has left.
 func txOptions(ctx context.Context) *options.TransactionOptions {
-	o := options.Transaction()
+	// The store's concerns whatever the client's defaults (NewFromClient).
+	o := options.Transaction().SetWriteConcern(writeconcern.Majority()).SetReadConcern(readconcern.Majority()).
+		SetReadPreference(readpref.Primary())
 	if deadline, ok := ctx.Deadline(); ok {
 		if left := time.Until(deadline).Round(time.Millisecond); left > 0 {
 			o.SetMaxCommitTime(&left)

@@ -143,7 +143,7 @@ func (s *Store) Migrate(ctx context.Context, cfg *store.MigrateConfig) error {
 var requiredTables = []string{"events", "outbox", "feed_floor", "leases", "partitions"}
 
 // CheckSchema returns an error wrapping store.ErrSchema, naming what is
-// missing and saying to run `outboxd migrate`, when the tables are absent or
+// missing and saying to run Store.Migrate, when the tables are absent or
 // older than this outboxd's migrations.
 func (s *Store) CheckSchema(ctx context.Context) error {
 	all, err := loadMigrations(schemaFiles())
@@ -178,10 +178,10 @@ func (s *Store) CheckSchema(ctx context.Context) error {
 	}
 	switch {
 	case len(missing) > 0:
-		return fmt.Errorf("error checking schema of SQLite store %s: %w: table(s) %s missing; run `outboxd migrate`",
+		return fmt.Errorf("error checking schema of SQLite store %s: %w: table(s) %s missing; run Store.Migrate",
 			s.path, store.ErrSchema, strings.Join(missing, ", "))
 	case version < latest(all):
-		return fmt.Errorf("error checking schema of SQLite store %s: %w: schema version %d, this outboxd needs %d; run `outboxd migrate`",
+		return fmt.Errorf("error checking schema of SQLite store %s: %w: schema version %d, this outboxd needs %d; run Store.Migrate",
 			s.path, store.ErrSchema, version, latest(all))
 	case version > latest(all):
 		return fmt.Errorf("error checking schema of SQLite store %s: %w: schema version %d is newer than this outboxd knows (%d); use a newer outboxd",

@@ -2,8 +2,10 @@ package sqlitestore_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -105,7 +107,7 @@ func TestOpen(t *testing.T) {
 		err = s.CheckSchema(ctx)
 		require.ErrorIs(t, err, store.ErrSchema)
 		require.ErrorContains(t, err, "events, outbox, feed_floor, leases")
-		require.ErrorContains(t, err, "outboxd migrate")
+		require.ErrorContains(t, err, "Store.Migrate")
 		err = s.WriteTx(ctx, func(ctx context.Context, tx outbox.Tx) error { return nil })
 		require.ErrorIs(t, err, store.ErrSchema, "writing before migrate says what to run")
 		require.NoError(t, s.Migrate(ctx, nil))
@@ -160,7 +162,7 @@ func TestMigrate(t *testing.T) {
 		require.NoError(t, err)
 		err = b.store.CheckSchema(ctx)
 		require.ErrorIs(t, err, store.ErrSchema)
-		require.ErrorContains(t, err, "outboxd migrate")
+		require.ErrorContains(t, err, "Store.Migrate")
 	})
 }
 
@@ -301,6 +303,50 @@ func TestWriteTx(t *testing.T) {
 			require.Less(t, entries[i-1].ID, entries[i].ID)
 		}
 		require.Equal(t, "00000000000000000012", entries[11].ID)
+	})
+
+	t.Run("RunTx", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		db := b.store.DB()
+		_, err := db.ExecContext(ctx, "CREATE TABLE app_rows (v TEXT)")
+		require.NoError(t, err)
+		w := outbox.NewWriter(b.store, &outbox.WriterConfig{Stream: "s"})
+		in := []outbox.Input{{IdempotencyKey: "order-1", SourceKey: "src", DeviceKey: "d", OccurredAt: "2026-10-31T10:00:00Z"}}
+		errAbort := errors.New("the caller aborts")
+		inserts := 0
+		run := func(fail bool) error {
+			return b.store.RunTx(ctx, func(ctx context.Context, tx *sql.Tx, otx outbox.Tx) error {
+				res, err := w.WriteInTx(ctx, otx, in)
+				if err != nil || res[0].Duplicate {
+					return err
+				}
+				inserts++
+				if _, err := tx.ExecContext(ctx, "INSERT INTO app_rows (v) VALUES ('mine')"); err != nil {
+					return err
+				}
+				if fail {
+					return errAbort
+				}
+				return nil
+			})
+		}
+		rows := func() (n int) {
+			require.NoError(t, db.QueryRowContext(ctx, "SELECT count(*) FROM app_rows").Scan(&n))
+			return n
+		}
+		require.ErrorIs(t, run(true), errAbort, "the callback's error as it is")
+		require.Zero(t, rows())
+		testkit.RequireStored(t, b.store, 0)
+		require.NoError(t, run(false))
+		require.Equal(t, 1, rows())
+		testkit.RequireStored(t, b.store, 1)
+		entries, err := b.store.Undispatched(ctx, "s", store.Partition{}, "", 10)
+		require.NoError(t, err)
+		require.Len(t, entries, 1, "both committed")
+		require.NoError(t, run(false), "the retry of a committed run")
+		require.Equal(t, 1, rows(), "the event is a Duplicate: the caller's row is not inserted twice")
+		require.Equal(t, 2, inserts)
 	})
 
 	t.Run("CallerTransaction", func(t *testing.T) {

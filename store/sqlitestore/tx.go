@@ -143,17 +143,47 @@ func (s *Store) readyStmts() *writeStmts { return s.stmts.Load() }
 // Options.BusyTimeout fails it with an error wrapping store.ErrUnavailable,
 // and a cancelled ctx with ctx's error.
 func (s *Store) WriteTx(ctx context.Context, fn func(ctx context.Context, tx outbox.Tx) error) error {
+	if store.RoleOf(ctx) == "" {
+		ctx = store.WithRole(ctx, store.RoleIngest) // the writer of ingest is its only caller
+	}
+	return s.RunTx(ctx, func(ctx context.Context, _ *sql.Tx, tx outbox.Tx) error { return fn(ctx, tx) })
+}
+
+// RunTx runs fn in one write transaction of the store's, the one its own
+// writes run in (WriteTx): BEGIN IMMEDIATE on the write pool, bounded by
+// ctx and, for the write lock, Options.BusyTimeout; committed when fn
+// returns nil, rolled back otherwise. fn gets the transaction, for the
+// caller's own statements on its own tables in the same file, and the
+// writer's view of it, for outbox.Writer.WriteInTx: the caller's rows and
+// the events commit together or not at all, and the feeds of this Store
+// wake at the commit. fn's error comes back as it is; the store's errors
+// are wrapped as WriteTx's (a lock held too long wraps
+// store.ErrUnavailable). RunTx does not run fn again; a caller that
+// retries (after ErrUnavailable, or a key another writer stored meanwhile:
+// outbox.ErrDuplicateKey) runs it again whole. Make that retry
+// idempotent: write the event first and skip your own rows when it is a
+// Duplicate (an earlier run committed both):
+//
+//	err := st.RunTx(ctx, func(ctx context.Context, tx *sql.Tx, otx outbox.Tx) error {
+//		res, err := w.WriteInTx(ctx, otx, []outbox.Input{{IdempotencyKey: "order-42", …}})
+//		if err != nil || res[0].Duplicate {
+//			return err
+//		}
+//		_, err = tx.ExecContext(ctx, `INSERT INTO orders (id) VALUES (?)`, 42)
+//		return err
+//	})
+//
+// fn must not call the Store's other writing methods (they wait for the
+// connection fn's transaction holds).
+func (s *Store) RunTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx, otx outbox.Tx) error) error {
 	st, err := s.prepared(ctx)
 	if err != nil {
 		return err
 	}
 	inserted := false
-	if store.RoleOf(ctx) == "" {
-		ctx = store.WithRole(ctx, store.RoleIngest) // the writer of ingest is its only caller
-	}
 	err = s.inWriteTx(ctx, "running write transaction", func(tx *sql.Tx) error {
 		w := &txWriter{s: s, tx: tx, stmts: st}
-		if err := fn(ctx, w); err != nil {
+		if err := fn(ctx, tx, w); err != nil {
 			return err
 		}
 		inserted = w.entries > 0
