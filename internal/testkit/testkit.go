@@ -11,6 +11,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -50,6 +51,16 @@ func ID() string {
 
 // Name returns a unique name with prefix, for streams, groups and databases.
 func Name(prefix string) string { return prefix + "_" + ID() }
+
+// FreeAddr returns a loopback address whose port is free now, for a
+// server or a subprocess to listen on.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().String()
+}
 
 // Logger returns a no-op logger, or a development logger on stderr when
 // OUTBOXD_TEST_LOG is set.
