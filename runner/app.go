@@ -56,8 +56,12 @@ type app struct {
 	// set are Run's options.
 	set *settings
 
-	st  store.Store
-	rdb redis.UniversalClient
+	st store.Store
+	// opened is st before it is wrapped for tracing (Env.Store).
+	opened store.Store
+	// writer writes ingest's events (the roles that serve ingest).
+	writer *outbox.Writer
+	rdb    redis.UniversalClient
 	// rc is the pipeline's Redis over rdb (package stream).
 	rc  *stream.Client
 	pg  *pgxpool.Pool
@@ -100,6 +104,14 @@ func (a *app) run(ctx context.Context) error {
 			return err
 		}
 	}
+	if r.store || r.redis || r.postgres {
+		env := a.env()
+		for _, setup := range a.set.setups {
+			if err := setup(ctx, env); err != nil {
+				return fmt.Errorf("error in the program's setup (runner.WithSetup): %w", err)
+			}
+		}
+	}
 	if r.once != nil && (r.onceWhen == nil || r.onceWhen(a.o)) {
 		return r.once(ctx, a)
 	}
@@ -126,7 +138,7 @@ func (a *app) open(ctx context.Context) error {
 		}
 	}
 	if r.store && a.set.store != nil {
-		a.st = a.set.store
+		a.st, a.opened = a.set.store, a.set.store
 		if tracing.Enabled() {
 			a.st = storetrace.Wrap(a.st)
 		}
@@ -140,7 +152,7 @@ func (a *app) open(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		a.st = st
+		a.st, a.opened = st, st
 		if tracing.Enabled() {
 			a.st = storetrace.Wrap(st)
 		}
@@ -616,8 +628,9 @@ func (a *app) httpHandler() (http.Handler, error) {
 		ReadOnly:       a.o.uiReadOnly,
 	}
 	if a.role.api {
+		env := a.env()
 		for _, rt := range a.set.routes {
-			cfg.Routes = append(cfg.Routes, httpapi.Route{Pattern: rt.Pattern, Handler: rt.Handler})
+			cfg.Routes = append(cfg.Routes, httpapi.Route{Pattern: rt.pattern, Handler: rt.handler(env)})
 		}
 	}
 	if a.st != nil {
@@ -655,7 +668,7 @@ func (a *app) httpHandler() (http.Handler, error) {
 		cfg.History, cfg.Console = a.history, true
 	}
 	if a.role.api {
-		cfg.Writer = outbox.NewWriter(a.st, &outbox.WriterConfig{Stream: a.o.stream, Partitions: a.partitions()})
+		cfg.Writer = a.env().Writer
 		committer, err := a.newCommitter(cfg.Writer)
 		if err != nil {
 			return nil, err
@@ -663,6 +676,15 @@ func (a *app) httpHandler() (http.Handler, error) {
 		a.committer, cfg.Committer = committer, committer
 	}
 	return httpapi.New(cfg, a.log)
+}
+
+// env returns what the role opened, for the program's own parts.
+func (a *app) env() *Env {
+	if a.role.api && a.writer == nil && a.st != nil {
+		a.writer = outbox.NewWriter(a.st, &outbox.WriterConfig{Stream: a.o.stream, Partitions: a.partitions()})
+	}
+	return &Env{Role: a.role.name, Store: a.opened, Writer: a.writer, Postgres: a.pg,
+		Stream: a.o.stream, Partitions: a.partitions(), Logger: a.log}
 }
 
 // newCommitter returns the group commit of POST /v1/events

@@ -11,8 +11,10 @@
 //		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 //		code := runner.Run(ctx, os.Args[1:], os.Stdout, os.Stderr,
 //			runner.WithProjector(myProjector{}),
-//			runner.WithStore(st),
-//			runner.WithRoute("POST /orders", ordersHandler))
+//			runner.WithSetup(createMyTables),
+//			runner.WithRoute("POST /orders", func(env *runner.Env) http.Handler {
+//				return &ordersHandler{store: env.Store, writer: env.Writer}
+//			}))
 //		stop()
 //		os.Exit(code)
 //	}
@@ -26,9 +28,11 @@ import (
 	"io"
 	"net/http"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store"
 	"github.com/outboxd/outboxd/worker"
 )
@@ -40,19 +44,39 @@ type Option func(*settings)
 type settings struct {
 	projector worker.Projector
 	store     store.Store
-	routes    []Route
+	routes    []route
+	setups    []func(ctx context.Context, env *Env) error
 	registry  *prometheus.Registry
 	logger    *zap.Logger
 }
 
-// Route is an HTTP route of the caller's own, served beside outboxd's on
-// --http-addr.
-type Route struct {
-	// Pattern is a net/http.ServeMux pattern ("POST /orders"). It must not
-	// overlap one of outboxd's routes.
-	Pattern string
-	// Handler serves it.
-	Handler http.Handler
+// route is an HTTP route of the caller's own (WithRoute).
+type route struct {
+	pattern string
+	handler func(env *Env) http.Handler
+}
+
+// Env is what Run opened for the role, handed to the program's own parts
+// (WithSetup, WithRoute), so that they use the role's configuration rather
+// than reading the flags a second time.
+type Env struct {
+	// Role is the subcommand: "ingest", "work", "dev", "migrate", …
+	Role string
+	// Store is the role's store (WithStore's, or the one --store names;
+	// not wrapped for tracing, so a type assertion to *sqlitestore.Store or
+	// *mongostore.Store reaches its RunTx). Nil for a role without one.
+	Store store.Store
+	// Writer writes events with the role's --stream and --partitions; set
+	// for the roles that serve ingest (ingest, dev).
+	Writer *outbox.Writer
+	// Postgres is the role's pool, nil for a role that does not open
+	// PostgreSQL.
+	Postgres *pgxpool.Pool
+	// Stream is --stream and Partitions --partitions.
+	Stream     string
+	Partitions int
+	// Logger is the role's logger.
+	Logger *zap.Logger
 }
 
 // WithProjector makes the workers (`work` and `dev`) write batches into the
@@ -71,13 +95,25 @@ func WithStore(st store.Store) Option {
 	return func(s *settings) { s.store = st }
 }
 
-// WithRoute serves h at pattern on --http-addr, for the roles that serve
-// ingest (`ingest` and `dev`), behind the same admission and the same
-// scope as POST /v1/events: with tokens configured, the caller must bear
-// the ingest token (or the operator's). Requests are counted in
-// outboxd_http_requests_total under the pattern.
-func WithRoute(pattern string, h http.Handler) Option {
-	return func(s *settings) { s.routes = append(s.routes, Route{Pattern: pattern, Handler: h}) }
+// WithRoute serves the handler that handler returns (given the role's Env,
+// once, when the server starts) at pattern, a net/http.ServeMux pattern
+// ("POST /orders") that must not overlap one of outboxd's routes. It is
+// served on --http-addr by the roles that serve ingest (`ingest` and
+// `dev`), behind the same admission and the same scope as POST /v1/events:
+// with tokens configured, the caller must bear the ingest token (or the
+// operator's). Requests are counted in outboxd_http_requests_total under
+// the pattern.
+func WithRoute(pattern string, handler func(env *Env) http.Handler) Option {
+	return func(s *settings) { s.routes = append(s.routes, route{pattern: pattern, handler: handler}) }
+}
+
+// WithSetup runs fn once the role has opened its backends (and applied the
+// schemas, for `migrate` and `dev`), before it starts anything: the place
+// for a program's own schema (its tables in the store and in PostgreSQL,
+// created idempotently). It runs for every role that opens a backend; an
+// error ends the role with exit code 1.
+func WithSetup(fn func(ctx context.Context, env *Env) error) Option {
+	return func(s *settings) { s.setups = append(s.setups, fn) }
 }
 
 // WithRegistry makes Run register its metrics in reg and serve reg on

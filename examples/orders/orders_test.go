@@ -112,39 +112,6 @@ func post(ctx context.Context, client *http.Client, addr string, body any) int {
 	return resp.StatusCode
 }
 
-// TestRunRefusesWhatItCannotShare: the settings the service reads from
-// OUTBOXD_* variables are refused as flags, and a store or a number of
-// partitions it cannot use is refused, each with exit 2 before anything is
-// opened or written.
-func TestRunRefusesWhatItCannotShare(t *testing.T) {
-	dir := t.TempDir()
-	for _, tc := range []struct {
-		name string
-		env  map[string]string
-		args []string
-		says string
-	}{
-		{"StreamFlag", nil, []string{"ingest", "--stream", "s"}, "give --stream as OUTBOXD_STREAM"},
-		{"StoreFlagWithValue", nil, []string{"work", "--store=sqlite:x.db"}, "give --store as OUTBOXD_STORE"},
-		{"PostgresFlag", nil, []string{"migrate", "-postgres-url", "postgres://x"}, "give --postgres-url as OUTBOXD_POSTGRES_URL"},
-		{"MongoStore", map[string]string{"OUTBOXD_STORE": "mongodb://db/"}, []string{"ingest"}, "OUTBOXD_STORE must be sqlite:PATH"},
-		{"BadPartitions", map[string]string{"OUTBOXD_STORE": "sqlite:" + filepath.Join(dir, "s.db"), "OUTBOXD_PARTITIONS": "0"},
-			[]string{"ingest"}, "OUTBOXD_PARTITIONS 1 to"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			for k, v := range tc.env {
-				t.Setenv(k, v)
-			}
-			var stderr bytes.Buffer
-			require.Equal(t, 2, run(t.Context(), tc.args, io.Discard, &stderr))
-			require.Contains(t, stderr.String(), tc.says)
-		})
-	}
-	entries, err := os.ReadDir(dir)
-	require.NoError(t, err)
-	require.Empty(t, entries, "nothing was created")
-}
-
 // TestOrders runs the example as a team deploys it, three processes on one
 // SQLite file, PostgreSQL and Redis: `orders ingest` serving POST /orders,
 // the stock `outboxd dispatch` as a sidecar, `orders work` with the

@@ -12,27 +12,14 @@ import (
 	"github.com/outboxd/outboxd/worker"
 )
 
-// readModel is the service's own schema in PostgreSQL, applied by the
-// roles that write it (work, dev) and by migrate; the lock makes processes
+// readModel is the service's own schema in PostgreSQL, applied by every
+// role that opens PostgreSQL (setup); the lock makes processes
 // that start together take turns (CREATE TABLE IF NOT EXISTS alone races).
 const readModel = `SELECT pg_advisory_xact_lock(hashtext('orders read model'));
 CREATE TABLE IF NOT EXISTS orders_read (order_id text PRIMARY KEY, customer text NOT NULL,
 	amount_cents bigint NOT NULL, placed_at timestamptz NOT NULL, event_id text NOT NULL);
 CREATE TABLE IF NOT EXISTS customer_orders (customer text PRIMARY KEY, orders bigint NOT NULL,
 	amount_cents bigint NOT NULL)`
-
-// applySchema creates the read model's tables at url if they are missing.
-func applySchema(ctx context.Context, url string) error {
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		return fmt.Errorf("error connecting to PostgreSQL: %w", err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, readModel); err != nil { // no arguments: one implicit transaction
-		return fmt.Errorf("error creating the orders read model: %w", err)
-	}
-	return nil
-}
 
 // projectOrders inserts the orders that are not in orders_read yet and
 // adds to each customer's counters only the rows it actually inserted, in
