@@ -56,8 +56,9 @@ run: services build ## Run every role in one process (outboxd dev) on the SQLite
 	./$(BIN) dev
 
 .PHONY: test
-test: test-services rules ## Run the alert rules' unit tests, then the Go tests with -race against the local PostgreSQL and Redis, then the allocation tests without it
+test: test-services rules ## Run the alert rules' unit tests, then the Go tests with -race against the local PostgreSQL and Redis (the product's module, then deploy's: the manifests' tests, a module of their own), then the allocation tests without it
 	$(GO) test $(TEST_FLAGS) $(PKGS)
+	cd deploy && $(GO) test $(TEST_FLAGS) ./...
 	$(MAKE) --no-print-directory test-allocs
 
 # The allocation tests (testing.AllocsPerRun; their names end in

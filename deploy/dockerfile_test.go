@@ -241,9 +241,11 @@ func globRegexp(pat string) *regexp.Regexp {
 // the module it imports.
 func buildInputs(t *testing.T) []string {
 	t.Helper()
-	out, err := exec.Command("go", "list", "-deps", "-f",
+	list := exec.Command("go", "list", "-deps", "-f",
 		`{{if .Module}}{{if eq .Module.Path "github.com/outboxd/outboxd"}}{{.Dir}}{{range .GoFiles}} {{.}}{{end}}{{range .EmbedFiles}} {{.}}{{end}}{{"\n"}}{{end}}{{end}}`,
-		"github.com/outboxd/outboxd/cmd/outboxd").Output()
+		"./cmd/outboxd")
+	list.Dir = ".." // the product's module
+	out, err := list.Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)
 	}

@@ -31,7 +31,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	outboxdBin = filepath.Join(dir, "outboxd")
-	if out, err := exec.Command("go", "build", "-o", outboxdBin, "github.com/outboxd/outboxd/cmd/outboxd").CombinedOutput(); err != nil {
+	build := exec.Command("go", "build", "-o", outboxdBin, "./cmd/outboxd")
+	build.Dir = ".." // the product's module: this one is the manifests' tests'
+	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building outboxd: %v\n%s", err, out)
 		_ = os.RemoveAll(dir)
 		os.Exit(1)

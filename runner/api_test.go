@@ -14,7 +14,6 @@ import (
 // publicAPI are the packages other modules may import (docs/api.md); every
 // other package of the module is a command or lives under internal/.
 var publicAPI = []string{
-	"deploy", // tests of the manifests only: no exported identifier
 	"dispatcher",
 	"migrations",
 	"outbox",
