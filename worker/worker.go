@@ -252,6 +252,11 @@ func (w *Worker) preflight(ctx context.Context) error {
 	if err := w.st.Ping(ctx); err != nil {
 		return fmt.Errorf("error reaching the store: %w", err)
 	}
+	if p, ok := w.cfg.Projector.(Preparer); ok {
+		if err := p.Prepare(ctx, w.pool); err != nil {
+			return fmt.Errorf("error preparing the projector: %w", err)
+		}
+	}
 	return w.ensureGroup(ctx)
 }
 
