@@ -30,6 +30,7 @@ import (
 	"github.com/outboxd/outboxd/migrations"
 	"github.com/outboxd/outboxd/operator"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/projection"
 	"github.com/outboxd/outboxd/readmodel"
 	"github.com/outboxd/outboxd/reconciler"
 	"github.com/outboxd/outboxd/store"
@@ -91,6 +92,9 @@ func (a *app) run(ctx context.Context) error {
 		}
 	}
 	if err := a.checkPartitions(ctx); err != nil {
+		return err
+	}
+	if err := a.prepareProjection(ctx); err != nil {
 		return err
 	}
 	if r.once != nil && (r.onceWhen == nil || r.onceWhen(a.o)) {
@@ -260,6 +264,32 @@ func (a *app) build(ctors ...func() (service, error)) ([]service, error) {
 	return out, nil
 }
 
+// projector returns the workers' projector: the --projection file, or
+// nil (the worker's default).
+func (a *app) projector() worker.Projector {
+	if a.o.projectionFile == nil {
+		return nil
+	}
+	return a.o.projectionFile
+}
+
+// prepareProjection prepares the --projection file's statements against
+// PostgreSQL (after dev's migrations): a statement PostgreSQL refuses is a
+// configuration error naming the file and the line.
+func (a *app) prepareProjection(ctx context.Context) error {
+	if a.o.projectionFile == nil || a.pg == nil {
+		return nil
+	}
+	if err := a.o.projectionFile.Prepare(ctx, a.pg); err != nil {
+		var se *projection.StatementError
+		if errors.As(err, &se) {
+			return config.Invalid("projection", "%v", err)
+		}
+		return err
+	}
+	return nil
+}
+
 // newWorker returns the process's workers: --concurrency batch loops,
 // each a consumer of the group (--consumer, then --consumer-2, … when it
 // is given), sharing the PostgreSQL pool, the metrics and one bound on the
@@ -293,7 +323,7 @@ func (a *app) newWorker() (service, error) {
 				ClaimIdle: a.o.claimIdle, MaxDeliveries: a.o.maxDeliveries, Ordered: a.o.ordered, LeaseTTL: a.o.leaseTTL,
 				RecordBackoff: a.o.retryBackoff, ConsumerExpiry: a.o.consumerExpiry,
 				BreakerFailures: a.o.breakerFailures, BreakerTimeout: a.o.breakerTimeout, StreakLimit: a.o.streakLimit,
-				Registerer: a.reg,
+				Projector: a.projector(), Registerer: a.reg,
 			}, a.log)
 			if err != nil {
 				return nil, err

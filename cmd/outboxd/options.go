@@ -19,6 +19,7 @@ import (
 	"github.com/outboxd/outboxd/internal/redact"
 	"github.com/outboxd/outboxd/operator"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/projection"
 	"github.com/outboxd/outboxd/reconciler"
 	"github.com/outboxd/outboxd/store"
 	"github.com/outboxd/outboxd/store/mongostore"
@@ -54,6 +55,10 @@ type options struct {
 	partitions int
 	// partitionsTo is `partitions switch --to`.
 	partitionsTo int
+	// projection is --projection, a SQL projection file; projectionFile is
+	// it, parsed by validate (nil without the flag).
+	projection     string
+	projectionFile *projection.File
 
 	// http
 	httpBodyTimeout, httpIdleTimeout time.Duration
@@ -229,6 +234,7 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 			}
 		case gWork:
 			o.eventRetentionFlag(fs)
+			fs.StringVar(&o.projection, "projection", "", "a SQL projection file the worker projects with instead of the demo read model (docs/projections.md); its statements are prepared at start, and a bad one exits 2 naming its line")
 			fs.StringVar(&o.consumer, "consumer", "", "consumer name (default: host-pid)")
 			o.batchSize.n = worker.BatchSizeDefault
 			fs.Var(&o.batchSize, "batch-size", fmt.Sprintf("stream entries per batch (1 to %d), or auto: between %d and %d, tuned to keep the p95 of the projection under --projection-target",
@@ -407,6 +413,13 @@ func (o *options) validate() error {
 		if o.mongoDB == "" || strings.ContainsAny(o.mongoDB, "/\\. \"$") {
 			return config.Invalid("mongo-db", "must be a MongoDB database name (got %q)", o.mongoDB)
 		}
+	}
+	if o.projection != "" {
+		f, err := projection.Load(o.projection)
+		if err != nil {
+			return config.Invalid("projection", "%v", err)
+		}
+		o.projectionFile = f
 	}
 	if has["shutdown-timeout"] && o.shutdownTimeout <= 0 {
 		return config.Invalid("shutdown-timeout", "must be positive")
