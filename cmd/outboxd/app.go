@@ -290,6 +290,29 @@ func (a *app) prepareProjection(ctx context.Context) error {
 	return nil
 }
 
+// checkedReadModel is a read model the operator actions and the audit can
+// check: readmodel.DB or readmodel.Keyed.
+type checkedReadModel interface {
+	operator.ReadModel
+	operator.AuditReadModel
+}
+
+// readModel returns the read model the operator actions and the audit
+// check: the demo tables, or what the --projection file's key answers; nil
+// and why when the file has no key (or there is no PostgreSQL: nil, "").
+func (a *app) readModel() (checkedReadModel, string) {
+	switch {
+	case a.pg == nil:
+		return nil, ""
+	case a.o.projectionFile == nil:
+		return readmodel.New(a.pg), ""
+	case a.o.projectionFile.Key == nil:
+		return nil, fmt.Sprintf("the projection file %s has no `-- key: TABLE.COLUMN` line naming where it keeps the event id", a.o.projectionFile.Name)
+	default:
+		return readmodel.NewKeyed(a.pg, a.o.projectionFile), ""
+	}
+}
+
 // newWorker returns the process's workers: --concurrency batch loops,
 // each a consumer of the group (--consumer, then --consumer-2, … when it
 // is given), sharing the PostgreSQL pool, the metrics and one bound on the
@@ -386,11 +409,15 @@ func (a *app) reconcilerConfig() *reconciler.Config {
 // newAudit returns the read model's audit (--audit-every, --audit-sample),
 // or nil when it is off.
 func (a *app) newAudit() (service, error) {
-	if a.o.auditEvery == 0 || a.pg == nil {
+	rm, unchecked := a.readModel()
+	if unchecked != "" && a.o.auditEvery != 0 {
+		a.log.Warn("the read model's audit is off: this read model cannot be checked", zap.String("reason", unchecked))
+	}
+	if a.o.auditEvery == 0 || rm == nil {
 		return nil, nil
 	}
 	audit, err := operator.NewAudit(&operator.AuditConfig{
-		Store: a.st, ReadModel: readmodel.New(a.pg), Stream: a.o.stream, Every: a.o.auditEvery, Sample: a.o.auditSample,
+		Store: a.st, ReadModel: rm, Stream: a.o.stream, Every: a.o.auditEvery, Sample: a.o.auditSample,
 		EventRetention: a.o.eventRetention, Registerer: a.reg,
 	}, a.log)
 	if err != nil {
@@ -598,11 +625,12 @@ func (a *app) httpHandler() (http.Handler, error) {
 		if a.rec != nil {
 			status.LastSweep = a.rec.LastReport
 		}
-		if a.pg != nil {
-			rm := readmodel.New(a.pg)
+		if rm, unchecked := a.readModel(); rm != nil {
 			status.Audit = func(ctx context.Context) (*operator.AuditReport, error) {
 				return operator.LastAudit(ctx, rm, a.o.stream)
 			}
+		} else {
+			status.Unchecked = unchecked
 		}
 		cfg.Status, cfg.Store = status, a.st
 		if err := a.reg.Register(httpapi.NewCollector(status)); err != nil {
@@ -657,8 +685,10 @@ func (a *app) newAdmin() (*operator.Operator, error) {
 	if a.rc != nil {
 		cfg.Redis = a.rc
 	}
-	if a.pg != nil {
-		cfg.ReadModel = readmodel.New(a.pg)
+	if rm, unchecked := a.readModel(); rm != nil {
+		cfg.ReadModel = rm
+	} else {
+		cfg.Unchecked = unchecked
 	}
 	return operator.New(cfg, a.log)
 }
