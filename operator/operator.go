@@ -77,6 +77,10 @@ type Config struct {
 	// readmodel.NewKeyed). Without it verify, replay with rebuild and the
 	// journey are not available.
 	ReadModel ReadModel
+	// Message says what the replays' messages carry besides the
+	// original's name and type (the payload), as ingest's do. Defaults to
+	// nothing more.
+	Message *outbox.MessageOptions
 	// Unchecked says why this instance's read model cannot be checked (its
 	// projector does not tell which originals it holds), when ReadModel is
 	// nil for that reason: verify and replay --rebuild then answer
@@ -147,7 +151,7 @@ func New(cfg *Config, logger *zap.Logger) (*Operator, error) {
 		// Replays go into the replay lane, which the workers read only when
 		// the stream has nothing for them, at a bounded rate: live events
 		// keep their latency.
-		o.publisher = c.Redis.Publisher(o.keys.Split(c.Partitions).ReplayLane(), nil, nil)
+		o.publisher = c.Redis.Publisher(o.keys.Split(c.Partitions).ReplayLane(), &stream.PublisherConfig{Message: c.Message}, nil)
 	}
 	return o, nil
 }

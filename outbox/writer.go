@@ -117,6 +117,9 @@ type WriterConfig struct {
 	Partitions int
 	// Now stamps createdAt. Defaults to time.Now; tests set a fake clock.
 	Now func() time.Time
+	// Message says what each outbox entry's message carries besides the
+	// original's name and type (the payload). Defaults to nothing more.
+	Message *MessageOptions
 
 	// faults arms fault points in tests (export_test.go).
 	faults *fault.Set
@@ -130,6 +133,7 @@ type Writer struct {
 	now        func() time.Time
 	faults     *fault.Set
 	sizer      PayloadSizer // nil: the payload's JSON
+	message    *MessageOptions
 }
 
 // NewWriter returns a Writer that writes through db (a store of the storage
@@ -144,7 +148,7 @@ func NewWriter(db Transactor, cfg *WriterConfig) *Writer {
 	}
 	sizer, _ := db.(PayloadSizer)
 	return &Writer{db: db, stream: cmp.Or(cfg.Stream, StreamDefault), partitions: max(cfg.Partitions, PartitionsDefault),
-		now: now, faults: cfg.faults, sizer: sizer}
+		now: now, faults: cfg.faults, sizer: sizer, message: cfg.Message}
 }
 
 // Stream returns the stream the writer's outbox entries name.
@@ -394,7 +398,7 @@ func (w *Writer) record(p prepared, now time.Time, traceParent string) (Event, E
 		TraceParent: traceParent,
 	}
 	return ev, Entry{EventID: ev.ID, Stream: w.stream, Partition: PartitionOf(ev.SourceKey, ev.DeviceKey, w.partitions),
-		Message: ev.Message(OriginOutbox).Encode(), CreatedAt: now, TraceParent: traceParent}
+		Message: ev.MessageWith(OriginOutbox, w.message).Encode(), CreatedAt: now, TraceParent: traceParent}
 }
 
 // Records validates inputs and returns the originals and outbox entries that

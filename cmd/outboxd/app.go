@@ -399,6 +399,7 @@ func (a *app) reconcilerConfig() *reconciler.Config {
 	cfg := &reconciler.Config{
 		Stream: a.o.stream, Partitions: a.partitions(), MinAge: a.o.minAge, RequeueAfter: a.o.requeueAfter, Limit: a.o.limit,
 		MaxRequeues: a.o.maxRequeues, Every: a.o.every, Lease: a.o.reconcileLease, Registerer: a.reg,
+		Message: &a.o.message,
 	}
 	if a.o.every == 0 { // one sweep, run by a schedule
 		cfg.Interval = a.o.expectedEvery
@@ -647,7 +648,7 @@ func (a *app) httpHandler() (http.Handler, error) {
 		cfg.History, cfg.Console = a.history, true
 	}
 	if a.role.api {
-		cfg.Writer = outbox.NewWriter(a.st, &outbox.WriterConfig{Stream: a.o.stream, Partitions: a.partitions()})
+		cfg.Writer = outbox.NewWriter(a.st, &outbox.WriterConfig{Stream: a.o.stream, Partitions: a.partitions(), Message: &a.o.message})
 		committer, err := a.newCommitter(cfg.Writer)
 		if err != nil {
 			return nil, err
@@ -681,7 +682,7 @@ func (a *app) newCommitter(w *outbox.Writer) (*outbox.Committer, error) {
 // (the admin API answers 501 for an action that needs one it lacks).
 func (a *app) newAdmin() (*operator.Operator, error) {
 	cfg := &operator.Config{Store: a.st, Stream: a.o.stream, Group: a.o.group, Partitions: a.partitions(),
-		Role: a.role.name, EventRetention: a.o.eventRetention, Registerer: a.reg}
+		Role: a.role.name, EventRetention: a.o.eventRetention, Registerer: a.reg, Message: &a.o.message}
 	if a.rc != nil {
 		cfg.Redis = a.rc
 	}
