@@ -346,7 +346,7 @@ func (a *app) newWorker() (service, error) {
 				ClaimIdle: a.o.claimIdle, MaxDeliveries: a.o.maxDeliveries, Ordered: a.o.ordered, LeaseTTL: a.o.leaseTTL,
 				RecordBackoff: a.o.retryBackoff, ConsumerExpiry: a.o.consumerExpiry,
 				BreakerFailures: a.o.breakerFailures, BreakerTimeout: a.o.breakerTimeout, StreakLimit: a.o.streakLimit,
-				Projector: a.projector(), Registerer: a.reg,
+				Projector: a.projector(), LeavesSynced: !a.o.ownsSynced, Registerer: a.reg,
 			}, a.log)
 			if err != nil {
 				return nil, err
