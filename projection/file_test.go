@@ -225,3 +225,42 @@ func TestBadStatement(t *testing.T) {
 		require.ErrorContains(t, f.Prepare(ctx, pg.Pool), `column "nope" does not exist`)
 	})
 }
+
+// BenchmarkProject projects batches of the worker's default size with the
+// demo file and with readmodel's Projector, each batch new events in its
+// own transaction, pipelined as the worker sends them.
+func BenchmarkProject(b *testing.B) {
+	ctx := context.Background()
+	for _, name := range []string{"GoProjector", "DemoFile"} {
+		b.Run(name, func(b *testing.B) {
+			pg := testkit.NewPostgres(b)
+			var p worker.PipelinedProjector = readmodel.NewProjector()
+			if name == "DemoFile" {
+				demo := projection.Demo()
+				require.NoError(b, demo.Prepare(ctx, pg.Pool))
+				p = demo
+			}
+			day := time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC)
+			batch := make([]*outbox.Event, worker.BatchSizeDefault)
+			b.ResetTimer()
+			for i := range b.N {
+				b.StopTimer()
+				for j := range batch {
+					batch[j] = &outbox.Event{ID: outbox.NewEventID(), IdempotencyKey: outbox.NewEventID(), SourceKey: "s",
+						DeviceKey: fmt.Sprintf("d%d", j%50), Type: "event", OccurredAt: day.Add(time.Duration(i*len(batch)+j) * time.Second),
+						Payload: json.RawMessage(`{"temperature":21.5,"unit":"C"}`), CreatedAt: day}
+				}
+				b.StartTimer()
+				err := pgx.BeginFunc(ctx, pg.Pool, func(tx pgx.Tx) error {
+					q := &pgx.Batch{}
+					if err := p.QueueProject(q, batch); err != nil {
+						return err
+					}
+					return tx.SendBatch(ctx, q).Close()
+				})
+				require.NoError(b, err)
+			}
+			b.ReportMetric(float64(b.N*len(batch))/b.Elapsed().Seconds(), "events/s")
+		})
+	}
+}
