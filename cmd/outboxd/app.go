@@ -67,6 +67,9 @@ type app struct {
 	// history samples the status for the console's charts while the HTTP
 	// server runs.
 	history *httpapi.History
+	// goProjector is the workers' projector when a Go program gives one
+	// (nil: the --projection file, or the default).
+	goProjector worker.Projector
 	// committer groups the single-event ingest requests into shared store
 	// transactions while the HTTP server runs (api roles).
 	committer *outbox.Committer
@@ -264,13 +267,18 @@ func (a *app) build(ctors ...func() (service, error)) ([]service, error) {
 	return out, nil
 }
 
-// projector returns the workers' projector: the --projection file, or
-// nil (the worker's default).
+// projector returns the workers' projector: a Go projector given to the
+// app (goProjector), the --projection file, or nil (the worker's
+// default).
 func (a *app) projector() worker.Projector {
-	if a.o.projectionFile == nil {
+	switch {
+	case a.goProjector != nil:
+		return a.goProjector
+	case a.o.projectionFile != nil:
+		return a.o.projectionFile
+	default:
 		return nil
 	}
-	return a.o.projectionFile
 }
 
 // prepareProjection prepares the --projection file's statements against
@@ -298,18 +306,25 @@ type checkedReadModel interface {
 }
 
 // readModel returns the read model the operator actions and the audit
-// check: the demo tables, or what the --projection file's key answers; nil
-// and why when the file has no key (or there is no PostgreSQL: nil, "").
+// check, from the workers' projector: the demo tables for the default, what
+// a worker.Checker answers (a --projection file with its key line), or nil
+// and why it cannot be checked (a projector that cannot tell; nil, "" when
+// there is no PostgreSQL).
 func (a *app) readModel() (checkedReadModel, string) {
+	p := a.projector()
+	if f, ok := p.(*projection.File); ok && f.Key == nil {
+		return nil, fmt.Sprintf("the projection file %s has no `-- key: TABLE.COLUMN` line naming where it keeps the event id", f.Name)
+	}
+	c, isChecker := p.(worker.Checker)
 	switch {
 	case a.pg == nil:
 		return nil, ""
-	case a.o.projectionFile == nil:
+	case p == nil:
 		return readmodel.New(a.pg), ""
-	case a.o.projectionFile.Key == nil:
-		return nil, fmt.Sprintf("the projection file %s has no `-- key: TABLE.COLUMN` line naming where it keeps the event id", a.o.projectionFile.Name)
+	case isChecker:
+		return readmodel.NewKeyed(a.pg, c), ""
 	default:
-		return readmodel.NewKeyed(a.pg, a.o.projectionFile), ""
+		return nil, "its projector does not tell which originals it holds (it is no worker.Checker)"
 	}
 }
 

@@ -15,9 +15,14 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/testkit"
+	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/projection"
+	"github.com/outboxd/outboxd/readmodel"
+	"github.com/outboxd/outboxd/worker"
 )
 
 // ordersProjection is a SQL projection into two tables of the test's own:
@@ -198,4 +203,39 @@ func TestProjectionFlag(t *testing.T) {
 			require.Contains(t, stderr.String(), "--projection "+file+tc.want)
 		})
 	}
+}
+
+// TestReadModelOfProjector: the operator actions and the audit check the
+// demo tables by default, a projection file through its key line, and say
+// once why a read model cannot be checked (a file without a key, a Go
+// projector that cannot tell).
+func TestReadModelOfProjector(t *testing.T) {
+	t.Parallel()
+	pool, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none") // never connected
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	keyed, err := projection.Parse("keyed.sql", "-- key: t.id\nINSERT INTO t VALUES (:eventId)")
+	require.NoError(t, err)
+	unkeyed, err := projection.Parse("unkeyed.sql", "INSERT INTO t VALUES (:eventId)")
+	require.NoError(t, err)
+	goProjector := worker.ProjectorFunc(func(context.Context, pgx.Tx, []*outbox.Event) error { return nil })
+
+	a := &app{o: &options{}, pg: pool}
+	rm, why := a.readModel()
+	require.IsType(t, &readmodel.DB{}, rm)
+	require.Empty(t, why)
+
+	a.o.projectionFile = keyed
+	rm, _ = a.readModel()
+	require.IsType(t, &readmodel.Keyed{}, rm)
+
+	a.o.projectionFile = unkeyed
+	rm, why = a.readModel()
+	require.Nil(t, rm)
+	require.Equal(t, "the projection file unkeyed.sql has no `-- key: TABLE.COLUMN` line naming where it keeps the event id", why)
+
+	a.goProjector = goProjector
+	rm, why = a.readModel()
+	require.Nil(t, rm)
+	require.Contains(t, why, "its projector does not tell which originals it holds")
 }
