@@ -60,8 +60,9 @@ func TestPythonConsumer(t *testing.T) {
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	require.NoError(t, cmd.Run(), stderr.String())
 
+	t.Logf("the consumer printed:\n%s", stdout.String())
 	seen := map[string]bool{}
-	sc := bufio.NewScanner(&stdout)
+	sc := bufio.NewScanner(bytes.NewReader(stdout.Bytes()))
 	for sc.Scan() {
 		var line struct {
 			EventID string          `json:"eventId"`
