@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"cmp"
 	"encoding/json"
 	"time"
 )
@@ -81,7 +82,8 @@ func (e *Event) State() string {
 	}
 }
 
-// Message returns the stream message for e.
+// Message returns the stream message for e: it names the original and
+// its type.
 func (e *Event) Message(origin Origin) Message {
 	return Message{
 		EventID:        e.ID,
@@ -91,7 +93,42 @@ func (e *Event) Message(origin Origin) Message {
 		OccurredAt:     e.OccurredAt.UTC(),
 		CreatedAt:      e.CreatedAt.UTC(),
 		Origin:         origin,
+		Type:           e.Type,
 	}
+}
+
+// PayloadMaxDefault is the default MessageOptions.PayloadMax: 64 KiB.
+const PayloadMaxDefault = 64 << 10
+
+// MessageOptions says what a stream message carries besides the
+// original's name and type (--message-payload, --message-payload-max).
+type MessageOptions struct {
+	// Payload puts the original's payload into the message. Defaults to
+	// false: consumers fetch the original.
+	Payload bool
+	// PayloadMax is the largest payload (bytes of its JSON) a message
+	// carries; a larger one goes by reference (Message.PayloadRef).
+	// Defaults to PayloadMaxDefault.
+	PayloadMax int
+}
+
+// MessageWith returns e's message with what opts asks for besides (a nil
+// opts: Message).
+func (e *Event) MessageWith(origin Origin, opts *MessageOptions) Message {
+	m := e.Message(origin)
+	if opts == nil || !opts.Payload {
+		return m
+	}
+	payload := e.Payload
+	if len(payload) == 0 {
+		payload = json.RawMessage("{}")
+	}
+	if len(payload) > cmp.Or(opts.PayloadMax, PayloadMaxDefault) {
+		m.PayloadRef = true
+	} else {
+		m.Payload = payload
+	}
+	return m
 }
 
 // Entry is an outbox entry: one per original, relayed to Stream by the

@@ -9,7 +9,9 @@ import (
 )
 
 // Message is the JSON carried in a stream entry's payload field. Workers
-// always re-read the original; the message only names it.
+// always re-read the original; the message names it, with its type, and
+// (MessageOptions.Payload) its payload, so that a consumer in any language
+// can use the stream without the store.
 type Message struct {
 	EventID        string    `json:"eventId"`
 	IdempotencyKey string    `json:"idempotencyKey"`
@@ -18,6 +20,15 @@ type Message struct {
 	OccurredAt     time.Time `json:"occurredAt"`
 	CreatedAt      time.Time `json:"createdAt"`
 	Origin         Origin    `json:"origin"`
+	// Type is the original's type. Messages written before it was carried
+	// have none.
+	Type string `json:"type,omitempty"`
+	// Payload is the original's payload when the message carries it
+	// (MessageOptions.Payload) and it is at most MessageOptions.PayloadMax
+	// bytes; PayloadRef is set instead when it is larger: a consumer
+	// fetches the original (GET /v1/events/{id}).
+	Payload    json.RawMessage `json:"payload,omitempty"`
+	PayloadRef bool            `json:"payloadRef,omitempty"`
 	// TraceParent is the W3C traceparent of the span that put the message
 	// into the stream (the dispatcher's relay, the reconciler's or a
 	// replay's publish); the worker's span continues it. Absent when that
@@ -103,6 +114,7 @@ const (
 	keyOccurredAt     = `","occurredAt":"`
 	keyCreatedAt      = `","createdAt":"`
 	keyOrigin         = `","origin":"`
+	keyType           = `","type":"`
 	keyTraceParent    = `","traceparent":"`
 	messageEnd        = `"}`
 )
@@ -135,9 +147,12 @@ func plainTime(t time.Time) bool {
 // encodeMessage writes m's JSON directly and reports true, or reports false
 // (having written nothing) when a string or a time is not plain.
 func encodeMessage(m Message) (string, bool) {
-	strs := [...]string{m.EventID, m.IdempotencyKey, m.SourceKey, m.DeviceKey, string(m.Origin), m.TraceParent}
+	if len(m.Payload) > 0 || m.PayloadRef { // encoding/json's compaction and escapes decide
+		return "", false
+	}
+	strs := [...]string{m.EventID, m.IdempotencyKey, m.SourceKey, m.DeviceKey, string(m.Origin), m.Type, m.TraceParent}
 	n := len(keyEventID) + len(keyIdempotencyKey) + len(keySourceKey) + len(keyDeviceKey) +
-		len(keyOccurredAt) + len(keyCreatedAt) + len(keyOrigin) + len(keyTraceParent) + len(messageEnd) +
+		len(keyOccurredAt) + len(keyCreatedAt) + len(keyOrigin) + len(keyType) + len(keyTraceParent) + len(messageEnd) +
 		2*len(time.RFC3339Nano)
 	for _, s := range strs {
 		if !plain(s) {
@@ -165,6 +180,10 @@ func encodeMessage(m Message) (string, bool) {
 	b.Write(m.CreatedAt.AppendFormat(buf[:0], time.RFC3339Nano))
 	b.WriteString(keyOrigin)
 	b.WriteString(string(m.Origin))
+	if m.Type != "" {
+		b.WriteString(keyType)
+		b.WriteString(m.Type)
+	}
 	if m.TraceParent != "" {
 		b.WriteString(keyTraceParent)
 		b.WriteString(m.TraceParent)
@@ -198,6 +217,9 @@ func parseMessage(raw string) (Message, bool) {
 	m.OccurredAt = p.time(keyOccurredAt)
 	m.CreatedAt = p.time(keyCreatedAt)
 	m.Origin = Origin(p.field(keyOrigin))
+	if p.ok && strings.HasPrefix(p.s[p.i:], keyType) {
+		m.Type = p.field(keyType)
+	}
 	if p.ok && strings.HasPrefix(p.s[p.i:], keyTraceParent) {
 		m.TraceParent = p.field(keyTraceParent)
 	}

@@ -48,6 +48,10 @@ func messageVariants() map[string]Message {
 		"InvalidUTF8":       with(func(m *Message) { m.SourceKey = "a\xffb" }),
 		"Empty":             {},
 		"OtherOriginString": with(func(m *Message) { m.Origin = "dlq-replay" }),
+		"Typed":             with(func(m *Message) { m.Type = "order.placed" }),
+		"TypedAndTraced":    with(func(m *Message) { m.Type, m.TraceParent = "t", "00-1-2-01" }),
+		"WithPayload":       with(func(m *Message) { m.Type, m.Payload = "t", json.RawMessage(`{"a":"<b>","n":1}`) }),
+		"PayloadByRef":      with(func(m *Message) { m.Type, m.PayloadRef = "t", true }),
 	}
 }
 
@@ -63,7 +67,7 @@ func TestMessageCodecCoversEveryField(t *testing.T) {
 		tags = append(tags, typ.Field(i).Tag.Get("json"))
 	}
 	require.Equal(t, []string{"eventId", "idempotencyKey", "sourceKey", "deviceKey", "occurredAt", "createdAt",
-		"origin", "traceparent,omitempty"}, tags)
+		"origin", "type,omitempty", "payload,omitempty", "payloadRef,omitempty", "traceparent,omitempty"}, tags)
 }
 
 // TestMessageEncodeIsEncodingJSON: Encode writes what encoding/json writes,
@@ -71,7 +75,7 @@ func TestMessageCodecCoversEveryField(t *testing.T) {
 func TestMessageEncodeIsEncodingJSON(t *testing.T) {
 	t.Parallel()
 	direct := map[string]bool{"AsIngestWritesIt": true, "Traced": true, "Nanoseconds": true, "ZeroTimes": true,
-		"Year9999": true, "ZeroOffsetNotUTC": true, "Empty": true, "OtherOriginString": true}
+		"Year9999": true, "ZeroOffsetNotUTC": true, "Empty": true, "OtherOriginString": true, "Typed": true, "TypedAndTraced": true}
 	for name, m := range messageVariants() {
 		t.Run(name, func(t *testing.T) {
 			want, err := json.Marshal(m)
@@ -94,8 +98,8 @@ func TestMessageDecodeIsEncodingJSON(t *testing.T) {
 			requireDecodesAsEncodingJSON(t, raw)
 			// Any time encoding/json reads is read directly too (an offset
 			// as well), so plain strings decide.
-			direct := true
-			for _, s := range []string{m.EventID, m.IdempotencyKey, m.SourceKey, m.DeviceKey, string(m.Origin), m.TraceParent} {
+			direct := len(m.Payload) == 0 && !m.PayloadRef // a payload goes through encoding/json
+			for _, s := range []string{m.EventID, m.IdempotencyKey, m.SourceKey, m.DeviceKey, string(m.Origin), m.Type, m.TraceParent} {
 				direct = direct && plain(s)
 			}
 			_, ok := parseMessage(raw)
@@ -159,13 +163,13 @@ func requireDecodesAsEncodingJSON(t testing.TB, raw string) {
 func FuzzMessageEncode(f *testing.F) {
 	for _, m := range messageVariants() {
 		_, offset := m.CreatedAt.Zone()
-		f.Add(m.EventID, m.IdempotencyKey, m.SourceKey, m.DeviceKey, string(m.Origin), m.TraceParent,
+		f.Add(m.EventID, m.IdempotencyKey, m.SourceKey, m.DeviceKey, string(m.Origin), m.Type, m.TraceParent,
 			m.OccurredAt.UnixNano(), m.CreatedAt.UnixNano(), offset)
 	}
-	f.Add("a", "b", "c", "d", "e", "f", int64(-62167219200000000), int64(1)<<62, -3600)
-	f.Fuzz(func(t *testing.T, id, key, src, dev, origin, tp string, occurred, created int64, offset int) {
+	f.Add("a", "b", "c", "d", "e", "t", "f", int64(-62167219200000000), int64(1)<<62, -3600)
+	f.Fuzz(func(t *testing.T, id, key, src, dev, origin, typ, tp string, occurred, created int64, offset int) {
 		zone := time.FixedZone("z", offset%(48*3600))
-		m := Message{EventID: id, IdempotencyKey: key, SourceKey: src, DeviceKey: dev, Origin: Origin(origin),
+		m := Message{EventID: id, IdempotencyKey: key, SourceKey: src, DeviceKey: dev, Origin: Origin(origin), Type: typ,
 			TraceParent: tp, OccurredAt: time.Unix(0, occurred).UTC(), CreatedAt: time.Unix(0, created).In(zone)}
 		want, err := json.Marshal(m)
 		if err != nil {

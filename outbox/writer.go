@@ -118,6 +118,9 @@ type WriterConfig struct {
 	Partitions int
 	// Now stamps createdAt. Defaults to time.Now; tests set a fake clock.
 	Now func() time.Time
+	// Message says what each outbox entry's message carries besides the
+	// original's name and type (the payload). Defaults to nothing more.
+	Message *MessageOptions
 
 	// faults arms fault points in tests (export_test.go).
 	faults *fault.Set
@@ -131,6 +134,7 @@ type Writer struct {
 	now        func() time.Time
 	faults     *fault.Set
 	sizer      PayloadSizer // nil: the payload's JSON
+	message    *MessageOptions
 	// checked is set once the store's record of the number of partitions
 	// was found to agree with partitions (checkPartitions).
 	checked atomic.Bool
@@ -185,7 +189,7 @@ func NewWriter(db Transactor, cfg *WriterConfig) *Writer {
 	}
 	sizer, _ := db.(PayloadSizer)
 	return &Writer{db: db, stream: cmp.Or(cfg.Stream, StreamDefault), partitions: max(cfg.Partitions, PartitionsDefault),
-		now: now, faults: cfg.faults, sizer: sizer}
+		now: now, faults: cfg.faults, sizer: sizer, message: cfg.Message}
 }
 
 // Stream returns the stream the writer's outbox entries name.
@@ -441,7 +445,7 @@ func (w *Writer) record(p prepared, now time.Time, traceParent string) (Event, E
 		TraceParent: traceParent,
 	}
 	return ev, Entry{EventID: ev.ID, Stream: w.stream, Partition: PartitionOf(ev.SourceKey, ev.DeviceKey, w.partitions),
-		Message: ev.Message(OriginOutbox).Encode(), CreatedAt: now, TraceParent: traceParent}
+		Message: ev.MessageWith(OriginOutbox, w.message).Encode(), CreatedAt: now, TraceParent: traceParent}
 }
 
 // Records validates inputs and returns the originals and outbox entries that

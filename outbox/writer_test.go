@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -241,4 +242,45 @@ func TestWriteInCallersTransaction(t *testing.T) {
 		require.Equal(t, int64(1), n)
 		testkit.RequireStored(t, st, 1)
 	})
+}
+
+// TestWriterMessage: the outbox entry's message always carries the
+// original's type; with MessageOptions.Payload its payload too, and a
+// payload over PayloadMax goes by reference.
+func TestWriterMessage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := testkit.NewStore(t)
+	messages := func(opts *outbox.MessageOptions, inputs ...outbox.Input) []outbox.Message {
+		t.Helper()
+		w := outbox.NewWriter(st, &outbox.WriterConfig{Stream: testkit.Name("msg"), Message: opts})
+		_, err := w.Write(ctx, inputs)
+		require.NoError(t, err)
+		entries, err := st.Undispatched(ctx, w.Stream(), store.Partition{Count: 1}, "", 10)
+		require.NoError(t, err)
+		var out []outbox.Message
+		for _, e := range entries {
+			m, err := outbox.DecodeMessage(map[string]any{outbox.PayloadField: e.Message})
+			require.NoError(t, err)
+			out = append(out, m)
+		}
+		return out
+	}
+	small := outbox.Input{SourceKey: "s", DeviceKey: "d", OccurredAt: "2026-11-01T10:00:00Z", Type: "order.placed", Payload: json.RawMessage(`{"total":12.5}`)}
+	big := outbox.Input{SourceKey: "s", DeviceKey: "d", OccurredAt: "2026-11-01T11:00:00Z", Type: "order.placed",
+		Payload: json.RawMessage(`{"note":"` + strings.Repeat("x", 100) + `"}`)}
+
+	m := messages(nil, small)
+	require.Len(t, m, 1)
+	require.Equal(t, "order.placed", m[0].Type, "the type always")
+	require.Nil(t, m[0].Payload, "no payload by default")
+	require.False(t, m[0].PayloadRef)
+
+	small.OccurredAt = "2026-11-01T12:00:00Z" // another original
+	m = messages(&outbox.MessageOptions{Payload: true, PayloadMax: 50}, small, big)
+	require.Len(t, m, 2)
+	require.JSONEq(t, `{"total":12.5}`, string(m[0].Payload))
+	require.False(t, m[0].PayloadRef)
+	require.Nil(t, m[1].Payload, "over the bound: by reference")
+	require.True(t, m[1].PayloadRef)
 }

@@ -58,6 +58,10 @@ const rollbackTimeout = 10 * time.Second
 
 // Config configures a Reconciler. A nil config means all defaults.
 type Config struct {
+	// Message says what the re-published messages carry besides the
+	// original's name and type (the payload), as ingest's do. Defaults to
+	// nothing more.
+	Message *outbox.MessageOptions
 	// Stream is the stream the originals' messages are added to, the one
 	// the dispatcher feeds. Defaults to outbox.StreamDefault.
 	Stream string
@@ -221,7 +225,7 @@ func newReconciler(st store.Store, rc *stream.Client, cfg *Config, logger *zap.L
 	if err != nil {
 		return nil, fmt.Errorf("error registering reconciler metrics: %w", err)
 	}
-	r := &Reconciler{st: st, rc: rc, publisher: rc.Publisher(stream.NewKeys(c.Stream, "").Split(c.Partitions), nil, nil), cfg: c, metrics: m,
+	r := &Reconciler{st: st, rc: rc, publisher: rc.Publisher(stream.NewKeys(c.Stream, "").Split(c.Partitions), &stream.PublisherConfig{Message: c.Message}, nil), cfg: c, metrics: m,
 		logger: logger.Named("reconciler").With(zap.String("stream", c.Stream))}
 	r.elector = leader.New(st, leader.Config{Name: LeaseName(c.Stream), Owner: c.Owner, TTL: c.LeaseTTL, Now: c.Now,
 		Hooks: leader.Hooks{

@@ -17,6 +17,7 @@ var publicAPI = []string{
 	"dispatcher",
 	"migrations",
 	"outbox",
+	"projection",
 	"reconciler",
 	"runner",
 	"store",

@@ -33,6 +33,7 @@ import (
 	"github.com/outboxd/outboxd/internal/tracing/instrument"
 	"github.com/outboxd/outboxd/migrations"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/projection"
 	"github.com/outboxd/outboxd/reconciler"
 	"github.com/outboxd/outboxd/store"
 	"github.com/outboxd/outboxd/store/mongostore"
@@ -72,9 +73,10 @@ type app struct {
 	// history samples the status for the console's charts while the HTTP
 	// server runs.
 	history *httpapi.History
-	// auditOff: the read model's audit cannot check this deployment's read
-	// model (auditable), so the status shows none.
-	auditOff bool
+	// presentOnce looks up once whether the default read model's tables
+	// exist (present).
+	presentOnce sync.Once
+	present     bool
 	// committer groups the single-event ingest requests into shared store
 	// transactions while the HTTP server runs (api roles).
 	committer *outbox.Committer
@@ -111,6 +113,9 @@ func (a *app) run(ctx context.Context) error {
 				return fmt.Errorf("error in the program's setup (runner.WithSetup): %w", err)
 			}
 		}
+	}
+	if err := a.prepareProjection(ctx); err != nil {
+		return err
 	}
 	if r.once != nil && (r.onceWhen == nil || r.onceWhen(a.o)) {
 		return r.once(ctx, a)
@@ -308,6 +313,89 @@ func (a *app) build(ctors ...func() (service, error)) ([]service, error) {
 	return out, nil
 }
 
+// projector returns the workers' projector: a Go projector given to the
+// program (runner.WithProjector), the --projection file, or nil (the worker's
+// default).
+func (a *app) projector() worker.Projector {
+	switch {
+	case a.set.projector != nil:
+		return a.set.projector
+	case a.o.projectionFile != nil:
+		return a.o.projectionFile
+	default:
+		return nil
+	}
+}
+
+// prepareProjection prepares the --projection file's statements against
+// PostgreSQL (after dev's migrations): a statement PostgreSQL refuses is a
+// configuration error naming the file and the line.
+func (a *app) prepareProjection(ctx context.Context) error {
+	if a.o.projectionFile == nil || a.pg == nil {
+		return nil
+	}
+	if err := a.o.projectionFile.Prepare(ctx, a.pg); err != nil {
+		var se *projection.StatementError
+		if errors.As(err, &se) {
+			return config.Invalid("projection", "%v", err)
+		}
+		return err
+	}
+	return nil
+}
+
+// checkedReadModel is a read model the operator actions and the audit can
+// check: readmodel.DB or readmodel.Keyed.
+type checkedReadModel interface {
+	operator.ReadModel
+	operator.AuditReadModel
+}
+
+// readModel returns the read model the operator actions and the audit
+// check, from the workers' projector: the demo tables for the default, what
+// a worker.Checker answers (a --projection file with its key line), or nil
+// and why it cannot be checked (a projector that cannot tell; nil, "" when
+// there is no PostgreSQL).
+func (a *app) readModel() (checkedReadModel, string) {
+	p := a.projector()
+	if f, ok := p.(*projection.File); ok && f.Key == nil {
+		return nil, fmt.Sprintf("the projection file %s has no `-- key: TABLE.COLUMN` line naming where it keeps the event id", f.Name)
+	}
+	c, isChecker := p.(worker.Checker)
+	switch {
+	case a.pg == nil:
+		return nil, ""
+	case p == nil:
+		if !a.defaultReadModelPresent() {
+			return nil, "outboxd's read model (tables events and device_daily_stats) is not in this PostgreSQL database (outboxd migrate --read-model-only applies it)"
+		}
+		return readmodel.New(a.pg), ""
+	case isChecker:
+		return readmodel.NewKeyed(a.pg, c), ""
+	default:
+		return nil, "its projector does not tell which originals it holds (it is no worker.Checker)"
+	}
+}
+
+// readModelPresenceTimeout bounds the look for the default read model's
+// tables.
+const readModelPresenceTimeout = 5 * time.Second
+
+// defaultReadModelPresent reports, looked up once, whether the default
+// projector's tables are in the database: a team that projects into a read
+// model of its own (with its own binary, while this one runs the stock
+// reconciler) has not applied them. PostgreSQL not answering counts as
+// present: the audit's runs say that it does not answer.
+func (a *app) defaultReadModelPresent() bool {
+	a.presentOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), readModelPresenceTimeout)
+		defer cancel()
+		present, err := readmodel.New(a.pg).Present(ctx)
+		a.present = err != nil || present
+	})
+	return a.present
+}
+
 // newWorker returns the process's workers: --concurrency batch loops,
 // each a consumer of the group (--consumer, then --consumer-2, … when it
 // is given), sharing the PostgreSQL pool, the metrics and one bound on the
@@ -341,7 +429,7 @@ func (a *app) newWorker() (service, error) {
 				ClaimIdle: a.o.claimIdle, MaxDeliveries: a.o.maxDeliveries, Ordered: a.o.ordered, LeaseTTL: a.o.leaseTTL,
 				RecordBackoff: a.o.retryBackoff, ConsumerExpiry: a.o.consumerExpiry,
 				BreakerFailures: a.o.breakerFailures, BreakerTimeout: a.o.breakerTimeout, StreakLimit: a.o.streakLimit,
-				Registerer: a.reg, Projector: a.set.projector,
+				Projector: a.projector(), LeavesSynced: !a.o.ownsSynced, Registerer: a.reg,
 			}, a.log)
 			if err != nil {
 				return nil, err
@@ -394,6 +482,7 @@ func (a *app) reconcilerConfig() *reconciler.Config {
 	cfg := &reconciler.Config{
 		Stream: a.o.stream, Partitions: a.partitions(), MinAge: a.o.minAge, RequeueAfter: a.o.requeueAfter, Limit: a.o.limit,
 		MaxRequeues: a.o.maxRequeues, Every: a.o.every, Lease: a.o.reconcileLease, Registerer: a.reg,
+		Message: &a.o.message,
 	}
 	if a.o.every == 0 { // one sweep, run by a schedule
 		cfg.Interval = a.o.expectedEvery
@@ -404,42 +493,21 @@ func (a *app) reconcilerConfig() *reconciler.Config {
 // newAudit returns the read model's audit (--audit-every, --audit-sample),
 // or nil when it is off.
 func (a *app) newAudit() (service, error) {
-	if a.o.auditEvery == 0 || a.pg == nil || !a.auditable() {
+	rm, unchecked := a.readModel()
+	if unchecked != "" && a.o.auditEvery != 0 {
+		a.log.Warn("the read model's audit is off: this read model cannot be checked", zap.String("reason", unchecked))
+	}
+	if a.o.auditEvery == 0 || rm == nil {
 		return nil, nil
 	}
 	audit, err := operator.NewAudit(&operator.AuditConfig{
-		Store: a.st, ReadModel: readmodel.New(a.pg), Stream: a.o.stream, Every: a.o.auditEvery, Sample: a.o.auditSample,
+		Store: a.st, ReadModel: rm, Stream: a.o.stream, Every: a.o.auditEvery, Sample: a.o.auditSample,
 		EventRetention: a.o.eventRetention, Registerer: a.reg,
 	}, a.log)
 	if err != nil {
 		return nil, err
 	}
 	return audit, nil
-}
-
-// auditPresenceTimeout bounds the start's look for the read model's tables.
-const auditPresenceTimeout = 5 * time.Second
-
-// auditable reports whether the audit can check this deployment's read
-// model; when it cannot, it says so once, at start, instead of failing on
-// every run: the read model is a projector of the program's own
-// (runner.WithProjector), or outboxd's tables are not in the database.
-// PostgreSQL not answering now keeps the audit on (its runs say so).
-func (a *app) auditable() bool {
-	a.auditOff = true
-	if a.set.projector != nil {
-		a.log.Info("the read model's audit is off: it checks outboxd's own tables, and this program projects with a projector of its own (runner.WithProjector)")
-		return false
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), auditPresenceTimeout)
-	defer cancel()
-	present, err := readmodel.New(a.pg).Present(ctx)
-	if err == nil && !present {
-		a.log.Info("the read model's audit is off: outboxd's read model (tables events and device_daily_stats) is not in this PostgreSQL database (outboxd migrate --read-model-only applies it)")
-		return false
-	}
-	a.auditOff = false
-	return true
 }
 
 func (a *app) newReconciler() (service, error) {
@@ -647,11 +715,12 @@ func (a *app) httpHandler() (http.Handler, error) {
 		if a.rec != nil {
 			status.LastSweep = a.rec.LastReport
 		}
-		if a.pg != nil && !a.auditOff {
-			rm := readmodel.New(a.pg)
+		if rm, unchecked := a.readModel(); rm != nil {
 			status.Audit = func(ctx context.Context) (*operator.AuditReport, error) {
 				return operator.LastAudit(ctx, rm, a.o.stream)
 			}
+		} else {
+			status.Unchecked = unchecked
 		}
 		cfg.Status, cfg.Store = status, a.st
 		if err := a.reg.Register(httpapi.NewCollector(status)); err != nil {
@@ -681,7 +750,7 @@ func (a *app) httpHandler() (http.Handler, error) {
 // env returns what the role opened, for the program's own parts.
 func (a *app) env() *Env {
 	if a.role.api && a.writer == nil && a.st != nil {
-		a.writer = outbox.NewWriter(a.st, &outbox.WriterConfig{Stream: a.o.stream, Partitions: a.partitions()})
+		a.writer = outbox.NewWriter(a.st, &outbox.WriterConfig{Stream: a.o.stream, Partitions: a.partitions(), Message: &a.o.message})
 	}
 	return &Env{Role: a.role.name, Store: a.opened, Writer: a.writer, Postgres: a.pg,
 		Stream: a.o.stream, Partitions: a.partitions(), Logger: a.log}
@@ -711,12 +780,14 @@ func (a *app) newCommitter(w *outbox.Writer) (*outbox.Committer, error) {
 // (the admin API answers 501 for an action that needs one it lacks).
 func (a *app) newAdmin() (*operator.Operator, error) {
 	cfg := &operator.Config{Store: a.st, Stream: a.o.stream, Group: a.o.group, Partitions: a.partitions(),
-		Role: a.role.name, EventRetention: a.o.eventRetention, Registerer: a.reg}
+		Role: a.role.name, EventRetention: a.o.eventRetention, Registerer: a.reg, Message: &a.o.message}
 	if a.rc != nil {
 		cfg.Redis = a.rc
 	}
-	if a.pg != nil {
-		cfg.ReadModel = readmodel.New(a.pg)
+	if rm, unchecked := a.readModel(); rm != nil {
+		cfg.ReadModel = rm
+	} else {
+		cfg.Unchecked = unchecked
 	}
 	return operator.New(cfg, a.log)
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/outboxd/outboxd/internal/redact"
 	"github.com/outboxd/outboxd/internal/stream"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/projection"
 	"github.com/outboxd/outboxd/reconciler"
 	"github.com/outboxd/outboxd/store"
 	"github.com/outboxd/outboxd/store/mongostore"
@@ -56,6 +57,15 @@ type options struct {
 	partitionsTo int
 	// storeOnly, readModelOnly: what `migrate` applies (both by default).
 	storeOnly, readModelOnly bool
+	// projection is --projection, a SQL projection file; projectionFile is
+	// it, parsed by validate (nil without the flag).
+	projection     string
+	projectionFile *projection.File
+	// ownsSynced is --owns-synced: this worker group sets syncedAt.
+	ownsSynced bool
+	// message is --message-payload and --message-payload-max: what the
+	// stream messages that ingest, the reconciler and replays write carry.
+	message outbox.MessageOptions
 
 	// http
 	httpBodyTimeout, httpIdleTimeout time.Duration
@@ -214,6 +224,7 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 				fs.StringVar(&o.stream, "stream", outbox.StreamDefault, "Redis stream the outbox entries are relayed to")
 				o.partitionsFlag(fs)
 			}
+			o.messageFlags(fs)
 			fs.Int64Var(&o.maxBody, "max-body", httpapi.MaxBodyDefault, fmt.Sprintf("request body limit in bytes (at most %d: no body may become a MongoDB document over 16 MiB)", httpapi.MaxBodyMax))
 			fs.IntVar(&o.maxBatch, "max-batch", httpapi.MaxBatchDefault, "most events in one batch request")
 			fs.DurationVar(&o.requestTimeout, "request-timeout", httpapi.RequestTimeoutDefault, "longest an ingest request may wait for the store (503 with Retry-After beyond)")
@@ -231,6 +242,9 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 			}
 		case gWork:
 			o.eventRetentionFlag(fs)
+			o.messageFlags(fs)
+			fs.BoolVar(&o.ownsSynced, "owns-synced", true, "this worker's group owns the originals' syncedAt and syncFailure (what the reconciler re-drives); with several read models on one stream (each its own --group), give it to exactly one: the others project and acknowledge only (docs/projections.md)")
+			fs.StringVar(&o.projection, "projection", "", "a SQL projection file the worker projects with instead of the demo read model (docs/projections.md); its statements are prepared at start, and a bad one exits 2 naming its line")
 			fs.StringVar(&o.consumer, "consumer", "", "consumer name (default: host-pid)")
 			o.batchSize.n = worker.BatchSizeDefault
 			fs.Var(&o.batchSize, "batch-size", fmt.Sprintf("stream entries per batch (1 to %d), or auto: between %d and %d, tuned to keep the p95 of the projection under --projection-target",
@@ -248,6 +262,7 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 			fs.BoolVar(&o.ordered, "ordered", false, "project each partition in stream order (one device's events in the order written): one worker at a time owns a partition through a store lease (--lease-ttl), a failing entry holds the partition's later ones until it goes through or is dead-lettered; every work process of the group must use it")
 			o.leaseTTLFlag(fs)
 		case gReconcile:
+			o.messageFlags(fs)
 			fs.DurationVar(&o.minAge, "min-age", reconciler.MinAgeDefault, "only originals older than this are candidates")
 			fs.DurationVar(&o.requeueAfter, "requeue-after", reconciler.RequeueAfterDefault, "a requeued original is a candidate again after this")
 			fs.IntVar(&o.limit, "limit", reconciler.LimitDefault, "most originals per sweep")
@@ -322,6 +337,15 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 
 // eventRetentionFlag registers --event-retention, once (dev has the groups
 // of dispatch and work).
+// messageFlags registers --message-payload and --message-payload-max,
+// once (dev has the groups of every role that writes messages).
+func (o *options) messageFlags(fs *flag.FlagSet) {
+	if fs.Lookup("message-payload") == nil {
+		fs.BoolVar(&o.message.Payload, "message-payload", false, "stream messages carry the original's payload (besides its id and type), so consumers need not fetch it; set it on every role that writes messages (ingest, reconcile, and the instance serving replays)")
+		fs.IntVar(&o.message.PayloadMax, "message-payload-max", outbox.PayloadMaxDefault, "with --message-payload, the largest payload (bytes) a message carries; a larger one goes by reference (payloadRef: fetch GET /v1/events/{id})")
+	}
+}
+
 func (o *options) eventRetentionFlag(fs *flag.FlagSet) {
 	if fs.Lookup("event-retention") == nil {
 		fs.DurationVar(&o.eventRetention, "event-retention", 0, "keep synced originals (and so their idempotency keys) this long after ingest, then delete them: the dispatcher's leader on SQLite, "+
@@ -415,6 +439,16 @@ func (o *options) validate() error {
 	}
 	if o.storeOnly && o.readModelOnly {
 		return config.Invalid("store-only", "cannot be combined with --read-model-only (without either, migrate applies both)")
+	}
+	if has["message-payload-max"] && o.message.PayloadMax < 1 {
+		return config.Invalid("message-payload-max", "must be at least 1 (got %d)", o.message.PayloadMax)
+	}
+	if o.projection != "" {
+		f, err := projection.Load(o.projection)
+		if err != nil {
+			return config.Invalid("projection", "%v", err)
+		}
+		o.projectionFile = f
 	}
 	if has["shutdown-timeout"] && o.shutdownTimeout <= 0 {
 		return config.Invalid("shutdown-timeout", "must be positive")

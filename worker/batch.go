@@ -647,7 +647,7 @@ func (w *Worker) recordBackoff(n int64) time.Duration {
 // markSynced sets syncedAt (and clears a syncFailure a replay overcame) on
 // the originals not yet marked, in one store write.
 func (w *Worker) markSynced(ctx context.Context, ids []string) error {
-	if len(ids) == 0 {
+	if len(ids) == 0 || w.cfg.LeavesSynced {
 		return nil
 	}
 	err := w.storeCall(func() error {
@@ -662,6 +662,9 @@ func (w *Worker) markSynced(ctx context.Context, ids []string) error {
 
 // park sets syncFailure on originals that will not be projected.
 func (w *Worker) park(ctx context.Context, parked []deadLetter) error {
+	if w.cfg.LeavesSynced {
+		return nil
+	}
 	seen := map[string]bool{}
 	for _, dl := range parked {
 		if seen[dl.eventID] {

@@ -221,6 +221,14 @@ type Config struct {
 	// Projector writes batches into PostgreSQL. Defaults to
 	// readmodel.NewProjector() (the events table and the daily statistics).
 	Projector Projector
+	// LeavesSynced makes the worker's group one of several read models on
+	// the stream that does not own the originals' state: it projects and
+	// acknowledges, but leaves syncedAt and syncFailure to the group that
+	// owns them (the one without it). The reconciler re-drives what the
+	// owning group has not completed, so this group's misses are found by
+	// its own verify and audit, not re-driven (docs/projections.md,
+	// Several read models). Defaults to false: the group owns them.
+	LeavesSynced bool
 	// Now stamps syncedAt and syncFailure.at. Defaults to time.Now; tests
 	// set a fake clock.
 	Now func() time.Time

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxd/outboxd/outbox"
 )
@@ -52,4 +53,31 @@ func (f ProjectorFunc) Project(ctx context.Context, tx pgx.Tx, events []*outbox.
 type PipelinedProjector interface {
 	Projector
 	QueueProject(b *pgx.Batch, events []*outbox.Event) error
+}
+
+// Preparer is a Projector that checks itself against PostgreSQL before
+// its first batch: the worker calls Prepare in Start, and does not start
+// when it fails. Prepare must be safe to call from several workers and
+// cheap once it succeeded. A SQL projection (package projection) prepares
+// its statements there.
+type Preparer interface {
+	Prepare(ctx context.Context, pool *pgxpool.Pool) error
+}
+
+// Checker is a Projector that can tell which originals its read model
+// holds: verify, the continuous audit and verify --repair (which
+// re-publishes the originals it does not hold) work on any read model whose
+// projector is one. Projected returns those of ids that are projected,
+// reading through tx (a read-only transaction). Where the projector is not
+// a Checker, they say once that the read model cannot be checked.
+type Checker interface {
+	Projected(ctx context.Context, tx pgx.Tx, ids []string) (map[string]bool, error)
+}
+
+// Unprojector is a Checker that can also remove the rows of originals
+// (and fix what was derived from them), for replay --rebuild; it returns
+// how many originals had rows. Optional: without it --rebuild is refused.
+type Unprojector interface {
+	Checker
+	Unproject(ctx context.Context, tx pgx.Tx, ids []string) (int64, error)
 }

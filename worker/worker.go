@@ -270,6 +270,11 @@ func (w *Worker) preflight(ctx context.Context) error {
 	if err := store.EnsurePartitions(ctx, w.st, w.cfg.Stream, max(w.cfg.Partitions, 1)); err != nil {
 		return err
 	}
+	if p, ok := w.cfg.Projector.(Preparer); ok {
+		if err := p.Prepare(ctx, w.pool); err != nil {
+			return fmt.Errorf("error preparing the projector: %w", err)
+		}
+	}
 	return w.ensureGroup(ctx)
 }
 

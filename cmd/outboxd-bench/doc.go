@@ -36,6 +36,9 @@
 //   - pg-project: the worker's default projector (readmodel.Projector,
 //     its one-statement unnest insert) through pgx in a tight loop on one
 //     connection, one transaction per batch of the worker's size;
+//   - pg-project-sql: the same with the demo read model as a SQL
+//     projection file (projection.Demo, projection/demo.sql): what
+//     `work --projection` costs beside the Go projector;
 //   - redis-to-pg: the serial combination of redis-read-ack and pg-project,
 //     1/(1/a + 1/b): the time one worker needs per event if it did nothing
 //     but read, acknowledge and project. It is computed, not measured.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/outboxd/outboxd/internal/readmodel"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/projection"
 	"github.com/outboxd/outboxd/store/sqlitestore"
 	"github.com/outboxd/outboxd/worker"
 )
@@ -23,6 +24,7 @@ const (
 	limitXAdd        = "redis-xadd"
 	limitReadAck     = "redis-read-ack"
 	limitProject     = "pg-project"
+	limitProjectSQL  = "pg-project-sql"
 	limitRedisToPG   = "redis-to-pg"
 	limitSlowestPart = "slowest-part"
 	// limitHTTP1 is measured on the ingest-single process after its stage
@@ -55,6 +57,15 @@ func (b *bench) rawLimits(ctx context.Context) error {
 	b.res.addLimit(b.out, limitXAdd, n, xadd)
 	a := b.res.addLimit(b.out, limitReadAck, n, readAck)
 	p := b.res.addLimit(b.out, limitProject, n, project)
+	demo := projection.Demo()
+	if err := demo.Prepare(ctx, b.be.pg); err != nil {
+		return err
+	}
+	sqlProject, err := b.rawProject(ctx, worker.BatchSizeDefault, demo, limitProjectSQL)
+	if err != nil {
+		return err
+	}
+	b.res.addLimit(b.out, limitProjectSQL, n, sqlProject)
 	r := serial(a, p)
 	b.res.Limits = append(b.res.Limits, Limit{Name: limitRedisToPG, EventsPerSecond: r})
 	fmt.Fprintf(b.out, "  limit %-18s %10.0f ev/s  (1/(1/%s + 1/%s))\n", limitRedisToPG, r, limitReadAck, limitProject)
@@ -157,7 +168,7 @@ func (b *bench) rawRedisAndPostgres(ctx context.Context, pipeline, batch int) (x
 	if readAck, err = b.rawReadAck(ctx, stream, group, batch, len(msgs)); err != nil {
 		return
 	}
-	project, err = b.rawProject(ctx, batch)
+	project, err = b.rawProject(ctx, batch, readmodel.NewProjector(), limitProject)
 	return
 }
 
@@ -204,13 +215,13 @@ func (b *bench) rawReadAck(ctx context.Context, stream, group string, count, n i
 	return time.Since(began), nil
 }
 
-// rawProject runs the worker's default projector on the raw originals on
-// one connection, one transaction per batch, into an empty read model.
-func (b *bench) rawProject(ctx context.Context, batch int) (time.Duration, error) {
+// rawProject runs projector p (the worker's default, or the demo read
+// model as a SQL projection file) on the raw originals on one connection,
+// one transaction per batch, into an empty read model; name is the limit.
+func (b *bench) rawProject(ctx context.Context, batch int, p worker.Projector, name string) (time.Duration, error) {
 	if err := b.be.truncateReadModel(ctx); err != nil {
 		return 0, err
 	}
-	p := readmodel.NewProjector()
 	conn, err := b.be.pg.Acquire(ctx)
 	if err != nil {
 		return 0, err
@@ -220,11 +231,11 @@ func (b *bench) rawProject(ctx context.Context, batch int) (time.Duration, error
 	for i := 0; i < len(b.rawEvents); i += batch {
 		events := b.rawEvents[i:min(i+batch, len(b.rawEvents))]
 		if err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error { return p.Project(ctx, tx, events) }); err != nil {
-			return 0, fmt.Errorf("%s: %w", limitProject, err)
+			return 0, fmt.Errorf("%s: %w", name, err)
 		}
 	}
 	elapsed := time.Since(began)
-	if err := b.be.checkReadModel(ctx, limitProject, len(b.rawEvents)); err != nil {
+	if err := b.be.checkReadModel(ctx, name, len(b.rawEvents)); err != nil {
 		return 0, err
 	}
 	return elapsed, b.be.truncateReadModel(ctx)

@@ -45,6 +45,10 @@ type Status struct {
 	// when none ran; operator.LastAudit). Defaults to none: the part is
 	// left out.
 	Audit func(ctx context.Context) (*operator.AuditReport, error)
+	// Unchecked says why the read model cannot be checked (its projector
+	// does not tell which originals it holds): the snapshot's readModel
+	// says so, and there is no audit. Defaults to "": it can.
+	Unchecked string
 	// Gatherer is this process's metrics registry: the breaker states and
 	// the halted retries are read from it (a part whose metric is absent is
 	// left out). Defaults to none.
@@ -106,6 +110,9 @@ type Snapshot struct {
 	// compared, the drift it found by kind, a few of the findings and the
 	// commands that repair them.
 	Audit *operator.AuditReport `json:"audit,omitempty"`
+	// ReadModel is set when the read model cannot be checked: verify, the
+	// audit and repair do not run on it, and Unchecked says why.
+	ReadModel *ReadModelState `json:"readModel,omitempty"`
 	// Unavailable names the parts that could not be read: "events",
 	// "outbox", "stream", "replay", "dlq", "redis", "dispatcher",
 	// "reconciler", "audit".
@@ -340,6 +347,9 @@ func (s *Status) counts(ctx context.Context, leases bool) *Snapshot {
 	wg.Wait()
 
 	snap := &Snapshot{Store: s.Store.Kind(), Audit: audit}
+	if s.Unchecked != "" {
+		snap.ReadModel = &ReadModelState{Checkable: false, Unchecked: s.Unchecked}
+	}
 	if auditErr != nil {
 		snap.Unavailable = append(snap.Unavailable, "audit")
 	}
@@ -722,4 +732,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		g(c.dlq, float64(snap.DLQ.Length))
 	}
 	c.readErrors.Collect(ch)
+}
+
+// ReadModelState is whether the read model can be checked (the
+// snapshot's readModel).
+type ReadModelState struct {
+	Checkable bool   `json:"checkable"`
+	Unchecked string `json:"unchecked,omitempty"`
 }

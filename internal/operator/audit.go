@@ -66,14 +66,23 @@ const (
 // AuditKinds are the kinds of drift, in the order reports list them.
 var AuditKinds = []string{AuditMissing, AuditExtra, AuditContent, AuditStats}
 
-// AuditReadModel is what the audit needs of the read model: readmodel.DB's
-// bounded lookups of a sample, and the record of its last run.
+// AuditReadModel is what the audit needs of any read model: which of a
+// sample's originals it holds, and the record of its last run
+// (readmodel.DB, readmodel.Keyed). A read model that is also an
+// AuditContents is compared more closely.
 type AuditReadModel interface {
+	Projected(ctx context.Context, ids []string) (map[string]bool, error)
+	SaveAudit(ctx context.Context, stream string, ranAt time.Time, report []byte) error
+	LastAudit(ctx context.Context, stream string) ([]byte, error)
+}
+
+// AuditContents is readmodel.DB's bounded lookups of a sample: its rows
+// (compared field by field with their originals), the rows of its days
+// (looked up in the store) and their statistics.
+type AuditContents interface {
 	RowsByID(ctx context.Context, ids []string) ([]readmodel.Row, error)
 	RowsOfDays(ctx context.Context, keys []readmodel.StatsKey, limit int) ([]readmodel.Row, error)
 	StatsDriftOf(ctx context.Context, keys []readmodel.StatsKey) ([]readmodel.StatsDrift, error)
-	SaveAudit(ctx context.Context, stream string, ranAt time.Time, report []byte) error
-	LastAudit(ctx context.Context, stream string) ([]byte, error)
 }
 
 // AuditConfig configures an Audit.
@@ -435,9 +444,30 @@ func (a *Audit) compare(ctx context.Context, now time.Time, sample []*outbox.Eve
 		repair.add(f.Kind, day)
 	}
 
+	contents, ok := a.cfg.ReadModel.(AuditContents)
+	if !ok {
+		// A read model that tells only which originals it holds.
+		for chunk := range slices.Chunk(sample, auditChunk) {
+			found, err := a.cfg.ReadModel.Projected(ctx, eventIDs(chunk))
+			if err != nil {
+				return pgErr("reading rows", err)
+			}
+			for _, ev := range chunk {
+				if !found[ev.ID] {
+					day := ev.OccurredAt.UTC().Truncate(24 * time.Hour)
+					find(AuditFinding{Kind: AuditMissing, EventID: ev.ID, SourceKey: ev.SourceKey, DeviceKey: ev.DeviceKey,
+						Day: day.Format(time.DateOnly)}, day)
+				}
+			}
+		}
+		rep.DriftRatio = float64(rep.Drift[AuditMissing]) / float64(rep.Checked)
+		rep.Repair = repair.commands()
+		return nil
+	}
+
 	// Each original with its row.
 	for chunk := range slices.Chunk(sample, auditChunk) {
-		rows, err := a.cfg.ReadModel.RowsByID(ctx, eventIDs(chunk))
+		rows, err := contents.RowsByID(ctx, eventIDs(chunk))
 		if err != nil {
 			return pgErr("reading rows", err)
 		}
@@ -470,7 +500,7 @@ func (a *Audit) compare(ctx context.Context, now time.Time, sample []*outbox.Eve
 		horizon = now.Add(-a.cfg.EventRetention)
 	}
 	for chunk := range slices.Chunk(sortedKeys, auditChunk) {
-		drift, err := a.cfg.ReadModel.StatsDriftOf(ctx, chunk)
+		drift, err := contents.StatsDriftOf(ctx, chunk)
 		if err != nil {
 			return pgErr("comparing statistics with rows", err)
 		}
@@ -478,7 +508,7 @@ func (a *Audit) compare(ctx context.Context, now time.Time, sample []*outbox.Eve
 			find(AuditFinding{Kind: AuditStats, SourceKey: d.SourceKey, DeviceKey: d.DeviceKey, Day: d.Day.Format(time.DateOnly),
 				Detail: fmt.Sprintf("counted %d, rows %d", d.Counted, d.Rows)}, d.Day)
 		}
-		rows, err := a.cfg.ReadModel.RowsOfDays(ctx, chunk, auditDayRows)
+		rows, err := contents.RowsOfDays(ctx, chunk, auditDayRows)
 		if err != nil {
 			return pgErr("reading the rows of the sampled days", err)
 		}

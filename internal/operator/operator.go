@@ -29,16 +29,38 @@ const (
 	ChunkMax = 5000
 )
 
-// ReadModel is what the actions need of the read model: the lookups and
-// repair statements of readmodel.DB (the default projector's tables), each
-// in a transaction of its own.
+// ReadModel is what the actions need of any read model: which originals
+// it holds (readmodel.DB for the demo tables, readmodel.Keyed for a read
+// model whose projector answers that). What else a read model offers is
+// optional: the interfaces below, which readmodel.DB implements; without
+// them verify checks only that synced originals are projected, and repair
+// only re-publishes those that are not.
 type ReadModel interface {
-	Unproject(ctx context.Context, ids []string) (int64, error)
-	RecomputeStats(ctx context.Context, keys []readmodel.StatsKey) error
 	Projected(ctx context.Context, ids []string) (map[string]bool, error)
+}
+
+// RowReadModel lists a read model's rows by occurredAt (verify's rows
+// phase: rows without an original).
+type RowReadModel interface {
 	Rows(ctx context.Context, from, to *time.Time, after string, limit int) ([]readmodel.Row, error)
 	CountRows(ctx context.Context, from, to *time.Time) (int64, error)
+}
+
+// StatsReadModel compares and recomputes derived rows (the daily
+// statistics): verify's stats phase, and repair before a re-publish.
+type StatsReadModel interface {
+	RecomputeStats(ctx context.Context, keys []readmodel.StatsKey) error
 	StatsDrift(ctx context.Context, from, to *time.Time, limit int) ([]readmodel.StatsDrift, error)
+}
+
+// UnprojectReadModel removes originals' rows (replay --rebuild). A read
+// model that also has CanUnproject is asked first.
+type UnprojectReadModel interface {
+	Unproject(ctx context.Context, ids []string) (int64, error)
+}
+
+// LookupReadModel shows an original's row and statistics (the journey).
+type LookupReadModel interface {
 	Lookup(ctx context.Context, eventID, idempotencyKey string, key readmodel.StatsKey) (*readmodel.Row, *readmodel.Stats, error)
 }
 
@@ -51,9 +73,19 @@ type Config struct {
 	// dead-letter actions, replay (other than a dry run), verify with
 	// repair and the journey are not available.
 	Redis *stream.Client
-	// ReadModel is the read model in PostgreSQL (readmodel.New). Without
-	// it verify, replay with rebuild and the journey are not available.
+	// ReadModel is the read model in PostgreSQL (readmodel.New, or
+	// readmodel.NewKeyed). Without it verify, replay with rebuild and the
+	// journey are not available.
 	ReadModel ReadModel
+	// Message says what the replays' messages carry besides the
+	// original's name and type (the payload), as ingest's do. Defaults to
+	// nothing more.
+	Message *outbox.MessageOptions
+	// Unchecked says why this instance's read model cannot be checked (its
+	// projector does not tell which originals it holds), when ReadModel is
+	// nil for that reason: verify and replay --rebuild then answer
+	// ErrNotAvailable with it, and the journey leaves the read model out.
+	Unchecked string
 	// Stream and Group name the stream (its keys are stream.NewKeys(Stream,
 	// Group)) and the worker's consumer group. Default to
 	// outbox.StreamDefault and stream.GroupDefault.
@@ -119,7 +151,7 @@ func New(cfg *Config, logger *zap.Logger) (*Operator, error) {
 		// Replays go into the replay lane, which the workers read only when
 		// the stream has nothing for them, at a bounded rate: live events
 		// keep their latency.
-		o.publisher = c.Redis.Publisher(o.keys.Split(c.Partitions).ReplayLane(), nil, nil)
+		o.publisher = c.Redis.Publisher(o.keys.Split(c.Partitions).ReplayLane(), &stream.PublisherConfig{Message: c.Message}, nil)
 	}
 	return o, nil
 }
@@ -215,6 +247,9 @@ func (o *Operator) needRedis() error {
 }
 
 func (o *Operator) needReadModel() error {
+	if o.cfg.ReadModel == nil && o.cfg.Unchecked != "" {
+		return &Error{Kind: ErrNotAvailable, Backend: BackendPostgres, Detail: "this read model cannot be checked: " + o.cfg.Unchecked}
+	}
 	if o.cfg.ReadModel == nil {
 		return o.notAvailable(BackendPostgres, "PostgreSQL")
 	}

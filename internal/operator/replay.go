@@ -142,9 +142,19 @@ func (o *Operator) Replay(ctx context.Context, r ReplayQuery) (*ReplayResult, er
 	if err := o.needRedis(); err != nil {
 		return nil, err
 	}
+	var unproject UnprojectReadModel
 	if r.Rebuild {
 		if err := o.needReadModel(); err != nil {
 			return nil, err
+		}
+		var ok bool
+		unproject, ok = o.cfg.ReadModel.(UnprojectReadModel)
+		if c, asks := o.cfg.ReadModel.(interface{ CanUnproject() bool }); ok && asks {
+			ok = c.CanUnproject()
+		}
+		if !ok {
+			return nil, &Error{Kind: ErrNotAvailable, Backend: BackendPostgres,
+				Detail: "this read model's projector cannot remove rows, so --rebuild is not available (replay without it)"}
 		}
 	}
 	page, err := o.cfg.Store.ListEvents(ctx, q)
@@ -165,7 +175,7 @@ func (o *Operator) Replay(ctx context.Context, r ReplayQuery) (*ReplayResult, er
 	}
 	if r.Rebuild && len(ids) > 0 {
 		var err error
-		if res.RemovedRows, err = o.cfg.ReadModel.Unproject(ctx, ids); err != nil {
+		if res.RemovedRows, err = unproject.Unproject(ctx, ids); err != nil {
 			return nil, pgErr(fmt.Sprintf("removing the rows of %d originals", len(ids)), err)
 		}
 	}

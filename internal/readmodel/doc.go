@@ -15,7 +15,10 @@
 //   - StatsKey (KeyOf an original), Row, Stats and StatsDrift are its
 //     records.
 //
-// No other package of outboxd writes or reads these tables: the migrations
-// create them, and only the benchmark harness (a program of its own)
-// empties and counts them between its stages.
+// No other package of outboxd writes or reads these tables but one: the
+// migrations create them, the demo read model as a SQL projection file
+// (package projection, projection/demo.sql) writes them as Projector does,
+// and only the benchmark harness (a program of its own) empties and counts
+// them between its stages. Keyed is any other read model, checked through
+// its projector (a worker.Checker).
 package readmodel

@@ -29,6 +29,9 @@ type PublisherConfig struct {
 	// a time and report a failure rather than wait, go without one; the
 	// dispatcher, which retries a batch until Redis answers, uses one.
 	Breaker *failpolicy.BreakerConfig
+	// Message says what PublishEvents' messages carry besides the
+	// original's name and type (the payload). Defaults to nothing more.
+	Message *outbox.MessageOptions
 }
 
 // Publisher adds outbox messages to one stream: one pipeline per batch,
@@ -40,12 +43,16 @@ type Publisher struct {
 	c       *Client
 	keys    Keys
 	breaker *gobreaker.CircuitBreaker[struct{}]
+	message *outbox.MessageOptions
 }
 
 // Publisher returns a Publisher to the stream of keys. The logger records
 // the breaker's changes of state.
 func (c *Client) Publisher(keys Keys, cfg *PublisherConfig, logger *zap.Logger) *Publisher {
 	p := &Publisher{c: c, keys: keys}
+	if cfg != nil {
+		p.message = cfg.Message
+	}
 	if cfg != nil && cfg.Breaker != nil {
 		b := *cfg.Breaker
 		if b.IsFailure == nil {
@@ -133,7 +140,7 @@ func (p *Publisher) PublishEvents(ctx context.Context, events []*outbox.Event, o
 	traceParent := tracing.TraceParent(ctx)
 	msgs := make([]string, len(events))
 	for i, ev := range events {
-		m := ev.Message(origin)
+		m := ev.MessageWith(origin, p.message)
 		m.TraceParent = traceParent
 		msgs[i] = m.Encode()
 	}

@@ -69,7 +69,7 @@
     if (!(s.breakers || []).length) {
       tbody.append(h('tr', {}, h('td', { colspan: 3, class: 'empty', text: 'None in this process (it runs no worker and no dispatcher).' })));
     }
-    showAudit(s.audit, gone('audit'));
+    showAudit(s.audit, gone('audit'), s.readModel);
 
     const halted = s.retriesHalted || [];
     set('halted', halted.length
@@ -111,11 +111,18 @@
 
   // showAudit shows the last run of the read model's audit: what it
   // compared, the drift by kind, a few findings and the repair commands.
-  function showAudit(a, unavailable) {
+  // A read model that cannot be checked says so, once, instead.
+  function showAudit(a, unavailable, readModel) {
     const findings = o.clear(document.getElementById('audit-findings'));
     const repair = document.getElementById('audit-repair');
     const commands = o.clear(repair.querySelector('ul'));
     repair.hidden = true;
+    if (readModel && !readModel.checkable) {
+      set('aLastRun', 'off: this read model cannot be checked (' + readModel.unchecked + ')');
+      set('aChecked', '–');
+      set('aDrift', '–');
+      return;
+    }
     if (!a) {
       const none = unavailable ? 'unavailable' : 'never ran (it runs with reconcile --every and dev; this role needs PostgreSQL to show it)';
       set('aLastRun', none);

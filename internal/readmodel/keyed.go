@@ -1,0 +1,89 @@
+package readmodel
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Checker is what Keyed needs of a projector: which of ids its read model
+// holds, read through tx (worker.Checker; a SQL projection file with a
+// `-- key:` line is one).
+type Checker interface {
+	Projected(ctx context.Context, tx pgx.Tx, ids []string) (map[string]bool, error)
+}
+
+// unprojector is a Checker that can also remove originals' rows
+// (worker.Unprojector).
+type unprojector interface {
+	Unproject(ctx context.Context, tx pgx.Tx, ids []string) (int64, error)
+}
+
+// Keyed is a read model other than the demo tables as the operator actions
+// use it: verify, the audit and verify --repair learn from its projector
+// which originals it holds (Projected), and nothing more (its rows and
+// whatever it derives from them are its own). It records the audit's runs
+// like DB. It is safe for concurrent use.
+type Keyed struct {
+	db      *DB
+	checker Checker
+}
+
+// NewKeyed returns the read model that checker answers for, over pool.
+func NewKeyed(pool *pgxpool.Pool, checker Checker) *Keyed {
+	return &Keyed{db: New(pool), checker: checker}
+}
+
+// Ping checks that PostgreSQL answers.
+func (k *Keyed) Ping(ctx context.Context) error { return k.db.Ping(ctx) }
+
+// Projected returns those of ids that the read model holds, in a
+// read-only transaction.
+func (k *Keyed) Projected(ctx context.Context, ids []string) (map[string]bool, error) {
+	var out map[string]bool
+	err := k.db.inTx(ctx, pgx.ReadOnly, func(tx pgx.Tx) error {
+		var err error
+		out, err = k.checker.Projected(ctx, tx, ids)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("error reading %d originals' rows: %w", len(ids), err)
+	}
+	return out, nil
+}
+
+// CanUnproject reports whether the projector can remove originals' rows
+// (replay --rebuild).
+func (k *Keyed) CanUnproject() bool {
+	_, ok := k.checker.(unprojector)
+	return ok
+}
+
+// Unproject removes the rows of ids through the projector, in one
+// transaction; it fails when the projector cannot (CanUnproject).
+func (k *Keyed) Unproject(ctx context.Context, ids []string) (int64, error) {
+	u, ok := k.checker.(unprojector)
+	if !ok {
+		return 0, fmt.Errorf("this read model's projector cannot remove rows")
+	}
+	var n int64
+	err := k.db.inTx(ctx, pgx.ReadWrite, func(tx pgx.Tx) error {
+		var err error
+		n, err = u.Unproject(ctx, tx, ids)
+		return err
+	})
+	return n, err
+}
+
+// SaveAudit records the audit's last run (DB.SaveAudit).
+func (k *Keyed) SaveAudit(ctx context.Context, stream string, ranAt time.Time, report []byte) error {
+	return k.db.SaveAudit(ctx, stream, ranAt, report)
+}
+
+// LastAudit reads the audit's last run (DB.LastAudit).
+func (k *Keyed) LastAudit(ctx context.Context, stream string) ([]byte, error) {
+	return k.db.LastAudit(ctx, stream)
+}

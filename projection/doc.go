@@ -1,0 +1,14 @@
+// Package projection runs a read model written in SQL: a file of
+// statements with named parameters bound from the original (:eventId,
+// :idempotencyKey, :sourceKey, :deviceKey, :type, :occurredAt,
+// :createdAt, :payload and :payload.<path> for a field of the payload),
+// which the worker runs for a whole batch in its one transaction, as one
+// pipeline (see docs/projections.md).
+//
+// Load (or Parse) reads a file; Prepare checks every statement against
+// PostgreSQL and learns the type it infers for each parameter; the File is
+// then a worker.PipelinedProjector, and with a `-- key: TABLE.COLUMN` line
+// a worker.Checker, so verify, the audit and repair work on its read
+// model. Demo is the demo read model (the events and device_daily_stats
+// tables of the migrations) as such a file.
+package projection
