@@ -106,7 +106,7 @@ func newBrowser(t *testing.T, base string) *browser {
 	}), "start Chromium")
 	if dir := os.Getenv(EnvScreenshots); dir != "" {
 		if !filepath.IsAbs(dir) {
-			dir = filepath.Join("..", "..", dir)
+			dir = filepath.Join("..", dir)
 		}
 		require.NoError(t, os.MkdirAll(dir, 0o755))
 		b.shots = dir

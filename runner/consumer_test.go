@@ -54,7 +54,7 @@ func TestPythonConsumer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, python, filepath.Join("..", "..", "examples", "consumer-python", "consumer.py"),
+	cmd := exec.CommandContext(ctx, python, filepath.Join("..", "examples", "consumer-python", "consumer.py"),
 		"--redis-url", testkit.RedisURL(), "--stream", b.stream, "--group", "py-orders",
 		"--types", "order.placed,order.paid", "--server", b.base, "--count", fmt.Sprint(n))
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
