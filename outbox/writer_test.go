@@ -214,7 +214,7 @@ func TestWriteInCallersTransaction(t *testing.T) {
 		st := testkit.NewMongo(t, nil)
 		w := outbox.NewWriter(st, nil)
 		orders := mongoseam.Database(st).Collection("orders")
-		err := mongoseam.RunTx(st, ctx, func(sc lungo.ISessionContext, tx outbox.Tx) error {
+		err := mongoseam.RunTx(ctx, st, func(sc lungo.ISessionContext, tx outbox.Tx) error {
 			if _, err := orders.InsertOne(sc, bson.M{"n": 1}); err != nil {
 				return err
 			}
@@ -229,7 +229,7 @@ func TestWriteInCallersTransaction(t *testing.T) {
 		require.Zero(t, n)
 		testkit.RequireStored(t, st, 0)
 
-		err = mongoseam.RunTx(st, ctx, func(sc lungo.ISessionContext, tx outbox.Tx) error {
+		err = mongoseam.RunTx(ctx, st, func(sc lungo.ISessionContext, tx outbox.Tx) error {
 			if _, err := orders.InsertOne(sc, bson.M{"n": 1}); err != nil {
 				return err
 			}

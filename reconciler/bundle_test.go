@@ -12,7 +12,6 @@ import (
 
 	"github.com/outboxd/outboxd/internal/clock"
 	"github.com/outboxd/outboxd/internal/fault"
-	"github.com/outboxd/outboxd/internal/stream"
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/reconciler"
@@ -73,14 +72,6 @@ func (b *testBundle) reconciler(t *testing.T, cfg *reconciler.Config) *reconcile
 	r, err := reconciler.New(b.st, b.rdb, cfg, testkit.Logger(t))
 	require.NoError(t, err)
 	return r
-}
-
-// newClient returns the pipeline's client over rdb.
-func newClient(t testing.TB, rdb redis.UniversalClient) *stream.Client {
-	t.Helper()
-	c, err := stream.NewClient(rdb, nil)
-	require.NoError(t, err)
-	return c
 }
 
 // write stores one original stamped createdAt at the clock's time and

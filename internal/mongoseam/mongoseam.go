@@ -21,7 +21,7 @@ type Hooks struct {
 	Database func(store any) lungo.IDatabase
 	// RunTx is the store's RunTx with lungo's session context, which works
 	// on lungo's engine too.
-	RunTx func(store any, ctx context.Context, fn func(sc lungo.ISessionContext, tx outbox.Tx) error) error
+	RunTx func(ctx context.Context, store any, fn func(sc lungo.ISessionContext, tx outbox.Tx) error) error
 }
 
 var hooks Hooks
@@ -34,6 +34,6 @@ func Database(store any) lungo.IDatabase { return hooks.Database(store) }
 
 // RunTx runs fn in one transaction of store, a *mongostore.Store, with the
 // store's transaction loop (mongostore.Store.RunTx).
-func RunTx(store any, ctx context.Context, fn func(sc lungo.ISessionContext, tx outbox.Tx) error) error {
-	return hooks.RunTx(store, ctx, fn)
+func RunTx(ctx context.Context, store any, fn func(sc lungo.ISessionContext, tx outbox.Tx) error) error {
+	return hooks.RunTx(ctx, store, fn)
 }

@@ -12,7 +12,7 @@ import (
 func init() {
 	mongoseam.Register(mongoseam.Hooks{
 		Database: func(s any) lungo.IDatabase { return s.(*Store).db },
-		RunTx: func(s any, ctx context.Context, fn func(sc lungo.ISessionContext, tx outbox.Tx) error) error {
+		RunTx: func(ctx context.Context, s any, fn func(sc lungo.ISessionContext, tx outbox.Tx) error) error {
 			return s.(*Store).runOwnTx(ctx, fn)
 		},
 	})
