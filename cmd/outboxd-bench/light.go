@@ -77,7 +77,7 @@ func (b *bench) light(ctx context.Context) error {
 	}
 	for _, rate := range ll.rates {
 		name := lightName(rate)
-		p, path, stream, group, err := b.startDev(ctx, name)
+		p, path, stream, group, err := b.startDev(ctx, name, strings.Fields(os.Getenv("BENCH_LIGHT_FLAGS"))...)
 		if err != nil {
 			return err
 		}
