@@ -28,17 +28,17 @@ func machineCPU() time.Duration {
 	return time.Duration((c.User + c.Nice + c.System + c.IRQ + c.SoftIRQ + c.Steal) * float64(time.Second))
 }
 
-// serverCPU is the CPU time PostgreSQL's and Redis's processes have used:
-// every live process named postgres (the postmaster, its backends and
-// workers, with what the postmaster's reaped children used: a backend of
-// a closed connection counts there) and redis-server.
+// serverCPU is the CPU time PostgreSQL's and Redis's processes have used,
+// by pid: every live process named postgres (the postmaster, its backends
+// and workers; the postmaster's count includes its reaped children, so a
+// backend of a closed connection counts there) and redis-server.
 type serverCPU struct {
-	postgres, redis time.Duration
+	postgres, redis map[int]time.Duration
 }
 
-// readServerCPU reads serverCPU from /proc (zero where it cannot).
+// readServerCPU reads serverCPU from /proc (empty where it cannot).
 func readServerCPU() serverCPU {
-	var out serverCPU
+	out := serverCPU{postgres: map[int]time.Duration{}, redis: map[int]time.Duration{}}
 	procs, err := procfs.AllProcs()
 	if err != nil {
 		return out
@@ -48,15 +48,26 @@ func readServerCPU() serverCPU {
 		if err != nil {
 			continue
 		}
-		ticks := time.Duration(st.UTime+st.STime) + time.Duration(st.CUTime+st.CSTime)
+		used := (time.Duration(st.UTime+st.STime) + time.Duration(st.CUTime+st.CSTime)) * time.Second / userHZ
 		switch st.Comm {
 		case "postgres":
-			out.postgres += ticks * time.Second / userHZ
+			out.postgres[p.PID] = used
 		case "redis-server":
-			out.redis += ticks * time.Second / userHZ
+			out.redis[p.PID] = used
 		}
 	}
 	return out
+}
+
+// since returns the CPU time the processes of now used since then: each
+// one's growth (a process new since then counts whole; one that exited
+// meanwhile is lost, so the figure is never negative, at worst short).
+func since(then, now map[int]time.Duration) time.Duration {
+	var d time.Duration
+	for pid, used := range now {
+		d += max(0, used-then[pid])
+	}
+	return d
 }
 
 // pidCPU returns the CPU time process pid has used (its threads, and its
@@ -115,7 +126,7 @@ func (w stopwatch) stop(procs ...*proc) span {
 		sp.cpu = machineCPU() - w.cpu
 	}
 	s := readServerCPU()
-	sp.postgres, sp.redis = s.postgres-w.servers.postgres, s.redis-w.servers.redis
+	sp.postgres, sp.redis = since(w.servers.postgres, s.postgres), since(w.servers.redis, s.redis)
 	sp.harness = pidCPU(os.Getpid()) - w.harness
 	for _, p := range procs {
 		sp.proc += pidCPU(p.pid()) - w.procs[p.pid()]

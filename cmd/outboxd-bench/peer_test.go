@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -39,4 +40,11 @@ func TestParseLight(t *testing.T) {
 	t.Setenv("BENCH_LIGHT_FOR", "1ms")
 	_, err = parseLight()
 	require.ErrorContains(t, err, "BENCH_LIGHT_FOR")
+}
+
+func TestSinceNeverNegative(t *testing.T) {
+	t.Parallel()
+	then := map[int]time.Duration{1: time.Second, 2: 3 * time.Second}
+	now := map[int]time.Duration{1: 2 * time.Second, 3: time.Second} // 2 exited, 3 is new
+	require.Equal(t, 2*time.Second, since(then, now))
 }
