@@ -81,6 +81,14 @@ rules: test-services ## Check the Prometheus rules and run their unit tests with
 bench: services build ## Run the benchmark harness (cmd/outboxd-bench): raw limits, every stage and its ratio, latency, group sizes, peak RSS, the MongoDB store's commands per path, a chart (bench-results.svg); BENCH_EVENTS, BENCH_OUT, BENCH_CHUNKS, BENCH_PROFILE, BENCH_STEPS, BENCH_MONGO_URI
 	$(GO) run ./cmd/outboxd-bench -bin $(BIN)
 
+.PHONY: peer
+peer: ## Build bin/outboxd-peer, the Watermill pipeline of the benchmarks (bench/peer, a module of its own)
+	cd bench/peer && $(GO) build -o ../../bin/outboxd-peer .
+
+.PHONY: bench-peer
+bench-peer: services build peer ## outboxd beside the Watermill peer (bench/peer): the same load from outside, alternating rounds, events/s and CPU per event (process, PostgreSQL, Redis, machine) per stage, exactly-once checked; BENCH_EVENTS (20,000), BENCH_ROUNDS (3), BENCH_LIGHT_RATES, BENCH_LIGHT_FOR, BENCH_OUT
+	$(GO) run ./cmd/outboxd-bench peer -bin $(BIN) -peer bin/outboxd-peer -rounds $${BENCH_ROUNDS:-3}
+
 .PHONY: bench-partitions
 bench-partitions: services build ## Dispatcher and worker rates for --partitions 1, 2, 4 with one and two dispatchers (SQLite store), on one Redis then on a local Redis Cluster, as tables for docs/benchmarks.md; BENCH_EVENTS (default 50,000)
 	$(GO) run ./cmd/outboxd-bench partitions -bin $(BIN)

@@ -29,6 +29,8 @@ const (
 	MarkIntervalDefault = 100 * time.Millisecond
 	// PollIntervalDefault is the default Config.PollInterval.
 	PollIntervalDefault = 100 * time.Millisecond
+	// FeedGatherDefault is the default Config.FeedGather.
+	FeedGatherDefault = 5 * time.Millisecond
 	// BackoffMaxDefault is the default Config.BackoffMax.
 	BackoffMaxDefault = 5 * time.Second
 	// SweepIntervalDefault is the default Config.SweepInterval.
@@ -103,6 +105,14 @@ type Config struct {
 	// nothing arrived (and its MaxAwaitTime on MongoDB). Defaults to
 	// PollIntervalDefault (100ms).
 	PollInterval time.Duration
+	// FeedGather is how long the feed, woken by a commit after it found
+	// nothing, waits for more commits before it reads
+	// (store.FeedOptions.Gather): under a light load the relay then reads,
+	// adds and marks the entries of several commits at once, and the
+	// workers get them in one batch. It adds at most that much to an
+	// entry's time to the stream, and never delays a backlog. Defaults to
+	// FeedGatherDefault (5ms); negative: none (every commit read at once).
+	FeedGather time.Duration
 	// SweepInterval is how often the leader relays the undispatched entries
 	// older than SweepMinAge that the feed did not deliver (an entry that
 	// became visible behind the feed's start, an undecodable change event).
@@ -198,6 +208,7 @@ func (c *Config) withDefaults() *Config {
 	out.LeaseTTL = cmp.Or(out.LeaseTTL, LeaseTTLDefault)
 	out.IdleCheckpoint = cmp.Or(out.IdleCheckpoint, IdleCheckpointDefault)
 	out.PollInterval = cmp.Or(out.PollInterval, PollIntervalDefault)
+	out.FeedGather = cmp.Or(out.FeedGather, FeedGatherDefault)
 	out.MarkInterval = cmp.Or(out.MarkInterval, MarkIntervalDefault)
 	out.SweepInterval = cmp.Or(out.SweepInterval, SweepIntervalDefault)
 	out.SweepMinAge = cmp.Or(out.SweepMinAge, SweepMinAgeDefault)
@@ -237,6 +248,9 @@ func (c *Config) validate() error {
 	}
 	if c.EventRetention < 0 {
 		errs = append(errs, fmt.Errorf("EventRetention must not be negative (got %s)", c.EventRetention))
+	}
+	if c.FeedGather > time.Second {
+		errs = append(errs, fmt.Errorf("FeedGather must be at most 1s (got %s)", c.FeedGather))
 	}
 	if c.SweepMinAge < 0 {
 		errs = append(errs, fmt.Errorf("SweepMinAge must not be negative (got %s)", c.SweepMinAge))

@@ -86,7 +86,7 @@ func (d *Dispatcher) follow(ctx, workCtx context.Context, lease store.Lease, los
 			}
 		}
 	}
-	opts := store.FeedOptions{PollInterval: d.cfg.PollInterval, Partition: d.cfg.part}
+	opts := store.FeedOptions{PollInterval: d.cfg.PollInterval, Gather: max(0, d.cfg.FeedGather), Partition: d.cfg.part}
 	feed, err := d.st.OpenFeed(ctx, d.cfg.Stream, from, opts)
 	if errors.Is(err, store.ErrPositionLost) && from != nil {
 		lost = err

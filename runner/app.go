@@ -472,7 +472,7 @@ func (g serviceGroup) Stop(ctx context.Context) error {
 
 func (a *app) newDispatcher() (service, error) {
 	return dispatcher.New(a.st, a.rdb, &dispatcher.Config{
-		Stream: a.o.stream, Partitions: a.partitions(), BatchSize: a.o.relayBatch, LeaseTTL: a.o.leaseTTL, Retention: a.o.outboxRetention, EventRetention: a.o.eventRetention,
+		Stream: a.o.stream, Partitions: a.partitions(), BatchSize: a.o.relayBatch, FeedGather: gatherOrOff(a.o.relayGather), LeaseTTL: a.o.leaseTTL, Retention: a.o.outboxRetention, EventRetention: a.o.eventRetention,
 		BreakerFailures: a.o.breakerFailures, BreakerTimeout: a.o.breakerTimeout, StreakLimit: a.o.streakLimit,
 		StreamRetention: a.o.streamRetention, MemoryHigh: a.o.memoryHigh, Registerer: a.reg,
 	}, a.log)
@@ -865,4 +865,13 @@ func (a *app) switchPartitions(ctx context.Context) error {
 	_, err = fmt.Fprintf(a.stdout, "stream %s: %d partitions recorded (was %d); start every role with --partitions %d\n",
 		a.o.stream, a.o.partitionsTo, was, a.o.partitionsTo)
 	return err
+}
+
+// gatherOrOff is the dispatcher's FeedGather of --relay-gather d: 0 turns
+// it off (negative in the Config, whose 0 is the default).
+func gatherOrOff(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }

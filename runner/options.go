@@ -114,6 +114,7 @@ type options struct {
 	leaseTTL       time.Duration
 	ordered        bool
 	relayBatch     int
+	relayGather    time.Duration
 	// streamRetention keeps acknowledged stream entries this long before
 	// the dispatcher's leader trims them; memoryHigh is the high-water
 	// mark of Redis's memory, in percent of maxmemory, above which the
@@ -237,6 +238,7 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 			if r.serve {
 				o.leaseTTLFlag(fs)
 				fs.IntVar(&o.relayBatch, "relay-batch", dispatcher.BatchSizeDefault, "outbox entries relayed by one pipelined XADD, one dispatchedAt write and one checkpoint")
+				fs.DurationVar(&o.relayGather, "relay-gather", dispatcher.FeedGatherDefault, "after a commit wakes the idle relay, wait this long for more before reading, so a light load is relayed, marked and projected in fewer batches (0: read each commit at once; SQLite store)")
 				fs.DurationVar(&o.streamRetention, "stream-retention", dispatcher.StreamRetentionDefault, "keep acknowledged stream entries this long, then trim them (never one a consumer group has not acknowledged)")
 				fs.IntVar(&o.memoryHigh, "redis-memory-high", dispatcher.MemoryHighDefault, "percent of Redis's maxmemory above which the relay holds until trimming frees memory (100: only when Redis refuses a write)")
 			}
@@ -533,6 +535,7 @@ func (o *options) validate() error {
 		{"stream-retention", o.streamRetention < time.Millisecond, "must be at least 1ms"},
 		{"redis-memory-high", o.memoryHigh < 1 || o.memoryHigh > 100, "must be between 1 and 100 (percent of maxmemory)"},
 		{"relay-batch", o.relayBatch <= 0 || o.relayBatch > dispatcher.BatchSizeMax, fmt.Sprintf("must be between 1 and %d", dispatcher.BatchSizeMax)},
+		{"relay-gather", o.relayGather < 0 || o.relayGather > time.Second, "must be between 0 and 1s"},
 		{"batch-size", !o.batchSize.auto && (o.batchSize.n <= 0 || o.batchSize.n > worker.BatchSizeMax), fmt.Sprintf("must be auto or between 1 and %d", worker.BatchSizeMax)},
 		{"projection-target", o.projectionTarget < worker.ProjectionTargetShortest || o.projectionTarget > worker.ProjectionTargetLongest,
 			fmt.Sprintf("must be between %s and %s", worker.ProjectionTargetShortest, worker.ProjectionTargetLongest)},

@@ -336,6 +336,14 @@ type FeedOptions struct {
 	// PollInterval is how long Next waits between two looks at the store
 	// when nothing arrived. Defaults to the store's choice (100ms).
 	PollInterval time.Duration
+	// Gather is how long Next, woken by a commit while it waited, waits
+	// for more commits before it reads, so that under a light load the
+	// entries of several commits come in one batch (one read, one relay,
+	// one store write downstream) instead of one batch per commit. It
+	// never delays a read that finds a backlog: only a wake-up after an
+	// empty read waits. 0 reads at once. Stores whose feed does not wake
+	// per commit (MongoDB's change stream) ignore it.
+	Gather time.Duration
 	// Partition is the part of the stream the feed delivers; the zero
 	// Partition is the whole stream.
 	Partition Partition

@@ -163,6 +163,33 @@ func (b *backends) checkReadModel(ctx context.Context, what string, n int) error
 	return nil
 }
 
+// checkExactlyOnce fails unless the read model holds each of the n events
+// once: n rows, and daily counts that add up to n.
+func (b *backends) checkExactlyOnce(ctx context.Context, what string, n int) error {
+	if err := b.checkReadModel(ctx, what, n); err != nil {
+		return err
+	}
+	var counted int64
+	if err := b.pg.QueryRow(ctx, "SELECT coalesce(sum(event_count), 0) FROM device_daily_stats").Scan(&counted); err != nil {
+		return fmt.Errorf("%s: error adding up the daily counts: %w", what, err)
+	}
+	if counted != int64(n) {
+		return fmt.Errorf("%s: the daily counts add up to %d, not %d", what, counted, n)
+	}
+	return nil
+}
+
+// removeSQLite removes the SQLite file path with its WAL and shared memory
+// (none of them there is no error).
+func removeSQLite(path string) error {
+	for _, suffix := range []string{"", "-wal", "-shm"} {
+		if err := os.Remove(path + suffix); err != nil && !os.IsNotExist(err) {
+			return err
+		}
+	}
+	return nil
+}
+
 // freeAddr returns a loopback address with a port that is free now.
 func freeAddr() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")

@@ -9,6 +9,7 @@
 //	go run ./cmd/outboxd-bench load     # the load run against a running outboxd (make run)
 //	go run ./cmd/outboxd-bench soak     # the soak: faults at random, then the checker
 //	go run ./cmd/outboxd-bench partitions  # dispatcher and worker rates for P = 1, 2, 4 (make bench-partitions)
+//	go run ./cmd/outboxd-bench peer     # outboxd beside the Watermill peer of bench/peer (make bench-peer)
 //
 // # The benchmark
 //
@@ -121,6 +122,36 @@
 // the sum of ingest-batch's, the dispatcher's and worker-1's CPU per
 // event; the line "CPU bound of end-to-end" prints that bound and the
 // share of it the end-to-end stage reached.
+//
+// Every stage also splits its CPU per event (JSON "cpu"; the table's
+// column "process / PostgreSQL / Redis / machine"): the stage's own
+// processes (/proc/PID/stat, threads and reaped children), every process
+// named postgres (the server is shared: another client's backend counts
+// too), redis-server, and the whole machine as above; "harness" in the
+// JSON is the bench process itself (the load generator).
+//
+// The light stages (light-500; BENCH_LIGHT_RATES=100,500,2000 runs more,
+// BENCH_LIGHT_FOR is how long, 10s, BENCH_LIGHT_FLAGS extra flags of
+// `outboxd dev`) offer single events paced at the rate to `outboxd dev` on
+// a fresh file, timed from the first request until every one is synced:
+// the figure is the CPU per event of a light load, the process's above all.
+//
+// # The peer
+//
+// `outboxd-bench peer` (make bench-peer) runs, in alternating rounds
+// (-rounds, BENCH_ROUNDS in make: 3; odd rounds outboxd first), the stages
+// ingest-batch, ingest-single (min(BENCH_EVENTS/4, 5,000) events), relay,
+// one consumer, end-to-end and the light stages of outboxd as above and of
+// the Watermill pipeline of bench/peer (bin/outboxd-peer, -peer; its roles
+// ingest, forward, work and dev), from outside with the same load
+// generator. BENCH_EVENTS defaults to 20,000. Each round ends with an
+// exactly-once check of the end-to-end read model (one row per event, the
+// daily counts adding up to the events, every original synced); a stream
+// holding more entries than events (a duplicate relayed) is printed. The
+// table gives per stage the median events/s of each system, the ratio
+// outboxd ÷ peer (the median of the rounds' ratios, each taken within one
+// round, and their range) and the median CPU per event of each;
+// bench-peer-results.json (BENCH_OUT) holds every round's stages.
 //
 // peakRssBytes is the largest VmHWM (/proc/PID/status, read just before a
 // process is stopped) of every stage process, and peakRssStage names its

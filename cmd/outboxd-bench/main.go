@@ -43,6 +43,8 @@ func main() {
 		err = runSoak(ctx, os.Stdout, os.Args[2:])
 	case "replay":
 		err = runReplay(ctx, os.Stdout, os.Args[2:])
+	case "peer":
+		err = runPeer(ctx, os.Stdout, os.Args[2:])
 	case "partitions":
 		err = runPartitions(ctx, os.Stdout, os.Args[2:])
 	case "soak-lock":
@@ -108,7 +110,7 @@ func runBench(ctx context.Context, out io.Writer, args []string) error {
 	// bulk stages PostgreSQL still has their writes to checkpoint (its
 	// fsyncs stall commits; the harness's role may not run CHECKPOINT).
 	steps, err := selectSteps([]step{{stageLatency, b.latency}, {stepRaw, b.rawLimits}, {stepIngest, b.ingest},
-		{stageDispatcher, b.relay}, {stepWorkers, b.workStages}, {stageEndToEnd, b.endToEnd}, {stepMongo, b.mongoCommands},
+		{stageDispatcher, b.relay}, {stepWorkers, b.workStages}, {stageEndToEnd, b.endToEnd}, {stageLight, b.light}, {stepMongo, b.mongoCommands},
 		{stepChunks, b.chunkTable}}, *only)
 	if err != nil {
 		return err
@@ -173,7 +175,7 @@ const (
 )
 
 // stepNames are the steps of a run, in their order.
-var stepNames = []string{stageLatency, stepRaw, stepIngest, stageDispatcher, stepWorkers, stageEndToEnd, stepMongo, stepChunks}
+var stepNames = []string{stageLatency, stepRaw, stepIngest, stageDispatcher, stepWorkers, stageEndToEnd, stageLight, stepMongo, stepChunks}
 
 // parseChunks parses BENCH_CHUNKS ("250,500,1000,2000").
 func parseChunks(v string) ([]int, error) {

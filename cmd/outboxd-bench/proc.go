@@ -328,3 +328,6 @@ func writeProfile(path string, profiles []*profile.Profile) error {
 	}
 	return f.Close()
 }
+
+// pid returns the process's id.
+func (p *proc) pid() int { return p.cmd.Process.Pid }

@@ -40,6 +40,9 @@ type Stage struct {
 	// read.
 	CPUSeconds        float64 `json:"cpuSeconds,omitempty"`
 	CPUMicrosPerEvent float64 `json:"cpuMicrosPerEvent,omitempty"`
+	// CPU is the CPU time per event split by process (nil where /proc is
+	// not read).
+	CPU *CPUPerEvent `json:"cpu,omitempty"`
 	// GroupSizes is the group commit's histogram (stages that post).
 	GroupSizes *GroupSizes `json:"groupSizes,omitempty"`
 	// Writer is the SQLite store's writer by role (stages that post).
@@ -47,6 +50,36 @@ type Stage struct {
 	// Worker is the workers' batches and PostgreSQL transactions (the
 	// worker stages).
 	Worker *WorkerBatches `json:"worker,omitempty"`
+}
+
+// CPUPerEvent is a stage's CPU time per event, in µs, by whom: the stage's
+// own processes (outboxd's, or the peer's), every PostgreSQL process, Redis,
+// the harness (its load generator), and the whole machine (every process;
+// what the others leave is the rest of the machine).
+type CPUPerEvent struct {
+	Process  float64 `json:"process"`
+	Postgres float64 `json:"postgres"`
+	Redis    float64 `json:"redis"`
+	Harness  float64 `json:"harness"`
+	Machine  float64 `json:"machine"`
+}
+
+// cpuPerEvent divides sp's CPU times by n events (nil when the machine's
+// could not be read).
+func cpuPerEvent(sp span, n int) *CPUPerEvent {
+	if sp.cpu <= 0 || n <= 0 {
+		return nil
+	}
+	per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(n) }
+	return &CPUPerEvent{Process: per(sp.proc), Postgres: per(sp.postgres), Redis: per(sp.redis), Harness: per(sp.harness), Machine: per(sp.cpu)}
+}
+
+// String is the figures as "process / postgres / redis / machine µs".
+func (c *CPUPerEvent) String() string {
+	if c == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f / %.0f / %.0f / %.0f", c.Process, c.Postgres, c.Redis, c.Machine)
 }
 
 // Latency is ingest → syncedAt at a steady offered load.
@@ -76,6 +109,8 @@ type Latency struct {
 	// were posted (/proc/stat, every process); 0 where it cannot be read.
 	// Near 1 the tail is the scheduler's.
 	CPUBusy float64 `json:"cpuBusy,omitempty"`
+	// CPU is the CPU time per event while the events were posted.
+	CPU *CPUPerEvent `json:"cpu,omitempty"`
 }
 
 // Chunk is the dispatcher and one worker at one batch size.
@@ -136,13 +171,18 @@ func (r *Results) addStage(w io.Writer, s Stage, sp span) {
 	if sp.cpu > 0 && s.Events > 0 {
 		s.CPUSeconds = sp.cpu.Seconds()
 		s.CPUMicrosPerEvent = s.CPUSeconds * 1e6 / float64(s.Events)
+		s.CPU = cpuPerEvent(sp, s.Events)
 	}
 	s.LimitEventsPerSecond = r.limit(s.LimitName)
 	s.Ratio = ratio(s.EventsPerSecond, s.LimitEventsPerSecond)
 	r.Stages = append(r.Stages, s)
 	r.notePeak(s.Name, s.PeakRssBytes)
-	fmt.Fprintf(w, "  stage %-14s %10.0f ev/s  (%d in %s), ratio %.2f to %s, peak RSS %s\n",
-		s.Name, s.EventsPerSecond, s.Events, d.Round(time.Millisecond), s.Ratio, s.LimitName, mib(s.PeakRssBytes))
+	against := ""
+	if s.LimitEventsPerSecond > 0 {
+		against = fmt.Sprintf(", ratio %.2f to %s", s.Ratio, s.LimitName)
+	}
+	fmt.Fprintf(w, "  stage %-14s %10.0f ev/s  (%d in %s)%s, peak RSS %s, CPU µs/event process / PostgreSQL / Redis / machine %s\n",
+		s.Name, s.EventsPerSecond, s.Events, d.Round(time.Millisecond), against, mib(s.PeakRssBytes), s.CPU)
 }
 
 // transactionRate says how fast the workers of stage s projected while
@@ -179,10 +219,10 @@ func (r *Results) Print(w io.Writer) {
 	_ = tw.Flush()
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "stage\tevents\tseconds\tevents/s\tlimit\tlimit/s\tratio\treq p50 ms\treq p99 ms\tCPU µs/event\tpeak RSS\t")
+	fmt.Fprintln(tw, "stage\tevents\tseconds\tevents/s\tlimit\tlimit/s\tratio\treq p50 ms\treq p99 ms\tCPU µs/event: process / PostgreSQL / Redis / machine\tpeak RSS\t")
 	for _, s := range r.Stages {
 		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.0f\t%s\t%.0f\t%.2f\t%s\t%s\t%s\t%s\t\n", s.Name, s.Events, s.Seconds,
-			s.EventsPerSecond, s.LimitName, s.LimitEventsPerSecond, s.Ratio, ms(s.P50Ms), ms(s.P99Ms), micros(s.CPUMicrosPerEvent), mib(s.PeakRssBytes))
+			s.EventsPerSecond, s.LimitName, s.LimitEventsPerSecond, s.Ratio, ms(s.P50Ms), ms(s.P99Ms), s.CPU, mib(s.PeakRssBytes))
 	}
 	_ = tw.Flush()
 	if line := r.cpuBound(); line != "" {
@@ -198,8 +238,8 @@ func (r *Results) Print(w io.Writer) {
 		}
 	}
 	if l := r.Latency; l != nil {
-		fmt.Fprintf(w, "\ningest → syncedAt at %.0f/s offered (%.0f/s achieved, %d events): p50 %.1f ms, p95 %.1f ms, p99 %.1f ms, max %.1f ms; request p99 %.1f ms; peak RSS %s; the cores %.0f%% busy\n",
-			l.OfferedEventsPerSecond, l.AchievedEventsPerSecond, l.Events, l.P50Ms, l.P95Ms, l.P99Ms, l.MaxMs, l.RequestP99Ms, mib(l.PeakRssBytes), 100*l.CPUBusy)
+		fmt.Fprintf(w, "\ningest → syncedAt at %.0f/s offered (%.0f/s achieved, %d events): p50 %.1f ms, p95 %.1f ms, p99 %.1f ms, max %.1f ms; request p99 %.1f ms; peak RSS %s; the cores %.0f%% busy; CPU µs/event process / PostgreSQL / Redis / machine %s\n",
+			l.OfferedEventsPerSecond, l.AchievedEventsPerSecond, l.Events, l.P50Ms, l.P95Ms, l.P99Ms, l.MaxMs, l.RequestP99Ms, mib(l.PeakRssBytes), 100*l.CPUBusy, l.CPU)
 		if l.GroupSizes != nil {
 			fmt.Fprintf(w, "latency group commit: %s\n", l.GroupSizes)
 		}
@@ -333,14 +373,6 @@ func ms(v float64) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.1f", v)
-}
-
-// micros formats a CPU time per event in µs, "-" when not measured.
-func micros(v float64) string {
-	if v <= 0 {
-		return "-"
-	}
-	return fmt.Sprintf("%.0f", v)
 }
 
 func mib(b int64) string {

@@ -79,12 +79,18 @@ func newSQLite(ctx context.Context, path string) error {
 
 // ingest runs the two ingest stages on a new, migrated file, then keeps it
 // as the backlog snapshot.
-func (b *bench) ingest(ctx context.Context) error {
+func (b *bench) ingest(ctx context.Context) error { return b.ingestN(ctx, min(b.n/4, singleMax)) }
+
+// ingestN is ingest with singles single events.
+func (b *bench) ingestN(ctx context.Context, singles int) error {
 	path := b.be.file(fileStages)
+	if err := removeSQLite(path); err != nil {
+		return err
+	}
 	if err := newSQLite(ctx, path); err != nil {
 		return err
 	}
-	n, singles := b.n, min(b.n/4, singleMax)
+	n := b.n
 	for _, s := range []struct {
 		stage Stage
 		drive func(c *client) drive
@@ -117,12 +123,12 @@ func (b *bench) ingest(ctx context.Context) error {
 // wait, with the requests' latency and the group commit's histogram.
 // after, when set, runs on p after the stage, before p stops (untimed).
 func (b *bench) driveStage(ctx context.Context, p *proc, s Stage, d drive, until func(context.Context) error, after func(context.Context, *proc) error) error {
-	watch := startWatch()
+	watch := startWatch(p)
 	res, err := d.run(ctx)
 	if err == nil && until != nil {
 		err = until(ctx)
 	}
-	elapsed := watch.stop()
+	elapsed := watch.stop(p)
 	if err == nil {
 		var m scraped
 		m, err = scrapeMetrics(ctx, p)
@@ -189,7 +195,7 @@ func (b *bench) dispatch(ctx context.Context, name string, dispatchers, batch in
 	if err == nil {
 		err = b.waitCounts(ctx, name+": no entry undispatched", path, func(c store.Counts) bool { return c.Undispatched == 0 }, procs...)
 	}
-	elapsed := watch.stop()
+	elapsed := watch.stop(procs...)
 	if err != nil {
 		abort(procs...)
 		return span{}, 0, err
@@ -324,7 +330,7 @@ func (b *bench) work(ctx context.Context, name string, workers, batch int) (span
 	if err == nil {
 		err = b.waitCounts(ctx, name+": every original synced", path, func(c store.Counts) bool { return c.Pending == 0 }, procs...)
 	}
-	elapsed := watch.stop()
+	elapsed := watch.stop(procs...)
 	var batches *WorkerBatches
 	for i := 0; err == nil && i < len(procs); i++ {
 		var m scraped
@@ -409,6 +415,13 @@ func (b *bench) startDev(ctx context.Context, name string, extra ...string) (p *
 	if err = b.be.truncateReadModel(ctx); err != nil {
 		return
 	}
+	// A stage that runs again (bench-peer's rounds) starts afresh too.
+	if err = removeSQLite(path); err != nil {
+		return
+	}
+	if err = b.be.rdb.Del(ctx, stream).Err(); err != nil {
+		return
+	}
 	args := append([]string{"--store", storeFlag(path), "--postgres-url", b.be.pgURL, "--stream", stream, "--group", group}, b.be.redisArgs()...)
 	p, err = b.l.start(ctx, name, "dev", append(args, extra...)...)
 	return
@@ -454,9 +467,9 @@ func (b *bench) latency(ctx context.Context) error {
 		ids[i] = id
 		return 1, err
 	}}
-	watch := startWatch()
+	watch := startWatch(p)
 	res, err := d.run(ctx)
-	busy := watch.stop()
+	busy := watch.stop(p)
 	if err == nil {
 		err = b.waitSynced(ctx, stageLatency, path, stream, group, n, p)
 	}
@@ -487,6 +500,7 @@ func (b *bench) latency(ctx context.Context) error {
 	b.res.Latency = &Latency{OfferedEventsPerSecond: latencyRate, AchievedEventsPerSecond: perSecond(n, res.elapsed), Events: n,
 		P50Ms: s.p50, P95Ms: s.p95, P99Ms: s.p99, MaxMs: s.maxValue, RequestP99Ms: req.p99, PeakRssBytes: rss, GroupSizes: m.groups, Writer: m.writer, Worker: m.worker, Histogram: latencyHistogram(lat)}
 	b.res.Latency.CPUBusy = cpuBusy(busy, b.res.Cores)
+	b.res.Latency.CPU = cpuPerEvent(busy, n)
 	fmt.Fprintf(b.out, "  stage %-14s p50 %.1f ms, p95 %.1f ms, p99 %.1f ms ingest → syncedAt at %.0f/s offered (%.0f/s achieved), the cores %.0f%% busy\n",
 		stageLatency, s.p50, s.p95, s.p99, float64(latencyRate), b.res.Latency.AchievedEventsPerSecond, 100*b.res.Latency.CPUBusy)
 	printWriter(b.out, "  "+stageLatency, m.writer)

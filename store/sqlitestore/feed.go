@@ -40,7 +40,10 @@ func (s *Store) OpenFeed(ctx context.Context, stream string, from store.Position
 	if opts.PollInterval < 0 {
 		return nil, fmt.Errorf("invalid FeedOptions.PollInterval %s: must not be negative", opts.PollInterval)
 	}
-	f := &feed{s: s, stream: stream, part: opts.Partition, poll: opts.PollInterval, closed: make(chan struct{})}
+	if opts.Gather < 0 {
+		return nil, fmt.Errorf("invalid FeedOptions.Gather %s: must not be negative", opts.Gather)
+	}
+	f := &feed{s: s, stream: stream, part: opts.Partition, poll: opts.PollInterval, gather: opts.Gather, closed: make(chan struct{})}
 	if f.poll == 0 {
 		f.poll = PollIntervalDefault
 	}
@@ -108,6 +111,11 @@ type feed struct {
 	stream string
 	part   store.Partition
 	poll   time.Duration
+	// gather is FeedOptions.Gather.
+	gather time.Duration
+	// onWait, when set (tests), is called each time Next found nothing and
+	// is about to wait.
+	onWait func()
 
 	mu  sync.Mutex
 	pos int64 // seq of the last entry returned (or the opening position)
@@ -119,7 +127,8 @@ type feed struct {
 // Next returns the entries of the stream after the feed's position, at most
 // max, in seq order, waiting up to wait for the first: it looks at the
 // outbox every poll interval, and at once when a commit of this Store
-// inserted entries. It returns none (and no error) when nothing arrived.
+// inserted entries (then, with FeedOptions.Gather, that long later). It
+// returns none (and no error) when nothing arrived.
 func (f *feed) Next(ctx context.Context, max int, wait time.Duration) ([]outbox.Entry, error) {
 	if max <= 0 {
 		return nil, fmt.Errorf("error reading feed of stream %s: max must be positive, got %d", f.stream, max)
@@ -152,11 +161,25 @@ func (f *feed) Next(ctx context.Context, max int, wait time.Duration) ([]outbox.
 		} else {
 			timer.Reset(d)
 		}
+		if f.onWait != nil {
+			f.onWait()
+		}
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-f.closed:
 		case <-woken:
+			if g := min(f.gather, time.Until(deadline)); g > 0 {
+				// More commits may follow this one: read them together
+				// (Reset drops a pending tick since Go 1.23).
+				timer.Reset(g)
+				select {
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				case <-f.closed:
+				case <-timer.C:
+				}
+			}
 		case <-timer.C:
 		}
 	}

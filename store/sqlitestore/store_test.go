@@ -470,6 +470,42 @@ func TestCommitWakesFeed(t *testing.T) {
 	}
 }
 
+// TestFeedGathersCommitsAfterAWake: with FeedOptions.Gather, a feed woken
+// by a commit while it waited reads Gather later, with the commits that
+// followed, in one Next.
+func TestFeedGathersCommitsAfterAWake(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	f, err := b.store.OpenFeed(ctx, "s", nil, store.FeedOptions{PollInterval: 10 * time.Second, Gather: time.Second})
+	require.NoError(t, err)
+	defer f.Close(ctx)
+	waiting := make(chan struct{}, 1)
+	sqlitestore.OnFeedWait(f, func() {
+		select {
+		case waiting <- struct{}{}:
+		default:
+		}
+	})
+	type result struct {
+		entries []outbox.Entry
+		err     error
+	}
+	done := make(chan result, 1)
+	go func() {
+		entries, err := f.Next(ctx, 10, 30*time.Second)
+		done <- result{entries, err}
+	}()
+	<-waiting
+	first := write(t, b.store, "s", 1)
+	woke := time.Now()
+	second := write(t, b.store, "s", 2)
+	r := <-done
+	require.NoError(t, r.err)
+	require.Equal(t, append(first, second...), eventIDs(r.entries), "both commits in one batch")
+	require.GreaterOrEqual(t, time.Since(woke), 900*time.Millisecond, "read after the gather, not at the wake")
+}
+
 func TestFeed(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
