@@ -191,8 +191,7 @@ func Open(ctx context.Context, uri string, opts *Options) (*Store, error) {
 		if err != nil {
 			return nil, fmt.Errorf("error opening lungo's engine: %w", err)
 		}
-		s := newStore(client, o, true)
-		s.engine, s.lungo = engine, true
+		s := newStore(client, o, true, engine)
 		return s, nil
 	}
 	client, err := lungo.Connect(ctx, ClientOptions(uri, o))
@@ -204,7 +203,7 @@ func Open(ctx context.Context, uri string, opts *Options) (*Store, error) {
 		_ = client.Disconnect(context.WithoutCancel(ctx))
 		return nil, err
 	}
-	s := newStore(client, o, true)
+	s := newStore(client, o, true, nil)
 	s.mongos = mongos
 	return s, nil
 }
@@ -233,7 +232,7 @@ func NewFromClient(ctx context.Context, client *mongo.Client, database string, o
 	if err != nil {
 		return nil, err
 	}
-	s := newStore(&lungo.MongoClient{Client: client}, o, false)
+	s := newStore(&lungo.MongoClient{Client: client}, o, false, nil)
 	s.mongos = mongos
 	return s, nil
 }
@@ -275,9 +274,10 @@ func (o Options) validate() error {
 	return nil
 }
 
-// newStore returns the store on client with the options o (defaults set).
-func newStore(client lungo.IClient, o Options, owned bool) *Store {
-	s := &Store{client: client, opts: o, owned: owned}
+// newStore returns the store on client with the options o (defaults set);
+// engine is lungo's engine when the store runs on lungo (nil on a server).
+func newStore(client lungo.IClient, o Options, owned bool, engine *lungo.Engine) *Store {
+	s := &Store{client: client, opts: o, owned: owned, engine: engine, lungo: engine != nil}
 	// On a server the collections use the store's concerns whatever the
 	// client's defaults (NewFromClient's client is the caller's).
 	wc := writeconcern.Majority()
