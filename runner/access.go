@@ -77,7 +77,7 @@ func (o *options) serves() bool {
 	return r.serve && o.httpAddr != "" && (r.onceWhen == nil || !r.onceWhen(o))
 }
 
-// validateAccess reads and checks the tokens (DESIGN.md, "Access"): one
+// validateAccess reads and checks the tokens (README.md, "Access"): one
 // token per scope, no token for two, and no serving role open to more than
 // loopback without one unless --allow-no-auth.
 func (o *options) validateAccess() error {

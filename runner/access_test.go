@@ -23,7 +23,7 @@ func writeFile(t *testing.T, name, content string) string {
 }
 
 // TestAccessFlags: the tokens and the TLS flags are checked before
-// anything starts (issue 25, items 1, 2, 7): each error names the flag,
+// anything starts: each error names the flag,
 // exits 2, and shows no secret.
 func TestAccessFlags(t *testing.T) {
 	certs := testkit.NewCerts(t)
@@ -78,7 +78,7 @@ func TestAccessFlags(t *testing.T) {
 
 // TestNoOpenDefault: a serving role whose --http-addr is not loopback
 // refuses to start without a token, naming the flags to set, unless
-// --allow-no-auth (issue 25, item 2); one sweep of reconcile listens on
+// --allow-no-auth; one sweep of reconcile listens on
 // nothing and is not held to it.
 func TestNoOpenDefault(t *testing.T) {
 	for _, tc := range []struct {
@@ -146,7 +146,7 @@ func TestTokensFromFiles(t *testing.T) {
 }
 
 // TestHostsWithoutAToken: with no token, dev answers only a Host naming a
-// loopback address (DNS rebinding, issue 25 item 2); --allow-no-auth
+// loopback address (DNS rebinding); --allow-no-auth
 // answers any.
 func TestHostsWithoutAToken(t *testing.T) {
 	t.Parallel()

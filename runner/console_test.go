@@ -306,7 +306,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		b.untilText(`[data-field="dAlive"]`, "alive")
 		b.untilText(`[data-field="replayName"]`, ":replay")
 		b.untilText(`[data-field="replayLag"]`, "0")
-		// Redis memory (issue 21): the group's lag, the memory, the policy
+		// Redis memory: the group's lag, the memory, the policy
 		// and the relay, from /v1/status.
 		b.untilText(fmt.Sprintf(`#stream-groups [data-group=%q]`, d.group), "lag 0")
 		b.untilText(`[data-field="redisUsed"]`, "iB")
@@ -528,8 +528,8 @@ func TestConsoleReadOnly(t *testing.T) {
 	require.Equal(t, "No token needed.", eval[string](b, `document.getElementById('token-state').textContent`))
 }
 
-// TestConsoleScopes: the console shows what the entered token may do
-// (issue 25, item 1): with the viewer token every page reads but offers
+// TestConsoleScopes: the console shows what the entered token may do:
+// with the viewer token every page reads but offers
 // no action, and says so; the operator token brings the actions back; the
 // ingest token is asked to be replaced.
 func TestConsoleScopes(t *testing.T) {
@@ -588,7 +588,7 @@ func (b *browser) reprocessReadOnly() {
 	b.untilText("#verify-result", "no drift")
 }
 
-// TestConsoleRedisMemory (issue 21, item 5): `outboxd dev` on a Redis of
+// TestConsoleRedisMemory: `outboxd dev` on a Redis of
 // the test's own. At its maxmemory (noeviction) the overview shows the
 // memory full, the relay holding and the pipeline stalled; with the
 // memory raised and an evicting policy, the relay relays again and the

@@ -33,7 +33,7 @@ func TestHTTPFlagsAreValidated(t *testing.T) {
 }
 
 // TestPprof: --pprof serves Go's profiles under /debug/pprof/ beside the
-// API, to the operator token only (issue 25, item 3), and never the command
+// API, to the operator token only, and never the command
 // line, whose arguments may hold secrets; with no token set they are open
 // (on loopback: the benchmark harness profiles its stages so); without the
 // flag they are not found.
@@ -102,7 +102,7 @@ func stalledPost(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
 }
 
 // TestShutdownStalledClients: SIGTERM with clients that stalled their
-// bodies and an idle keep-alive connection open (issue 14, item 1). Before,
+// bodies and an idle keep-alive connection open. Before,
 // dev waited the whole --shutdown-timeout and exited 1 ("HTTP shutdown:
 // context deadline exceeded"); now the stalled clients are answered 503
 // about a second after the signal, and dev exits 0 well within the timeout,

@@ -24,7 +24,7 @@ var (
 
 // TestServicesLifecycleAPI: the services this binary runs hold their
 // lifecycle in a named field, so startstop's Init (and anything else of
-// its Base) is not part of their API (issue 19).
+// its Base) is not part of their API.
 func TestServicesLifecycleAPI(t *testing.T) {
 	t.Parallel()
 	base := reflect.TypeFor[startstop.Base]()

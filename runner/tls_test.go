@@ -51,8 +51,8 @@ func TestRedisOverTLS(t *testing.T) {
 	})
 }
 
-// TestHTTPS: dev serves its API over TLS with --tls-cert and --tls-key
-// (issue 25, item 7), TLS 1.2 at least.
+// TestHTTPS: dev serves its API over TLS with --tls-cert and --tls-key,
+// TLS 1.2 at least.
 func TestHTTPS(t *testing.T) {
 	t.Parallel()
 	certs := testkit.NewCerts(t)

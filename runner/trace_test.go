@@ -141,7 +141,7 @@ func anyValue(v *commonpb.AnyValue) string {
 	return v.String()
 }
 
-// TestTraceExportedToCollector is the demonstration of issue 26: `outboxd
+// TestTraceExportedToCollector is the demonstration of tracing: `outboxd
 // dev`, configured only by OTEL_* variables, exports over OTLP/HTTP to a
 // local receiver the trace of one event, from the client's traced request
 // through the relay and the projection to the read model; the test prints

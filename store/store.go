@@ -246,7 +246,7 @@ const (
 const StateAny = "any"
 
 // EventQuery selects originals by boundary: a time window, an entity and a
-// state (seed 002: reprocessing by time, by entity and by state).
+// state (reprocessing by time, by entity and by state).
 type EventQuery struct {
 	// By is the time the window bounds. Defaults to ByOccurred.
 	By TimeField

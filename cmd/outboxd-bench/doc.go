@@ -1,6 +1,6 @@
 // Command outboxd-bench is the one benchmark harness of outboxd (make
-// bench, issue 13), its load run (make load, issue 8) and the randomized
-// fault soak (make soak, issue 24). It is a binary of its own beside
+// bench), its load run (make load) and the randomized
+// fault soak (make soak). It is a binary of its own beside
 // cmd/outboxd (it imports the domain packages, so it is no leaf of
 // internal/), and all three run the real bin/outboxd as subprocesses with
 // one launcher. Run it from the repository root after `make build`:

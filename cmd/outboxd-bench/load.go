@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// Defaults and targets of the load run (issue 8).
+// Defaults and targets of the load run.
 const (
 	serverDefault      = "http://127.0.0.1:8080" // make run's --http-addr
 	loadSingleDefault  = 60 * time.Second

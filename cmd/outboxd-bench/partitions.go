@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// Shape of the partitions run (issue 22, item 8).
+// Shape of the partitions run.
 const (
 	partitionsEventsDefault = 50_000
 )

@@ -23,7 +23,7 @@ import (
 	"github.com/outboxd/outboxd/store"
 )
 
-// Defaults of the replay run (issue 23's Show: a 100,000-event replay while
+// Defaults of the replay run (a 100,000-event replay while
 // single events are posted).
 const (
 	replayEventsDefault   = 100_000

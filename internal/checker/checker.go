@@ -1,4 +1,4 @@
-// Package checker is the checker of RELIABILITY.md, the last step of every
+// Package checker is the checker of docs/reliability.md, the last step of every
 // fault test and of the soak: for the set of idempotency keys that ingest
 // acknowledged, it counts from PostgreSQL, the store and Redis what was
 // lost, duplicated or unexpected, whether the statistics equal the rows,

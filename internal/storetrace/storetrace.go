@@ -1,5 +1,5 @@
 // Package storetrace records the calls of a traced event to the storage
-// port as OpenTelemetry client spans (issue 26): Wrap returns a store.Store
+// port as OpenTelemetry client spans: Wrap returns a store.Store
 // that starts a span around each operation of the event's path (the
 // writer's transaction and its statements, the worker's reads and writes,
 // the dispatcher's marks, the reconciler's claims, the operator's

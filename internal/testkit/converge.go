@@ -28,7 +28,7 @@ type Pipeline struct {
 }
 
 // RequireConverged is the last step of a fault test: it waits up to
-// timeout for the checker of RELIABILITY.md to find, for the accepted
+// timeout for the checker of docs/reliability.md to find, for the accepted
 // idempotency keys, nothing lost, duplicated or unexpected, statistics
 // equal to the rows, and nothing left over (no pending entry, no
 // undispatched outbox entry, no unsynced original), and fails t with the

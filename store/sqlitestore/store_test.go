@@ -823,7 +823,7 @@ func TestCheckpointInBackground(t *testing.T) {
 
 // TestDependencies: a program that wants only the SQLite store links
 // neither goose nor pgx (its schema is embedded here, not in package
-// migrations) nor the drivers of MongoDB or Redis (issue 19).
+// migrations) nor the drivers of MongoDB or Redis.
 func TestDependencies(t *testing.T) {
 	t.Parallel()
 	testkit.RequireNoDeps(t, "github.com/outboxd/outboxd/store/sqlitestore",

@@ -12,7 +12,7 @@ import (
 	"github.com/outboxd/outboxd/store"
 )
 
-// partitionChecks are the checks of partitions (issue 22).
+// partitionChecks are the checks of partitions.
 func partitionChecks() []Check {
 	return []Check{
 		{"PartitionsFeedAndCatchUpPerPartition", checkPartitionFeeds},

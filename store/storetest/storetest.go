@@ -1163,7 +1163,7 @@ func checkOutboxEntries(t testing.TB, h Harness) {
 
 // checkTraceParent: the trace context of an ingest request is stored with
 // the original and its outbox entry and reads back from every read of
-// them; an event written without one reads back without (issue 26).
+// them; an event written without one reads back without.
 func checkTraceParent(t testing.TB, h Harness) {
 	b := setup(t, h, Options{})
 	ctx := context.Background()
