@@ -69,9 +69,10 @@ func (d *Dispatcher) unled() {
 }
 
 // follow is one feed's life: open it (from the saved position unless lost
-// says it is gone), catch up from the outbox, then relay what it delivers.
-// The feed opens before the catch-up reads the outbox, so an entry
-// committed meanwhile is in one or both (relayed once: seen).
+// says it is gone), catch up from the outbox when the feed cannot deliver
+// what is undispatched (catchUpNeeded), then relay what it delivers. The
+// feed opens before the catch-up reads the outbox, so an entry committed
+// meanwhile is in one or both (relayed once: seen).
 func (d *Dispatcher) follow(ctx, workCtx context.Context, lease store.Lease, lost error) error {
 	var from store.Position
 	if lost == nil {
@@ -100,7 +101,7 @@ func (d *Dispatcher) follow(ctx, workCtx context.Context, lease store.Lease, los
 		d.countLost(lost)
 		// Forget the dead position at once, so that a failure during the
 		// catch-up does not find it, and count it, again. Starting from
-		// now is safe: every start catches up from the outbox.
+		// now is safe: a lost position is caught up from the outbox.
 		if err := d.checkpoint(workCtx, lease, nil, true); err != nil {
 			return err
 		}
@@ -109,9 +110,12 @@ func (d *Dispatcher) follow(ctx, workCtx context.Context, lease store.Lease, los
 	m := newMarks(func(ctx context.Context, ids []string, pos store.Position, batches int) error {
 		return d.mark(ctx, lease, ids, pos, batches)
 	}, d.cfg.MarkInterval, d.cfg.BatchSize)
-	n, seen, err := d.catchUp(ctx, workCtx, lease, m, time.Time{})
-	if err != nil {
-		return err
+	var n int
+	seen := map[string]struct{}{}
+	if catchUpNeeded(from, lost) {
+		if n, seen, err = d.catchUp(ctx, workCtx, lease, m, time.Time{}); err != nil {
+			return err
+		}
 	}
 	switch {
 	case lost != nil:
@@ -125,6 +129,23 @@ func (d *Dispatcher) follow(ctx, workCtx context.Context, lease store.Lease, los
 		return err
 	}
 	return d.relayFeed(ctx, workCtx, lease, m, feed, seen)
+}
+
+// catchUpNeeded tells whether a feed opened from from (nil: from now) needs
+// a catch-up from the outbox first. A feed the store resumed from a saved
+// position delivers every entry committed after it, in commit order (a
+// change stream from its resume token, the outbox sequence on SQLite); the
+// entries before it were marked dispatched with the checkpoint, and those
+// the feed could not deliver (an oplog hole, an undecodable event) are the
+// sweep's. A catch-up reads the outbox in entry id order, which on MongoDB
+// is ObjectID order: within one second, entries of two writer processes
+// sort by their processes' random bytes, not by commit, so relaying it
+// before a resumed feed would break each device's write order under
+// --ordered on every lead start. It runs only when the feed cannot deliver
+// what is undispatched: no saved position (a first start, a forgotten
+// one) or a lost one (lost).
+func catchUpNeeded(from store.Position, lost error) bool {
+	return from == nil || lost != nil
 }
 
 func (d *Dispatcher) countLost(cause error) {

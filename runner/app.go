@@ -140,6 +140,11 @@ func (a *app) open(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		if ms, ok := st.(*mongostore.Store); ok {
+			for _, w := range ms.Warnings() { // an arbiter in the replica set
+				a.log.Warn(w)
+			}
+		}
 		a.st = st
 		if tracing.Enabled() {
 			a.st = storetrace.Wrap(st)

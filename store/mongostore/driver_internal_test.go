@@ -774,3 +774,29 @@ func TestLeaseExpiryWithASlowMajority(t *testing.T) {
 	require.True(t, ok)
 	require.False(t, written.Before(l.Expires.Add(-2*time.Millisecond)), "renewal: %s before %s", written.UTC(), l.Expires.UTC())
 }
+
+// TestArbiterIsWarnedAtStart: a replica set whose hello lists an arbiter
+// opens (it works while every member is up) with a warning that names the
+// arbiter and says what to run instead; a set without one, and a mongos,
+// open without warnings.
+func TestArbiterIsWarnedAtStart(t *testing.T) {
+	t.Parallel()
+	t.Run("Arbiter", func(t *testing.T) {
+		t.Parallel()
+		fs := newFakeServer(t, false)
+		fs.arbiters = []string{"127.0.0.1:1"} // refuses connections: the driver's monitor marks it unknown
+		s := openFake(t, fs, Options{})
+		w := s.Warnings()
+		require.Len(t, w, 1)
+		require.Contains(t, w[0], "arbiter (127.0.0.1:1)")
+		require.Contains(t, w[0], "use three data-bearing members")
+	})
+	t.Run("NoArbiter", func(t *testing.T) {
+		t.Parallel()
+		require.Empty(t, openFake(t, newFakeServer(t, false), Options{}).Warnings())
+	})
+	t.Run("Mongos", func(t *testing.T) {
+		t.Parallel()
+		require.Empty(t, openFake(t, newFakeServer(t, true), Options{}).Warnings())
+	})
+}

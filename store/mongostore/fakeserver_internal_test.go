@@ -45,6 +45,8 @@ type fakeServer struct {
 	// skew is how far the server's clock is from the test process's: the
 	// $currentDate of the clock document and hello's localTime.
 	skew time.Duration
+	// arbiters are the arbiters hello lists (a primary's only).
+	arbiters []string
 }
 
 // fakeCommand is a command the server received: its name and its document,
@@ -414,6 +416,12 @@ func (fs *fakeServer) hello() bson.D {
 	}
 	if fs.mongos {
 		return append(d, bson.E{Key: "msg", Value: "isdbgrid"})
+	}
+	fs.mu.Lock()
+	arbiters := slices.Clone(fs.arbiters)
+	fs.mu.Unlock()
+	if len(arbiters) > 0 {
+		d = append(d, bson.E{Key: "arbiters", Value: arbiters})
 	}
 	return append(d,
 		bson.E{Key: "setName", Value: "rs0"}, bson.E{Key: "setVersion", Value: int32(1)}, bson.E{Key: "electionId", Value: electionID},
