@@ -94,10 +94,13 @@ func (b *testBundle) config() *dispatcher.Config {
 		Stream:         b.stream,
 		LeaseTTL:       600 * time.Millisecond,
 		IdleCheckpoint: 50 * time.Millisecond,
-		PollInterval:   10 * time.Millisecond,
-		BackoffMax:     200 * time.Millisecond,
-		BreakerTimeout: 200 * time.Millisecond,
-		Owner:          testkit.Name("owner"),
+		// Idle positions are written as often as IdleCheckpoint, as the
+		// tests of lost positions need.
+		IdleCheckpointMax: 50 * time.Millisecond,
+		PollInterval:      10 * time.Millisecond,
+		BackoffMax:        200 * time.Millisecond,
+		BreakerTimeout:    200 * time.Millisecond,
+		Owner:             testkit.Name("owner"),
 	}
 	dispatcher.SetFaults(cfg, b.faults)
 	return cfg

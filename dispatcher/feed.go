@@ -242,6 +242,7 @@ func (d *Dispatcher) relayFeed(ctx, workCtx context.Context, lease store.Lease, 
 		return batchRead{entries: entries, pos: feed.Position(), err: err}
 	}
 	lastCheckpoint := time.Now()
+	moved := false // the feed delivered entries after the last checkpoint, relayed by a catch-up or a sweep
 	nextSweep := time.Now().Add(d.cfg.SweepInterval)
 	for {
 		if err := ctx.Err(); err != nil {
@@ -277,12 +278,14 @@ func (d *Dispatcher) relayFeed(ctx, workCtx context.Context, lease store.Lease, 
 			if err := d.relay(ctx, workCtx, m, batch, got.pos); err != nil {
 				return err
 			}
-			lastCheckpoint = time.Now()
+			lastCheckpoint, moved = time.Now(), false
+		case len(entries) > 0:
+			moved = true // all seen: the checkpoint moves past them when the feed is quiet
 		case len(entries) == 0:
 			// The feed is quiet, so it has delivered what the catch-up
 			// also relayed: nothing left to skip.
 			clear(seen)
-			if time.Since(lastCheckpoint) >= d.cfg.IdleCheckpoint {
+			if idleCheckpointDue(time.Since(lastCheckpoint), moved, d.cfg) {
 				// After the batches' own checkpoints, never before one.
 				if err := m.wait(); err != nil {
 					return err
@@ -290,7 +293,7 @@ func (d *Dispatcher) relayFeed(ctx, workCtx context.Context, lease store.Lease, 
 				if err := d.checkpoint(workCtx, lease, feed.Position(), false); err != nil {
 					return err
 				}
-				lastCheckpoint = time.Now()
+				lastCheckpoint, moved = time.Now(), false
 			}
 		}
 		// While the feed delivers full batches it is behind, and what it
@@ -304,6 +307,20 @@ func (d *Dispatcher) relayFeed(ctx, workCtx context.Context, lease store.Lease, 
 			nextSweep = time.Now().Add(d.cfg.SweepInterval)
 		}
 	}
+}
+
+// idleCheckpointDue tells whether a quiet feed's checkpoint is due, since
+// after the last one: IdleCheckpoint after the feed delivered entries that
+// were relayed already (moved: the checkpoint covers none of them yet),
+// else every IdleCheckpointMax, which keeps the position in the store's
+// history (on MongoDB a change stream's post-batch token moves with every
+// write to the deployment, its lease renewals included, so "the position
+// changed" would be every time).
+func idleCheckpointDue(since time.Duration, moved bool, cfg *Config) bool {
+	if moved {
+		return since >= cfg.IdleCheckpoint
+	}
+	return since >= max(cfg.IdleCheckpoint, cfg.IdleCheckpointMax)
 }
 
 // sweep relays the undispatched entries older than SweepMinAge (the feed

@@ -452,6 +452,45 @@ func TestFeedGetMoreHasABound(t *testing.T) {
 	require.Less(t, time.Since(began), 100*time.Millisecond+50*time.Millisecond+opTimeout+time.Second)
 }
 
+// TestFeedSendsTheNextGetMoreAtOnce: on a server an empty awaited getMore
+// has already waited its await time (the poll interval), so the feed sends
+// the next one at once, with no pause of its own after it (on lungo, whose
+// TryNext returns at once, it pauses a poll interval).
+func TestFeedSendsTheNextGetMoreAtOnce(t *testing.T) {
+	t.Parallel()
+	fs := newFakeServer(t, false)
+	s := openFake(t, fs, Options{})
+	ctx := context.Background()
+	const poll = 200 * time.Millisecond
+	f, err := s.OpenFeed(ctx, "stream", nil, store.FeedOptions{PollInterval: poll})
+	require.NoError(t, err)
+	defer f.Close(ctx)
+	var mu sync.Mutex
+	var answered []time.Time // when each getMore was answered
+	var gaps []time.Duration // from an answer to the next getMore
+	fs.handle("getMore", func(c fakeCommand) bson.D {
+		mu.Lock()
+		if n := len(answered); n > 0 {
+			gaps = append(gaps, time.Since(answered[n-1]))
+		}
+		mu.Unlock()
+		fs.wait(poll) // a server awaits new entries for maxAwaitTimeMS
+		mu.Lock()
+		answered = append(answered, time.Now())
+		mu.Unlock()
+		return fs.byDefault(c)
+	})
+	entries, err := f.Next(ctx, 10, 5*poll)
+	require.NoError(t, err)
+	require.Empty(t, entries)
+	mu.Lock()
+	defer mu.Unlock()
+	require.GreaterOrEqual(t, len(gaps), 3, "one awaited getMore after another for the whole wait")
+	for _, g := range gaps {
+		require.Less(t, g, poll/2, "no pause between awaited getMores")
+	}
+}
+
 // TestServerErrorsThroughTheDriver: the codes of the classification table
 // as the driver hands them over from a server's reply (a command error, a
 // write concern error), to the port's classes: unavailable (503 at ingest,

@@ -79,7 +79,8 @@ func (s *Store) OpenFeed(ctx context.Context, stream string, from store.Position
 		}
 		return nil, wrap(err, "opening the change stream on %s", s.opts.OutboxCollection)
 	}
-	return &feed{cs: cs, coll: s.opts.OutboxCollection, stream: stream, part: opts.Partition, poll: poll, opTimeout: s.opts.OpTimeout, pos: from}, nil
+	return &feed{cs: cs, coll: s.opts.OutboxCollection, stream: stream, part: opts.Partition, poll: poll, opTimeout: s.opts.OpTimeout, pos: from,
+		pause: s.lungo}, nil
 }
 
 // feed is a change stream read as batches of entries.
@@ -92,6 +93,11 @@ type feed struct {
 	// opTimeout is how long a getMore may take beyond the await time.
 	opTimeout time.Duration
 	pos       store.Position
+	// pause tells Next to wait poll after an empty look: lungo's TryNext
+	// returns at once. A server's getMore waits up to its await time (the
+	// poll interval) itself, so a pause after it would only delay the
+	// next entry by as much.
+	pause bool
 	// ended is set once an end-of-feed event arrived; later Nexts fail.
 	ended error
 }
@@ -160,6 +166,9 @@ func (f *feed) Next(ctx context.Context, max int, wait time.Duration) ([]outbox.
 		}
 		if len(out) > 0 || !time.Now().Before(deadline) {
 			return out, nil
+		}
+		if !f.pause {
+			continue // the next getMore awaits new entries
 		}
 		t := time.NewTimer(min(f.poll, time.Until(deadline)))
 		select {
