@@ -109,7 +109,22 @@ func (b *testBundle) config() *dispatcher.Config {
 // newDispatcher builds a dispatcher stopped at cleanup.
 func (b *testBundle) newDispatcher(cfg *dispatcher.Config) *dispatcher.Dispatcher {
 	b.t.Helper()
-	d, err := dispatcher.New(b.st, b.rc, cfg, testkit.Logger(b.t))
+	return b.newDispatcherOn(b.st, cfg)
+}
+
+// startOn builds and starts a dispatcher on st (the bundle's store behind
+// a test's wrapper), stopped at cleanup.
+func (b *testBundle) startOn(st store.Store, cfg *dispatcher.Config) *dispatcher.Dispatcher {
+	b.t.Helper()
+	d := b.newDispatcherOn(st, cfg)
+	require.NoError(b.t, d.Start(context.Background()))
+	return d
+}
+
+// newDispatcherOn builds a dispatcher on st, stopped at cleanup.
+func (b *testBundle) newDispatcherOn(st store.Store, cfg *dispatcher.Config) *dispatcher.Dispatcher {
+	b.t.Helper()
+	d, err := dispatcher.New(st, b.rc, cfg, testkit.Logger(b.t))
 	require.NoError(b.t, err)
 	b.t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -325,8 +325,8 @@ func idleCheckpointDue(since time.Duration, moved bool, cfg *Config) bool {
 
 // sweep relays the undispatched entries older than SweepMinAge (the feed
 // should have delivered them: a commit that became visible behind the
-// feed's start, an undecodable change event), deletes the dispatched
-// entries older than Retention and returns the ids it relayed.
+// feed's start, an undecodable change event), housekeeps (housekeep) and
+// returns the ids it relayed.
 func (d *Dispatcher) sweep(ctx, workCtx context.Context, lease store.Lease, m *marks) (map[string]struct{}, error) {
 	now := d.cfg.Now()
 	n, seen, err := d.catchUp(ctx, workCtx, lease, m, now.Add(-d.cfg.SweepMinAge))
@@ -340,19 +340,28 @@ func (d *Dispatcher) sweep(ctx, workCtx context.Context, lease store.Lease, m *m
 	if d.cfg.part.Index > 0 {
 		return seen, nil // the retentions are the whole outbox's: partition 0's leader runs them
 	}
+	d.housekeep(ctx, now)
+	return seen, nil
+}
+
+// housekeep deletes the dispatched entries older than Retention and, with
+// EventRetention, the synced originals created before it. Its failures are
+// logged, never returned: relaying does not wait for housekeeping (the next
+// sweep tries again, and MongoDB's TTL indexes remove the same documents).
+func (d *Dispatcher) housekeep(ctx context.Context, now time.Time) {
 	deleted, err := d.st.DeleteDispatched(ctx, now.Add(-d.cfg.Retention))
-	if err != nil {
-		return nil, fmt.Errorf("error deleting dispatched entries past the retention: %w", err)
+	if err != nil && ctx.Err() == nil {
+		d.logger.Warn("deleting dispatched entries past the retention failed; relaying goes on, the next sweep tries again",
+			zap.Int64("entries", deleted), zap.Error(err))
 	}
 	if deleted > 0 {
 		d.logger.Debug("deleted dispatched entries past the retention", zap.Int64("entries", deleted))
 	}
 	if d.cfg.EventRetention > 0 {
-		if err := d.purgeOriginals(ctx, now.Add(-d.cfg.EventRetention)); err != nil {
-			return nil, err
+		if err := d.purgeOriginals(ctx, now.Add(-d.cfg.EventRetention)); err != nil && ctx.Err() == nil {
+			d.logger.Warn("deleting synced originals past the event retention failed; relaying goes on, the next sweep tries again", zap.Error(err))
 		}
 	}
-	return seen, nil
 }
 
 // purgeOriginals deletes the synced originals created before before, in

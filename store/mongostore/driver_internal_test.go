@@ -374,30 +374,41 @@ func TestEveryCommandCarriesATimeLimit(t *testing.T) {
 	now := time.Now()
 	lease := store.Lease{Name: "stream", Owner: "me", Term: 1}
 	ops := map[string]func() error{
-		"Write":            func() error { _, err := outbox.NewWriter(s, nil).Write(ctx, fakeInput("d")); return err },
-		"LoadEvents":       func() error { _, err := s.LoadEvents(ctx, []string{id}); return err },
-		"EventByKey":       func() error { _, err := s.EventByKey(ctx, "k"); return err },
-		"MarkSynced":       func() error { _, err := s.MarkSynced(ctx, []string{id}, now); return err },
-		"Park":             func() error { _, err := s.Park(ctx, id, outbox.SyncFailure{Category: "poison", At: now}); return err },
-		"Candidates":       func() error { _, err := s.Candidates(ctx, store.CandidateQuery{Limit: 10}); return err },
-		"Claim":            func() error { _, err := s.Claim(ctx, []string{id}, now, now); return err },
-		"RollbackClaims":   func() error { _, err := s.RollbackClaims(ctx, now, []*outbox.Event{{ID: id}}); return err },
-		"Counts":           func() error { _, err := s.Counts(ctx); return err },
-		"ListEvents":       func() error { _, err := s.ListEvents(ctx, store.EventQuery{Limit: 10}); return err },
-		"CountEvents":      func() error { _, err := s.CountEvents(ctx, store.EventQuery{}); return err },
-		"Redrive":          func() error { _, err := s.Redrive(ctx, []string{id}); return err },
-		"Undispatched":     func() error { _, err := s.Undispatched(ctx, "stream", store.Partition{}, "", 10); return err },
-		"OutboxEntries":    func() error { _, err := s.OutboxEntries(ctx, id); return err },
-		"MarkDispatched":   func() error { return s.MarkDispatched(ctx, lease, []string{id}, now) },
-		"DeleteDispatched": func() error { _, err := s.DeleteDispatched(ctx, now); return err },
-		"AcquireLease":     func() error { _, err := s.AcquireLease(ctx, "stream", "me", now, time.Minute); return err },
-		"RenewLease":       func() error { _, err := s.RenewLease(ctx, lease, now, time.Minute); return err },
-		"ReleaseLease":     func() error { _, err := s.ReleaseLease(ctx, lease); return err },
-		"ReadLease":        func() error { _, err := s.ReadLease(ctx, "stream"); return err },
-		"SaveCheckpoint":   func() error { return s.SaveCheckpoint(ctx, lease, store.Checkpoint{At: now}) },
-		"MarkRelayed":      func() error { return s.MarkRelayed(ctx, lease, []string{id}, store.Checkpoint{At: now}) },
-		"Ping":             func() error { return s.Ping(ctx) },
-		"CheckSchema":      func() error { return s.CheckSchema(ctx) },
+		"Write":          func() error { _, err := outbox.NewWriter(s, nil).Write(ctx, fakeInput("d")); return err },
+		"LoadEvents":     func() error { _, err := s.LoadEvents(ctx, []string{id}); return err },
+		"EventByKey":     func() error { _, err := s.EventByKey(ctx, "k"); return err },
+		"MarkSynced":     func() error { _, err := s.MarkSynced(ctx, []string{id}, now); return err },
+		"Park":           func() error { _, err := s.Park(ctx, id, outbox.SyncFailure{Category: "poison", At: now}); return err },
+		"Candidates":     func() error { _, err := s.Candidates(ctx, store.CandidateQuery{Limit: 10}); return err },
+		"Claim":          func() error { _, err := s.Claim(ctx, []string{id}, now, now); return err },
+		"RollbackClaims": func() error { _, err := s.RollbackClaims(ctx, now, []*outbox.Event{{ID: id}}); return err },
+		"Counts":         func() error { _, err := s.Counts(ctx); return err },
+		"ListEvents":     func() error { _, err := s.ListEvents(ctx, store.EventQuery{Limit: 10}); return err },
+		"CountEvents":    func() error { _, err := s.CountEvents(ctx, store.EventQuery{}); return err },
+		"Redrive":        func() error { _, err := s.Redrive(ctx, []string{id}); return err },
+		"Undispatched":   func() error { _, err := s.Undispatched(ctx, "stream", store.Partition{}, "", 10); return err },
+		"OutboxEntries":  func() error { _, err := s.OutboxEntries(ctx, id); return err },
+		"MarkDispatched": func() error { return s.MarkDispatched(ctx, lease, []string{id}, now) },
+		"DeleteDispatched": func() error {
+			fs.handle("find", fs.findOneIn(OutboxCollection, bson.D{{Key: "_id", Value: primitive.NewObjectID()}}))
+			defer fs.handle("find", fs.byDefault)
+			_, err := s.DeleteDispatched(ctx, now)
+			return err
+		},
+		"DeleteSynced": func() error {
+			fs.handle("find", fs.findOneIn(EventsCollection, bson.D{{Key: "_id", Value: primitive.NewObjectID()}}))
+			defer fs.handle("find", fs.byDefault)
+			_, err := s.DeleteSynced(ctx, now, 10)
+			return err
+		},
+		"AcquireLease":   func() error { _, err := s.AcquireLease(ctx, "stream", "me", now, time.Minute); return err },
+		"RenewLease":     func() error { _, err := s.RenewLease(ctx, lease, now, time.Minute); return err },
+		"ReleaseLease":   func() error { _, err := s.ReleaseLease(ctx, lease); return err },
+		"ReadLease":      func() error { _, err := s.ReadLease(ctx, "stream"); return err },
+		"SaveCheckpoint": func() error { return s.SaveCheckpoint(ctx, lease, store.Checkpoint{At: now}) },
+		"MarkRelayed":    func() error { return s.MarkRelayed(ctx, lease, []string{id}, store.Checkpoint{At: now}) },
+		"Ping":           func() error { return s.Ping(ctx) },
+		"CheckSchema":    func() error { return s.CheckSchema(ctx) },
 		"Feed": func() error {
 			f, err := s.OpenFeed(ctx, "stream", nil, store.FeedOptions{PollInterval: 10 * time.Millisecond})
 			if err != nil {
@@ -413,6 +424,9 @@ func TestEveryCommandCarriesATimeLimit(t *testing.T) {
 		_ = op() // the fake's empty answers make some fail (not found, fenced); the commands are what counts
 		cmds := fs.commands()
 		require.NotEmpty(t, cmds, name)
+		if name == "DeleteDispatched" || name == "DeleteSynced" {
+			require.NotEmpty(t, fs.commands("delete"), "%s: past its finds", name)
+		}
 		for _, c := range cmds {
 			ms, ok := c.lookup("maxTimeMS").AsInt64OK()
 			switch c.Name {

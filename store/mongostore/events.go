@@ -413,7 +413,7 @@ func (s *Store) DeleteSynced(ctx context.Context, before time.Time, limit int) (
 	}
 	ctx, cancel := s.opctx(ctx)
 	defer cancel()
-	cur, err := s.events.Find(ctx, SyncedBeforeFilter(before), options.Find().
+	cur, err := s.events.Find(ctx, SyncedBeforeFilter(before), findOptions(ctx).
 		SetSort(bson.D{{Key: "createdAt", Value: 1}}).SetLimit(int64(limit)).SetProjection(bson.D{{Key: "_id", Value: 1}}))
 	if err != nil {
 		return 0, wrap(err, "querying synced originals past the retention")
@@ -432,7 +432,7 @@ func (s *Store) DeleteSynced(ctx context.Context, before time.Time, limit int) (
 		oids[i] = d.ID
 	}
 	cur, err = s.outbox.Find(ctx, bson.D{{Key: "eventId", Value: idsIn(oids)}, {Key: "dispatchedAt", Value: nil}},
-		options.Find().SetProjection(bson.D{{Key: "eventId", Value: 1}}))
+		findOptions(ctx).SetProjection(bson.D{{Key: "eventId", Value: 1}}))
 	if err != nil {
 		return 0, wrap(err, "reading the undispatched entries of synced originals")
 	}

@@ -429,6 +429,18 @@ func (fs *fakeServer) hello() bson.D {
 		bson.E{Key: "primary", Value: fs.addr}, bson.E{Key: "me", Value: fs.addr})
 }
 
+// findOneIn returns a find handler that answers doc from the collection
+// coll and answers every other find by default.
+func (fs *fakeServer) findOneIn(coll string, doc bson.D) fakeHandler {
+	return func(c fakeCommand) bson.D {
+		if c.coll() != coll {
+			return fs.byDefault(c)
+		}
+		db, _ := c.lookup("$db").StringValueOK()
+		return cursorReply(db+"."+coll, "firstBatch", doc)
+	}
+}
+
 // cursorReply is a cursor reply with the documents docs, exhausted.
 func cursorReply(ns, batch string, docs ...any) bson.D {
 	if docs == nil {

@@ -194,8 +194,8 @@ func Open(ctx context.Context, uri string, opts *Options) (*Store, error) {
 		if err != nil {
 			return nil, fmt.Errorf("error opening lungo's engine: %w", err)
 		}
-		s := newStore(client, o, true)
-		s.engine, s.lungo = engine, true
+		s := newStore(client, o, true, true)
+		s.engine = engine
 		return s, nil
 	}
 	client, err := lungo.Connect(ctx, ClientOptions(uri, o))
@@ -207,7 +207,7 @@ func Open(ctx context.Context, uri string, opts *Options) (*Store, error) {
 		_ = client.Disconnect(context.WithoutCancel(ctx))
 		return nil, err
 	}
-	s := newStore(client, o, true)
+	s := newStore(client, o, true, false)
 	s.mongos, s.warnings = topo.mongos, topo.warnings
 	return s, nil
 }
@@ -236,7 +236,7 @@ func NewFromClient(ctx context.Context, client *mongo.Client, database string, o
 	if err != nil {
 		return nil, err
 	}
-	s := newStore(&lungo.MongoClient{Client: client}, o, false)
+	s := newStore(&lungo.MongoClient{Client: client}, o, false, false)
 	s.mongos, s.warnings = topo.mongos, topo.warnings
 	return s, nil
 }
@@ -278,9 +278,11 @@ func (o Options) validate() error {
 	return nil
 }
 
-// newStore returns the store on client with the options o (defaults set).
-func newStore(client lungo.IClient, o Options, owned bool) *Store {
-	s := &Store{client: client, opts: o, owned: owned}
+// newStore returns the store on client with the options o (defaults set);
+// onLungo tells that client is lungo's engine (set before the collections,
+// which count commands at the engine's boundary there).
+func newStore(client lungo.IClient, o Options, owned, onLungo bool) *Store {
+	s := &Store{client: client, opts: o, owned: owned, lungo: onLungo}
 	// On a server the collections use the store's concerns whatever the
 	// client's defaults (NewFromClient's client is the caller's).
 	wc := writeconcern.Majority()
