@@ -183,7 +183,8 @@ func (f *failingHousekeeping) OpenFeed(ctx context.Context, stream string, from 
 
 // TestHousekeepingFailureKeepsRelaying: a sweep whose deletions past the
 // retentions fail does not end the relay loop: the feed stays open (no
-// reopen, no back-off) and what is written after is relayed.
+// reopen, no back-off: at least 12 failed sweeps, at most a few opens) and
+// what is written after is relayed.
 func TestHousekeepingFailureKeepsRelaying(t *testing.T) {
 	t.Parallel()
 	for _, kind := range kinds {
@@ -198,10 +199,13 @@ func TestHousekeepingFailureKeepsRelaying(t *testing.T) {
 			for range 3 {
 				ids = append(ids, b.write(2, 2)...)
 				seen := f.deletes.Load()
-				require.Eventually(t, func() bool { return f.deletes.Load() >= seen+2 }, 10*time.Second, 5*time.Millisecond, "sweeps run")
+				require.Eventually(t, func() bool { return f.deletes.Load() >= seen+4 }, 10*time.Second, 5*time.Millisecond, "sweeps run")
 			}
 			b.waitRelayed(ids, 10*time.Second)
-			require.Equal(t, int64(1), f.opens.Load(), "the feed was never reopened")
+			// When a failed sweep ended the relay, every sweep reopened the
+			// feed; a stray reopen (a lease renewal late under load) is not
+			// the sweep's.
+			require.Less(t, 3*f.opens.Load(), f.deletes.Load(), "the feed is not reopened after a failed sweep")
 			require.True(t, d.Stats().Leader)
 		})
 	}

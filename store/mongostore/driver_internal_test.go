@@ -98,7 +98,9 @@ func TestTransientErrorsRunTheTransactionAgain(t *testing.T) {
 		// first is how the failed transaction ends.
 		first []string
 	}{
-		{"LookupKeys", func(fs *fakeServer) { fs.handle("find", failFirst(1, conflict, fs.byDefault)) },
+		{"LookupKeys", func(fs *fakeServer) {
+			fs.handle("find", fs.onColl(EventsCollection, failFirst(1, conflict, fs.byDefault)))
+		},
 			[]string{"find", "abortTransaction"}},
 		{"InsertEvents", func(fs *fakeServer) {
 			fs.handle("insert", fs.onColl(EventsCollection, failFirst(1, conflict, fs.byDefault)))
@@ -219,7 +221,9 @@ func TestRunTxRunsTheCallbackAgainOnATransientError(t *testing.T) {
 	require.Equal(t, 3, runs, "run again after the insert's conflict and after the commit's")
 	txs := fs.transactions()
 	require.Len(t, txs, 3)
-	require.Equal(t, []string{"find", "insert", "insert", "insert", "abortTransaction"}, txs[0].names)
+	// The first run also reads the stream's number of partitions (once per
+	// Writer, in the caller's transaction).
+	require.Equal(t, []string{"find", "find", "insert", "insert", "insert", "abortTransaction"}, txs[0].names)
 	require.Equal(t, []string{"find", "insert", "insert", "insert", "commitTransaction"}, txs[1].names)
 	require.Equal(t, []string{"find", "insert", "insert", "insert", "commitTransaction"}, txs[2].names)
 	require.Equal(t, []string{"events", "events", "outbox", "orders"}, txs[2].colls[:4],
@@ -669,40 +673,53 @@ func TestFailedCountsAreKeptBriefly(t *testing.T) {
 // events collection is sharded and refuses a shard key that cannot hold
 // the unique idempotencyKey index (two writers of one key on two shards
 // would both insert); unsharded, or sharded on {idempotencyKey: 1}, it
-// creates the indexes. On a replica set it reads no shard key.
+// creates the indexes. The leases, clock and settings collections, whose
+// documents are upserted by _id alone (before 7.1 an upsert needs the
+// whole shard key), may be unsharded or sharded on _id only. On a replica
+// set it reads no shard key.
 func TestMigrateOnAShardedCluster(t *testing.T) {
 	t.Parallel()
+	events, leases := "outboxd."+EventsCollection, "outboxd."+LeasesCollection
 	for _, tc := range []struct {
 		name string
-		key  bson.D // nil: not sharded
-		ok   bool
+		keys map[string]bson.D // by namespace; absent: not sharded
+		err  error             // nil: migrate creates the indexes
 	}{
-		{"Unsharded", nil, true},
-		{"ShardedOnTheKey", bson.D{{Key: "idempotencyKey", Value: 1}}, true},
-		{"ShardedOnTheDevice", bson.D{{Key: "sourceKey", Value: 1}, {Key: "deviceKey", Value: 1}}, false},
-		{"HashedOnTheKey", bson.D{{Key: "idempotencyKey", Value: "hashed"}}, false},
-		{"ShardedOnID", bson.D{{Key: "_id", Value: 1}}, false},
+		{"Unsharded", nil, nil},
+		{"ShardedOnTheKey", map[string]bson.D{events: {{Key: "idempotencyKey", Value: 1}}}, nil},
+		{"ShardedOnTheDevice", map[string]bson.D{events: {{Key: "sourceKey", Value: 1}, {Key: "deviceKey", Value: 1}}}, ErrShardKey},
+		{"HashedOnTheKey", map[string]bson.D{events: {{Key: "idempotencyKey", Value: "hashed"}}}, ErrShardKey},
+		{"ShardedOnID", map[string]bson.D{events: {{Key: "_id", Value: 1}}}, ErrShardKey},
+		{"LeasesHashedOnID", map[string]bson.D{leases: {{Key: "_id", Value: "hashed"}}}, nil},
+		{"LeasesOnTheOwner", map[string]bson.D{leases: {{Key: "owner", Value: 1}}}, ErrUpsertShardKey},
+		{"ClockOnAnotherKey", map[string]bson.D{"outboxd." + ClockCollection: {{Key: "at", Value: 1}}}, ErrUpsertShardKey},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			fs := newFakeServer(t, true)
 			s := openFake(t, fs, Options{})
 			require.True(t, s.mongos)
-			key := tc.key
 			fs.handle("find", func(c fakeCommand) bson.D {
-				if db, _ := c.lookup("$db").StringValueOK(); db != "config" || c.coll() != "collections" || key == nil {
+				if db, _ := c.lookup("$db").StringValueOK(); db != "config" || c.coll() != "collections" {
 					return fs.byDefault(c)
 				}
-				return cursorReply("config.collections", "firstBatch", bson.D{{Key: "_id", Value: "outboxd.events"}, {Key: "key", Value: key}, {Key: "unique", Value: false}})
+				ns, _ := c.lookup("filter", "_id").StringValueOK()
+				key, ok := tc.keys[ns]
+				if !ok {
+					return fs.byDefault(c)
+				}
+				return cursorReply("config.collections", "firstBatch", bson.D{{Key: "_id", Value: ns}, {Key: "key", Value: key}, {Key: "unique", Value: false}})
 			})
 			err := s.Migrate(context.Background(), nil)
-			if tc.ok {
+			if tc.err == nil {
 				require.NoError(t, err)
 				require.NotEmpty(t, fs.commands("createIndexes"))
 				return
 			}
-			require.ErrorIs(t, err, ErrShardKey)
-			require.ErrorContains(t, err, "outboxd.events is sharded on")
+			require.ErrorIs(t, err, tc.err)
+			for ns := range tc.keys {
+				require.ErrorContains(t, err, ns+" is sharded on")
+			}
 			require.Empty(t, fs.commands("createIndexes"), "nothing created on a layout that cannot hold it")
 		})
 	}
@@ -851,5 +868,60 @@ func TestArbiterIsWarnedAtStart(t *testing.T) {
 	t.Run("Mongos", func(t *testing.T) {
 		t.Parallel()
 		require.Empty(t, openFake(t, newFakeServer(t, true), Options{}).Warnings())
+	})
+}
+
+// TestLoadEventsTargetsTheShards: through a mongos, the worker's read of
+// originals names their idempotency keys beside their ids when the context
+// carries them (store.WithEventKeys), so mongos targets the shards holding
+// those keys (events is sharded on {idempotencyKey: 1}); what it does not
+// find that way is read again by _id alone. On a replica set, or without
+// the keys, it reads by _id alone.
+func TestLoadEventsTargetsTheShards(t *testing.T) {
+	t.Parallel()
+	ids := []string{primitive.NewObjectID().Hex(), primitive.NewObjectID().Hex()}
+	keyed := store.WithEventKeys(context.Background(), map[string]string{ids[0]: "k0", ids[1]: "k1"})
+	finds := func(t *testing.T, mongos bool, ctx context.Context) []fakeCommand {
+		fs := newFakeServer(t, mongos)
+		s := openFake(t, fs, Options{})
+		fs.reset()
+		got, err := s.LoadEvents(ctx, ids)
+		require.NoError(t, err)
+		require.Empty(t, got, "the fake holds no originals")
+		return fs.commands("find")
+	}
+	keysOf := func(c fakeCommand) []string {
+		arr, ok := c.lookup("filter", "idempotencyKey", "$in").ArrayOK()
+		if !ok {
+			return nil
+		}
+		vals, _ := arr.Values()
+		out := make([]string, len(vals))
+		for i, v := range vals {
+			out[i] = v.StringValue()
+		}
+		return out
+	}
+	t.Run("MongosWithKeys", func(t *testing.T) {
+		t.Parallel()
+		cmds := finds(t, true, keyed)
+		require.Len(t, cmds, 2)
+		require.Equal(t, []string{"k0", "k1"}, keysOf(cmds[0]), "targeted by the keys: %s", cmds[0].Doc)
+		require.Nil(t, keysOf(cmds[1]), "the missing ones again by _id alone: %s", cmds[1].Doc)
+		missing, _ := cmds[1].lookup("filter", "_id", "$in").ArrayOK()
+		vals, _ := missing.Values()
+		require.Len(t, vals, 2)
+	})
+	t.Run("MongosWithoutKeys", func(t *testing.T) {
+		t.Parallel()
+		cmds := finds(t, true, context.Background())
+		require.Len(t, cmds, 1)
+		require.Nil(t, keysOf(cmds[0]))
+	})
+	t.Run("ReplicaSet", func(t *testing.T) {
+		t.Parallel()
+		cmds := finds(t, false, keyed)
+		require.Len(t, cmds, 1)
+		require.Nil(t, keysOf(cmds[0]), "the _id index serves it on a replica set")
 	})
 }
