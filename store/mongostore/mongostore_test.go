@@ -450,10 +450,7 @@ func dropDatabase(t testing.TB, name string) {
 // set, so it runs only with OUTBOXD_TEST_MONGO_STEPDOWN=1: the mongo
 // workflow runs it alone after the suite.
 func TestStepDownUnderLoad(t *testing.T) {
-	testkit.SkipUnlessRealMongo(t)
-	if os.Getenv("OUTBOXD_TEST_MONGO_STEPDOWN") == "" {
-		t.Skip("skipped: steps the primary down; set OUTBOXD_TEST_MONGO_STEPDOWN=1 (the mongo workflow runs it alone)")
-	}
+	skipUnlessOptedIn(t, "OUTBOXD_TEST_MONGO_STEPDOWN", "steps the primary down")
 	ctx := context.Background()
 	s := testkit.NewMongo(t, nil)
 	w := outbox.NewWriter(s, nil)
