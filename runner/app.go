@@ -136,6 +136,7 @@ func (a *app) open(ctx context.Context) error {
 			return err
 		}
 		st, err := openStore(ctx, a.o.store, sqlite, &mongostore.Options{Database: a.o.mongoDB,
+			EventsCollection: a.o.eventsColl, OutboxCollection: a.o.outboxColl,
 			AppName: "outboxd/" + r.name, MaxPoolSize: uint64(a.o.mongoMaxPool)})
 		if err != nil {
 			return err

@@ -258,6 +258,14 @@ func (o *Options) withDefaults() (Options, error) {
 	return out, out.validate()
 }
 
+// Validate reports the first field of the options that cannot work,
+// naming it, with the defaults of the fields left zero: a caller (the CLI)
+// checks its settings before it opens anything.
+func (o *Options) Validate() error {
+	_, err := o.withDefaults()
+	return err
+}
+
 // validate names the first field that cannot work.
 func (o Options) validate() error {
 	reserved := []string{LeasesCollection, ClockCollection, SettingsCollection}
