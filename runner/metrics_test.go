@@ -183,13 +183,13 @@ func TestMetricsOfEveryRole(t *testing.T) {
 
 	// Every metric the alert rules and the dashboard use is exported by
 	// some role, and the latency bucket the completion SLO reads exists.
-	rules, err := os.ReadFile("../../deploy/prometheus/outboxd.rules.yml")
+	rules, err := os.ReadFile("../deploy/prometheus/outboxd.rules.yml")
 	require.NoError(t, err)
 	// What the rules record is a metric of Prometheus' own.
 	for _, m := range regexp.MustCompile(`(?m)^\s*- record: (outboxd_[a-z_]+)`).FindAllStringSubmatch(string(rules), -1) {
 		exported[m[1]] = true
 	}
-	dashboard, err := os.ReadFile("../../deploy/grafana/outboxd.json")
+	dashboard, err := os.ReadFile("../deploy/grafana/outboxd.json")
 	require.NoError(t, err)
 	metric := regexp.MustCompile(`outboxd_[a-z_]+`)
 	for _, src := range []struct {
