@@ -94,10 +94,13 @@ func (b *testBundle) config() *dispatcher.Config {
 		Stream:         b.stream,
 		LeaseTTL:       600 * time.Millisecond,
 		IdleCheckpoint: 50 * time.Millisecond,
-		PollInterval:   10 * time.Millisecond,
-		BackoffMax:     200 * time.Millisecond,
-		BreakerTimeout: 200 * time.Millisecond,
-		Owner:          testkit.Name("owner"),
+		// Idle positions are written as often as IdleCheckpoint, as the
+		// tests of lost positions need.
+		IdleCheckpointMax: 50 * time.Millisecond,
+		PollInterval:      10 * time.Millisecond,
+		BackoffMax:        200 * time.Millisecond,
+		BreakerTimeout:    200 * time.Millisecond,
+		Owner:             testkit.Name("owner"),
 	}
 	dispatcher.SetFaults(cfg, b.faults)
 	return cfg
@@ -106,7 +109,22 @@ func (b *testBundle) config() *dispatcher.Config {
 // newDispatcher builds a dispatcher stopped at cleanup.
 func (b *testBundle) newDispatcher(cfg *dispatcher.Config) *dispatcher.Dispatcher {
 	b.t.Helper()
-	d, err := dispatcher.New(b.st, b.rdb, cfg, testkit.Logger(b.t))
+	return b.newDispatcherOn(b.st, cfg)
+}
+
+// startOn builds and starts a dispatcher on st (the bundle's store behind
+// a test's wrapper), stopped at cleanup.
+func (b *testBundle) startOn(st store.Store, cfg *dispatcher.Config) *dispatcher.Dispatcher {
+	b.t.Helper()
+	d := b.newDispatcherOn(st, cfg)
+	require.NoError(b.t, d.Start(context.Background()))
+	return d
+}
+
+// newDispatcherOn builds a dispatcher on st, stopped at cleanup.
+func (b *testBundle) newDispatcherOn(st store.Store, cfg *dispatcher.Config) *dispatcher.Dispatcher {
+	b.t.Helper()
+	d, err := dispatcher.New(st, b.rdb, cfg, testkit.Logger(b.t))
 	require.NoError(b.t, err)
 	b.t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -25,6 +25,8 @@ const (
 	LeaseTTLDefault = 15 * time.Second
 	// IdleCheckpointDefault is the default Config.IdleCheckpoint.
 	IdleCheckpointDefault = time.Second
+	// IdleCheckpointMaxDefault is the default Config.IdleCheckpointMax.
+	IdleCheckpointMaxDefault = time.Minute
 	// MarkIntervalDefault is the default Config.MarkInterval.
 	MarkIntervalDefault = 100 * time.Millisecond
 	// PollIntervalDefault is the default Config.PollInterval.
@@ -89,9 +91,20 @@ type Config struct {
 	// "<hostname>-<pid>", with "-<n>" appended for the second and later
 	// Dispatcher of one process.
 	Owner string
-	// IdleCheckpoint is how often the checkpoint is written while no entry
-	// arrives. Defaults to IdleCheckpointDefault (1s).
+	// IdleCheckpoint is how long the feed waits for entries before the
+	// relay looks whether the checkpoint is due, and how soon after the
+	// feed delivered only entries relayed already (by a catch-up or a
+	// sweep) the checkpoint records the position past them. Defaults to
+	// IdleCheckpointDefault (1s).
 	IdleCheckpoint time.Duration
+	// IdleCheckpointMax is how often the checkpoint is written while the
+	// feed delivers nothing of the stream (or partition): each write is a
+	// majority write that every change stream on the store reads, so P
+	// idle partitions would cost P writes per IdleCheckpoint for nothing.
+	// It keeps an idle feed's position within the store's history (the
+	// oplog window on MongoDB must be longer). Defaults to
+	// IdleCheckpointMaxDefault (1m).
+	IdleCheckpointMax time.Duration
 	// MarkInterval is the least time between the starts of two store
 	// writes of relayed batches (MarkRelayed: dispatchedAt and the
 	// checkpoint) while less than BatchSize entries wait for one: the
@@ -207,6 +220,7 @@ func (c *Config) withDefaults() *Config {
 	out.BatchSize = cmp.Or(out.BatchSize, BatchSizeDefault)
 	out.LeaseTTL = cmp.Or(out.LeaseTTL, LeaseTTLDefault)
 	out.IdleCheckpoint = cmp.Or(out.IdleCheckpoint, IdleCheckpointDefault)
+	out.IdleCheckpointMax = cmp.Or(out.IdleCheckpointMax, IdleCheckpointMaxDefault)
 	out.PollInterval = cmp.Or(out.PollInterval, PollIntervalDefault)
 	out.FeedGather = cmp.Or(out.FeedGather, FeedGatherDefault)
 	out.MarkInterval = cmp.Or(out.MarkInterval, MarkIntervalDefault)
@@ -239,7 +253,7 @@ func (c *Config) validate() error {
 	if c.LeaseTTL < MinLeaseTTL {
 		errs = append(errs, fmt.Errorf("LeaseTTL must be at least %s (got %s)", MinLeaseTTL, c.LeaseTTL))
 	}
-	for name, d := range map[string]time.Duration{"IdleCheckpoint": c.IdleCheckpoint, "PollInterval": c.PollInterval, "MarkInterval": c.MarkInterval,
+	for name, d := range map[string]time.Duration{"IdleCheckpoint": c.IdleCheckpoint, "IdleCheckpointMax": c.IdleCheckpointMax, "PollInterval": c.PollInterval, "MarkInterval": c.MarkInterval,
 		"SweepInterval": c.SweepInterval, "BackoffMax": c.BackoffMax, "Retention": c.Retention,
 		"BreakerTimeout": c.BreakerTimeout, "StreamRetention": c.StreamRetention, "TrimInterval": c.TrimInterval} {
 		if d < time.Millisecond {

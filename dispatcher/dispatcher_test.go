@@ -262,7 +262,7 @@ func testDispatcher(t *testing.T, kind string) {
 	t.Run("IdleCheckpointKeepsMoving", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, nil)
-		d := b.start(b.config())
+		d := b.start(b.config()) // IdleCheckpointMax 50ms
 		b.waitRelayed(b.write(1, 1), 10*time.Second)
 		first := b.state()
 		require.NotNil(t, first.CheckpointAt)
@@ -276,6 +276,27 @@ func testDispatcher(t *testing.T, kind string) {
 				30*time.Second, 50*time.Millisecond, "the resume token advances while idle")
 		}
 		require.Equal(t, int64(1), d.Stats().Relayed)
+	})
+
+	t.Run("IdleCheckpointOnlyEveryIdleCheckpointMax", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, nil)
+		cfg := b.config()
+		cfg.IdleCheckpointMax = time.Minute
+		d := b.start(cfg)
+		// The first entry may come from the catch-up and then the feed too,
+		// which moves the checkpoint past it once more (IdleCheckpoint); the
+		// second comes from the feed alone, with its checkpoint.
+		b.waitRelayed(b.write(1, 1), 10*time.Second)
+		b.waitRelayed(b.write(1, 1), 10*time.Second)
+		first := b.state()
+		require.NotNil(t, first.CheckpointAt)
+		require.Never(t, func() bool { return !b.state().CheckpointAt.Equal(*first.CheckpointAt) },
+			20*cfg.IdleCheckpoint, 10*time.Millisecond, "an idle feed writes no checkpoint before IdleCheckpointMax")
+		more := b.write(1, 1)
+		b.waitRelayed(more, 10*time.Second)
+		require.True(t, b.state().CheckpointAt.After(*first.CheckpointAt), "a relayed batch checkpoints at once")
+		require.Equal(t, int64(3), d.Stats().Relayed)
 	})
 
 	t.Run("StopIsGracefulAndIdempotent", func(t *testing.T) {

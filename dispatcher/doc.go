@@ -33,12 +33,19 @@
 //
 // # Start-up and lost positions
 //
-// When it becomes the leader, the dispatcher opens the feed first (from the
-// saved position, or from now when there is none), and only then relays
-// every undispatched outbox entry of its stream, oldest first. Anything
-// committed while it catches up is therefore either seen by the catch-up or
-// delivered by the already open feed (entries seen by both are relayed
-// once). When the saved position is no longer in the store's history, is
+// When it becomes the leader, the dispatcher opens the feed from the saved
+// position and relays what it delivers: every entry committed after the
+// position, in commit order (the entries before it were marked with the
+// checkpoint). Without a saved position it opens the feed from now and only
+// then relays every undispatched outbox entry of its stream in entry id
+// order (the catch-up). Anything committed while it catches up is therefore
+// either seen by the catch-up or delivered by the already open feed
+// (entries seen by both are relayed once). The catch-up runs only when the
+// feed cannot deliver what is undispatched because the id order is not the
+// commit order on MongoDB (ObjectIDs of two writer processes within one
+// second sort by their random process bytes), so a catch-up keeps each
+// device's order only for entries of one writer process, or a second
+// apart. When the saved position is no longer in the store's history, is
 // unreadable, or the open feed falls off the history (code 286 on a replica
 // set), the dispatcher counts it (outboxd_dispatcher_history_lost_total),
 // reopens the feed from now and catches up from the outbox again: no retry

@@ -9,8 +9,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/outboxd/outboxd/dispatcher"
-	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store"
 )
@@ -56,10 +54,7 @@ func TestElectionIsNotALostPosition(t *testing.T) {
 			t.Parallel()
 			b := setup(t, &setupOpts{kind: kind})
 			e := &electing{Store: b.st}
-			d, err := dispatcher.New(e, b.rdb, b.config(), testkit.Logger(t))
-			require.NoError(t, err)
-			require.NoError(t, d.Start(context.Background()))
-			t.Cleanup(func() { _ = d.Stop(context.Background()) })
+			d := b.startOn(e, b.config())
 			var ids []string
 			for range 4 {
 				ids = append(ids, b.write(3, 3)...)

@@ -69,9 +69,10 @@ func (d *Dispatcher) unled() {
 }
 
 // follow is one feed's life: open it (from the saved position unless lost
-// says it is gone), catch up from the outbox, then relay what it delivers.
-// The feed opens before the catch-up reads the outbox, so an entry
-// committed meanwhile is in one or both (relayed once: seen).
+// says it is gone), catch up from the outbox when the feed cannot deliver
+// what is undispatched (catchUpNeeded), then relay what it delivers. The
+// feed opens before the catch-up reads the outbox, so an entry committed
+// meanwhile is in one or both (relayed once: seen).
 func (d *Dispatcher) follow(ctx, workCtx context.Context, lease store.Lease, lost error) error {
 	var from store.Position
 	if lost == nil {
@@ -100,7 +101,7 @@ func (d *Dispatcher) follow(ctx, workCtx context.Context, lease store.Lease, los
 		d.countLost(lost)
 		// Forget the dead position at once, so that a failure during the
 		// catch-up does not find it, and count it, again. Starting from
-		// now is safe: every start catches up from the outbox.
+		// now is safe: a lost position is caught up from the outbox.
 		if err := d.checkpoint(workCtx, lease, nil, true); err != nil {
 			return err
 		}
@@ -109,9 +110,12 @@ func (d *Dispatcher) follow(ctx, workCtx context.Context, lease store.Lease, los
 	m := newMarks(func(ctx context.Context, ids []string, pos store.Position, batches int) error {
 		return d.mark(ctx, lease, ids, pos, batches)
 	}, d.cfg.MarkInterval, d.cfg.BatchSize)
-	n, seen, err := d.catchUp(ctx, workCtx, lease, m, time.Time{})
-	if err != nil {
-		return err
+	var n int
+	seen := map[string]struct{}{}
+	if catchUpNeeded(from, lost) {
+		if n, seen, err = d.catchUp(ctx, workCtx, lease, m, time.Time{}); err != nil {
+			return err
+		}
 	}
 	switch {
 	case lost != nil:
@@ -125,6 +129,23 @@ func (d *Dispatcher) follow(ctx, workCtx context.Context, lease store.Lease, los
 		return err
 	}
 	return d.relayFeed(ctx, workCtx, lease, m, feed, seen)
+}
+
+// catchUpNeeded tells whether a feed opened from from (nil: from now) needs
+// a catch-up from the outbox first. A feed the store resumed from a saved
+// position delivers every entry committed after it, in commit order (a
+// change stream from its resume token, the outbox sequence on SQLite); the
+// entries before it were marked dispatched with the checkpoint, and those
+// the feed could not deliver (an oplog hole, an undecodable event) are the
+// sweep's. A catch-up reads the outbox in entry id order, which on MongoDB
+// is ObjectID order: within one second, entries of two writer processes
+// sort by their processes' random bytes, not by commit, so relaying it
+// before a resumed feed would break each device's write order under
+// --ordered on every lead start. It runs only when the feed cannot deliver
+// what is undispatched: no saved position (a first start, a forgotten
+// one) or a lost one (lost).
+func catchUpNeeded(from store.Position, lost error) bool {
+	return from == nil || lost != nil
 }
 
 func (d *Dispatcher) countLost(cause error) {
@@ -221,6 +242,7 @@ func (d *Dispatcher) relayFeed(ctx, workCtx context.Context, lease store.Lease, 
 		return batchRead{entries: entries, pos: feed.Position(), err: err}
 	}
 	lastCheckpoint := time.Now()
+	moved := false // the feed delivered entries after the last checkpoint, relayed by a catch-up or a sweep
 	nextSweep := time.Now().Add(d.cfg.SweepInterval)
 	for {
 		if err := ctx.Err(); err != nil {
@@ -256,12 +278,14 @@ func (d *Dispatcher) relayFeed(ctx, workCtx context.Context, lease store.Lease, 
 			if err := d.relay(ctx, workCtx, m, batch, got.pos); err != nil {
 				return err
 			}
-			lastCheckpoint = time.Now()
+			lastCheckpoint, moved = time.Now(), false
+		case len(entries) > 0:
+			moved = true // all seen: the checkpoint moves past them when the feed is quiet
 		case len(entries) == 0:
 			// The feed is quiet, so it has delivered what the catch-up
 			// also relayed: nothing left to skip.
 			clear(seen)
-			if time.Since(lastCheckpoint) >= d.cfg.IdleCheckpoint {
+			if idleCheckpointDue(time.Since(lastCheckpoint), moved, d.cfg) {
 				// After the batches' own checkpoints, never before one.
 				if err := m.wait(); err != nil {
 					return err
@@ -269,7 +293,7 @@ func (d *Dispatcher) relayFeed(ctx, workCtx context.Context, lease store.Lease, 
 				if err := d.checkpoint(workCtx, lease, feed.Position(), false); err != nil {
 					return err
 				}
-				lastCheckpoint = time.Now()
+				lastCheckpoint, moved = time.Now(), false
 			}
 		}
 		// While the feed delivers full batches it is behind, and what it
@@ -285,10 +309,24 @@ func (d *Dispatcher) relayFeed(ctx, workCtx context.Context, lease store.Lease, 
 	}
 }
 
+// idleCheckpointDue tells whether a quiet feed's checkpoint is due, since
+// after the last one: IdleCheckpoint after the feed delivered entries that
+// were relayed already (moved: the checkpoint covers none of them yet),
+// else every IdleCheckpointMax, which keeps the position in the store's
+// history (on MongoDB a change stream's post-batch token moves with every
+// write to the deployment, its lease renewals included, so "the position
+// changed" would be every time).
+func idleCheckpointDue(since time.Duration, moved bool, cfg *Config) bool {
+	if moved {
+		return since >= cfg.IdleCheckpoint
+	}
+	return since >= max(cfg.IdleCheckpoint, cfg.IdleCheckpointMax)
+}
+
 // sweep relays the undispatched entries older than SweepMinAge (the feed
 // should have delivered them: a commit that became visible behind the
-// feed's start, an undecodable change event), deletes the dispatched
-// entries older than Retention and returns the ids it relayed.
+// feed's start, an undecodable change event), housekeeps (housekeep) and
+// returns the ids it relayed.
 func (d *Dispatcher) sweep(ctx, workCtx context.Context, lease store.Lease, m *marks) (map[string]struct{}, error) {
 	now := d.cfg.Now()
 	n, seen, err := d.catchUp(ctx, workCtx, lease, m, now.Add(-d.cfg.SweepMinAge))
@@ -302,19 +340,28 @@ func (d *Dispatcher) sweep(ctx, workCtx context.Context, lease store.Lease, m *m
 	if d.cfg.part.Index > 0 {
 		return seen, nil // the retentions are the whole outbox's: partition 0's leader runs them
 	}
+	d.housekeep(ctx, now)
+	return seen, nil
+}
+
+// housekeep deletes the dispatched entries older than Retention and, with
+// EventRetention, the synced originals created before it. Its failures are
+// logged, never returned: relaying does not wait for housekeeping (the next
+// sweep tries again, and MongoDB's TTL indexes remove the same documents).
+func (d *Dispatcher) housekeep(ctx context.Context, now time.Time) {
 	deleted, err := d.st.DeleteDispatched(ctx, now.Add(-d.cfg.Retention))
-	if err != nil {
-		return nil, fmt.Errorf("error deleting dispatched entries past the retention: %w", err)
+	if err != nil && ctx.Err() == nil {
+		d.logger.Warn("deleting dispatched entries past the retention failed; relaying goes on, the next sweep tries again",
+			zap.Int64("entries", deleted), zap.Error(err))
 	}
 	if deleted > 0 {
 		d.logger.Debug("deleted dispatched entries past the retention", zap.Int64("entries", deleted))
 	}
 	if d.cfg.EventRetention > 0 {
-		if err := d.purgeOriginals(ctx, now.Add(-d.cfg.EventRetention)); err != nil {
-			return nil, err
+		if err := d.purgeOriginals(ctx, now.Add(-d.cfg.EventRetention)); err != nil && ctx.Err() == nil {
+			d.logger.Warn("deleting synced originals past the event retention failed; relaying goes on, the next sweep tries again", zap.Error(err))
 		}
 	}
-	return seen, nil
 }
 
 // purgeOriginals deletes the synced originals created before before, in

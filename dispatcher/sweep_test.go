@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/outboxd/outboxd/internal/mongoseam"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/store"
 	"github.com/outboxd/outboxd/store/mongostore"
 	"github.com/outboxd/outboxd/store/sqlitestore"
 )
@@ -155,4 +157,56 @@ func TestRelaysEachEntryOnceWhileTheFeedIsBehind(t *testing.T) {
 	require.Equal(t, int64(len(ids)), info.EntriesAdded, "stream entries added for %d accepted events", len(ids))
 	require.ElementsMatch(t, ids, b.streamIDs(), "each entry relayed once")
 	require.Equal(t, int64(len(ids)), d.Stats().Relayed)
+}
+
+// failingHousekeeping is a store whose deletions past the retentions fail
+// (a deleteMany that hits its deadline), and that counts them and the
+// feeds opened.
+type failingHousekeeping struct {
+	store.Store
+	deletes, opens atomic.Int64
+}
+
+func (f *failingHousekeeping) DeleteDispatched(context.Context, time.Time) (int64, error) {
+	f.deletes.Add(1)
+	return 0, fmt.Errorf("error deleting dispatched outbox entries: %w: MaxTimeMSExpired (50)", store.ErrUnavailable)
+}
+
+func (f *failingHousekeeping) DeleteSynced(context.Context, time.Time, int) (int64, error) {
+	return 0, fmt.Errorf("error deleting synced originals: %w: MaxTimeMSExpired (50)", store.ErrUnavailable)
+}
+
+func (f *failingHousekeeping) OpenFeed(ctx context.Context, stream string, from store.Position, opts store.FeedOptions) (store.Feed, error) {
+	f.opens.Add(1)
+	return f.Store.OpenFeed(ctx, stream, from, opts)
+}
+
+// TestHousekeepingFailureKeepsRelaying: a sweep whose deletions past the
+// retentions fail does not end the relay loop: the feed stays open (no
+// reopen, no back-off: at least 12 failed sweeps, at most a few opens) and
+// what is written after is relayed.
+func TestHousekeepingFailureKeepsRelaying(t *testing.T) {
+	t.Parallel()
+	for _, kind := range kinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, &setupOpts{kind: kind})
+			f := &failingHousekeeping{Store: b.st}
+			cfg := b.config()
+			cfg.SweepInterval, cfg.EventRetention = 20*time.Millisecond, time.Hour
+			d := b.startOn(f, cfg)
+			var ids []string
+			for range 3 {
+				ids = append(ids, b.write(2, 2)...)
+				seen := f.deletes.Load()
+				require.Eventually(t, func() bool { return f.deletes.Load() >= seen+4 }, 10*time.Second, 5*time.Millisecond, "sweeps run")
+			}
+			b.waitRelayed(ids, 10*time.Second)
+			// When a failed sweep ended the relay, every sweep reopened the
+			// feed; a stray reopen (a lease renewal late under load) is not
+			// the sweep's.
+			require.Less(t, 3*f.opens.Load(), f.deletes.Load(), "the feed is not reopened after a failed sweep")
+			require.True(t, d.Stats().Leader)
+		})
+	}
 }

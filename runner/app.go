@@ -153,9 +153,15 @@ func (a *app) open(ctx context.Context) error {
 			return err
 		}
 		st, err := openStore(ctx, a.o.store, sqlite, &mongostore.Options{Database: a.o.mongoDB,
+			EventsCollection: a.o.eventsColl, OutboxCollection: a.o.outboxColl,
 			AppName: "outboxd/" + r.name, MaxPoolSize: uint64(a.o.mongoMaxPool)})
 		if err != nil {
 			return err
+		}
+		if ms, ok := st.(*mongostore.Store); ok {
+			for _, w := range ms.Warnings() { // an arbiter in the replica set
+				a.log.Warn(w)
+			}
 		}
 		a.st, a.opened = st, st
 		if tracing.Enabled() {

@@ -51,6 +51,9 @@ type options struct {
 	shutdownTimeout                       time.Duration
 	// mongoMaxPool is the MongoDB driver's pool size per server.
 	mongoMaxPool int
+	// eventsColl and outboxColl name the originals' and the entries'
+	// MongoDB collections (--events-collection, --outbox-collection).
+	eventsColl, outboxColl string
 	// partitions is --partitions: the stream's number of partitions.
 	partitions int
 	// partitionsTo is `partitions switch --to`.
@@ -191,6 +194,8 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 		case gStore:
 			fs.StringVar(&o.store, "store", StoreDefault, "system of record: sqlite:PATH, mongodb://… or mongodb+srv://… (a replica set), "+mongostore.LungoMemory+" (dev only)")
 			fs.StringVar(&o.mongoDB, "mongo-db", mongostore.DatabaseDefault, "MongoDB database (mongodb stores)")
+			fs.StringVar(&o.eventsColl, "events-collection", mongostore.EventsCollection, "MongoDB collection of the originals, to sit beside a service's own collections in --mongo-db (mongodb stores; every role of a deployment must name the same)")
+			fs.StringVar(&o.outboxColl, "outbox-collection", mongostore.OutboxCollection, "MongoDB collection of the outbox entries (mongodb stores; every role of a deployment must name the same)")
 			fs.IntVar(&o.mongoMaxPool, "mongo-max-pool", mongostore.MaxPoolSizeDefault, "most connections to each MongoDB server (mongodb stores; replaces the URI's maxPoolSize)")
 		case gRedis:
 			fs.StringVar(&o.redisURL, "redis-url", RedisURLDefault, "Redis URL (rediss://… for TLS)")
@@ -425,6 +430,28 @@ func storeKind(uri string) (string, string, error) {
 	return "", "", fmt.Errorf("must be sqlite:PATH, mongodb://…, mongodb+srv://… or %s (got %q)", mongostore.LungoMemory, redact.DSN(uri))
 }
 
+// validateCollections checks --events-collection and --outbox-collection:
+// names MongoDB accepts that are not outboxd's other collections, and only
+// on a MongoDB store (the SQLite store keeps its table names).
+func (o *options) validateCollections() error {
+	kind, _, _ := storeKind(o.store)
+	for _, c := range []struct{ flag, name, def string }{
+		{"events-collection", o.eventsColl, mongostore.EventsCollection},
+		{"outbox-collection", o.outboxColl, mongostore.OutboxCollection},
+	} {
+		if kind != "mongodb" && c.name != c.def {
+			return config.Invalid(c.flag, "applies to MongoDB stores only: the SQLite store keeps its tables events and outbox (got %q)", c.name)
+		}
+	}
+	if err := (&mongostore.Options{EventsCollection: o.eventsColl}).Validate(); err != nil {
+		return config.Invalid("events-collection", "%v", err)
+	}
+	if err := (&mongostore.Options{EventsCollection: o.eventsColl, OutboxCollection: o.outboxColl}).Validate(); err != nil {
+		return config.Invalid("outbox-collection", "%v", err)
+	}
+	return nil
+}
+
 // validate checks every registered flag; the error names the flag.
 func (o *options) validate() error {
 	has := o.registered
@@ -437,6 +464,9 @@ func (o *options) validate() error {
 		}
 		if o.mongoDB == "" || strings.ContainsAny(o.mongoDB, "/\\. \"$") {
 			return config.Invalid("mongo-db", "must be a MongoDB database name (got %q)", o.mongoDB)
+		}
+		if err := o.validateCollections(); err != nil {
+			return err
 		}
 	}
 	if o.storeOnly && o.readModelOnly {

@@ -65,6 +65,7 @@ type batch struct {
 // prepare decodes msgs and reads their originals with one store read.
 func (w *Worker) prepare(ctx context.Context, msgs []stream.Entry) (*batch, error) {
 	b := &batch{entries: map[string][]stream.Entry{}, origins: map[string]outbox.Origin{}}
+	keys := map[string]string{} // the messages' idempotency keys, a hint for the store's read
 	for _, m := range msgs {
 		if m.Values == nil { // trimmed or deleted while pending
 			b.dead = append(b.dead, deadLetter{msg: m, err: fmt.Errorf("%w: entry %s", errTrimmed, m.ID), category: outbox.CategoryNonRetryable})
@@ -77,6 +78,7 @@ func (w *Worker) prepare(ctx context.Context, msgs []stream.Entry) (*batch, erro
 		}
 		if _, ok := b.origins[msg.EventID]; !ok {
 			b.origins[msg.EventID] = msg.Origin
+			keys[msg.EventID] = msg.IdempotencyKey
 			b.traceParent(msg)
 		}
 		b.entries[msg.EventID] = append(b.entries[msg.EventID], m)
@@ -93,7 +95,7 @@ func (w *Worker) prepare(ctx context.Context, msgs []stream.Entry) (*batch, erro
 	}
 	b.spans = w.startProjectSpans(ctx, b, len(msgs))
 	var err error
-	b.originals, b.invalid, err = w.load(b.spans.Context(ctx), b.ids)
+	b.originals, b.invalid, err = w.load(store.WithEventKeys(b.spans.Context(ctx), keys), b.ids)
 	if err != nil {
 		b.spans.End(err)
 		return nil, err

@@ -98,7 +98,9 @@ func TestTransientErrorsRunTheTransactionAgain(t *testing.T) {
 		// first is how the failed transaction ends.
 		first []string
 	}{
-		{"LookupKeys", func(fs *fakeServer) { fs.handle("find", failFirst(1, conflict, fs.byDefault)) },
+		{"LookupKeys", func(fs *fakeServer) {
+			fs.handle("find", fs.onColl(EventsCollection, failFirst(1, conflict, fs.byDefault)))
+		},
 			[]string{"find", "abortTransaction"}},
 		{"InsertEvents", func(fs *fakeServer) {
 			fs.handle("insert", fs.onColl(EventsCollection, failFirst(1, conflict, fs.byDefault)))
@@ -219,7 +221,9 @@ func TestRunTxRunsTheCallbackAgainOnATransientError(t *testing.T) {
 	require.Equal(t, 3, runs, "run again after the insert's conflict and after the commit's")
 	txs := fs.transactions()
 	require.Len(t, txs, 3)
-	require.Equal(t, []string{"find", "insert", "insert", "insert", "abortTransaction"}, txs[0].names)
+	// The first run also reads the stream's number of partitions (once per
+	// Writer, in the caller's transaction).
+	require.Equal(t, []string{"find", "find", "insert", "insert", "insert", "abortTransaction"}, txs[0].names)
 	require.Equal(t, []string{"find", "insert", "insert", "insert", "commitTransaction"}, txs[1].names)
 	require.Equal(t, []string{"find", "insert", "insert", "insert", "commitTransaction"}, txs[2].names)
 	require.Equal(t, []string{"events", "events", "outbox", "orders"}, txs[2].colls[:4],
@@ -374,30 +378,41 @@ func TestEveryCommandCarriesATimeLimit(t *testing.T) {
 	now := time.Now()
 	lease := store.Lease{Name: "stream", Owner: "me", Term: 1}
 	ops := map[string]func() error{
-		"Write":            func() error { _, err := outbox.NewWriter(s, nil).Write(ctx, fakeInput("d")); return err },
-		"LoadEvents":       func() error { _, err := s.LoadEvents(ctx, []string{id}); return err },
-		"EventByKey":       func() error { _, err := s.EventByKey(ctx, "k"); return err },
-		"MarkSynced":       func() error { _, err := s.MarkSynced(ctx, []string{id}, now); return err },
-		"Park":             func() error { _, err := s.Park(ctx, id, outbox.SyncFailure{Category: "poison", At: now}); return err },
-		"Candidates":       func() error { _, err := s.Candidates(ctx, store.CandidateQuery{Limit: 10}); return err },
-		"Claim":            func() error { _, err := s.Claim(ctx, []string{id}, now, now); return err },
-		"RollbackClaims":   func() error { _, err := s.RollbackClaims(ctx, now, []*outbox.Event{{ID: id}}); return err },
-		"Counts":           func() error { _, err := s.Counts(ctx); return err },
-		"ListEvents":       func() error { _, err := s.ListEvents(ctx, store.EventQuery{Limit: 10}); return err },
-		"CountEvents":      func() error { _, err := s.CountEvents(ctx, store.EventQuery{}); return err },
-		"Redrive":          func() error { _, err := s.Redrive(ctx, []string{id}); return err },
-		"Undispatched":     func() error { _, err := s.Undispatched(ctx, "stream", store.Partition{}, "", 10); return err },
-		"OutboxEntries":    func() error { _, err := s.OutboxEntries(ctx, id); return err },
-		"MarkDispatched":   func() error { return s.MarkDispatched(ctx, lease, []string{id}, now) },
-		"DeleteDispatched": func() error { _, err := s.DeleteDispatched(ctx, now); return err },
-		"AcquireLease":     func() error { _, err := s.AcquireLease(ctx, "stream", "me", now, time.Minute); return err },
-		"RenewLease":       func() error { _, err := s.RenewLease(ctx, lease, now, time.Minute); return err },
-		"ReleaseLease":     func() error { _, err := s.ReleaseLease(ctx, lease); return err },
-		"ReadLease":        func() error { _, err := s.ReadLease(ctx, "stream"); return err },
-		"SaveCheckpoint":   func() error { return s.SaveCheckpoint(ctx, lease, store.Checkpoint{At: now}) },
-		"MarkRelayed":      func() error { return s.MarkRelayed(ctx, lease, []string{id}, store.Checkpoint{At: now}) },
-		"Ping":             func() error { return s.Ping(ctx) },
-		"CheckSchema":      func() error { return s.CheckSchema(ctx) },
+		"Write":          func() error { _, err := outbox.NewWriter(s, nil).Write(ctx, fakeInput("d")); return err },
+		"LoadEvents":     func() error { _, err := s.LoadEvents(ctx, []string{id}); return err },
+		"EventByKey":     func() error { _, err := s.EventByKey(ctx, "k"); return err },
+		"MarkSynced":     func() error { _, err := s.MarkSynced(ctx, []string{id}, now); return err },
+		"Park":           func() error { _, err := s.Park(ctx, id, outbox.SyncFailure{Category: "poison", At: now}); return err },
+		"Candidates":     func() error { _, err := s.Candidates(ctx, store.CandidateQuery{Limit: 10}); return err },
+		"Claim":          func() error { _, err := s.Claim(ctx, []string{id}, now, now); return err },
+		"RollbackClaims": func() error { _, err := s.RollbackClaims(ctx, now, []*outbox.Event{{ID: id}}); return err },
+		"Counts":         func() error { _, err := s.Counts(ctx); return err },
+		"ListEvents":     func() error { _, err := s.ListEvents(ctx, store.EventQuery{Limit: 10}); return err },
+		"CountEvents":    func() error { _, err := s.CountEvents(ctx, store.EventQuery{}); return err },
+		"Redrive":        func() error { _, err := s.Redrive(ctx, []string{id}); return err },
+		"Undispatched":   func() error { _, err := s.Undispatched(ctx, "stream", store.Partition{}, "", 10); return err },
+		"OutboxEntries":  func() error { _, err := s.OutboxEntries(ctx, id); return err },
+		"MarkDispatched": func() error { return s.MarkDispatched(ctx, lease, []string{id}, now) },
+		"DeleteDispatched": func() error {
+			fs.handle("find", fs.findOneIn(OutboxCollection, bson.D{{Key: "_id", Value: primitive.NewObjectID()}}))
+			defer fs.handle("find", fs.byDefault)
+			_, err := s.DeleteDispatched(ctx, now)
+			return err
+		},
+		"DeleteSynced": func() error {
+			fs.handle("find", fs.findOneIn(EventsCollection, bson.D{{Key: "_id", Value: primitive.NewObjectID()}}))
+			defer fs.handle("find", fs.byDefault)
+			_, err := s.DeleteSynced(ctx, now, 10)
+			return err
+		},
+		"AcquireLease":   func() error { _, err := s.AcquireLease(ctx, "stream", "me", now, time.Minute); return err },
+		"RenewLease":     func() error { _, err := s.RenewLease(ctx, lease, now, time.Minute); return err },
+		"ReleaseLease":   func() error { _, err := s.ReleaseLease(ctx, lease); return err },
+		"ReadLease":      func() error { _, err := s.ReadLease(ctx, "stream"); return err },
+		"SaveCheckpoint": func() error { return s.SaveCheckpoint(ctx, lease, store.Checkpoint{At: now}) },
+		"MarkRelayed":    func() error { return s.MarkRelayed(ctx, lease, []string{id}, store.Checkpoint{At: now}) },
+		"Ping":           func() error { return s.Ping(ctx) },
+		"CheckSchema":    func() error { return s.CheckSchema(ctx) },
 		"Feed": func() error {
 			f, err := s.OpenFeed(ctx, "stream", nil, store.FeedOptions{PollInterval: 10 * time.Millisecond})
 			if err != nil {
@@ -413,6 +428,9 @@ func TestEveryCommandCarriesATimeLimit(t *testing.T) {
 		_ = op() // the fake's empty answers make some fail (not found, fenced); the commands are what counts
 		cmds := fs.commands()
 		require.NotEmpty(t, cmds, name)
+		if name == "DeleteDispatched" || name == "DeleteSynced" {
+			require.NotEmpty(t, fs.commands("delete"), "%s: past its finds", name)
+		}
 		for _, c := range cmds {
 			ms, ok := c.lookup("maxTimeMS").AsInt64OK()
 			switch c.Name {
@@ -450,6 +468,45 @@ func TestFeedGetMoreHasABound(t *testing.T) {
 	err = writeWithin(t, 5*time.Second, func() error { _, err := f.Next(ctx, 10, 100*time.Millisecond); return err })
 	require.True(t, store.IsUnavailable(err), "%v", err)
 	require.Less(t, time.Since(began), 100*time.Millisecond+50*time.Millisecond+opTimeout+time.Second)
+}
+
+// TestFeedSendsTheNextGetMoreAtOnce: on a server an empty awaited getMore
+// has already waited its await time (the poll interval), so the feed sends
+// the next one at once, with no pause of its own after it (on lungo, whose
+// TryNext returns at once, it pauses a poll interval).
+func TestFeedSendsTheNextGetMoreAtOnce(t *testing.T) {
+	t.Parallel()
+	fs := newFakeServer(t, false)
+	s := openFake(t, fs, Options{})
+	ctx := context.Background()
+	const poll = 200 * time.Millisecond
+	f, err := s.OpenFeed(ctx, "stream", nil, store.FeedOptions{PollInterval: poll})
+	require.NoError(t, err)
+	defer f.Close(ctx)
+	var mu sync.Mutex
+	var answered []time.Time // when each getMore was answered
+	var gaps []time.Duration // from an answer to the next getMore
+	fs.handle("getMore", func(c fakeCommand) bson.D {
+		mu.Lock()
+		if n := len(answered); n > 0 {
+			gaps = append(gaps, time.Since(answered[n-1]))
+		}
+		mu.Unlock()
+		fs.wait(poll) // a server awaits new entries for maxAwaitTimeMS
+		mu.Lock()
+		answered = append(answered, time.Now())
+		mu.Unlock()
+		return fs.byDefault(c)
+	})
+	entries, err := f.Next(ctx, 10, 5*poll)
+	require.NoError(t, err)
+	require.Empty(t, entries)
+	mu.Lock()
+	defer mu.Unlock()
+	require.GreaterOrEqual(t, len(gaps), 3, "one awaited getMore after another for the whole wait")
+	for _, g := range gaps {
+		require.Less(t, g, poll/2, "no pause between awaited getMores")
+	}
 }
 
 // TestServerErrorsThroughTheDriver: the codes of the classification table
@@ -616,40 +673,53 @@ func TestFailedCountsAreKeptBriefly(t *testing.T) {
 // events collection is sharded and refuses a shard key that cannot hold
 // the unique idempotencyKey index (two writers of one key on two shards
 // would both insert); unsharded, or sharded on {idempotencyKey: 1}, it
-// creates the indexes. On a replica set it reads no shard key.
+// creates the indexes. The leases, clock and settings collections, whose
+// documents are upserted by _id alone (before 7.1 an upsert needs the
+// whole shard key), may be unsharded or sharded on _id only. On a replica
+// set it reads no shard key.
 func TestMigrateOnAShardedCluster(t *testing.T) {
 	t.Parallel()
+	events, leases := "outboxd."+EventsCollection, "outboxd."+LeasesCollection
 	for _, tc := range []struct {
 		name string
-		key  bson.D // nil: not sharded
-		ok   bool
+		keys map[string]bson.D // by namespace; absent: not sharded
+		err  error             // nil: migrate creates the indexes
 	}{
-		{"Unsharded", nil, true},
-		{"ShardedOnTheKey", bson.D{{Key: "idempotencyKey", Value: 1}}, true},
-		{"ShardedOnTheDevice", bson.D{{Key: "sourceKey", Value: 1}, {Key: "deviceKey", Value: 1}}, false},
-		{"HashedOnTheKey", bson.D{{Key: "idempotencyKey", Value: "hashed"}}, false},
-		{"ShardedOnID", bson.D{{Key: "_id", Value: 1}}, false},
+		{"Unsharded", nil, nil},
+		{"ShardedOnTheKey", map[string]bson.D{events: {{Key: "idempotencyKey", Value: 1}}}, nil},
+		{"ShardedOnTheDevice", map[string]bson.D{events: {{Key: "sourceKey", Value: 1}, {Key: "deviceKey", Value: 1}}}, ErrShardKey},
+		{"HashedOnTheKey", map[string]bson.D{events: {{Key: "idempotencyKey", Value: "hashed"}}}, ErrShardKey},
+		{"ShardedOnID", map[string]bson.D{events: {{Key: "_id", Value: 1}}}, ErrShardKey},
+		{"LeasesHashedOnID", map[string]bson.D{leases: {{Key: "_id", Value: "hashed"}}}, nil},
+		{"LeasesOnTheOwner", map[string]bson.D{leases: {{Key: "owner", Value: 1}}}, ErrUpsertShardKey},
+		{"ClockOnAnotherKey", map[string]bson.D{"outboxd." + ClockCollection: {{Key: "at", Value: 1}}}, ErrUpsertShardKey},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			fs := newFakeServer(t, true)
 			s := openFake(t, fs, Options{})
 			require.True(t, s.mongos)
-			key := tc.key
 			fs.handle("find", func(c fakeCommand) bson.D {
-				if db, _ := c.lookup("$db").StringValueOK(); db != "config" || c.coll() != "collections" || key == nil {
+				if db, _ := c.lookup("$db").StringValueOK(); db != "config" || c.coll() != "collections" {
 					return fs.byDefault(c)
 				}
-				return cursorReply("config.collections", "firstBatch", bson.D{{Key: "_id", Value: "outboxd.events"}, {Key: "key", Value: key}, {Key: "unique", Value: false}})
+				ns, _ := c.lookup("filter", "_id").StringValueOK()
+				key, ok := tc.keys[ns]
+				if !ok {
+					return fs.byDefault(c)
+				}
+				return cursorReply("config.collections", "firstBatch", bson.D{{Key: "_id", Value: ns}, {Key: "key", Value: key}, {Key: "unique", Value: false}})
 			})
 			err := s.Migrate(context.Background(), nil)
-			if tc.ok {
+			if tc.err == nil {
 				require.NoError(t, err)
 				require.NotEmpty(t, fs.commands("createIndexes"))
 				return
 			}
-			require.ErrorIs(t, err, ErrShardKey)
-			require.ErrorContains(t, err, "outboxd.events is sharded on")
+			require.ErrorIs(t, err, tc.err)
+			for ns := range tc.keys {
+				require.ErrorContains(t, err, ns+" is sharded on")
+			}
 			require.Empty(t, fs.commands("createIndexes"), "nothing created on a layout that cannot hold it")
 		})
 	}
@@ -773,4 +843,85 @@ func TestLeaseExpiryWithASlowMajority(t *testing.T) {
 	written, ok = renew[0].lookup("updates", "0", "u", "$set", "leaseExpiresAt").TimeOK()
 	require.True(t, ok)
 	require.False(t, written.Before(l.Expires.Add(-2*time.Millisecond)), "renewal: %s before %s", written.UTC(), l.Expires.UTC())
+}
+
+// TestArbiterIsWarnedAtStart: a replica set whose hello lists an arbiter
+// opens (it works while every member is up) with a warning that names the
+// arbiter and says what to run instead; a set without one, and a mongos,
+// open without warnings.
+func TestArbiterIsWarnedAtStart(t *testing.T) {
+	t.Parallel()
+	t.Run("Arbiter", func(t *testing.T) {
+		t.Parallel()
+		fs := newFakeServer(t, false)
+		fs.arbiters = []string{"127.0.0.1:1"} // refuses connections: the driver's monitor marks it unknown
+		s := openFake(t, fs, Options{})
+		w := s.Warnings()
+		require.Len(t, w, 1)
+		require.Contains(t, w[0], "arbiter (127.0.0.1:1)")
+		require.Contains(t, w[0], "use three data-bearing members")
+	})
+	t.Run("NoArbiter", func(t *testing.T) {
+		t.Parallel()
+		require.Empty(t, openFake(t, newFakeServer(t, false), Options{}).Warnings())
+	})
+	t.Run("Mongos", func(t *testing.T) {
+		t.Parallel()
+		require.Empty(t, openFake(t, newFakeServer(t, true), Options{}).Warnings())
+	})
+}
+
+// TestLoadEventsTargetsTheShards: through a mongos, the worker's read of
+// originals names their idempotency keys beside their ids when the context
+// carries them (store.WithEventKeys), so mongos targets the shards holding
+// those keys (events is sharded on {idempotencyKey: 1}); what it does not
+// find that way is read again by _id alone. On a replica set, or without
+// the keys, it reads by _id alone.
+func TestLoadEventsTargetsTheShards(t *testing.T) {
+	t.Parallel()
+	ids := []string{primitive.NewObjectID().Hex(), primitive.NewObjectID().Hex()}
+	keyed := store.WithEventKeys(context.Background(), map[string]string{ids[0]: "k0", ids[1]: "k1"})
+	finds := func(t *testing.T, mongos bool, ctx context.Context) []fakeCommand {
+		fs := newFakeServer(t, mongos)
+		s := openFake(t, fs, Options{})
+		fs.reset()
+		got, err := s.LoadEvents(ctx, ids)
+		require.NoError(t, err)
+		require.Empty(t, got, "the fake holds no originals")
+		return fs.commands("find")
+	}
+	keysOf := func(c fakeCommand) []string {
+		arr, ok := c.lookup("filter", "idempotencyKey", "$in").ArrayOK()
+		if !ok {
+			return nil
+		}
+		vals, _ := arr.Values()
+		out := make([]string, len(vals))
+		for i, v := range vals {
+			out[i] = v.StringValue()
+		}
+		return out
+	}
+	t.Run("MongosWithKeys", func(t *testing.T) {
+		t.Parallel()
+		cmds := finds(t, true, keyed)
+		require.Len(t, cmds, 2)
+		require.Equal(t, []string{"k0", "k1"}, keysOf(cmds[0]), "targeted by the keys: %s", cmds[0].Doc)
+		require.Nil(t, keysOf(cmds[1]), "the missing ones again by _id alone: %s", cmds[1].Doc)
+		missing, _ := cmds[1].lookup("filter", "_id", "$in").ArrayOK()
+		vals, _ := missing.Values()
+		require.Len(t, vals, 2)
+	})
+	t.Run("MongosWithoutKeys", func(t *testing.T) {
+		t.Parallel()
+		cmds := finds(t, true, context.Background())
+		require.Len(t, cmds, 1)
+		require.Nil(t, keysOf(cmds[0]))
+	})
+	t.Run("ReplicaSet", func(t *testing.T) {
+		t.Parallel()
+		cmds := finds(t, false, keyed)
+		require.Len(t, cmds, 1)
+		require.Nil(t, keysOf(cmds[0]), "the _id index serves it on a replica set")
+	})
 }

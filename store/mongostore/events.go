@@ -19,24 +19,71 @@ import (
 	"github.com/outboxd/outboxd/store"
 )
 
-// LoadEvents reads the originals with one Find on _id.
+// LoadEvents reads the originals with one Find on _id. On a sharded
+// cluster, when ctx carries the originals' idempotency keys
+// (store.WithEventKeys, as the worker passes them from its messages), the
+// Find names them too, so mongos asks only the shards holding those keys
+// (events is sharded on {idempotencyKey: 1}) instead of every shard;
+// originals not found that way are read again by _id alone.
 func (s *Store) LoadEvents(ctx context.Context, ids []string) (map[string]store.Loaded, error) {
 	out := make(map[string]store.Loaded, len(ids))
 	oids := objectIDs(ids)
 	if len(oids) == 0 {
 		return out, nil
 	}
+	keys := s.shardTargets(ctx, ids, oids)
 	ctx, cancel := s.opctx(ctx)
 	defer cancel()
-	cur, err := s.events.Find(ctx, bson.M{"_id": idsIn(oids)}, findOptions(ctx))
-	if err != nil {
-		return nil, wrap(err, "reading %d originals", len(oids))
+	if err := s.loadEvents(ctx, loadEventsFilter(oids, keys), out); err != nil {
+		return nil, err
 	}
-	defer cur.Close(context.WithoutCancel(ctx))
-	if err := readEvents(ctx, cur, out); err != nil {
-		return nil, wrap(err, "reading %d originals", len(oids))
+	if keys == nil || len(out) == len(oids) {
+		return out, nil
+	}
+	// A key of a message that does not name its original: read by id.
+	var missing []primitive.ObjectID
+	for _, oid := range oids {
+		if _, ok := out[oid.Hex()]; !ok {
+			missing = append(missing, oid)
+		}
+	}
+	if err := s.loadEvents(ctx, loadEventsFilter(missing, nil), out); err != nil {
+		return nil, err
 	}
 	return out, nil
+}
+
+// shardTargets returns the idempotency keys of the originals ids (oids)
+// that ctx carries (store.WithEventKeys), on a sharded cluster only, where
+// they target the shards holding them; nil elsewhere, or when ctx does not
+// carry every key (a key of an id that is no ObjectID counts for nothing).
+func (s *Store) shardTargets(ctx context.Context, ids []string, oids []primitive.ObjectID) []string {
+	if !s.mongos || len(oids) != len(ids) {
+		return nil
+	}
+	return store.EventKeysOf(ctx, ids)
+}
+
+// loadEventsFilter returns the filter of LoadEvents for the originals
+// oids: by _id, and with their idempotency keys (keys, nil when unknown)
+// too, which puts the find on the shards that hold them when events is
+// sharded on {idempotencyKey: 1}.
+func loadEventsFilter(oids []primitive.ObjectID, keys []string) bson.D {
+	filter := bson.D{{Key: "_id", Value: idsIn(oids)}}
+	if keys != nil {
+		filter = append(filter, bson.E{Key: "idempotencyKey", Value: bson.D{{Key: "$in", Value: keys}}})
+	}
+	return filter
+}
+
+// loadEvents reads the originals filter names into out.
+func (s *Store) loadEvents(ctx context.Context, filter bson.D, out map[string]store.Loaded) error {
+	cur, err := s.events.Find(ctx, filter, findOptions(ctx))
+	if err != nil {
+		return wrap(err, "reading originals by %s", filter[len(filter)-1].Key)
+	}
+	defer cur.Close(context.WithoutCancel(ctx))
+	return wrap(readEvents(ctx, cur, out), "reading originals by %s", filter[len(filter)-1].Key)
 }
 
 // readEvents decodes each document of cur on its own into out, by id: one
@@ -413,7 +460,7 @@ func (s *Store) DeleteSynced(ctx context.Context, before time.Time, limit int) (
 	}
 	ctx, cancel := s.opctx(ctx)
 	defer cancel()
-	cur, err := s.events.Find(ctx, SyncedBeforeFilter(before), options.Find().
+	cur, err := s.events.Find(ctx, SyncedBeforeFilter(before), findOptions(ctx).
 		SetSort(bson.D{{Key: "createdAt", Value: 1}}).SetLimit(int64(limit)).SetProjection(bson.D{{Key: "_id", Value: 1}}))
 	if err != nil {
 		return 0, wrap(err, "querying synced originals past the retention")
@@ -432,7 +479,7 @@ func (s *Store) DeleteSynced(ctx context.Context, before time.Time, limit int) (
 		oids[i] = d.ID
 	}
 	cur, err = s.outbox.Find(ctx, bson.D{{Key: "eventId", Value: idsIn(oids)}, {Key: "dispatchedAt", Value: nil}},
-		options.Find().SetProjection(bson.D{{Key: "eventId", Value: 1}}))
+		findOptions(ctx).SetProjection(bson.D{{Key: "eventId", Value: 1}}))
 	if err != nil {
 		return 0, wrap(err, "reading the undispatched entries of synced originals")
 	}

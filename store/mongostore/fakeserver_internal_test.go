@@ -45,6 +45,8 @@ type fakeServer struct {
 	// skew is how far the server's clock is from the test process's: the
 	// $currentDate of the clock document and hello's localTime.
 	skew time.Duration
+	// arbiters are the arbiters hello lists (a primary's only).
+	arbiters []string
 }
 
 // fakeCommand is a command the server received: its name and its document,
@@ -415,10 +417,28 @@ func (fs *fakeServer) hello() bson.D {
 	if fs.mongos {
 		return append(d, bson.E{Key: "msg", Value: "isdbgrid"})
 	}
+	fs.mu.Lock()
+	arbiters := slices.Clone(fs.arbiters)
+	fs.mu.Unlock()
+	if len(arbiters) > 0 {
+		d = append(d, bson.E{Key: "arbiters", Value: arbiters})
+	}
 	return append(d,
 		bson.E{Key: "setName", Value: "rs0"}, bson.E{Key: "setVersion", Value: int32(1)}, bson.E{Key: "electionId", Value: electionID},
 		bson.E{Key: "secondary", Value: false}, bson.E{Key: "hosts", Value: bson.A{fs.addr}},
 		bson.E{Key: "primary", Value: fs.addr}, bson.E{Key: "me", Value: fs.addr})
+}
+
+// findOneIn returns a find handler that answers doc from the collection
+// coll and answers every other find by default.
+func (fs *fakeServer) findOneIn(coll string, doc bson.D) fakeHandler {
+	return func(c fakeCommand) bson.D {
+		if c.coll() != coll {
+			return fs.byDefault(c)
+		}
+		db, _ := c.lookup("$db").StringValueOK()
+		return cursorReply(db+"."+coll, "firstBatch", doc)
+	}
 }
 
 // cursorReply is a cursor reply with the documents docs, exhausted.

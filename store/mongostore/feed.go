@@ -79,7 +79,8 @@ func (s *Store) OpenFeed(ctx context.Context, stream string, from store.Position
 		}
 		return nil, wrap(err, "opening the change stream on %s", s.opts.OutboxCollection)
 	}
-	return &feed{cs: cs, coll: s.opts.OutboxCollection, stream: stream, part: opts.Partition, poll: poll, opTimeout: s.opts.OpTimeout, pos: from}, nil
+	return &feed{cs: cs, coll: s.opts.OutboxCollection, stream: stream, part: opts.Partition, poll: poll, opTimeout: s.opts.OpTimeout, pos: from,
+		pause: s.lungo}, nil
 }
 
 // feed is a change stream read as batches of entries.
@@ -92,6 +93,11 @@ type feed struct {
 	// opTimeout is how long a getMore may take beyond the await time.
 	opTimeout time.Duration
 	pos       store.Position
+	// pause tells Next to wait poll after an empty look: lungo's TryNext
+	// returns at once. A server's getMore waits up to its await time (the
+	// poll interval) itself, so a pause after it would only delay the
+	// next entry by as much.
+	pause bool
 	// ended is set once an end-of-feed event arrived; later Nexts fail.
 	ended error
 }
@@ -160,6 +166,9 @@ func (f *feed) Next(ctx context.Context, max int, wait time.Duration) ([]outbox.
 		}
 		if len(out) > 0 || !time.Now().Before(deadline) {
 			return out, nil
+		}
+		if !f.pause {
+			continue // the next getMore awaits new entries
 		}
 		t := time.NewTimer(min(f.poll, time.Until(deadline)))
 		select {
@@ -289,14 +298,68 @@ func (s *Store) markDispatched(sc lungo.ISessionContext, oids []primitive.Object
 	return wrap(err, "marking %d outbox entries dispatched", len(oids))
 }
 
+// Bounds of DeleteDispatched: each round deletes at most
+// deleteDispatchedChunk entries (a find of their ids through the
+// dispatchedAt index, one deleteMany of those ids), each round with its
+// own deadline, and one call runs at most deleteDispatchedRounds rounds;
+// the rest waits for the next call (and the TTL index removes the same
+// entries on its own schedule).
+const (
+	deleteDispatchedChunk  = 5000
+	deleteDispatchedRounds = 20
+)
+
 // DeleteDispatched removes entries dispatched before before (the TTL index
-// does the same on its own schedule).
+// does the same on its own schedule), in rounds of at most
+// deleteDispatchedChunk entries, at most deleteDispatchedRounds a call, and
+// returns how many it removed, also when a round failed.
 func (s *Store) DeleteDispatched(ctx context.Context, before time.Time) (int64, error) {
+	return s.deleteDispatched(ctx, before, deleteDispatchedChunk, deleteDispatchedRounds)
+}
+
+// deleteDispatched is DeleteDispatched in rounds of chunk, at most rounds.
+func (s *Store) deleteDispatched(ctx context.Context, before time.Time, chunk, rounds int) (int64, error) {
+	var total int64
+	for range rounds {
+		n, full, err := s.deleteDispatchedRound(ctx, before, chunk)
+		total += n
+		if err != nil || !full {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+// deleteDispatchedRound deletes at most chunk of the entries dispatched
+// before before, oldest first, within ctx's deadline or OpTimeout; full
+// tells that it found chunk of them (more may be left).
+func (s *Store) deleteDispatchedRound(ctx context.Context, before time.Time, chunk int) (deleted int64, full bool, err error) {
 	ctx, cancel := s.opctx(ctx)
 	defer cancel()
-	res, err := s.outbox.DeleteMany(ctx, bson.D{{Key: "dispatchedAt", Value: bson.D{{Key: "$lt", Value: before.UTC()}}}})
+	old := bson.D{{Key: "dispatchedAt", Value: bson.D{{Key: "$lt", Value: before.UTC()}}}}
+	cur, err := s.outbox.Find(ctx, old, findOptions(ctx).SetSort(bson.D{{Key: "dispatchedAt", Value: 1}}).
+		SetLimit(int64(chunk)).SetProjection(bson.D{{Key: "_id", Value: 1}}))
 	if err != nil {
-		return 0, wrap(err, "deleting dispatched outbox entries")
+		return 0, false, wrap(err, "reading dispatched outbox entries past the retention")
 	}
-	return res.DeletedCount, nil
+	var docs []struct {
+		ID primitive.ObjectID `bson:"_id"`
+	}
+	if err := cur.All(ctx, &docs); err != nil {
+		return 0, false, wrap(err, "reading dispatched outbox entries past the retention")
+	}
+	if len(docs) == 0 {
+		return 0, false, nil
+	}
+	oids := make([]primitive.ObjectID, len(docs))
+	for i, d := range docs {
+		oids[i] = d.ID
+	}
+	res, err := s.outbox.DeleteMany(ctx, append(bson.D{{Key: "_id", Value: idsIn(oids)}}, old...))
+	if err != nil {
+		return 0, false, wrap(err, "deleting %d dispatched outbox entries", len(oids))
+	}
+	// The TTL monitor may have deleted some of them first: full counts
+	// what the round found.
+	return res.DeletedCount, len(docs) == chunk, nil
 }

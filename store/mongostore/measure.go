@@ -163,6 +163,11 @@ func (m *measurer) seed(ctx context.Context, n int, createdAt time.Time) ([]stri
 // insert of the originals, one of the entries, the commit).
 func (m *measurer) ingest(ctx context.Context, n int) error {
 	w := outbox.NewWriter(m.s, &outbox.WriterConfig{Stream: m.stream})
+	// A Writer reads its stream's number of partitions once, at its first
+	// write: one find that is no group's.
+	if _, err := w.Write(ctx, m.inputs(1)); err != nil {
+		return err
+	}
 	cm, err := outbox.NewCommitter(w, &outbox.CommitterConfig{GroupMax: n, GroupWait: outbox.GroupWaitMax,
 		GroupMaxBytes: outbox.GroupMaxBytesMax, GroupTimeout: time.Minute})
 	if err != nil {

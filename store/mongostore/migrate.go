@@ -439,33 +439,75 @@ func (s *Store) CheckSchema(ctx context.Context) error {
 // idempotencyKey index.
 var ErrShardKey = errors.New("the events collection is sharded on a key that cannot hold outboxd's unique idempotencyKey index: shard it on {idempotencyKey: 1} (a ranged key; hashed shard keys hold no unique index) or leave it unsharded")
 
+// ErrUpsertShardKey is returned by Migrate on a sharded cluster whose
+// leases, clock or settings collection is sharded on a key other than _id.
+var ErrUpsertShardKey = errors.New("outboxd writes its leases, clock and settings documents with upserts that name _id alone, and before MongoDB 7.1 an upsert on a sharded collection needs the whole shard key: leave them unsharded (they hold a few documents) or shard them on {_id: 1} or {_id: \"hashed\"}")
+
 // checkSharding refuses, on a sharded cluster, a layout that cannot hold
 // outboxd's guarantees: a unique index is enforced across shards only when
 // the collection is unsharded or sharded on a ranged key that prefixes the
-// index, so events must be unsharded or sharded on {idempotencyKey: 1}.
-// The other collections may be sharded as the operator likes (the outbox's
-// change stream runs through mongos). It reads config.collections (the
-// clusterMonitor role reads it); a replica set or lungo has nothing to
-// check.
+// index, so events must be unsharded or sharded on {idempotencyKey: 1};
+// the leases, clock and settings documents are upserted by _id alone, so
+// those collections must be unsharded or sharded on _id. The outbox may be
+// sharded as the operator likes (its change stream runs through mongos).
+// It reads config.collections (the clusterMonitor role reads it); a
+// replica set or lungo has nothing to check.
 func (s *Store) checkSharding(ctx context.Context) error {
 	if !s.mongos {
 		return nil
 	}
+	checks := []struct {
+		coll  string
+		check func(ns string, key bson.D) error
+	}{
+		{s.opts.EventsCollection, checkShardKey},
+		{LeasesCollection, checkUpsertShardKey},
+		{ClockCollection, checkUpsertShardKey},
+		{SettingsCollection, checkUpsertShardKey},
+	}
+	for _, c := range checks {
+		ns := s.opts.Database + "." + c.coll
+		key, err := s.shardKey(ctx, ns)
+		if err != nil {
+			return err
+		}
+		if key == nil {
+			continue
+		}
+		if err := c.check(ns, key); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// shardKey reads the shard key of the namespace ns from
+// config.collections: nil when it is not sharded.
+func (s *Store) shardKey(ctx context.Context, ns string) (bson.D, error) {
 	var coll struct {
 		Key     bson.D `bson:"key"`
 		Dropped bool   `bson:"dropped"` // before 5.0 a dropped collection stayed listed
 	}
-	ns := s.opts.Database + "." + s.opts.EventsCollection
 	err := s.client.Database("config").Collection("collections").FindOne(ctx, bson.D{{Key: "_id", Value: ns}}).Decode(&coll)
 	switch {
 	case isNoDocuments(err):
-		return nil
+		return nil, nil
 	case err != nil:
-		return wrap(err, "reading the shard key of %s from config.collections (the clusterMonitor role may read it)", ns)
+		return nil, wrap(err, "reading the shard key of %s from config.collections (the clusterMonitor role may read it)", ns)
 	case coll.Dropped:
+		return nil, nil
+	}
+	return coll.Key, nil
+}
+
+// checkUpsertShardKey accepts the shard keys that an upsert naming _id
+// alone satisfies on every release: {_id: 1} and {_id: "hashed"}.
+func checkUpsertShardKey(ns string, key bson.D) error {
+	if len(key) == 1 && key[0].Key == "_id" {
 		return nil
 	}
-	return checkShardKey(ns, coll.Key)
+	b, _ := bson.MarshalExtJSON(key, false, false)
+	return fmt.Errorf("%w (%s is sharded on %s)", ErrUpsertShardKey, ns, b)
 }
 
 // checkShardKey accepts the one shard key of events that keeps the unique

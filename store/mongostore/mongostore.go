@@ -136,6 +136,9 @@ type Store struct {
 	opts     Options
 	lungo    bool
 	mongos   bool // a sharded cluster's router
+	// warnings are what Open found in the deployment that works but
+	// weakens outboxd (Warnings).
+	warnings []string
 
 	countsMu    sync.Mutex
 	counts      *store.Counts
@@ -191,20 +194,21 @@ func Open(ctx context.Context, uri string, opts *Options) (*Store, error) {
 		if err != nil {
 			return nil, fmt.Errorf("error opening lungo's engine: %w", err)
 		}
-		s := newStore(client, o, true, engine)
+		s := newStore(client, o, true, true)
+		s.engine = engine
 		return s, nil
 	}
 	client, err := lungo.Connect(ctx, ClientOptions(uri, o))
 	if err != nil {
 		return nil, wrap(err, "connecting to MongoDB at %s", redact.DSN(uri))
 	}
-	mongos, err := checkServer(ctx, client, redact.DSN(uri), o.OpTimeout)
+	topo, err := checkServer(ctx, client, redact.DSN(uri), o.OpTimeout)
 	if err != nil {
 		_ = client.Disconnect(context.WithoutCancel(ctx))
 		return nil, err
 	}
-	s := newStore(client, o, true, nil)
-	s.mongos = mongos
+	s := newStore(client, o, true, false)
+	s.mongos, s.warnings = topo.mongos, topo.warnings
 	return s, nil
 }
 
@@ -228,12 +232,12 @@ func NewFromClient(ctx context.Context, client *mongo.Client, database string, o
 		return nil, err
 	}
 	o.Database = cmp.Or(database, o.Database)
-	mongos, err := checkServer(ctx, &lungo.MongoClient{Client: client}, "the client's deployment", o.OpTimeout)
+	topo, err := checkServer(ctx, &lungo.MongoClient{Client: client}, "the client's deployment", o.OpTimeout)
 	if err != nil {
 		return nil, err
 	}
-	s := newStore(&lungo.MongoClient{Client: client}, o, false, nil)
-	s.mongos = mongos
+	s := newStore(&lungo.MongoClient{Client: client}, o, false, false)
+	s.mongos, s.warnings = topo.mongos, topo.warnings
 	return s, nil
 }
 
@@ -252,6 +256,14 @@ func (o *Options) withDefaults() (Options, error) {
 	out.AppName = cmp.Or(out.AppName, AppNameDefault)
 	out.MaxPoolSize = cmp.Or(out.MaxPoolSize, MaxPoolSizeDefault)
 	return out, out.validate()
+}
+
+// Validate reports the first field of the options that cannot work,
+// naming it, with the defaults of the fields left zero: a caller (the CLI)
+// checks its settings before it opens anything.
+func (o *Options) Validate() error {
+	_, err := o.withDefaults()
+	return err
 }
 
 // validate names the first field that cannot work.
@@ -275,9 +287,10 @@ func (o Options) validate() error {
 }
 
 // newStore returns the store on client with the options o (defaults set);
-// engine is lungo's engine when the store runs on lungo (nil on a server).
-func newStore(client lungo.IClient, o Options, owned bool, engine *lungo.Engine) *Store {
-	s := &Store{client: client, opts: o, owned: owned, engine: engine, lungo: engine != nil}
+// onLungo tells that client is lungo's engine (set before the collections,
+// which count commands at the engine's boundary there).
+func newStore(client lungo.IClient, o Options, owned, onLungo bool) *Store {
+	s := &Store{client: client, opts: o, owned: owned, lungo: onLungo}
 	// On a server the collections use the store's concerns whatever the
 	// client's defaults (NewFromClient's client is the caller's).
 	wc := writeconcern.Majority()
@@ -332,24 +345,61 @@ func ClientOptions(uri string, o Options) *options.ClientOptions {
 		SetMaxPoolSize(o.MaxPoolSize)
 }
 
+// deployment is what checkServer learnt of a deployment.
+type deployment struct {
+	mongos   bool // a sharded cluster's router
+	warnings []string
+}
+
 // checkServer checks the hello of client's deployment (named where for
-// errors); mongos tells that it is a sharded cluster's router.
-func checkServer(ctx context.Context, client lungo.IClient, where string, opTimeout time.Duration) (mongos bool, err error) {
+// errors and warnings).
+func checkServer(ctx context.Context, client lungo.IClient, where string, opTimeout time.Duration) (deployment, error) {
 	pingCtx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
 	if err := client.Ping(pingCtx, readpref.Primary()); err != nil {
-		return false, wrap(err, "reaching MongoDB at %s (transactions and change streams need a replica set)", where)
+		return deployment{}, wrap(err, "reaching MongoDB at %s (transactions and change streams need a replica set)", where)
 	}
 	var hello bson.M
 	if err := client.Database("admin").RunCommand(pingCtx, bson.D{{Key: "hello", Value: 1}}).Decode(&hello); err != nil {
-		return false, wrap(err, "asking MongoDB at %s for its topology (the hello command needs MongoDB 4.4.2 or later)", where)
+		return deployment{}, wrap(err, "asking MongoDB at %s for its topology (the hello command needs MongoDB 4.4.2 or later)", where)
 	}
 	if err := checkHello(hello); err != nil {
-		return false, fmt.Errorf("MongoDB at %s: %w", where, err)
+		return deployment{}, fmt.Errorf("MongoDB at %s: %w", where, err)
 	}
 	msg, _ := hello["msg"].(string)
-	return msg == "isdbgrid", nil
+	var warnings []string
+	if w := arbiterWarning(hello); w != "" {
+		warnings = append(warnings, fmt.Sprintf("MongoDB at %s: %s", where, w))
+	}
+	return deployment{mongos: msg == "isdbgrid", warnings: warnings}, nil
 }
+
+// arbiterWarning returns the warning for a replica set with an arbiter
+// (hello's arbiters lists them), or "". An arbiter votes but holds no
+// data, so a primary-secondary-arbiter set acknowledges a majority write
+// only while both data-bearing members are up: every write outboxd sends
+// is majority (ingest, the marks, readiness, the lease clock), so losing
+// either one stops outboxd, and a 4.4 member started with
+// enableMajorityReadConcern=false refuses majority reads in transactions.
+// A mongos lists no arbiters: the shards' sets are not visible here.
+func arbiterWarning(hello bson.M) string {
+	arbiters, _ := hello["arbiters"].(bson.A)
+	if len(arbiters) == 0 {
+		return ""
+	}
+	names := make([]string, 0, len(arbiters))
+	for _, a := range arbiters {
+		names = append(names, fmt.Sprint(a))
+	}
+	return fmt.Sprintf("the replica set has an arbiter (%s): every write outboxd sends waits for a majority of the data-bearing members, so "+
+		"losing one of them stops ingest, the dispatcher and readiness; use three data-bearing members", strings.Join(names, ", "))
+}
+
+// Warnings returns what Open (or NewFromClient) found in the deployment
+// that works but weakens outboxd, one sentence each, for the caller to log
+// at start: a replica set with an arbiter has no fault tolerance for
+// outboxd's majority writes. Empty on lungo and on a sound deployment.
+func (s *Store) Warnings() []string { return slices.Clone(s.warnings) }
 
 // ErrStandalone is returned for a MongoDB server that is not part of a
 // replica set or sharded cluster.
