@@ -131,6 +131,14 @@ func TestPayloadRules(t *testing.T) {
 		{"LargestInt64", `{"n":9223372036854775807,"m":-9223372036854775808}`, ""},
 		{"BigNumberWithAnExponentIsAFloat", `{"n":1.2345678901234568e29}`, ""},
 		{"NotObject", `[1]`, "payload"},
+		// PostgreSQL's numeric (jsonb's numbers) holds 131072 digits before
+		// the point and 16383 after: beyond, the read model refuses the event.
+		{"TinyNumberBeyondNumericScale", `{"a":[1,{"n":1e-20000}]}`, "payload.a[1].n"},
+		{"SmallestNumericScale", `{"n":1e-16383,"z":0e-16383}`, ""},
+		{"OneDigitBeyondNumericScale", `{"n":1.0e-16383}`, "payload.n"},
+		{"ZeroBeyondNumericScale", `{"n":0.0e-16383}`, "payload.n"},
+		{"ZeroWithHugeExponent", `{"n":0e9999999999999}`, "payload.n"},
+		{"HugeExponent", `{"n":1e200000}`, "payload.n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := w.Validate([]outbox.Input{{SourceKey: "s", DeviceKey: "d", OccurredAt: "2026-11-01T10:00:00Z", Payload: json.RawMessage(tc.payload)}})
