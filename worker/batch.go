@@ -535,8 +535,10 @@ type judgement struct {
 // another delivery later (held, one failure charged to its budget, due
 // after RecordBackoff doubled per failure) and the dead-letter stream (its
 // MaxDeliveries-th failure: poison, or non_retryable for a missing
-// original). While the failure's class is halted by the streak rule it
-// only holds the entries, charging nothing, for one BreakerTimeout.
+// original). While a streak of record failures of the same code stands
+// (the streak rule halted the record class), it dead-letters the entries
+// at once; while the unknown class is halted, it only holds the entries,
+// charging nothing, for one BreakerTimeout.
 func (w *Worker) judge(ctx context.Context, g *stream.Group, failures map[string]error, entries map[string][]stream.Entry, originals map[string]*outbox.Event) (judgement, error) {
 	j := judgement{charge: map[string]int64{}}
 	ids := slices.Sorted(maps.Keys(failures))
@@ -556,7 +558,14 @@ func (w *Worker) judge(ctx context.Context, g *stream.Group, failures map[string
 		ferr := failures[id]
 		f := failureOf(ferr)
 		j.failures = append(j.failures, f)
-		halted := w.streak.Halted(f.Class)
+		// A record's own error never holds the others: while a streak of
+		// record errors stands, records failing with its code are not tried
+		// again but dead-lettered now, and the worker goes on.
+		halted, atOnce := w.streak.Halted(f.Class), false
+		if f.Class == failpolicy.ClassRecord {
+			hf, ok := w.streak.HaltedBy(failpolicy.ClassRecord)
+			halted, atOnce = false, ok && hf.Code == f.Code
+		}
 		parked := false
 		for _, m := range entries[id] {
 			before := counts[k]
@@ -566,7 +575,7 @@ func (w *Worker) judge(ctx context.Context, g *stream.Group, failures map[string
 				continue
 			}
 			n := before + 1
-			if n < int64(w.cfg.MaxDeliveries) {
+			if n < int64(w.cfg.MaxDeliveries) && !atOnce {
 				j.charge[m.ID] = n
 				wait := w.recordBackoff(n)
 				j.hold = append(j.hold, heldEntry{g: g, msg: m, due: now.Add(wait)})
