@@ -426,3 +426,26 @@ func (b *testBundle) records(t *testing.T, device string) outbox.Event {
 	require.NoError(t, err)
 	return evs[0]
 }
+
+// TestWorkerDeadLettersAnEventOnce: two entries of one event that its
+// record's fault fails (the reconciler's copy of one held) reach the
+// dead-letter stream once: the copy is acknowledged, and the held event is
+// marked for the reconciler (stream.Keys.Held) while it waits.
+func TestWorkerDeadLettersAnEventOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	cfg := b.config("c")
+	cfg.MaxDeliveries, cfg.RecordBackoff = 2, 300*time.Millisecond
+	cfg.Projector = failOn(func(*outbox.Event, bool) error { return fmt.Errorf("%w: out of range", worker.ErrRecord) })
+	evs := b.write(t, "poison", 1)
+	b.publish(t, evs[0])
+	b.start(t, cfg)
+	require.Eventually(t, func() bool {
+		return b.rdb.HExists(ctx, b.keys().Held(), evs[0].ID).Val()
+	}, waitFor, 5*time.Millisecond, "the held event is marked for the reconciler")
+	b.publish(t, evs[0]) // a copy, as a reconciler without the mark would publish
+	require.Eventually(t, func() bool { return b.drained(t) }, waitFor, 10*time.Millisecond)
+	testkit.Never(t, func() bool { return b.rdb.XLen(ctx, b.keys().DLQ()).Val() > 1 }, 500*time.Millisecond, 20*time.Millisecond)
+	require.Equal(t, int64(1), b.rdb.XLen(ctx, b.keys().DLQ()).Val(), "the event is dead-lettered once")
+}
