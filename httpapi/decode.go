@@ -2,15 +2,12 @@ package httpapi
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"mime"
 	"net/http"
-	"reflect"
 	"slices"
-	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -176,10 +173,14 @@ func itemField(i int, field string) string { return fmt.Sprintf("events[%d].%s",
 // the Idempotency-Key header ("" when absent). It returns the one Input and
 // its Batch from w.Prepare, a *requestError (400) or a *validationError (422).
 func decodeEvent(w *outbox.Writer, body []byte, headerKey string) ([]outbox.Input, *outbox.Batch, error) {
-	var in outbox.Input
-	if err := decodeBody(body, &in, shapeEvent); err != nil {
+	d, err := decodeBody(body, shapeEvent, 1)
+	if err != nil {
 		return nil, nil, err
 	}
+	if len(d.fields) > 0 {
+		return nil, nil, &validationError{Fields: d.fields}
+	}
+	in := d.inputs[0]
 	if headerKey != "" {
 		if in.IdempotencyKey != "" && in.IdempotencyKey != headerKey {
 			return nil, nil, invalidField("idempotencyKey", "differs from the "+IdempotencyKeyHeader+" header")
@@ -205,40 +206,26 @@ func decodeEvent(w *outbox.Writer, body []byte, headerKey string) ([]outbox.Inpu
 // order and their Batch from w.Prepare, a *requestError (400) or a
 // *validationError (422) whose fields are named events[i].field.
 func decodeBatch(w *outbox.Writer, body []byte, maxBatch int) ([]outbox.Input, *outbox.Batch, error) {
-	var req batchRequest
-	if err := decodeBody(body, &req, shapeBatch); err != nil {
+	d, err := decodeBody(body, shapeBatch, maxBatch)
+	if err != nil {
 		return nil, nil, err
 	}
+	if len(d.fields) > 0 && d.fields[0].Field == "events" {
+		return nil, nil, &validationError{Fields: d.fields[:1]}
+	}
 	switch {
-	case len(req.Events) == 0:
+	case d.items == 0:
 		return nil, nil, invalidField("events", "must hold at least one event")
-	case len(req.Events) > maxBatch:
-		return nil, nil, invalidField("events", fmt.Sprintf("must hold at most %d events (got %d)", maxBatch, len(req.Events)))
+	case d.items > maxBatch:
+		return nil, nil, invalidField("events", fmt.Sprintf("must hold at most %d events (got %d)", maxBatch, d.items))
+	case len(d.fields) > 0:
+		return nil, nil, &validationError{Fields: d.fields}
 	}
-	inputs := make([]outbox.Input, len(req.Events))
-	var fields []ProblemField
-	for i, raw := range req.Events {
-		prefix := itemField(i, "")
-		if !isObject(raw) {
-			fields = append(fields, ProblemField{Field: strings.TrimSuffix(prefix, "."), Reason: "must be a JSON object"})
-			continue
-		}
-		err := decodeStrict(raw, &inputs[i], prefix)
-		var ve *validationError
-		if errors.As(err, &ve) {
-			fields = append(fields, ve.Fields...)
-		} else if err != nil {
-			return nil, nil, err
-		}
-	}
-	if len(fields) > 0 {
-		return nil, nil, &validationError{Fields: fields}
-	}
-	batch, err := w.Prepare(inputs)
+	batch, err := w.Prepare(d.inputs)
 	if err != nil {
 		return nil, nil, namedFields(err, func(f outbox.FieldError) string { return itemField(f.Index, f.Field) })
 	}
-	return inputs, batch, nil
+	return d.inputs, batch, nil
 }
 
 // isObject reports whether the JSON value data starts an object.
@@ -248,89 +235,31 @@ func isObject(data []byte) bool {
 }
 
 // decodeBody strictly decodes a request body, one JSON object of shape sh,
-// into v: valid UTF-8, member names exactly the fields' and each once
-// (checkNames), no unknown fields, nothing after the object.
-func decodeBody(data []byte, v any, sh shape) error {
-	// encoding/json replaces invalid UTF-8 with U+FFFD silently.
+// in one pass (decodeInputs): valid UTF-8, member names exactly the
+// fields' and each once, no unknown fields, nothing after the object. The
+// values of the wrong JSON type are in the result's fields (422).
+func decodeBody(data []byte, sh shape, maxItems int) (decoded, error) {
+	// encoding/json would replace invalid UTF-8 with U+FFFD silently.
 	if !utf8.Valid(data) {
-		return &requestError{detail: "the body is not valid UTF-8"}
+		return decoded{}, &requestError{detail: "the body is not valid UTF-8"}
 	}
 	if len(bytes.TrimLeft(data, " \t\r\n")) == 0 {
-		return &requestError{detail: "the body is empty"}
+		return decoded{}, &requestError{detail: "the body is empty"}
 	}
 	if !isObject(data) {
-		return &requestError{detail: "the body must be a JSON object"}
+		return decoded{}, &requestError{detail: "the body must be a JSON object"}
 	}
-	names := checkNames(data, sh)
-	if names != nil && !errors.Is(names, errSyntax) {
-		return names
-	}
-	if err := decodeStrict(data, v, ""); err != nil {
-		return err
-	}
-	if names != nil {
-		// The scanner found JSON malformed that encoding/json read: refuse
-		// what the two read differently.
-		return &requestError{detail: "malformed JSON"}
-	}
-	return nil
-}
-
-// decodeStrict decodes one JSON object from data into v: no unknown
-// fields, nothing after the value. Field names in errors carry prefix.
-func decodeStrict(data []byte, v any, prefix string) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return decodeError(err, prefix)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return &requestError{detail: "the body holds data after the JSON object"}
-	}
-	return nil
-}
-
-// decodeError translates an encoding/json error.
-func decodeError(err error, prefix string) error {
-	var (
-		se *json.SyntaxError
-		te *json.UnmarshalTypeError
-	)
+	d, end, err := decodeInputs(data, sh, maxItems)
 	switch {
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return &requestError{detail: "malformed JSON: the body ends inside a value"}
-	case errors.As(err, &se):
-		return &requestError{detail: fmt.Sprintf("malformed JSON at byte %d: %s", se.Offset, strings.TrimPrefix(se.Error(), "json: "))}
-	case errors.As(err, &te) && te.Field != "":
-		return invalidField(prefix+te.Field, fmt.Sprintf("must be %s, not %s", jsonKind(te.Type), te.Value))
-	case errors.As(err, &te):
-		return &requestError{detail: "the body must be a JSON object"}
+	case errors.Is(err, errSyntax) && end >= len(data):
+		return decoded{}, &requestError{detail: "malformed JSON: the body ends inside a value"}
+	case errors.Is(err, errSyntax):
+		return decoded{}, &requestError{detail: fmt.Sprintf("malformed JSON at byte %d", end+1)}
+	case err != nil:
+		return decoded{}, err
 	}
-	// encoding/json has no type for an unknown field, only this message.
-	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		if unq, uerr := strconv.Unquote(name); uerr == nil {
-			name = unq
-		}
-		return &requestError{detail: fmt.Sprintf("unknown field %q", prefix+name), field: prefix + name, reason: "is not a known field"}
+	if len(bytes.TrimLeft(data[end:], " \t\r\n")) > 0 {
+		return decoded{}, &requestError{detail: "the body holds data after the JSON object"}
 	}
-	return &requestError{detail: "malformed JSON: " + strings.TrimPrefix(err.Error(), "json: ")}
-}
-
-// jsonKind names the JSON kind that fits Go type t.
-func jsonKind(t reflect.Type) string {
-	if t == nil {
-		return "another type"
-	}
-	switch t.Kind() {
-	case reflect.String:
-		return "a string"
-	case reflect.Slice, reflect.Array:
-		return "an array"
-	case reflect.Struct, reflect.Map:
-		return "an object"
-	case reflect.Bool:
-		return "a boolean"
-	default:
-		return "a number"
-	}
+	return d, nil
 }
