@@ -194,7 +194,7 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error, keyFie
 	case errors.As(err, &me):
 		field := cmp.Or(keyField, itemField(me.Index, "idempotencyKey"))
 		p := newProblem(http.StatusUnprocessableEntity, ProblemMismatch, "Idempotency key reused",
-			fmt.Sprintf("the idempotency key already names event %s, whose content differs", me.ExistingID))
+			"the idempotency key already names another event, whose content differs")
 		p.Errors = []ProblemField{{Field: field, Reason: "was already used for an event with different content"}}
 		writeProblem(w, r, p)
 	case store.IsUnavailable(err), errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil:

@@ -49,7 +49,7 @@ type Config struct {
 	// to "" (none).
 	AuthToken string
 	// IngestToken is the ingest token (ScopeIngest: POST /v1/events,
-	// POST /v1/events:batch, GET /v1/events/{id}). Defaults to "" (none).
+	// POST /v1/events:batch). Defaults to "" (none).
 	IngestToken string
 	// ViewerToken is the viewer token (ScopeViewer: every read, and the
 	// admin requests that change nothing). Defaults to "" (none).
@@ -267,7 +267,7 @@ func (h *handler) routes() {
 			route{http.MethodPost, "/v1/events:batch", http.HandlerFunc(h.postBatch), accessIngest})
 	}
 	if h.cfg.Store != nil {
-		routes = append(routes, route{http.MethodGet, "/v1/events/{id}", http.HandlerFunc(h.getEvent), accessEvent})
+		routes = append(routes, route{http.MethodGet, "/v1/events/{id}", http.HandlerFunc(h.getEvent), accessView})
 	}
 	if h.cfg.Status != nil {
 		routes = append(routes, route{http.MethodGet, "/v1/status", http.HandlerFunc(h.status), accessView})
