@@ -28,6 +28,13 @@ const (
 	// MaxInFlightBodiesDefault bounds the bodies read at once
 	// (--http-max-bodies).
 	MaxInFlightBodiesDefault = 64
+	// IngestMemoryPerBody is what one ingest body may cost in memory, in
+	// multiples of its size, from its read to its answer: the body, its
+	// canonical payload and what the store's write holds
+	// (TestIngestMemoryBound measures it with the worst payload on SQLite).
+	// The memory ingest needs is about MaxInFlightBodies × MaxBody ×
+	// IngestMemoryPerBody (docs/deploy.md).
+	IngestMemoryPerBody = 3
 	// MaxHeaderBytesDefault bounds a request line and its headers.
 	MaxHeaderBytesDefault = 64 << 10
 	// ShutdownBodyTimeoutDefault is how long a body still arriving when

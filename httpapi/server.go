@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"runtime"
 	"strconv"
 	"time"
 
@@ -38,6 +39,11 @@ const (
 	// RequestTimeoutDefault is the default Config.RequestTimeout.
 	RequestTimeoutDefault = 10 * time.Second
 )
+
+// MaxDecodesDefault is the default Config.MaxDecodes: one decode per core
+// (decoding only uses the CPU, so more at once would only hold more
+// memory).
+var MaxDecodesDefault = runtime.GOMAXPROCS(0)
 
 // IdempotencyKeyHeader carries the idempotency key of POST /v1/events.
 const IdempotencyKeyHeader = "Idempotency-Key"
@@ -80,6 +86,10 @@ type Config struct {
 	// MaxBatch bounds the events of one POST /v1/events:batch. Defaults to
 	// MaxBatchDefault (500).
 	MaxBatch int
+	// MaxDecodes bounds the ingest bodies decoded and validated at once
+	// (the canonical payload each builds is about its body's size; the
+	// others wait their turn). Defaults to MaxDecodesDefault (GOMAXPROCS).
+	MaxDecodes int
 	// RetryAfter is sent, rounded up to whole seconds, in the Retry-After
 	// header of a 503. It is also how long GET /readyz says "store:
 	// refusing writes" after the store refused an ingest write, unless a
@@ -148,6 +158,7 @@ func (c *Config) withDefaults() Config {
 	out.MaxBatch = cmp.Or(out.MaxBatch, MaxBatchDefault)
 	out.RetryAfter = cmp.Or(out.RetryAfter, RetryAfterDefault)
 	out.RequestTimeout = cmp.Or(out.RequestTimeout, RequestTimeoutDefault)
+	out.MaxDecodes = cmp.Or(out.MaxDecodes, MaxDecodesDefault)
 	return out
 }
 
@@ -156,6 +167,9 @@ func (c *Config) validate() error {
 	var errs []error
 	if c.MaxBody < 1 || c.MaxBody > MaxBodyMax {
 		errs = append(errs, fmt.Errorf("MaxBody must be between 1 and %d (got %d)", MaxBodyMax, c.MaxBody))
+	}
+	if c.MaxDecodes < 1 {
+		errs = append(errs, fmt.Errorf("MaxDecodes must be positive (got %d)", c.MaxDecodes))
 	}
 	if c.MaxBatch < 1 {
 		errs = append(errs, fmt.Errorf("MaxBatch must be positive (got %d)", c.MaxBatch))
@@ -184,6 +198,8 @@ type handler struct {
 	ingest     *ingestMetrics
 	writes     *writeHealth // set where the handler serves ingest
 	console    http.Handler
+	// decodes holds a place per body being decoded (Config.MaxDecodes).
+	decodes chan struct{}
 }
 
 // New returns the HTTP surface of outboxd (DESIGN.md, "HTTP API"): the
@@ -197,7 +213,7 @@ func New(cfg *Config, logger *zap.Logger) (http.Handler, error) {
 	if logger == nil {
 		logger = zap.NewNop()
 	}
-	h := &handler{cfg: c, writer: c.Writer, logger: logger.Named("http"), mux: http.NewServeMux()}
+	h := &handler{cfg: c, writer: c.Writer, logger: logger.Named("http"), mux: http.NewServeMux(), decodes: make(chan struct{}, c.MaxDecodes)}
 	h.tokens = c.tokens()
 	h.retryAfter = strconv.FormatInt(int64(math.Ceil(c.RetryAfter.Seconds())), 10)
 	if reg := c.Registerer; reg != nil {
