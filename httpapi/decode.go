@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/outboxd/outboxd/outbox"
@@ -31,6 +32,9 @@ func (h *handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool
 	if r.ContentLength > h.cfg.MaxBody {
 		return nil, h.tooLarge(w, r, h.cfg.MaxBody)
 	}
+	// Full duplex: the 413 goes out while the rest of the body is still
+	// read (tooLarge), which net/http would otherwise refuse.
+	_ = http.NewResponseController(w).EnableFullDuplex()
 	body, err := readAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBody), r.ContentLength)
 	var tooLarge *http.MaxBytesError
 	switch {
@@ -86,10 +90,34 @@ func readAll(r io.Reader, length int64) ([]byte, error) {
 	}
 }
 
-// tooLarge answers 413 and closes the connection, whose body is unread.
+// Lingering close of a body too large: how much more of it is read, and
+// for how long, after the 413 went out.
+const (
+	// DiscardExcess bounds the bytes of a body too large that are read
+	// and thrown away after its 413.
+	DiscardExcess = 4 << 20
+	// DiscardTimeout bounds the time spent reading them.
+	DiscardTimeout = 5 * time.Second
+)
+
+// tooLarge answers 413 and closes the connection. Like nginx's lingering
+// close, it first reads and discards what the client still sends, up to
+// DiscardExcess bytes within DiscardTimeout: a client that writes its whole
+// body before it reads (Python's urllib, most simple clients) would
+// otherwise meet a reset on a connection closed with its data unread, lose
+// the 413, and retry the same body for ever. A body declared larger than
+// MaxBody + DiscardExcess is not waited for.
 func (h *handler) tooLarge(w http.ResponseWriter, r *http.Request, limit int64) bool {
 	w.Header().Set("Connection", "close")
+	rc := http.NewResponseController(w)
+	_ = rc.EnableFullDuplex()
 	writeProblem(w, r, newProblem(http.StatusRequestEntityTooLarge, "", "", fmt.Sprintf("the body is larger than %d bytes", limit)))
+	if r.ContentLength > limit+DiscardExcess {
+		return false
+	}
+	_ = rc.Flush()
+	_ = rc.SetReadDeadline(time.Now().Add(DiscardTimeout))
+	_, _ = io.CopyN(io.Discard, r.Body, DiscardExcess)
 	return false
 }
 
