@@ -187,7 +187,7 @@ func adminPost[Req, Res any](h *handler, action func(ctx context.Context, req Re
 	return adminAnswer(h, func(w http.ResponseWriter, r *http.Request) (Res, error) {
 		var req Req
 		var none Res
-		if err := adminDecode(w, r, &req); err != nil {
+		if err := h.adminDecode(w, r, &req); err != nil {
 			return none, err
 		}
 		if mutates(req) {
@@ -221,8 +221,8 @@ func (e *problemError) Error() string { return e.p.Detail }
 
 // adminDecode reads a JSON request body into v: application/json, at most
 // adminBodyMax bytes, one object, no unknown field; otherwise it returns
-// the problem to answer (415, 413 or 400).
-func adminDecode(w http.ResponseWriter, r *http.Request, v any) error {
+// the problem to answer (415, 413, 408, 503 or 400).
+func (h *handler) adminDecode(w http.ResponseWriter, r *http.Request, v any) error {
 	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
 		return &problemError{newProblem(http.StatusUnsupportedMediaType, "", "", "the body must be application/json")}
 	}
@@ -232,7 +232,8 @@ func adminDecode(w http.ResponseWriter, r *http.Request, v any) error {
 		if errors.As(err, &mbe) {
 			return &problemError{newProblem(http.StatusRequestEntityTooLarge, "", "", fmt.Sprintf("the body is larger than %d bytes", adminBodyMax))}
 		}
-		return &problemError{newProblem(http.StatusBadRequest, ProblemMalformed, "Malformed request", "the body could not be read")}
+		// Too many bodies at once is a 503 to retry, not a malformed request.
+		return &problemError{h.bodyProblem(w, err)}
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()

@@ -198,6 +198,9 @@ func (h *handler) admit(w http.ResponseWriter, r *http.Request) (*http.Request, 
 		writeProblem(w, r, newProblem(http.StatusUnauthorized, "", "", "a valid bearer token is required"))
 		return nil, false
 	}
+	if scope != ScopeIngest {
+		privilege(r) // the reserve of bodies is the operator's and viewer's
+	}
 	return r.WithContext(context.WithValue(r.Context(), scopeKey{}, scope)), true
 }
 

@@ -42,9 +42,20 @@ func (h *handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool
 		return body, true
 	case errors.As(err, &tooLarge):
 		return nil, h.tooLarge(w, r, tooLarge.Limit)
+	}
+	writeProblem(w, r, h.bodyProblem(w, err))
+	return nil, false
+}
+
+// bodyProblem is the answer to a body that could not be read (other than
+// too large): 408 when it came too slowly, 503 with Retry-After when the
+// server is shutting down or reading too many bodies already (ProblemBusy:
+// nothing was done, the same request may come again), 400 otherwise.
+func (h *handler) bodyProblem(w http.ResponseWriter, err error) *Problem {
+	switch {
 	case errors.Is(err, errBodyTimeout):
 		w.Header().Set("Connection", "close")
-		writeProblem(w, r, newProblem(http.StatusRequestTimeout, "", "", "the body did not arrive in time"))
+		return newProblem(http.StatusRequestTimeout, "", "", "the body did not arrive in time")
 	case errors.Is(err, errShuttingDown), errors.Is(err, errTooManyBodies):
 		detail := "the server is shutting down; retry"
 		if errors.Is(err, errTooManyBodies) {
@@ -52,11 +63,9 @@ func (h *handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool
 		}
 		w.Header().Set("Connection", "close")
 		w.Header().Set("Retry-After", h.retryAfter)
-		writeProblem(w, r, newProblem(http.StatusServiceUnavailable, "", "", detail))
-	default:
-		writeProblem(w, r, newProblem(http.StatusBadRequest, ProblemMalformed, "Malformed request", "the body could not be read"))
+		return newProblem(http.StatusServiceUnavailable, ProblemBusy, "", detail)
 	}
-	return nil, false
+	return newProblem(http.StatusBadRequest, ProblemMalformed, "Malformed request", "the body could not be read")
 }
 
 // readAll reads r to its end into one buffer: after the first read (which
