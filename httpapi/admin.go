@@ -9,7 +9,10 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"reflect"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -235,6 +238,10 @@ func (h *handler) adminDecode(w http.ResponseWriter, r *http.Request, v any) err
 		// Too many bodies at once is a 503 to retry, not a malformed request.
 		return &problemError{h.bodyProblem(w, err)}
 	}
+	if err := strictMembers(body, jsonNames(reflect.TypeOf(v).Elem())); err != nil {
+		return &problemError{newProblem(http.StatusBadRequest, ProblemMalformed, "Malformed request",
+			"the body is not one valid JSON object of this request: "+err.Error())}
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	err = dec.Decode(v)
@@ -246,6 +253,63 @@ func (h *handler) adminDecode(w http.ResponseWriter, r *http.Request, v any) err
 			"the body is not one valid JSON object of this request: "+err.Error())}
 	}
 	return nil
+}
+
+// strictMembers refuses, as ingest does, what encoding/json would take
+// loosely: a member named twice in any object (encoding/json keeps the
+// last, another reader the first), and a member of the request object
+// that names a field in other case ("DRYRUN" for dryRun). Malformed JSON
+// is left to the decoder.
+func strictMembers(body []byte, fields []string) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	type frame struct {
+		object bool
+		seen   map[string]bool
+		key    bool // the next string token is a member name
+	}
+	var stack []*frame
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil // the decoder tells
+		}
+		var top *frame
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		if name, ok := tok.(string); ok && top != nil && top.object && top.key {
+			if top.seen[name] {
+				return fmt.Errorf("field %q appears more than once", name)
+			}
+			top.seen[name] = true
+			if len(stack) == 1 && !slices.Contains(fields, name) {
+				for _, f := range fields {
+					if strings.EqualFold(f, name) {
+						return fmt.Errorf("unknown field %q (field names are case-sensitive: did you mean %q?)", name, f)
+					}
+				}
+			}
+			top.key = false
+			continue
+		}
+		if top != nil && top.object {
+			top.key = true // after a value comes the next name
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, &frame{object: true, seen: map[string]bool{}, key: true})
+		case json.Delim('['):
+			stack = append(stack, &frame{})
+		case json.Delim('}'), json.Delim(']'):
+			stack = stack[:len(stack)-1]
+			if len(stack) == 0 {
+				return nil
+			}
+			if p := stack[len(stack)-1]; p.object {
+				p.key = true
+			}
+		}
+	}
 }
 
 // adminFail answers an error of an admin action: 422 for invalid fields,
