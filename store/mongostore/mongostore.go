@@ -232,7 +232,7 @@ func ClientOptions(uri string, o Options) *options.ClientOptions {
 func connect(ctx context.Context, uri string, o Options) (client lungo.IClient, mongos bool, err error) {
 	client, err = lungo.Connect(ctx, ClientOptions(uri, o))
 	if err != nil {
-		return nil, false, wrap(err, "connecting to MongoDB at %s", redact.DSN(uri))
+		return nil, false, wrap(redact.Error(err, uri), "connecting to MongoDB at %s", redact.DSN(uri))
 	}
 	pingCtx, cancel := context.WithTimeout(ctx, o.OpTimeout)
 	defer cancel()
