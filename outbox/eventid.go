@@ -4,40 +4,27 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
-	"sync/atomic"
 	"time"
 )
 
 // An event id is a MongoDB ObjectID in hex, generated here rather than by
 // the MongoDB driver so that this package holds no driver code: the
 // MongoDB store reads it back as its documents' _id (ObjectIDFromHex), the
-// SQLite store keeps the text. The 12 bytes follow the ObjectID
-// specification: 4 bytes of Unix seconds (big-endian), 5 random bytes
-// drawn once per process, and a 3-byte counter that starts at a random
-// value and goes up by one per id (wrapping at 2^24).
-var (
-	eventIDProcess = func() (b [5]byte) {
-		_, _ = rand.Read(b[:]) // crypto/rand.Read does not fail (Go 1.24)
-		return b
-	}()
-	eventIDCounter = func() *atomic.Uint32 {
-		var b [4]byte
-		_, _ = rand.Read(b[:])
-		c := new(atomic.Uint32)
-		c.Store(binary.BigEndian.Uint32(b[:]))
-		return c
-	}()
-)
+// SQLite store keeps the text. Its 12 bytes are 4 bytes of Unix seconds
+// (big-endian), as the ObjectID specification has them, and 8 bytes from
+// crypto/rand, drawn anew for each id: unlike the specification's
+// per-process bytes and counter, nobody can guess one event's id from
+// another's (ids are what GET /v1/events/{id} serves), and ids still sort
+// by creation second. Two ids of one second collide with a chance of
+// about n²/2⁶⁵ for n ids in that second.
 
 // NewEventID returns a new event id: an ObjectID in hex (24 lower-case hex
-// digits), unique across processes and machines, whose first 8 digits are
-// its creation time in Unix seconds, so ids sort by creation second.
+// digits) whose first 8 digits are its creation time in Unix seconds (ids
+// sort by creation second) and whose other 16 are random.
 func NewEventID() string {
 	var b [12]byte
 	binary.BigEndian.PutUint32(b[0:4], uint32(time.Now().Unix()))
-	copy(b[4:9], eventIDProcess[:])
-	c := eventIDCounter.Add(1)
-	b[9], b[10], b[11] = byte(c>>16), byte(c>>8), byte(c)
+	_, _ = rand.Read(b[4:]) // crypto/rand.Read does not fail (Go 1.24)
 	return hex.EncodeToString(b[:])
 }
 

@@ -8,9 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
-	"math/big"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -202,97 +199,4 @@ func contentHash(p prepared) string {
 	}
 	h.Write(p.payload)
 	return hex.EncodeToString(h.Sum(nil))
-}
-
-// canonicalPayload checks that raw is a JSON object every store and the
-// read model can hold, and returns its canonical JSON (sorted keys, numbers
-// as written). On refusal it returns the offending field ("payload" or
-// "payload.a.b[2]") and the reason.
-func canonicalPayload(raw json.RawMessage) (json.RawMessage, string, string) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, "payload", "must be a JSON object"
-	}
-	obj, ok := v.(map[string]any)
-	if !ok {
-		return nil, "payload", "must be a JSON object"
-	}
-	if field, reason := checkValue(obj, "payload", 0); reason != "" {
-		return nil, field, reason
-	}
-	canonical, err := json.Marshal(obj)
-	if err != nil {
-		return nil, "payload", "must be a JSON object"
-	}
-	return canonical, "", ""
-}
-
-// checkValue walks a decoded JSON value. depth counts the objects and arrays
-// around v; only objects and arrays add a level.
-func checkValue(v any, path string, depth int) (string, string) {
-	switch x := v.(type) {
-	case map[string]any:
-		if depth+1 > MaxPayloadDepth {
-			return path, fmt.Sprintf("is nested deeper than %d levels", MaxPayloadDepth)
-		}
-		for k, e := range x {
-			if k == "" || strings.HasPrefix(k, "$") || strings.ContainsRune(k, 0) {
-				return path, fmt.Sprintf("key %q is not allowed (empty, starts with $ or holds NUL)", k)
-			}
-			if f, reason := checkValue(e, path+"."+k, depth+1); reason != "" {
-				return f, reason
-			}
-		}
-	case []any:
-		if depth+1 > MaxPayloadDepth {
-			return path, fmt.Sprintf("is nested deeper than %d levels", MaxPayloadDepth)
-		}
-		for i, e := range x {
-			if f, reason := checkValue(e, fmt.Sprintf("%s[%d]", path, i), depth+1); reason != "" {
-				return f, reason
-			}
-		}
-	case string:
-		// PostgreSQL text and jsonb cannot hold U+0000 (22P05).
-		if strings.ContainsRune(x, 0) {
-			return path, "must not contain the NUL character (U+0000), which the read model cannot store"
-		}
-	case json.Number:
-		// Integers beyond 64 bits and floats beyond float64 do not survive
-		// BSON (an integer would come back as a rounded double), and
-		// PostgreSQL's numeric would read them differently.
-		if _, err := strconv.ParseInt(string(x), 10, 64); err == nil {
-			return "", ""
-		}
-		if !strings.ContainsAny(string(x), ".eE") {
-			return path, fmt.Sprintf("integer %s does not fit in a signed 64-bit integer (%d to %d); send it as a string", x, math.MinInt64, math.MaxInt64)
-		}
-		f, err := x.Float64()
-		if err != nil {
-			return path, fmt.Sprintf("number %s is out of range", x)
-		}
-		// A decimal with more digits than a float64 holds would read back
-		// rounded from MongoDB (123456789012345678.5 as
-		// 1.2345678901234568e+17) while SQLite keeps its text: refused on
-		// every store. One whose value the float's shortest form states
-		// exactly (21.5, 0.1, 1e-7) is kept.
-		if !exactFloat(string(x), f) {
-			return path, fmt.Sprintf("number %s has more significant digits than a 64-bit float holds (it would read back as %s); send it as a string", x,
-				strconv.FormatFloat(f, 'g', -1, 64))
-		}
-	}
-	return "", ""
-}
-
-// exactFloat reports whether the decimal text and the shortest form of f,
-// its nearest float64, are the same number.
-func exactFloat(text string, f float64) bool {
-	want, ok := new(big.Rat).SetString(text)
-	if !ok {
-		return false
-	}
-	got, ok := new(big.Rat).SetString(strconv.FormatFloat(f, 'g', -1, 64))
-	return ok && want.Cmp(got) == 0
 }

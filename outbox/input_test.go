@@ -134,6 +134,14 @@ func TestPayloadRules(t *testing.T) {
 		{"LongFraction", `{"a":[0.12345678901234567890123]}`, "payload.a[0]"},
 		{"DecimalsThatFit", `{"a":0.1,"b":1e-7,"c":-2.50,"d":1.7976931348623157e308}`, ""},
 		{"NotObject", `[1]`, "payload"},
+		// PostgreSQL's numeric (jsonb's numbers) holds 131072 digits before
+		// the point and 16383 after: beyond, the read model refuses the event.
+		{"TinyNumberBeyondNumericScale", `{"a":[1,{"n":1e-20000}]}`, "payload.a[1].n"},
+		{"SmallestNumericScale", `{"n":1e-16383,"z":0e-16383}`, ""},
+		{"OneDigitBeyondNumericScale", `{"n":1.0e-16383}`, "payload.n"},
+		{"ZeroBeyondNumericScale", `{"n":0.0e-16383}`, "payload.n"},
+		{"ZeroWithHugeExponent", `{"n":0e9999999999999}`, "payload.n"},
+		{"HugeExponent", `{"n":1e200000}`, "payload.n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := w.Validate([]outbox.Input{{SourceKey: "s", DeviceKey: "d", OccurredAt: "2026-11-01T10:00:00Z", Payload: json.RawMessage(tc.payload)}})

@@ -440,8 +440,21 @@ func (r *Reconciler) reconcile(ctx context.Context, ids []string, rep *Report) e
 	if err := r.cfg.faults.Check(FaultAfterClaim); err != nil {
 		return err
 	}
+	events, held := r.splitHeld(ctx, c.Events, attemptedAt)
+	if len(held) > 0 {
+		// Left alone, as if not claimed: a worker still holds their entry
+		// and delivers it again (or dead-letters it); a copy would go
+		// through twice, or reach the dead-letter stream twice.
+		restored, rerr := r.rollback(ctx, held, attemptedAt)
+		rep.Held += len(held)
+		if rerr != nil {
+			r.logger.Warn("error rolling back the claims of held events; they are candidates again after requeue-after",
+				zap.Int("events", len(held)), zap.Error(rerr))
+		}
+		r.logger.Debug("events a worker holds left alone", zap.Int("events", len(held)), zap.Int("rolled_back", restored))
+	}
 	var publish, exhausted []*outbox.Event
-	for _, ev := range c.Events {
+	for _, ev := range events {
 		if ev.RequeueCount >= int64(r.cfg.MaxRequeues) {
 			exhausted = append(exhausted, ev)
 		} else {
@@ -493,6 +506,38 @@ func (r *Reconciler) reconcile(ctx context.Context, ids []string, rep *Report) e
 		}
 	}
 	return ctx.Err()
+}
+
+// splitHeld returns the events of evs that no worker holds, and those one
+// does (stream.Keys.Held: an entry of theirs is pending in the group,
+// waiting for a later delivery). When Redis cannot tell, every event is
+// taken as not held: publishing it then fails the same way, or goes
+// through as it did before the marks.
+func (r *Reconciler) splitHeld(ctx context.Context, evs []*outbox.Event, now time.Time) (free, held []*outbox.Event) {
+	byKeys := map[stream.Keys][]*outbox.Event{}
+	keys := stream.NewKeys(r.cfg.Stream, "").Split(r.cfg.Partitions)
+	for _, ev := range evs {
+		k := keys.ForEvent(ev.SourceKey, ev.DeviceKey)
+		byKeys[k] = append(byKeys[k], ev)
+	}
+	for k, part := range byKeys {
+		ids := make([]string, len(part))
+		for i, ev := range part {
+			ids[i] = ev.ID
+		}
+		marked, err := r.rc.HeldAt(ctx, k, ids, now)
+		if err != nil {
+			r.logger.Debug("error reading held events; taking them as not held", zap.Error(err))
+		}
+		for _, ev := range part {
+			if marked[ev.ID] {
+				held = append(held, ev)
+			} else {
+				free = append(free, ev)
+			}
+		}
+	}
+	return free, held
 }
 
 // exhaust parks each of evs, claimed at attemptedAt and requeued

@@ -46,6 +46,10 @@ type Report struct {
 	// a publish for lack of memory (OOM): the remaining candidates would
 	// fail the same way, so they wait for the next sweep unclaimed.
 	RedisFull bool `json:"redisRefused,omitempty"`
+	// Held is how many claimed candidates were left alone because a
+	// worker holds their entry for a later delivery (stream.Keys.Held);
+	// their claims were undone.
+	Held int `json:"held"`
 	// RolledBack is how many claims of failed publishes were undone.
 	RolledBack int `json:"rolledBack"`
 	// RollbackSkipped is how many claims of failed publishes were left
@@ -114,6 +118,9 @@ func (r Report) String() string {
 		b.WriteString(" (limit reached)")
 	}
 	fmt.Fprintf(&b, ", claimed %d, skipped %d, published %d", r.Claimed, r.Skipped, r.Published)
+	if r.Held > 0 {
+		fmt.Fprintf(&b, ", held by a worker %d", r.Held)
+	}
 	if r.Exhausted > 0 {
 		fmt.Fprintf(&b, ", parked as requeue_exhausted %d", r.Exhausted)
 	}
@@ -134,6 +141,7 @@ func (r Report) MarshalLogObject(enc zapcore.ObjectEncoder) error {
 	enc.AddBool("limit_reached", r.LimitReached)
 	enc.AddInt("claimed", r.Claimed)
 	enc.AddInt("skipped", r.Skipped)
+	enc.AddInt("held", r.Held)
 	enc.AddInt("claim_failed", r.ClaimFailed)
 	enc.AddInt("published", r.Published)
 	enc.AddInt("publish_failed", r.PublishFailed)

@@ -5,6 +5,8 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"flag"
+	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
@@ -49,9 +51,9 @@ func (t *tokenFlag) resolve() error {
 		if t.value != "" {
 			return config.Invalid(t.name+"-file", "cannot be combined with --%s: give the token one way", t.name)
 		}
-		b, err := os.ReadFile(t.file)
+		b, err := readSecretFile(t.file)
 		if err != nil {
-			return config.Invalid(t.name+"-file", "cannot be read: %v", err)
+			return config.Invalid(t.name+"-file", "%v", err)
 		}
 		t.value, t.fromFile = strings.TrimRight(string(b), "\r\n"), true
 		if t.value == "" {
@@ -65,6 +67,91 @@ func (t *tokenFlag) resolve() error {
 		return config.Invalid(t.flag(), "%v", err)
 	}
 	return nil
+}
+
+// MaxSecretFile bounds a token file: a token is a line, and a path that
+// names something else (/dev/zero, a FIFO, a log) must not hang or sink
+// the start.
+const MaxSecretFile = 4 << 10
+
+// MinTokenLength is the shortest token outboxd takes without a warning.
+const MinTokenLength = 16
+
+// readSecretFile reads the secret in path: a regular file (a mounted
+// secret's link to one included) of at most MaxSecretFile bytes. A FIFO,
+// a device or a directory is refused before it is opened, so none can
+// block the start.
+func readSecretFile(path string) ([]byte, error) {
+	info, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("cannot be read: %w", err)
+	}
+	if !info.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file (%s): it must be a file holding the secret", path, info.Mode().Type())
+	}
+	if info.Size() > MaxSecretFile {
+		return nil, fmt.Errorf("%s holds %d bytes, more than the %d a secret may: is it the right file?", path, info.Size(), MaxSecretFile)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("cannot be read: %w", err)
+	}
+	defer f.Close()
+	if opened, err := f.Stat(); err != nil || !os.SameFile(info, opened) {
+		return nil, fmt.Errorf("%s changed while it was read", path)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, MaxSecretFile+1))
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("cannot be read: %w", err)
+	case len(b) > MaxSecretFile:
+		return nil, fmt.Errorf("%s holds more than the %d bytes a secret may", path, MaxSecretFile)
+	}
+	return b, nil
+}
+
+// accessWarnings are what the role logs at its start about its secrets and
+// exposure, none of them fatal: token and TLS key files others may read,
+// tokens shorter than MinTokenLength, profiles served without a token.
+func (o *options) accessWarnings() []string {
+	var out []string
+	for _, t := range []*tokenFlag{&o.authToken, &o.operatorToken, &o.viewerToken, &o.ingestToken} {
+		if t.value == "" {
+			continue
+		}
+		if len(t.value) < MinTokenLength {
+			out = append(out, fmt.Sprintf("--%s is shorter than %d bytes: use a long random token (openssl rand -hex 16)", t.flag(), MinTokenLength))
+		}
+		if t.fromFile {
+			out = append(out, readableByOthers(t.name+"-file", t.file)...)
+		}
+	}
+	if o.tlsKey != "" {
+		out = append(out, readableByOthers("tls-key", o.tlsKey)...)
+	}
+	if o.pprof && o.allowNoAuth && o.operator() == "" {
+		out = append(out, "--pprof with --allow-no-auth and no operator token serves the process's profiles to anyone who reaches --http-addr")
+	}
+	return out
+}
+
+// readableByOthers warns when the file of flag may be read by its group or
+// by anyone.
+func readableByOthers(flag, path string) []string {
+	info, err := os.Stat(path)
+	if err != nil || info.Mode().Perm()&0o044 == 0 {
+		return nil
+	}
+	return []string{fmt.Sprintf("--%s %s may be read by its group or by anyone (%s): chmod 600 it", flag, path, info.Mode().Perm())}
+}
+
+// tlsCipherSuites are the TLS 1.2 suites the HTTP server offers: AEAD with
+// forward secrecy only (Go's defaults without the CBC-SHA suites). TLS 1.3
+// suites are not configurable, and all are sound.
+var tlsCipherSuites = []uint16{
+	tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384, tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256, tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
 }
 
 // operator is the operator token (--operator-token or --auth-token).
@@ -132,7 +219,7 @@ func (o *options) validateTLS() error {
 			if err != nil {
 				return config.Invalid("tls-cert", "and --tls-key cannot be loaded: %v", err)
 			}
-			o.tls = &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
+			o.tls = &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12, CipherSuites: tlsCipherSuites}
 		}
 	}
 	if has["redis-ca-file"] && o.redisCAFile != "" {

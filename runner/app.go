@@ -88,6 +88,9 @@ func (a *app) run(ctx context.Context) error {
 	if r.store || r.redis || r.postgres {
 		a.log.Info("starting", zap.String("config", a.o.String()))
 	}
+	for _, w := range a.o.accessWarnings() {
+		a.log.Warn(w)
+	}
 	defer a.close()
 	if err := a.open(ctx); err != nil {
 		return err

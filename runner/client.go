@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -34,6 +36,8 @@ func (a *app) client() *client {
 type problemError struct {
 	method, path string
 	problem      httpapi.Problem
+	// retryAfter is the answer's Retry-After, if any.
+	retryAfter time.Duration
 }
 
 func (e *problemError) Error() string {
@@ -66,20 +70,51 @@ func (e *problemError) Is(target error) bool {
 
 // do sends body (JSON, nil for none) and decodes a 200 answer into out;
 // raw, when not nil, receives the answer's bytes as they came.
+// A 503 that did nothing (httpapi.ProblemBusy: the server was reading
+// too many bodies at once) is tried again after its Retry-After, at most
+// busyRetries times, the wait doubling from there up to busyWaitMax.
 func (c *client) do(ctx context.Context, method, path string, body, out any, raw *[]byte) error {
-	var rd io.Reader
+	var payload []byte
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
 			return fmt.Errorf("error encoding the request: %w", err)
 		}
-		rd = bytes.NewReader(b)
+		payload = b
+	}
+	for attempt := 0; ; attempt++ {
+		err := c.once(ctx, method, path, payload, body != nil, out, raw)
+		var pe *problemError
+		if attempt >= busyRetries || !errors.As(err, &pe) || pe.problem.Type != httpapi.ProblemBusy {
+			return err
+		}
+		wait := min(max(pe.retryAfter, time.Second)<<attempt, busyWaitMax)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+	}
+}
+
+// Retries of a busy server (client.do).
+const (
+	busyRetries = 5
+	busyWaitMax = 30 * time.Second
+)
+
+// once sends one request (payload when hasBody) and decodes a 200 answer
+// into out.
+func (c *client) once(ctx context.Context, method, path string, payload []byte, hasBody bool, out any, raw *[]byte) error {
+	var rd io.Reader
+	if hasBody {
+		rd = bytes.NewReader(payload)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
 	if err != nil {
 		return config.Invalid("server", "%v", err)
 	}
-	if body != nil {
+	if hasBody {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Accept", "application/json")
@@ -97,6 +132,9 @@ func (c *client) do(ctx context.Context, method, path string, body, out any, raw
 	}
 	if resp.StatusCode != http.StatusOK {
 		pe := &problemError{method: method, path: path}
+		if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs >= 0 {
+			pe.retryAfter = time.Duration(secs) * time.Second
+		}
 		if json.Unmarshal(b, &pe.problem) != nil || pe.problem.Status == 0 {
 			pe.problem = httpapi.Problem{Status: resp.StatusCode, Title: http.StatusText(resp.StatusCode)}
 		}

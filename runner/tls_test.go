@@ -72,6 +72,11 @@ func TestHTTPS(t *testing.T) {
 	old := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: certs.Pool, MaxVersion: tls.VersionTLS11}}}
 	_, err = old.Get(b.base + "/healthz")
 	require.Error(t, err, "TLS 1.1 is refused")
+	cbc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: certs.Pool, MaxVersion: tls.VersionTLS12,
+		CipherSuites: []uint16{tls.TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA, tls.TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA,
+			tls.TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA, tls.TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA}}}}
+	_, err = cbc.Get(b.base + "/healthz")
+	require.Error(t, err, "TLS 1.2's CBC-SHA suites are refused")
 	_, err = http.Get(strings.Replace(b.base, "https:", "http:", 1) + "/healthz")
 	require.Error(t, err, "plain HTTP is not served")
 }

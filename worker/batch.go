@@ -173,6 +173,7 @@ func (w *Worker) handle(ctx context.Context, g *stream.Group, msgs []stream.Entr
 		if j, err = w.judge(ctx, g, failures, entries, originals); err != nil {
 			return nil, err
 		}
+		w.markHeld(ctx, g, j.until)
 		dead = append(dead, j.dead...)
 		parked = append(parked, j.parked...)
 	}
@@ -204,7 +205,7 @@ func (w *Worker) handle(ctx context.Context, g *stream.Group, msgs []stream.Entr
 			t.ack = append(t.ack, m.ID)
 		}
 	}
-	t.out = outcome{hold: j.hold, charged: len(j.charge), failures: j.failures, dead: dead, synced: len(t.ack) - len(dead)}
+	t.out = outcome{hold: j.hold, charged: len(j.charge), failures: j.failures, dead: dead, synced: len(t.ack) - len(dead) - j.copies}
 	return t, nil
 }
 
@@ -530,17 +531,25 @@ type judgement struct {
 	dead, parked []deadLetter
 	hold         []heldEntry
 	charge       map[string]int64 // entry id -> failed deliveries, this one included
-	failures     []failpolicy.Failure
+	// until is, per event held, until when it may stay pending before
+	// another worker claims it (its due time and ClaimIdle).
+	until map[string]time.Time
+	// copies counts the entries acknowledged as copies of an event
+	// dead-lettered already.
+	copies   int
+	failures []failpolicy.Failure
 }
 
 // judge decides, for each entry of a failing event (read by g), between
 // another delivery later (held, one failure charged to its budget, due
 // after RecordBackoff doubled per failure) and the dead-letter stream (its
 // MaxDeliveries-th failure: poison, or non_retryable for a missing
-// original). While the failure's class is halted by the streak rule it
-// only holds the entries, charging nothing, for one BreakerTimeout.
+// original). While a streak of record failures of the same code stands
+// (the streak rule halted the record class), it dead-letters the entries
+// at once; while the unknown class is halted, it only holds the entries,
+// charging nothing, for one BreakerTimeout.
 func (w *Worker) judge(ctx context.Context, g *stream.Group, failures map[string]error, entries map[string][]stream.Entry, originals map[string]*outbox.Event) (judgement, error) {
-	j := judgement{charge: map[string]int64{}}
+	j := judgement{charge: map[string]int64{}, until: map[string]time.Time{}}
 	ids := slices.Sorted(maps.Keys(failures))
 	var entryIDs []string
 	for _, id := range ids {
@@ -558,25 +567,44 @@ func (w *Worker) judge(ctx context.Context, g *stream.Group, failures map[string
 		ferr := failures[id]
 		f := failureOf(ferr)
 		j.failures = append(j.failures, f)
-		halted := w.streak.Halted(f.Class)
-		parked := false
+		// A record's own error never holds the others: while a streak of
+		// record errors stands, records failing with its code are not tried
+		// again but dead-lettered now, and the worker goes on.
+		halted, atOnce := w.streak.Halted(f.Class), false
+		if f.Class == failpolicy.ClassRecord {
+			hf, ok := w.streak.HaltedBy(failpolicy.ClassRecord)
+			halted, atOnce = false, ok && hf.Code == f.Code
+		}
+		parked, dlqd := false, false
 		for _, m := range entries[id] {
 			before := counts[k]
 			k++
 			if halted {
 				j.hold = append(j.hold, heldEntry{g: g, msg: m, due: now.Add(w.cfg.BreakerTimeout)})
+				j.until[id] = now.Add(w.cfg.BreakerTimeout + w.cfg.ClaimIdle)
 				continue
 			}
 			n := before + 1
-			if n < int64(w.cfg.MaxDeliveries) {
+			if n < int64(w.cfg.MaxDeliveries) && !atOnce {
 				j.charge[m.ID] = n
 				wait := w.recordBackoff(n)
 				j.hold = append(j.hold, heldEntry{g: g, msg: m, due: now.Add(wait)})
+				j.until[id] = now.Add(wait + w.cfg.ClaimIdle)
 				w.logger.Warn("record failed; kept pending for another delivery", zap.String("entry_id", m.ID),
 					zap.String("event_id", id), zap.String("code", f.Code), zap.Int64("deliveries", n),
 					zap.Duration("next_in", wait), zap.Error(ferr), traceID(m))
 				continue
 			}
+			if dlqd || (originals[id] != nil && originals[id].SyncFailure != nil) {
+				// A copy of an event already dead-lettered (another entry of
+				// this batch, or one before that parked its original): the
+				// dead-letter stream holds an event once; this copy is
+				// acknowledged.
+				w.logger.Info("copy of a dead-lettered event acknowledged", zap.String("entry_id", m.ID), zap.String("event_id", id), traceID(m))
+				j.copies++
+				continue
+			}
+			dlqd = true
 			dl := deadLetter{msg: m, eventID: id, err: ferr, category: outbox.CategoryPoison, deliveries: n}
 			if errors.Is(ferr, errMissingOriginal) {
 				dl.category = outbox.CategoryNonRetryable
@@ -589,6 +617,16 @@ func (w *Worker) judge(ctx context.Context, g *stream.Group, failures map[string
 		}
 	}
 	return j, nil
+}
+
+// markHeld tells the reconciler which events g's entries of are held for a
+// later delivery, so that it publishes no copy of them (stream.Keys.Held).
+// It is advice: when Redis does not take it, the worker goes on, and the
+// worst is a copy the worker acknowledges as a duplicate or dead-letters.
+func (w *Worker) markHeld(ctx context.Context, g *stream.Group, until map[string]time.Time) {
+	if err := w.rc.MarkHeld(ctx, g.Keys(), until); err != nil && ctx.Err() == nil {
+		w.logger.Debug("error marking held events for the reconciler", zap.Int("events", len(until)), zap.Error(err))
+	}
 }
 
 // tuneBatch shows the time of a batch's projection of n events that

@@ -117,7 +117,10 @@
 // group in Redis (stream.Streak), halts automatic retries of its class in
 // every worker of the group and raises an alarm until it clears
 // (outboxd_error_streak, outboxd_retries_halted, an error log); see
-// Worker.ResumeRetries for what halted means and how it clears.
+// Worker.ResumeRetries for what halted means and how it clears. A streak
+// of record errors (the records' own fault) never stops the worker: the
+// records failing with that code go to the dead-letter stream at once,
+// and every other record is projected as usual.
 //
 // # Tracing
 //

@@ -277,8 +277,8 @@ func TestWorkerFaults(t *testing.T) {
 	})
 }
 
-// TestWorkerErrorStreak: the same code StreakLimit times in a row halts
-// automatic retries of its class (held, never charged again, never
+// TestWorkerErrorStreak: the same unknown code StreakLimit times in a row
+// halts automatic retries of its class (held, never charged again, never
 // dead-lettered because of it; one probe per BreakerTimeout) and raises
 // the alarm; a success of the class or the operator clears it.
 func TestWorkerErrorStreak(t *testing.T) {
@@ -293,16 +293,16 @@ func TestWorkerErrorStreak(t *testing.T) {
 		cfg.Registerer, cfg.StreakLimit, cfg.MaxDeliveries, cfg.BreakerTimeout, cfg.BatchSize = reg, 5, 3, probe, batch
 		cfg.Projector = failOn(func(*outbox.Event, bool) error {
 			if broken.Load() {
-				return fmt.Errorf("%w: the schema drifted", worker.ErrRecord)
+				return errors.New("something nobody recognises")
 			}
 			return nil
 		})
 		b.publish(t, b.write(t, "d1", 8)...)
 		w := b.start(t, cfg)
 		require.Eventually(t, func() bool {
-			return testkit.Metric(t, reg, "outboxd_retries_halted", "component", "worker", "class", "record") == 1
-		}, waitFor, 5*time.Millisecond, "retries of the record class halt")
-		require.GreaterOrEqual(t, testkit.Metric(t, reg, "outboxd_error_streak", "component", "worker", "code", "projection_failed"), 5.0)
+			return testkit.Metric(t, reg, "outboxd_retries_halted", "component", "worker", "class", "unknown") == 1
+		}, waitFor, 5*time.Millisecond, "retries of the unknown class halt")
+		require.GreaterOrEqual(t, testkit.Metric(t, reg, "outboxd_error_streak", "component", "worker", "code", "postgres_unknown"), 5.0)
 		return b, reg, broken, w
 	}
 	budgets := func(t *testing.T, b *testBundle) map[string]string {
@@ -326,7 +326,7 @@ func TestWorkerErrorStreak(t *testing.T) {
 		broken.Store(false) // the fix is deployed: the next probe goes through
 		b.waitConverged(t)
 		requireMetric(t, 0, func() float64 {
-			return testkit.Metric(t, reg, "outboxd_retries_halted", "component", "worker", "class", "record")
+			return testkit.Metric(t, reg, "outboxd_retries_halted", "component", "worker", "class", "unknown")
 		})
 		require.Zero(t, b.rdb.XLen(ctx, b.keys().DLQ()).Val())
 		require.Empty(t, budgets(t, b))
@@ -350,10 +350,43 @@ func TestWorkerErrorStreak(t *testing.T) {
 		b, reg, broken, w := setupBroken(t, time.Hour, 0) // no probe within the test
 		broken.Store(false)
 		w.ResumeRetries()
-		require.Zero(t, testkit.Metric(t, reg, "outboxd_retries_halted", "component", "worker", "class", "record"))
+		require.Zero(t, testkit.Metric(t, reg, "outboxd_retries_halted", "component", "worker", "class", "unknown"))
 		b.waitConverged(t) // at once, not after the hour
 		require.Zero(t, b.rdb.XLen(ctx, b.keys().DLQ()).Val())
 	})
+}
+
+// TestWorkerRecordStreakGoesOn: a streak of one record code (a client's
+// events the read model refuses) pages (outboxd_retries_halted{class=
+// "record"}) and sends each record failing with it to the dead-letter
+// stream at once, without waiting for its delivery budget; every other
+// record is projected meanwhile, and nothing is held.
+func TestWorkerRecordStreakGoesOn(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	reg := prometheus.NewRegistry()
+	cfg := b.config("c")
+	// A budget no test run reaches: only the streak rule dead-letters.
+	cfg.Registerer, cfg.StreakLimit, cfg.MaxDeliveries, cfg.BatchSize = reg, 5, 1000, 4
+	cfg.RecordBackoff = 10 * time.Millisecond
+	cfg.Projector = failOn(func(ev *outbox.Event, _ bool) error {
+		if ev.DeviceKey == "poison" {
+			return fmt.Errorf("%w: numeric field overflow", worker.ErrRecord)
+		}
+		return nil
+	})
+	// The poison first, the others behind it in the stream.
+	evs := b.write(t, "poison", 30)
+	for i := range 6 {
+		evs = append(evs, b.write(t, fmt.Sprintf("good-%d", i), 3)...)
+	}
+	b.publish(t, evs...)
+	b.start(t, cfg)
+	dead := b.waitDeadLetters(t, 30)
+	require.Len(t, dead, 30, "every poison event dead-lettered once")
+	rows, _ := b.rows(t)
+	require.Equal(t, int64(18), rows, "every other record projected")
+	require.Zero(t, testkit.Metric(t, reg, "outboxd_worker_held_entries"))
 }
 
 // TestWorkerExpiredConsumersRemoved: consumers idle longer than
@@ -392,4 +425,27 @@ func (b *testBundle) records(t *testing.T, device string) outbox.Event {
 	evs, _, err := b.writer.Records([]outbox.Input{{SourceKey: "src", DeviceKey: device, OccurredAt: "2026-03-01T10:00:00Z"}})
 	require.NoError(t, err)
 	return evs[0]
+}
+
+// TestWorkerDeadLettersAnEventOnce: two entries of one event that its
+// record's fault fails (the reconciler's copy of one held) reach the
+// dead-letter stream once: the copy is acknowledged, and the held event is
+// marked for the reconciler (stream.Keys.Held) while it waits.
+func TestWorkerDeadLettersAnEventOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	cfg := b.config("c")
+	cfg.MaxDeliveries, cfg.RecordBackoff = 2, 300*time.Millisecond
+	cfg.Projector = failOn(func(*outbox.Event, bool) error { return fmt.Errorf("%w: out of range", worker.ErrRecord) })
+	evs := b.write(t, "poison", 1)
+	b.publish(t, evs[0])
+	b.start(t, cfg)
+	require.Eventually(t, func() bool {
+		return b.rdb.HExists(ctx, b.keys().Held(), evs[0].ID).Val()
+	}, waitFor, 5*time.Millisecond, "the held event is marked for the reconciler")
+	b.publish(t, evs[0]) // a copy, as a reconciler without the mark would publish
+	require.Eventually(t, func() bool { return b.drained(t) }, waitFor, 10*time.Millisecond)
+	testkit.Never(t, func() bool { return b.rdb.XLen(ctx, b.keys().DLQ()).Val() > 1 }, 500*time.Millisecond, 20*time.Millisecond)
+	require.Equal(t, int64(1), b.rdb.XLen(ctx, b.keys().DLQ()).Val(), "the event is dead-lettered once")
 }

@@ -217,8 +217,13 @@ func (w *Worker) Consumer() string { return w.cfg.Consumer }
 // alarm"), the worker halts automatic retries of that code's class,
 // exports outboxd_retries_halted{component="worker",class} = 1 and logs
 // an error. While a class is halted:
-//   - record and unknown failures of the projection are no longer charged
-//     to the records: the entries stay pending, held by this worker (never
+//   - record failures (a record's own fault, such as a payload the read
+//     model refuses) of the halting code are not tried again: each such
+//     record goes to the dead-letter stream at its failure, and the worker
+//     goes on projecting every other record (one client's bad records
+//     never stop the others');
+//   - unknown failures of the projection are no longer charged to the
+//     records: the entries stay pending, held by this worker (never
 //     dead-lettered because of the halt), and the worker reads nothing new
 //     while it holds such entries; it tries them again once per
 //     Config.BreakerTimeout, as a probe;
@@ -584,8 +589,8 @@ func (w *Worker) spendReplay(n int) {
 // alive records a sign of life of the loop (see keepHeld).
 func (w *Worker) alive() { w.beat.Store(time.Now().UnixNano()) }
 
-// paused reports whether the worker holds entries of a class whose
-// retries are halted, or, Ordered, holds any entry of the stream: it reads
+// paused reports whether the worker holds entries while retries of the
+// unknown class are halted (a streak of record errors holds nothing), or, Ordered, holds any entry of the stream: it reads
 // nothing new until they go through or the halt clears.
 func (w *Worker) paused() bool {
 	if len(w.held) == 0 {
@@ -594,7 +599,7 @@ func (w *Worker) paused() bool {
 	if w.cfg.Ordered && slices.ContainsFunc(slices.Collect(maps.Values(w.held)), func(h heldEntry) bool { return h.g == w.group }) {
 		return true
 	}
-	return w.streak.Halted(failpolicy.ClassRecord) || w.streak.Halted(failpolicy.ClassUnknown)
+	return w.streak.Halted(failpolicy.ClassUnknown)
 }
 
 // takeDue removes from held, and returns in id order, at most a batch of

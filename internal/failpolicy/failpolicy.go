@@ -501,6 +501,15 @@ func (s *Streak) Halted(class string) bool {
 	return ok
 }
 
+// HaltedBy returns the failure that halted automatic retries of class,
+// if they are halted.
+func (s *Streak) HaltedBy(class string) (Failure, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f, ok := s.halts[class]
+	return f, ok
+}
+
 // AnyHalted reports whether automatic retries of any class are halted.
 func (s *Streak) AnyHalted() bool {
 	s.mu.Lock()

@@ -9,7 +9,10 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"reflect"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -187,7 +190,7 @@ func adminPost[Req, Res any](h *handler, action func(ctx context.Context, req Re
 	return adminAnswer(h, func(w http.ResponseWriter, r *http.Request) (Res, error) {
 		var req Req
 		var none Res
-		if err := adminDecode(w, r, &req); err != nil {
+		if err := h.adminDecode(w, r, &req); err != nil {
 			return none, err
 		}
 		if mutates(req) {
@@ -221,8 +224,8 @@ func (e *problemError) Error() string { return e.p.Detail }
 
 // adminDecode reads a JSON request body into v: application/json, at most
 // adminBodyMax bytes, one object, no unknown field; otherwise it returns
-// the problem to answer (415, 413 or 400).
-func adminDecode(w http.ResponseWriter, r *http.Request, v any) error {
+// the problem to answer (415, 413, 408, 503 or 400).
+func (h *handler) adminDecode(w http.ResponseWriter, r *http.Request, v any) error {
 	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
 		return &problemError{newProblem(http.StatusUnsupportedMediaType, "", "", "the body must be application/json")}
 	}
@@ -232,7 +235,12 @@ func adminDecode(w http.ResponseWriter, r *http.Request, v any) error {
 		if errors.As(err, &mbe) {
 			return &problemError{newProblem(http.StatusRequestEntityTooLarge, "", "", fmt.Sprintf("the body is larger than %d bytes", adminBodyMax))}
 		}
-		return &problemError{newProblem(http.StatusBadRequest, ProblemMalformed, "Malformed request", "the body could not be read")}
+		// Too many bodies at once is a 503 to retry, not a malformed request.
+		return &problemError{h.bodyProblem(w, err)}
+	}
+	if err := strictMembers(body, jsonNames(reflect.TypeOf(v).Elem())); err != nil {
+		return &problemError{newProblem(http.StatusBadRequest, ProblemMalformed, "Malformed request",
+			"the body is not one valid JSON object of this request: "+err.Error())}
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
@@ -245,6 +253,63 @@ func adminDecode(w http.ResponseWriter, r *http.Request, v any) error {
 			"the body is not one valid JSON object of this request: "+err.Error())}
 	}
 	return nil
+}
+
+// strictMembers refuses, as ingest does, what encoding/json would take
+// loosely: a member named twice in any object (encoding/json keeps the
+// last, another reader the first), and a member of the request object
+// that names a field in other case ("DRYRUN" for dryRun). Malformed JSON
+// is left to the decoder.
+func strictMembers(body []byte, fields []string) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	type frame struct {
+		object bool
+		seen   map[string]bool
+		key    bool // the next string token is a member name
+	}
+	var stack []*frame
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil // the decoder tells
+		}
+		var top *frame
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		if name, ok := tok.(string); ok && top != nil && top.object && top.key {
+			if top.seen[name] {
+				return fmt.Errorf("field %q appears more than once", name)
+			}
+			top.seen[name] = true
+			if len(stack) == 1 && !slices.Contains(fields, name) {
+				for _, f := range fields {
+					if strings.EqualFold(f, name) {
+						return fmt.Errorf("unknown field %q (field names are case-sensitive: did you mean %q?)", name, f)
+					}
+				}
+			}
+			top.key = false
+			continue
+		}
+		if top != nil && top.object {
+			top.key = true // after a value comes the next name
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, &frame{object: true, seen: map[string]bool{}, key: true})
+		case json.Delim('['):
+			stack = append(stack, &frame{})
+		case json.Delim('}'), json.Delim(']'):
+			stack = stack[:len(stack)-1]
+			if len(stack) == 0 {
+				return nil
+			}
+			if p := stack[len(stack)-1]; p.object {
+				p.key = true
+			}
+		}
+	}
 }
 
 // adminFail answers an error of an admin action: 422 for invalid fields,

@@ -18,11 +18,13 @@ type Scope string
 
 // The scopes, from the narrowest.
 const (
-	// ScopeIngest writes events and reads one event (POST /v1/events,
-	// POST /v1/events:batch, GET /v1/events/{id}): Config.IngestToken.
+	// ScopeIngest writes events (POST /v1/events, POST /v1/events:batch):
+	// Config.IngestToken. It reads none, not even its own: an ingest
+	// client holding ids of other clients' events (from a log, a
+	// neighbour) must not read them.
 	ScopeIngest Scope = "ingest"
-	// ScopeViewer reads everything (every GET: the status, the admin
-	// listings, the journey, the console without actions) and runs what
+	// ScopeViewer reads everything (every GET: one event, the status, the
+	// admin listings, the journey, the console without actions) and runs what
 	// changes nothing (a replay's dry run, verify without repair):
 	// Config.ViewerToken.
 	ScopeViewer Scope = "viewer"
@@ -57,8 +59,6 @@ const (
 	accessAny
 	// accessIngest: the ingest token (or the operator's).
 	accessIngest
-	// accessEvent: the ingest or the viewer token (or the operator's).
-	accessEvent
 	// accessView: the viewer token (or the operator's).
 	accessView
 	// accessOperate: the operator token.
@@ -71,9 +71,9 @@ func (a access) allows(s Scope) bool {
 	case ScopeOpen, ScopeOperator:
 		return true
 	case ScopeIngest:
-		return a == accessOpen || a == accessAny || a == accessIngest || a == accessEvent
+		return a == accessOpen || a == accessAny || a == accessIngest
 	case ScopeViewer:
-		return a == accessOpen || a == accessAny || a == accessEvent || a == accessView
+		return a == accessOpen || a == accessAny || a == accessView
 	}
 	return a == accessOpen
 }
@@ -81,7 +81,7 @@ func (a access) allows(s Scope) bool {
 // needs is the narrowest scope that opens a route of access a.
 func (a access) needs() Scope {
 	switch a {
-	case accessIngest, accessEvent:
+	case accessIngest:
 		return ScopeIngest
 	case accessView:
 		return ScopeViewer
@@ -197,6 +197,9 @@ func (h *handler) admit(w http.ResponseWriter, r *http.Request) (*http.Request, 
 		w.Header().Set("WWW-Authenticate", `Bearer realm="outboxd"`)
 		writeProblem(w, r, newProblem(http.StatusUnauthorized, "", "", "a valid bearer token is required"))
 		return nil, false
+	}
+	if scope != ScopeIngest {
+		privilege(r) // the reserve of bodies is the operator's and viewer's
 	}
 	return r.WithContext(context.WithValue(r.Context(), scopeKey{}, scope)), true
 }

@@ -2,16 +2,14 @@ package httpapi
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"mime"
 	"net/http"
-	"reflect"
 	"slices"
-	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/outboxd/outboxd/outbox"
@@ -34,6 +32,9 @@ func (h *handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool
 	if r.ContentLength > h.cfg.MaxBody {
 		return nil, h.tooLarge(w, r, h.cfg.MaxBody)
 	}
+	// Full duplex: the 413 goes out while the rest of the body is still
+	// read (tooLarge), which net/http would otherwise refuse.
+	_ = http.NewResponseController(w).EnableFullDuplex()
 	body, err := readAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBody), r.ContentLength)
 	var tooLarge *http.MaxBytesError
 	switch {
@@ -41,9 +42,20 @@ func (h *handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool
 		return body, true
 	case errors.As(err, &tooLarge):
 		return nil, h.tooLarge(w, r, tooLarge.Limit)
+	}
+	writeProblem(w, r, h.bodyProblem(w, err))
+	return nil, false
+}
+
+// bodyProblem is the answer to a body that could not be read (other than
+// too large): 408 when it came too slowly, 503 with Retry-After when the
+// server is shutting down or reading too many bodies already (ProblemBusy:
+// nothing was done, the same request may come again), 400 otherwise.
+func (h *handler) bodyProblem(w http.ResponseWriter, err error) *Problem {
+	switch {
 	case errors.Is(err, errBodyTimeout):
 		w.Header().Set("Connection", "close")
-		writeProblem(w, r, newProblem(http.StatusRequestTimeout, "", "", "the body did not arrive in time"))
+		return newProblem(http.StatusRequestTimeout, "", "", "the body did not arrive in time")
 	case errors.Is(err, errShuttingDown), errors.Is(err, errTooManyBodies):
 		detail := "the server is shutting down; retry"
 		if errors.Is(err, errTooManyBodies) {
@@ -51,11 +63,9 @@ func (h *handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool
 		}
 		w.Header().Set("Connection", "close")
 		w.Header().Set("Retry-After", h.retryAfter)
-		writeProblem(w, r, newProblem(http.StatusServiceUnavailable, "", "", detail))
-	default:
-		writeProblem(w, r, newProblem(http.StatusBadRequest, ProblemMalformed, "Malformed request", "the body could not be read"))
+		return newProblem(http.StatusServiceUnavailable, ProblemBusy, "", detail)
 	}
-	return nil, false
+	return newProblem(http.StatusBadRequest, ProblemMalformed, "Malformed request", "the body could not be read")
 }
 
 // readAll reads r to its end into one buffer: after the first read (which
@@ -89,10 +99,34 @@ func readAll(r io.Reader, length int64) ([]byte, error) {
 	}
 }
 
-// tooLarge answers 413 and closes the connection, whose body is unread.
+// Lingering close of a body too large: how much more of it is read, and
+// for how long, after the 413 went out.
+const (
+	// DiscardExcess bounds the bytes of a body too large that are read
+	// and thrown away after its 413.
+	DiscardExcess = 4 << 20
+	// DiscardTimeout bounds the time spent reading them.
+	DiscardTimeout = 5 * time.Second
+)
+
+// tooLarge answers 413 and closes the connection. Like nginx's lingering
+// close, it first reads and discards what the client still sends, up to
+// DiscardExcess bytes within DiscardTimeout: a client that writes its whole
+// body before it reads (Python's urllib, most simple clients) would
+// otherwise meet a reset on a connection closed with its data unread, lose
+// the 413, and retry the same body for ever. A body declared larger than
+// MaxBody + DiscardExcess is not waited for.
 func (h *handler) tooLarge(w http.ResponseWriter, r *http.Request, limit int64) bool {
 	w.Header().Set("Connection", "close")
+	rc := http.NewResponseController(w)
+	_ = rc.EnableFullDuplex()
 	writeProblem(w, r, newProblem(http.StatusRequestEntityTooLarge, "", "", fmt.Sprintf("the body is larger than %d bytes", limit)))
+	if r.ContentLength > limit+DiscardExcess {
+		return false
+	}
+	_ = rc.Flush()
+	_ = rc.SetReadDeadline(time.Now().Add(DiscardTimeout))
+	_, _ = io.CopyN(io.Discard, r.Body, DiscardExcess)
 	return false
 }
 
@@ -176,10 +210,14 @@ func itemField(i int, field string) string { return fmt.Sprintf("events[%d].%s",
 // the Idempotency-Key header ("" when absent). It returns the one Input and
 // its Batch from w.Prepare, a *requestError (400) or a *validationError (422).
 func decodeEvent(w *outbox.Writer, body []byte, headerKey string) ([]outbox.Input, *outbox.Batch, error) {
-	var in outbox.Input
-	if err := decodeBody(body, &in, shapeEvent); err != nil {
+	d, err := decodeBody(body, shapeEvent, 1)
+	if err != nil {
 		return nil, nil, err
 	}
+	if len(d.fields) > 0 {
+		return nil, nil, &validationError{Fields: d.fields}
+	}
+	in := d.inputs[0]
 	if headerKey != "" {
 		if in.IdempotencyKey != "" && in.IdempotencyKey != headerKey {
 			return nil, nil, invalidField("idempotencyKey", "differs from the "+IdempotencyKeyHeader+" header")
@@ -205,40 +243,26 @@ func decodeEvent(w *outbox.Writer, body []byte, headerKey string) ([]outbox.Inpu
 // order and their Batch from w.Prepare, a *requestError (400) or a
 // *validationError (422) whose fields are named events[i].field.
 func decodeBatch(w *outbox.Writer, body []byte, maxBatch int) ([]outbox.Input, *outbox.Batch, error) {
-	var req batchRequest
-	if err := decodeBody(body, &req, shapeBatch); err != nil {
+	d, err := decodeBody(body, shapeBatch, maxBatch)
+	if err != nil {
 		return nil, nil, err
 	}
+	if len(d.fields) > 0 && d.fields[0].Field == "events" {
+		return nil, nil, &validationError{Fields: d.fields[:1]}
+	}
 	switch {
-	case len(req.Events) == 0:
+	case d.items == 0:
 		return nil, nil, invalidField("events", "must hold at least one event")
-	case len(req.Events) > maxBatch:
-		return nil, nil, invalidField("events", fmt.Sprintf("must hold at most %d events (got %d)", maxBatch, len(req.Events)))
+	case d.items > maxBatch:
+		return nil, nil, invalidField("events", fmt.Sprintf("must hold at most %d events (got %d)", maxBatch, d.items))
+	case len(d.fields) > 0:
+		return nil, nil, &validationError{Fields: d.fields}
 	}
-	inputs := make([]outbox.Input, len(req.Events))
-	var fields []ProblemField
-	for i, raw := range req.Events {
-		prefix := itemField(i, "")
-		if !isObject(raw) {
-			fields = append(fields, ProblemField{Field: strings.TrimSuffix(prefix, "."), Reason: "must be a JSON object"})
-			continue
-		}
-		err := decodeStrict(raw, &inputs[i], prefix)
-		var ve *validationError
-		if errors.As(err, &ve) {
-			fields = append(fields, ve.Fields...)
-		} else if err != nil {
-			return nil, nil, err
-		}
-	}
-	if len(fields) > 0 {
-		return nil, nil, &validationError{Fields: fields}
-	}
-	batch, err := w.Prepare(inputs)
+	batch, err := w.Prepare(d.inputs)
 	if err != nil {
 		return nil, nil, namedFields(err, func(f outbox.FieldError) string { return itemField(f.Index, f.Field) })
 	}
-	return inputs, batch, nil
+	return d.inputs, batch, nil
 }
 
 // isObject reports whether the JSON value data starts an object.
@@ -248,89 +272,31 @@ func isObject(data []byte) bool {
 }
 
 // decodeBody strictly decodes a request body, one JSON object of shape sh,
-// into v: valid UTF-8, member names exactly the fields' and each once
-// (checkNames), no unknown fields, nothing after the object.
-func decodeBody(data []byte, v any, sh shape) error {
-	// encoding/json replaces invalid UTF-8 with U+FFFD silently.
+// in one pass (decodeInputs): valid UTF-8, member names exactly the
+// fields' and each once, no unknown fields, nothing after the object. The
+// values of the wrong JSON type are in the result's fields (422).
+func decodeBody(data []byte, sh shape, maxItems int) (decoded, error) {
+	// encoding/json would replace invalid UTF-8 with U+FFFD silently.
 	if !utf8.Valid(data) {
-		return &requestError{detail: "the body is not valid UTF-8"}
+		return decoded{}, &requestError{detail: "the body is not valid UTF-8"}
 	}
 	if len(bytes.TrimLeft(data, " \t\r\n")) == 0 {
-		return &requestError{detail: "the body is empty"}
+		return decoded{}, &requestError{detail: "the body is empty"}
 	}
 	if !isObject(data) {
-		return &requestError{detail: "the body must be a JSON object"}
+		return decoded{}, &requestError{detail: "the body must be a JSON object"}
 	}
-	names := checkNames(data, sh)
-	if names != nil && !errors.Is(names, errSyntax) {
-		return names
-	}
-	if err := decodeStrict(data, v, ""); err != nil {
-		return err
-	}
-	if names != nil {
-		// The scanner found JSON malformed that encoding/json read: refuse
-		// what the two read differently.
-		return &requestError{detail: "malformed JSON"}
-	}
-	return nil
-}
-
-// decodeStrict decodes one JSON object from data into v: no unknown
-// fields, nothing after the value. Field names in errors carry prefix.
-func decodeStrict(data []byte, v any, prefix string) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return decodeError(err, prefix)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return &requestError{detail: "the body holds data after the JSON object"}
-	}
-	return nil
-}
-
-// decodeError translates an encoding/json error.
-func decodeError(err error, prefix string) error {
-	var (
-		se *json.SyntaxError
-		te *json.UnmarshalTypeError
-	)
+	d, end, err := decodeInputs(data, sh, maxItems)
 	switch {
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return &requestError{detail: "malformed JSON: the body ends inside a value"}
-	case errors.As(err, &se):
-		return &requestError{detail: fmt.Sprintf("malformed JSON at byte %d: %s", se.Offset, strings.TrimPrefix(se.Error(), "json: "))}
-	case errors.As(err, &te) && te.Field != "":
-		return invalidField(prefix+te.Field, fmt.Sprintf("must be %s, not %s", jsonKind(te.Type), te.Value))
-	case errors.As(err, &te):
-		return &requestError{detail: "the body must be a JSON object"}
+	case errors.Is(err, errSyntax) && end >= len(data):
+		return decoded{}, &requestError{detail: "malformed JSON: the body ends inside a value"}
+	case errors.Is(err, errSyntax):
+		return decoded{}, &requestError{detail: fmt.Sprintf("malformed JSON at byte %d", end+1)}
+	case err != nil:
+		return decoded{}, err
 	}
-	// encoding/json has no type for an unknown field, only this message.
-	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		if unq, uerr := strconv.Unquote(name); uerr == nil {
-			name = unq
-		}
-		return &requestError{detail: fmt.Sprintf("unknown field %q", prefix+name), field: prefix + name, reason: "is not a known field"}
+	if len(bytes.TrimLeft(data[end:], " \t\r\n")) > 0 {
+		return decoded{}, &requestError{detail: "the body holds data after the JSON object"}
 	}
-	return &requestError{detail: "malformed JSON: " + strings.TrimPrefix(err.Error(), "json: ")}
-}
-
-// jsonKind names the JSON kind that fits Go type t.
-func jsonKind(t reflect.Type) string {
-	if t == nil {
-		return "another type"
-	}
-	switch t.Kind() {
-	case reflect.String:
-		return "a string"
-	case reflect.Slice, reflect.Array:
-		return "an array"
-	case reflect.Struct, reflect.Map:
-		return "an object"
-	case reflect.Bool:
-		return "a boolean"
-	default:
-		return "a number"
-	}
+	return d, nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"testing"
 	"time"
 
@@ -120,6 +121,34 @@ func FuzzDecodeEvent(f *testing.F) {
 		}
 		if len(inputs) == 0 || (!batch && len(inputs) != 1) || len(inputs) > fuzzBatchMax {
 			t.Fatalf("accepted %d inputs (batch %v)", len(inputs), batch)
+		}
+		// The one-pass decoder reads what encoding/json reads.
+		var want []outbox.Input
+		if batch {
+			var req struct{ Events []outbox.Input }
+			if err := json.Unmarshal(body, &req); err != nil {
+				t.Fatalf("accepted a batch encoding/json refuses: %v", err)
+			}
+			want = req.Events
+		} else {
+			var in outbox.Input
+			if err := json.Unmarshal(body, &in); err != nil {
+				t.Fatalf("accepted an event encoding/json refuses: %v", err)
+			}
+			if key != "" {
+				in.IdempotencyKey = key
+			}
+			want = []outbox.Input{in}
+		}
+		for i := range want {
+			got, w := inputs[i], want[i]
+			if !bytes.Equal(bytes.TrimSpace(got.Payload), bytes.TrimSpace(w.Payload)) {
+				t.Fatalf("payload %d read as %q, encoding/json reads %q", i, got.Payload, w.Payload)
+			}
+			got.Payload, w.Payload = nil, nil
+			if !reflect.DeepEqual(got, w) {
+				t.Fatalf("event %d read as %+v, encoding/json reads %+v", i, got, w)
+			}
 		}
 		if err := w.Validate(inputs); err != nil {
 			t.Fatalf("accepted body fails Writer.Validate: %v", err)

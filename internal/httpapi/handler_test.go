@@ -244,7 +244,7 @@ func TestHandler(t *testing.T) {
 		p := b.do(t, http.MethodPost, "/v1/events", other, httpapi.IdempotencyKeyHeader, "k1").problem(t, http.StatusUnprocessableEntity)
 		require.Equal(t, httpapi.ProblemMismatch, p.Type)
 		require.Equal(t, []string{httpapi.IdempotencyKeyHeader}, fields(p))
-		require.Contains(t, p.Detail, id)
+		require.NotContains(t, p.Detail, id, "another event's id is not the caller's to learn")
 
 		require.JSONEq(t, `{"t":21.5,"n":3}`, string(b.event(t, id).Payload))
 		b.requireStored(t, 1)

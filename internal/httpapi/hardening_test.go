@@ -364,3 +364,41 @@ func TestServerTLS(t *testing.T) {
 	}, 10*time.Second, 5*time.Millisecond, "logged: %v", logs.All())
 	require.GreaterOrEqual(t, testkit.Metric(t, b.reg, "outboxd_http_connections_shed_total", "reason", "tls_handshake"), 2.0)
 }
+
+// TestTooLargeReadByAClientThatWritesFirst: a client that writes its whole
+// body before reading anything (as Python's urllib does) receives the 413
+// problem for a body over MaxBody, not a reset: the server reads and
+// discards a bounded excess before it closes (a lingering close).
+func TestTooLargeReadByAClientThatWritesFirst(t *testing.T) {
+	t.Parallel()
+	// A small limit, so that the server stops reading before the kernel's
+	// buffers have grown to hold the rest, and a small send buffer: the
+	// client blocks in its write, as over a real network.
+	b := setupHandler(t, &httpapi.Config{MaxBody: 64 << 10})
+	for _, chunked := range []bool{false, true} {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(b.server.URL, "http://"))
+		require.NoError(t, err)
+		require.NoError(t, conn.(*net.TCPConn).SetWriteBuffer(16<<10))
+		t.Cleanup(func() { _ = conn.Close() })
+		require.NoError(t, conn.SetDeadline(time.Now().Add(30*time.Second)))
+		body := `{"sourceKey":"s","deviceKey":"d","occurredAt":"2026-11-01T10:00:00Z","payload":{"x":"` + strings.Repeat("a", 3<<20) + `"}}`
+		head := "POST /v1/events HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+		if chunked {
+			head += "Transfer-Encoding: chunked\r\n\r\n" + fmt.Sprintf("%x\r\n", len(body))
+		} else {
+			head += fmt.Sprintf("Content-Length: %d\r\n\r\n", len(body))
+		}
+		tail := ""
+		if chunked {
+			tail = "\r\n0\r\n\r\n"
+		}
+		_, err = io.WriteString(conn, head+body+tail)
+		require.NoError(t, err, "the whole body is written (chunked %v)", chunked)
+		res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		require.NoError(t, err, "the answer is read, not reset (chunked %v)", chunked)
+		require.Equal(t, http.StatusRequestEntityTooLarge, res.StatusCode)
+		data, err := io.ReadAll(res.Body)
+		require.NoError(t, err)
+		require.Contains(t, string(data), "larger than")
+	}
+}

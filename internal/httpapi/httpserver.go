@@ -28,6 +28,15 @@ const (
 	// MaxInFlightBodiesDefault bounds the bodies read at once
 	// (--http-max-bodies).
 	MaxInFlightBodiesDefault = 64
+	// BodyReserveDefault is the default ServerConfig.BodyReserve.
+	BodyReserveDefault = 8
+	// IngestMemoryPerBody is what one ingest body may cost in memory, in
+	// multiples of its size, from its read to its answer: the body, its
+	// canonical payload and what the store's write holds
+	// (TestIngestMemoryBound measures it with the worst payload on SQLite).
+	// The memory ingest needs is about MaxInFlightBodies × MaxBody ×
+	// IngestMemoryPerBody (docs/deploy.md).
+	IngestMemoryPerBody = 3
 	// MaxHeaderBytesDefault bounds a request line and its headers.
 	MaxHeaderBytesDefault = 64 << 10
 	// ShutdownBodyTimeoutDefault is how long a body still arriving when
@@ -61,6 +70,13 @@ type ServerConfig struct {
 	// being read, and its connection is closed. Defaults to
 	// MaxInFlightBodiesDefault (64).
 	MaxInFlightBodies int
+	// BodyReserve is how many bodies beyond MaxInFlightBodies the
+	// operator's and viewer's tokens may still have read when every other
+	// place is taken (without tokens, everyone is alike and there is no
+	// reserve), so that one
+	// client's slow bodies never lock the operator out. Defaults to
+	// BodyReserveDefault (8).
+	BodyReserve int
 	// MaxHeaderBytes bounds a request line and its headers; a larger one is
 	// answered 431. Defaults to MaxHeaderBytesDefault (64 KiB).
 	MaxHeaderBytes int
@@ -100,6 +116,7 @@ func (c *ServerConfig) withDefaults() ServerConfig {
 	out.BodyTimeout = cmp.Or(out.BodyTimeout, BodyTimeoutDefault)
 	out.IdleTimeout = cmp.Or(out.IdleTimeout, IdleTimeoutDefault)
 	out.MaxInFlightBodies = cmp.Or(out.MaxInFlightBodies, MaxInFlightBodiesDefault)
+	out.BodyReserve = cmp.Or(out.BodyReserve, BodyReserveDefault)
 	out.MaxHeaderBytes = cmp.Or(out.MaxHeaderBytes, MaxHeaderBytesDefault)
 	out.ShutdownBodyTimeout = cmp.Or(out.ShutdownBodyTimeout, ShutdownBodyTimeoutDefault)
 	out.WriteTimeout = cmp.Or(out.WriteTimeout, WriteTimeoutDefault)
@@ -137,6 +154,9 @@ func (c *ServerConfig) validate() error {
 			errs = append(errs, fmt.Errorf("%s must be at least 1ms (got %s)", d.name, d.v))
 		}
 	}
+	if c.BodyReserve < 1 {
+		errs = append(errs, fmt.Errorf("BodyReserve must be positive (got %d)", c.BodyReserve))
+	}
 	if c.MaxInFlightBodies < 1 {
 		errs = append(errs, fmt.Errorf("MaxInFlightBodies must be positive (got %d)", c.MaxInFlightBodies))
 	}
@@ -173,6 +193,9 @@ type Server struct {
 	conns  *conns
 
 	slots chan struct{} // one per body being read
+	// reserve holds a place per body of the operator's or viewer's scope
+	// read beyond slots (BodyReserve).
+	reserve chan struct{}
 
 	mu sync.Mutex
 	// reading are the bodies being read, for Shutdown to cut short.
@@ -193,7 +216,7 @@ func NewServer(handler http.Handler, cfg *ServerConfig, logger *zap.Logger) (*Se
 		logger = zap.NewNop()
 	}
 	s := &Server{cfg: c, logger: logger.Named("http"), slots: make(chan struct{}, c.MaxInFlightBodies),
-		reading: map[*limitedBody]struct{}{}}
+		reserve: make(chan struct{}, c.BodyReserve), reading: map[*limitedBody]struct{}{}}
 	var err error
 	if s.conns, err = newConns(&c, s.logger); err != nil {
 		return nil, err
@@ -296,7 +319,10 @@ func (s *Server) wrap(next http.Handler) http.Handler {
 		b := &limitedBody{ReadCloser: r.Body, s: s, rc: rc}
 		defer b.abandon()
 		r.Body = b
-		next.ServeHTTP(dw, r)
+		// The handler marks a body of the operator's or viewer's scope
+		// (privileged), found through the context: middleware may wrap
+		// the body.
+		next.ServeHTTP(dw, r.WithContext(context.WithValue(r.Context(), bodyKey{}, b)))
 	})
 }
 

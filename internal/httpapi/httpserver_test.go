@@ -352,3 +352,38 @@ func TestServer(t *testing.T) {
 		require.NoError(t, err)
 	})
 }
+
+// TestSlowBodiesLeaveTheOperatorAPlace: ingest clients trickling their
+// bodies take every place (MaxInFlightBodies): another ingest post gets
+// 503 with Retry-After (httpapi.ProblemBusy, which the CLI retries), and a
+// request of the operator's token still has its body read, from the
+// reserve (BodyReserve).
+func TestSlowBodiesLeaveTheOperatorAPlace(t *testing.T) {
+	t.Parallel()
+	st := testkit.NewSQLite(t)
+	reg := prometheus.NewRegistry()
+	const ingestToken, operatorToken = "ingest-token-0123456789", "operator-token-0123456789"
+	h, err := httpapi.New(&httpapi.Config{Writer: outbox.NewWriter(st, nil), Store: st, Registerer: reg,
+		IngestToken: ingestToken, AuthToken: operatorToken}, testkit.Logger(t))
+	require.NoError(t, err)
+	b := serve(t, h, &httpapi.ServerConfig{MaxInFlightBodies: 3, BodyReserve: 1, BodyTimeout: time.Minute}, reg, testkit.Logger(t))
+	b.st = st
+	event := `{"sourceKey":"s","deviceKey":"d","occurredAt":"2026-11-01T10:00:00Z"}`
+	for range 3 {
+		b.dial(t).postHead(t, "/v1/events", len(event), event[:10], "Authorization", "Bearer "+ingestToken)
+	}
+	require.Eventually(t, func() bool { return httpapi.BodiesInFlight(b.srv) == 3 },
+		10*time.Second, 5*time.Millisecond, "the trickling bodies never took their places")
+
+	c := b.dial(t)
+	c.postHead(t, "/v1/events", len(event), event, "Authorization", "Bearer "+ingestToken)
+	r := c.answer(t, 5*time.Second)
+	p := r.problem(t, http.StatusServiceUnavailable)
+	require.Equal(t, httpapi.ProblemBusy, p.Type)
+	require.NotEmpty(t, r.header.Get("Retry-After"))
+
+	op := b.dial(t)
+	op.postHead(t, "/v1/events", len(event), event, "Authorization", "Bearer "+operatorToken)
+	require.Equal(t, http.StatusCreated, op.answer(t, 5*time.Second).status, "the operator's body is read from the reserve")
+	testkit.RequireStored(t, st, 1)
+}

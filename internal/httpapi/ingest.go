@@ -69,7 +69,11 @@ func (h *handler) postEvent(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	if !h.decodeTurn(w, r) {
+		return
+	}
 	inputs, batch, err := decodeEvent(h.writer, body, r.Header.Get(IdempotencyKeyHeader))
+	<-h.decodes
 	if err != nil {
 		h.fail(w, r, err, "")
 		return
@@ -119,7 +123,11 @@ func (h *handler) postBatch(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	if !h.decodeTurn(w, r) {
+		return
+	}
 	inputs, batch, err := decodeBatch(h.writer, body, h.cfg.MaxBatch)
+	<-h.decodes
 	if err != nil {
 		h.fail(w, r, err, "")
 		return
@@ -134,6 +142,19 @@ func (h *handler) postBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, r, http.StatusOK, batchResponse{Results: res})
+}
+
+// decodeTurn waits for a place among the bodies decoded at once
+// (Config.MaxDecodes), which the caller gives back; when the request ends
+// first it answers and returns false.
+func (h *handler) decodeTurn(w http.ResponseWriter, r *http.Request) bool {
+	select {
+	case h.decodes <- struct{}{}:
+		return true
+	case <-r.Context().Done():
+		h.fail(w, r, r.Context().Err(), "")
+		return false
+	}
 }
 
 func (h *handler) getEvent(w http.ResponseWriter, r *http.Request) {
@@ -194,7 +215,7 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error, keyFie
 	case errors.As(err, &me):
 		field := cmp.Or(keyField, itemField(me.Index, "idempotencyKey"))
 		p := newProblem(http.StatusUnprocessableEntity, ProblemMismatch, "Idempotency key reused",
-			fmt.Sprintf("the idempotency key already names event %s, whose content differs", me.ExistingID))
+			"the idempotency key already names another event, whose content differs")
 		p.Errors = []ProblemField{{Field: field, Reason: "was already used for an event with different content"}}
 		writeProblem(w, r, p)
 	case store.IsUnavailable(err), errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil:

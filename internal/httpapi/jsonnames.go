@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/outboxd/outboxd/internal/jsonlex"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -88,11 +89,29 @@ type nameScanner struct {
 	depth int
 	// item is the index of the batch item being read, or -1.
 	item int
+	// escaped tells whether the last string value read holds an escape.
+	escaped bool
 	// keys are the names of the open payload objects' members, outermost
 	// object first.
 	keys [][]byte
 	// path is the position inside the payload, for the error.
 	path []pathStep
+
+	// decode: the values are read into inputs too (decodeInputs); else
+	// only the names are checked.
+	decode bool
+	// inputs are the events read, maxItems at most (the items beyond are
+	// counted in items only); cur is the one being read, nil while none
+	// is (or it is beyond maxItems).
+	inputs   []outbox.Input
+	cur      *outbox.Input
+	maxItems int
+	items    int
+	// curErr is the first value of cur of the wrong JSON type; fields are
+	// the 422s of the body, in order (events[3] not an object, the first
+	// value of the wrong type of each event, events not an array).
+	curErr *ProblemField
+	fields []ProblemField
 }
 
 // pathStep is a member name, or an array index when name is nil.
@@ -118,14 +137,108 @@ func checkNames(body []byte, sh shape) error {
 	s := scanners.Get().(*nameScanner)
 	*s = nameScanner{data: body, item: -1, keys: s.keys[:0], path: s.path[:0]}
 	err := s.value(sh)
+	s.release()
+	return err
+}
+
+// release puts s back in the pool, holding no reference into the body.
+func (s *nameScanner) release() {
 	if cap(s.keys) <= maxPooledStack && cap(s.path) <= maxPooledStack {
-		// Keep no reference into the body.
 		clear(s.keys[:cap(s.keys)])
 		clear(s.path[:cap(s.path)])
-		s.data = nil
+		*s = nameScanner{keys: s.keys[:0], path: s.path[:0]}
 		scanners.Put(s)
 	}
-	return err
+}
+
+// decoded is what decodeInputs read of a body.
+type decoded struct {
+	// inputs are the events, at most maxItems of them; items counts the
+	// items of a batch's events array (all of them).
+	inputs []outbox.Input
+	items  int
+	// fields are the 422s found while reading (values of the wrong JSON
+	// type, batch items that are not objects).
+	fields []ProblemField
+}
+
+// decodeInputs reads body, one JSON value of shape sh (shapeEvent or
+// shapeBatch), in one pass: the member-name rules of checkNames, and each
+// event's values into an outbox.Input whose Payload is the payload's bytes
+// in body (no copy). A batch keeps maxItems events at most and counts the
+// others. It returns errSyntax for what is not JSON, a *requestError for a
+// name, and, after the value, the index of the byte after it.
+func decodeInputs(body []byte, sh shape, maxItems int) (decoded, int, error) {
+	s := scanners.Get().(*nameScanner)
+	defer s.release()
+	*s = nameScanner{data: body, item: -1, keys: s.keys[:0], path: s.path[:0], decode: true, maxItems: maxItems}
+	if sh == shapeEvent {
+		s.inputs = make([]outbox.Input, 1)
+		s.cur = &s.inputs[0]
+	}
+	err := s.value(sh)
+	if sh == shapeEvent && s.curErr != nil {
+		s.fields = append(s.fields, *s.curErr)
+	}
+	return decoded{inputs: s.inputs, items: s.items, fields: s.fields}, s.i, err
+}
+
+// jsonType names the JSON type of the value that starts with b, as
+// encoding/json's type errors do.
+func jsonType(b byte) string {
+	switch b {
+	case '"':
+		return "string"
+	case '{':
+		return "object"
+	case '[':
+		return "array"
+	case 't', 'f':
+		return "bool"
+	}
+	return "number"
+}
+
+// assign sets field k of the event being read to the JSON value v.
+func (s *nameScanner) assign(k int, v []byte, escaped bool) {
+	if s.cur == nil {
+		return
+	}
+	name := eventFields[k]
+	if k == payloadField {
+		s.cur.Payload = v
+		return
+	}
+	switch v[0] {
+	case 'n':
+		return // null leaves the field empty, as encoding/json does
+	case '"':
+	default:
+		if s.curErr == nil {
+			s.curErr = &ProblemField{Field: s.field([]byte(name)), Reason: "must be a string, not " + jsonType(v[0])}
+		}
+		return
+	}
+	var str string
+	if inner := v[1 : len(v)-1]; escaped {
+		str = string(jsonlex.Unquote(nil, inner))
+	} else {
+		str = string(inner)
+	}
+	switch name {
+	case "idempotencyKey":
+		s.cur.IdempotencyKey = str
+	case "sourceKey":
+		s.cur.SourceKey = str
+	case "deviceKey":
+		s.cur.DeviceKey = str
+	case "occurredAt":
+		s.cur.OccurredAt = str
+	case "type":
+		s.cur.Type = str
+	default:
+		panic("httpapi: no decoding for field " + name)
+	}
 }
 
 func (s *nameScanner) value(sh shape) error {
@@ -139,7 +252,8 @@ func (s *nameScanner) value(sh shape) error {
 	case c == '[':
 		return s.array(sh)
 	case c == '"':
-		_, _, err := s.str()
+		_, escaped, err := s.str()
+		s.escaped = escaped
 		return err
 	case c == 't':
 		return s.literal("true")
@@ -147,7 +261,7 @@ func (s *nameScanner) value(sh shape) error {
 		return s.literal("false")
 	case c == 'n':
 		return s.literal("null")
-	case c == '-' || isDigit(c):
+	case c == '-' || jsonlex.IsDigit(c):
 		return s.number()
 	}
 	return errSyntax
@@ -197,6 +311,7 @@ func (s *nameScanner) object(sh shape) error {
 		}
 		s.i++
 		child := shapeAny
+		member := -1 // the index of the field named, in fields
 		switch sh {
 		case shapeEvent, shapeBatch:
 			k := -1
@@ -206,6 +321,7 @@ func (s *nameScanner) object(sh shape) error {
 					break
 				}
 			}
+			member = k
 			switch {
 			case k < 0:
 				return s.unknown(name, fields)
@@ -244,8 +360,20 @@ func (s *nameScanner) object(sh shape) error {
 		if sh == shapePayload {
 			s.path = append(s.path, pathStep{name: name})
 		}
+		s.space()
+		valStart := s.i
 		if err := s.value(child); err != nil {
 			return err
+		}
+		if s.decode {
+			switch sh {
+			case shapeEvent:
+				s.assign(member, s.data[valStart:s.i], s.escaped)
+			case shapeBatch:
+				if c := s.data[valStart]; c != '[' && c != 'n' {
+					s.fields = append(s.fields, ProblemField{Field: "events", Reason: "must be an array, not " + jsonType(c)})
+				}
+			}
 		}
 		if sh == shapePayload {
 			s.path = s.path[:len(s.path)-1]
@@ -292,7 +420,11 @@ func (s *nameScanner) array(sh shape) error {
 			case shapePayload:
 				s.path[len(s.path)-1].index = n
 			}
-			if err := s.value(child); err != nil {
+			if sh == shapeEvents && s.decode {
+				if err := s.item1(n); err != nil {
+					return err
+				}
+			} else if err := s.value(child); err != nil {
 				return err
 			}
 			s.space()
@@ -319,104 +451,60 @@ func (s *nameScanner) array(sh shape) error {
 	return nil
 }
 
+// item1 reads item n of a batch's events array: an event (kept while
+// fewer than maxItems are), or any other value, which is a 422.
+func (s *nameScanner) item1(n int) error {
+	s.items++
+	s.space()
+	if s.i < len(s.data) && s.data[s.i] != '{' {
+		s.fields = append(s.fields, ProblemField{Field: "events[" + strconv.Itoa(n) + "]", Reason: "must be a JSON object"})
+		return s.value(shapeAny)
+	}
+	s.cur, s.curErr = nil, nil
+	if len(s.inputs) < s.maxItems {
+		s.inputs = append(s.inputs, outbox.Input{})
+		s.cur = &s.inputs[len(s.inputs)-1]
+	}
+	err := s.value(shapeEvent)
+	if s.curErr != nil {
+		s.fields = append(s.fields, *s.curErr)
+	}
+	s.cur, s.curErr = nil, nil
+	return err
+}
+
 // str reads the string at s.i and returns the bytes between its quotes and
 // whether they hold an escape.
 func (s *nameScanner) str() ([]byte, bool, error) {
-	d := s.data
-	start := s.i + 1
-	escaped := false
-	for i := start; i < len(d); {
-		switch c := d[i]; {
-		case c == '"':
-			s.i = i + 1
-			return d[start:i], escaped, nil
-		case c == '\\':
-			escaped = true
-			if i+1 >= len(d) {
-				return nil, false, errSyntax
-			}
-			switch d[i+1] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				i += 2
-			case 'u':
-				if i+6 > len(d) || !isHex(d[i+2]) || !isHex(d[i+3]) || !isHex(d[i+4]) || !isHex(d[i+5]) {
-					return nil, false, errSyntax
-				}
-				i += 6
-			default:
-				return nil, false, errSyntax
-			}
-		case c < 0x20:
-			return nil, false, errSyntax
-		default:
-			i++
-		}
+	end, escaped, ok := jsonlex.String(s.data, s.i)
+	if !ok {
+		return nil, false, errSyntax
 	}
-	return nil, false, errSyntax
+	str := s.data[s.i+1 : end-1]
+	s.i = end
+	return str, escaped, nil
 }
 
 // number reads a JSON number (RFC 8259 section 6).
 func (s *nameScanner) number() error {
-	d, i := s.data, s.i
-	if d[i] == '-' {
-		i++
-	}
-	switch {
-	case i < len(d) && d[i] == '0':
-		i++
-	case i < len(d) && d[i] >= '1' && d[i] <= '9':
-		i = digits(d, i)
-	default:
+	end, ok := jsonlex.Number(s.data, s.i)
+	if !ok {
 		return errSyntax
 	}
-	if i < len(d) && d[i] == '.' {
-		if i++; i >= len(d) || !isDigit(d[i]) {
-			return errSyntax
-		}
-		i = digits(d, i)
-	}
-	if i < len(d) && (d[i] == 'e' || d[i] == 'E') {
-		if i++; i < len(d) && (d[i] == '+' || d[i] == '-') {
-			i++
-		}
-		if i >= len(d) || !isDigit(d[i]) {
-			return errSyntax
-		}
-		i = digits(d, i)
-	}
-	s.i = i
+	s.i = end
 	return nil
 }
 
 func (s *nameScanner) literal(lit string) error {
-	if len(s.data)-s.i < len(lit) || string(s.data[s.i:s.i+len(lit)]) != lit {
+	end, ok := jsonlex.Literal(s.data, s.i, lit)
+	if !ok {
 		return errSyntax
 	}
-	s.i += len(lit)
+	s.i = end
 	return nil
 }
 
-func (s *nameScanner) space() {
-	for s.i < len(s.data) {
-		switch s.data[s.i] {
-		case ' ', '\t', '\n', '\r':
-			s.i++
-		default:
-			return
-		}
-	}
-}
-
-func digits(d []byte, i int) int {
-	for i < len(d) && isDigit(d[i]) {
-		i++
-	}
-	return i
-}
-
-func isDigit(c byte) bool { return c >= '0' && c <= '9' }
-
-func isHex(c byte) bool { return isDigit(c) || (c|0x20 >= 'a' && c|0x20 <= 'f') }
+func (s *nameScanner) space() { s.i = jsonlex.Space(s.data, s.i) }
 
 // field names a member of the request object being read.
 func (s *nameScanner) field(name []byte) string {

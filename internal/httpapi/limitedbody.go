@@ -37,6 +37,21 @@ type limitedBody struct {
 	deadline time.Time
 	// cut is set when the deadline is the one Shutdown gives.
 	cut bool
+	// privileged lets the body take a place of the reserve
+	// (ServerConfig.BodyReserve); slot is the place it holds.
+	privileged bool
+	slot       chan struct{}
+}
+
+// bodyKey is the context key of a request's *limitedBody.
+type bodyKey struct{}
+
+// privilege lets the body of r, read under a Server, take a place of the
+// reserve when every other is taken.
+func privilege(r *http.Request) {
+	if b, ok := r.Context().Value(bodyKey{}).(*limitedBody); ok {
+		b.privileged = true
+	}
 }
 
 const (
@@ -81,9 +96,19 @@ func (b *limitedBody) start() error {
 	defer s.mu.Unlock()
 	select {
 	case s.slots <- struct{}{}:
+		b.slot = s.slots
 	default:
-		b.state, b.err = bodyDone, errTooManyBodies
-		return errTooManyBodies
+		if !b.privileged {
+			b.state, b.err = bodyDone, errTooManyBodies
+			return errTooManyBodies
+		}
+		select {
+		case s.reserve <- struct{}{}:
+			b.slot = s.reserve
+		default:
+			b.state, b.err = bodyDone, errTooManyBodies
+			return errTooManyBodies
+		}
 	}
 	b.state = bodyReading
 	s.reading[b] = struct{}{}
@@ -119,7 +144,7 @@ func (b *limitedBody) finish() {
 	defer s.mu.Unlock()
 	b.state = bodyDone
 	delete(s.reading, b)
-	<-s.slots
+	<-b.slot
 	if errors.Is(b.err, io.EOF) {
 		_ = b.rc.SetReadDeadline(time.Time{})
 	}

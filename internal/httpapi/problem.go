@@ -17,7 +17,11 @@ const (
 	ProblemValidation  = "urn:outboxd:problem:validation"
 	ProblemMismatch    = "urn:outboxd:problem:idempotency-key-reused"
 	ProblemUnavailable = "urn:outboxd:problem:store-unavailable"
-	problemBlank       = "about:blank"
+	// ProblemBusy is a 503 that did nothing: the server was reading too
+	// many bodies at once, or shutting down. The same request may be sent
+	// again after Retry-After.
+	ProblemBusy  = "urn:outboxd:problem:busy"
+	problemBlank = "about:blank"
 )
 
 // Problem is an RFC 9457 problem document. Errors lists the offending fields

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"runtime"
 	"strconv"
 	"time"
 
@@ -39,6 +40,11 @@ const (
 	RequestTimeoutDefault = 10 * time.Second
 )
 
+// MaxDecodesDefault is the default Config.MaxDecodes: one decode per core
+// (decoding only uses the CPU, so more at once would only hold more
+// memory).
+var MaxDecodesDefault = runtime.GOMAXPROCS(0)
+
 // IdempotencyKeyHeader carries the idempotency key of POST /v1/events.
 const IdempotencyKeyHeader = "Idempotency-Key"
 
@@ -49,7 +55,7 @@ type Config struct {
 	// to "" (none).
 	AuthToken string
 	// IngestToken is the ingest token (ScopeIngest: POST /v1/events,
-	// POST /v1/events:batch, GET /v1/events/{id}). Defaults to "" (none).
+	// POST /v1/events:batch). Defaults to "" (none).
 	IngestToken string
 	// ViewerToken is the viewer token (ScopeViewer: every read, and the
 	// admin requests that change nothing). Defaults to "" (none).
@@ -80,6 +86,10 @@ type Config struct {
 	// MaxBatch bounds the events of one POST /v1/events:batch. Defaults to
 	// MaxBatchDefault (500).
 	MaxBatch int
+	// MaxDecodes bounds the ingest bodies decoded and validated at once
+	// (the canonical payload each builds is about its body's size; the
+	// others wait their turn). Defaults to MaxDecodesDefault (GOMAXPROCS).
+	MaxDecodes int
 	// RetryAfter is sent, rounded up to whole seconds, in the Retry-After
 	// header of a 503. It is also how long GET /readyz says "store:
 	// refusing writes" after the store refused an ingest write, unless a
@@ -158,6 +168,7 @@ func (c *Config) withDefaults() Config {
 	out.MaxBatch = cmp.Or(out.MaxBatch, MaxBatchDefault)
 	out.RetryAfter = cmp.Or(out.RetryAfter, RetryAfterDefault)
 	out.RequestTimeout = cmp.Or(out.RequestTimeout, RequestTimeoutDefault)
+	out.MaxDecodes = cmp.Or(out.MaxDecodes, MaxDecodesDefault)
 	return out
 }
 
@@ -166,6 +177,9 @@ func (c *Config) validate() error {
 	var errs []error
 	if c.MaxBody < 1 || c.MaxBody > MaxBodyMax {
 		errs = append(errs, fmt.Errorf("MaxBody must be between 1 and %d (got %d)", MaxBodyMax, c.MaxBody))
+	}
+	if c.MaxDecodes < 1 {
+		errs = append(errs, fmt.Errorf("MaxDecodes must be positive (got %d)", c.MaxDecodes))
 	}
 	if c.MaxBatch < 1 {
 		errs = append(errs, fmt.Errorf("MaxBatch must be positive (got %d)", c.MaxBatch))
@@ -194,6 +208,8 @@ type handler struct {
 	ingest     *ingestMetrics
 	writes     *writeHealth // set where the handler serves ingest
 	console    http.Handler
+	// decodes holds a place per body being decoded (Config.MaxDecodes).
+	decodes chan struct{}
 }
 
 // New returns the HTTP surface of outboxd (DESIGN.md, "HTTP API"): the
@@ -207,7 +223,7 @@ func New(cfg *Config, logger *zap.Logger) (http.Handler, error) {
 	if logger == nil {
 		logger = zap.NewNop()
 	}
-	h := &handler{cfg: c, writer: c.Writer, logger: logger.Named("http"), mux: http.NewServeMux()}
+	h := &handler{cfg: c, writer: c.Writer, logger: logger.Named("http"), mux: http.NewServeMux(), decodes: make(chan struct{}, c.MaxDecodes)}
 	h.tokens = c.tokens()
 	h.retryAfter = strconv.FormatInt(int64(math.Ceil(c.RetryAfter.Seconds())), 10)
 	if reg := c.Registerer; reg != nil {
@@ -277,7 +293,7 @@ func (h *handler) routes() {
 			route{http.MethodPost, "/v1/events:batch", http.HandlerFunc(h.postBatch), accessIngest})
 	}
 	if h.cfg.Store != nil {
-		routes = append(routes, route{http.MethodGet, "/v1/events/{id}", http.HandlerFunc(h.getEvent), accessEvent})
+		routes = append(routes, route{http.MethodGet, "/v1/events/{id}", http.HandlerFunc(h.getEvent), accessView})
 	}
 	if h.cfg.Status != nil {
 		routes = append(routes, route{http.MethodGet, "/v1/status", http.HandlerFunc(h.status), accessView})

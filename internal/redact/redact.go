@@ -10,9 +10,14 @@
 //     of the operator commands);
 //   - the values of the query parameters that carry a secret
 //     (postgres://u@h/db?password=secret, sslpassword=, sslkey=,
-//     tlsCertificateKeyFilePassword=), names matched without regard to case;
+//     tlsCertificateKeyFilePassword=, MongoDB's authMechanismProperties=
+//     and sslClientCertificateKeyPassword=), names matched without regard
+//     to case;
 //   - the same keys of a key/value DSN (libpq's "host=h password=secret",
 //     quoted values included).
+//
+// Error and Message mask the secrets of a connection string in the text of
+// an error about it (a driver's parse error may quote it whole).
 package redact
 
 import (
@@ -31,6 +36,11 @@ var secretKeys = map[string]bool{
 	"sslpassword":                   true,
 	"sslkey":                        true,
 	"tlscertificatekeyfilepassword": true,
+	// MongoDB's: the AWS session token rides in authMechanismProperties
+	// (AWS_SESSION_TOKEN:…), and the key file's password has a legacy
+	// name.
+	"authmechanismproperties":         true,
+	"sslclientcertificatekeypassword": true,
 }
 
 // DSN returns s with its secrets replaced by Mask, for logs and messages.
@@ -99,7 +109,7 @@ func unparsed(s string) string {
 
 // secretParam matches a secret query parameter and its value in a string
 // net/url refuses.
-var secretParam = regexp.MustCompile(`(?i)([?&;](?:password|sslpassword|sslkey|tlscertificatekeyfilepassword)=)[^&;#]*`)
+var secretParam = regexp.MustCompile(`(?i)([?&;](?:password|sslpassword|sslkey|tlscertificatekeyfilepassword|authmechanismproperties|sslclientcertificatekeypassword)=)[^&;#]*`)
 
 // rawQuery hides the values of secret parameters in a string net/url
 // refuses.
@@ -182,4 +192,73 @@ func keyValue(s string) string {
 
 func isSpace(c byte) bool {
 	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'
+}
+
+// Error returns err with its text redacted for the connection string
+// dsn (Message), its chain kept for errors.Is and errors.As: a driver's
+// parse error may quote the string or one of its options whole.
+func Error(err error, dsn string) error {
+	if err == nil {
+		return nil
+	}
+	msg := Message(err.Error(), dsn)
+	if msg == err.Error() {
+		return err
+	}
+	return &redacted{err: err, msg: msg}
+}
+
+type redacted struct {
+	err error
+	msg string
+}
+
+func (e *redacted) Error() string { return e.msg }
+func (e *redacted) Unwrap() error { return e.err }
+
+// Message returns msg with every secret of the connection string dsn that
+// it quotes replaced by Mask: dsn itself (by DSN), its password and the
+// values of its secret parameters (as written and unescaped), and any
+// secret parameter written out in msg.
+func Message(msg, dsn string) string {
+	if dsn != "" {
+		msg = strings.ReplaceAll(msg, dsn, DSN(dsn))
+	}
+	for _, v := range secrets(dsn) {
+		if len(v) >= 3 { // shorter would mask ordinary words
+			msg = strings.ReplaceAll(msg, v, Mask)
+		}
+	}
+	return rawQuery(msg)
+}
+
+// secrets returns the secret values of dsn, as written and unescaped.
+func secrets(dsn string) []string {
+	var out []string
+	add := func(v string) {
+		out = append(out, v)
+		if u, err := url.QueryUnescape(v); err == nil && u != v {
+			out = append(out, u)
+		}
+	}
+	i, j := strings.Index(dsn, "://"), strings.LastIndex(dsn, "@")
+	if i >= 0 && j > i {
+		if _, pw, ok := strings.Cut(dsn[i+3:j], ":"); ok {
+			add(pw)
+		}
+	}
+	_, raw, _ := strings.Cut(dsn, "?")
+	for p := range strings.SplitSeq(raw, "&") {
+		k, v, ok := strings.Cut(p, "=")
+		if key, err := url.QueryUnescape(k); ok && err == nil && secretKeys[strings.ToLower(key)] {
+			add(v)
+			// authMechanismProperties holds pairs: each value is a secret.
+			for pair := range strings.SplitSeq(v, ",") {
+				if _, pv, ok := strings.Cut(pair, ":"); ok {
+					add(pv)
+				}
+			}
+		}
+	}
+	return out
 }

@@ -200,7 +200,7 @@ func Open(ctx context.Context, uri string, opts *Options) (*Store, error) {
 	}
 	client, err := lungo.Connect(ctx, ClientOptions(uri, o))
 	if err != nil {
-		return nil, wrap(err, "connecting to MongoDB at %s", redact.DSN(uri))
+		return nil, wrap(redact.Error(err, uri), "connecting to MongoDB at %s", redact.DSN(uri))
 	}
 	topo, err := checkServer(ctx, client, redact.DSN(uri), o.OpTimeout)
 	if err != nil {

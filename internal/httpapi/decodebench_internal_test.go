@@ -1,0 +1,65 @@
+package httpapi
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outboxd/outboxd/outbox"
+)
+
+// batchBody is a POST /v1/events:batch body of n typical events.
+func batchBody(n int) []byte {
+	var b strings.Builder
+	b.WriteString(`{"events":[`)
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"idempotencyKey":"k-%d","sourceKey":"plant-a","deviceKey":"sensor-%d","occurredAt":"2026-11-01T10:00:00.123Z","type":"temp","payload":{"t":21.5,"n":%d,"tags":["a","b"],"loc":{"lat":47.1,"lon":8.5},"note":"ok \u00e9"}}`, i, i%17, i)
+	}
+	b.WriteString(`]}`)
+	return []byte(b.String())
+}
+
+// BenchmarkDecodeBatch is the CPU and memory the batch endpoint spends on
+// decoding and validating a body of 100 events (per body; divide by 100 for
+// per event).
+func BenchmarkDecodeBatch(b *testing.B) {
+	w := outbox.NewWriter(nil, &outbox.WriterConfig{Now: func() time.Time { return time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC) }})
+	body := batchBody(100)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		if _, _, err := decodeBatch(w, body, MaxBatchDefault); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkDecodeNumbers is one event whose payload is an array of many
+// small numbers, the worst case for memory per byte.
+func BenchmarkDecodeNumbers(b *testing.B) {
+	w := outbox.NewWriter(nil, &outbox.WriterConfig{Now: func() time.Time { return time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC) }})
+	body := numbersBody(1 << 20)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		if _, _, err := decodeEvent(w, body, ""); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// numbersBody is an event of about size bytes whose payload is an array of
+// one-digit numbers.
+func numbersBody(size int) []byte {
+	var b strings.Builder
+	b.WriteString(`{"sourceKey":"s","deviceKey":"d","occurredAt":"2026-11-01T10:00:00Z","payload":{"v":[0`)
+	for b.Len() < size-4 {
+		b.WriteString(",1")
+	}
+	b.WriteString(`]}}`)
+	return []byte(b.String())
+}
