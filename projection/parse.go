@@ -309,7 +309,7 @@ func (p *parser) dollarTag() string {
 		return ""
 	}
 	j := p.i + 1
-	for j < len(p.src) && isIdent(p.src[j]) && !(j == p.i+1 && p.src[j] >= '0' && p.src[j] <= '9') {
+	for j < len(p.src) && isIdent(p.src[j]) && (j != p.i+1 || p.src[j] < '0' || p.src[j] > '9') {
 		j++
 	}
 	if j < len(p.src) && p.src[j] == '$' {
