@@ -104,10 +104,10 @@ type Config struct {
 	// consumer holds it) and projects them in id order before it reads new
 	// ones, one batch at a time (no read-ahead), handing the Projector each
 	// batch's events in stream order (not event id order). A failing entry
-	// holds the entries after it: they are neither projected nor
-	// acknowledged, and the Worker reads nothing new, until the failing
-	// entry goes through or, its MaxDeliveries spent, is dead-lettered;
-	// then the partition moves on. A Worker that loses the lease abandons
+	// holds only the later entries of its message group (its source and
+	// device): they are neither projected nor acknowledged until it goes
+	// through or, its MaxDeliveries spent, is dead-lettered, while the other
+	// devices of the partition go on in order. A Worker that loses the lease abandons
 	// its batch in flight (its entries stay pending, for the next owner)
 	// and stands by. So a custom Projector sees one device's events in the
 	// order they were written, except for a dead letter replayed later and
@@ -154,7 +154,9 @@ type Config struct {
 	MaxDeliveries int
 	// RecordBackoff is the pause before the second delivery of a failing
 	// record; it doubles for each further one (with ±25% jitter, at most
-	// RecordBackoffMax): about 1s, 2s, 4s by default. Defaults to
+	// RecordBackoffMax): about 1s, then 2s by default (the default
+	// MaxDeliveries of 3 dead-letters on the third failure, so only two
+	// waits happen; 4s and more with a higher MaxDeliveries). Defaults to
 	// RecordBackoffDefault (1s).
 	RecordBackoff time.Duration
 	// TxAttempts is how often a projection transaction runs when it fails

@@ -97,7 +97,9 @@
 // stream.Keys.Failures counts, per entry, the deliveries that failed
 // because of the record, and only those. A failing record stays pending,
 // held by the worker, for another delivery after Config.RecordBackoff
-// doubled per failure (about 1s, 2s, 4s, with jitter); its
+// doubled per failure (about 1s, then 2s, with jitter: with the default
+// MaxDeliveries of 3 the third failure dead-letters, so only those two
+// waits happen); its
 // Config.MaxDeliveries-th failure sends it to the dead-letter stream
 // stream.Keys.DLQ, as a stream.DeadLetter, and acknowledges it: as poison
 // with syncFailure set when its projection keeps failing (a PostgreSQL data error, an error

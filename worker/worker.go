@@ -115,6 +115,27 @@ type heldEntry struct {
 	g   *stream.Group
 	msg stream.Entry
 	due time.Time
+	// group is the message group of the entry (messageGroup), set by
+	// hold: Ordered, a held entry holds only the later entries of its
+	// group.
+	group string
+}
+
+// messageGroup names the message group of a device's events: the events
+// an Ordered worker projects in order, and that one failing event holds.
+func messageGroup(sourceKey, deviceKey string) string { return sourceKey + "\x00" + deviceKey }
+
+// entryGroup is the message group of the event m carries ("" when m does
+// not decode).
+func entryGroup(m stream.Entry) string {
+	if m.Values == nil {
+		return ""
+	}
+	msg, err := m.Message()
+	if err != nil {
+		return ""
+	}
+	return messageGroup(msg.SourceKey, msg.DeviceKey)
 }
 
 // heldKey is the key of entry id of g in held: the ids of two streams may
@@ -562,24 +583,41 @@ func (w *Worker) spendReplay(n int) {
 func (w *Worker) alive() { w.beat.Store(time.Now().UnixNano()) }
 
 // paused reports whether the worker holds entries of a class whose
-// retries are halted, or, Ordered, holds any entry of the stream: it reads
-// nothing new until they go through or the halt clears.
+// retries are halted: it reads nothing new until they go through or the
+// halt clears. (Ordered, a held entry holds only its own message group:
+// see heldFirst.)
 func (w *Worker) paused() bool {
 	if len(w.held) == 0 {
 		return false
 	}
-	if w.cfg.Ordered && slices.ContainsFunc(slices.Collect(maps.Values(w.held)), func(h heldEntry) bool { return h.g == w.group }) {
-		return true
-	}
 	return w.streak.Halted(failpolicy.ClassRecord) || w.streak.Halted(failpolicy.ClassUnknown)
+}
+
+// heldFirst returns, Ordered, the id of the first entry of the stream
+// held for each message group: a newer entry of that group waits behind
+// it. It returns nil without Ordered.
+func (w *Worker) heldFirst() map[string]string {
+	if !w.cfg.Ordered {
+		return nil
+	}
+	first := map[string]string{}
+	for _, h := range w.held {
+		if h.g != w.group {
+			continue
+		}
+		if id, ok := first[h.group]; !ok || stream.CompareIDs(h.msg.ID, id) < 0 {
+			first[h.group] = h.msg.ID
+		}
+	}
+	return first
 }
 
 // takeDue removes from held, and returns in id order, at most a batch of
 // entries due at now, all of one consumer (the stream's first), and that
 // consumer.
 //
-// Ordered, the stream's held entries go in id order: one not due yet holds
-// back those after it.
+// Ordered, the stream's held entries go in id order within their message
+// group: one not due yet holds back the later ones of its group.
 func (w *Worker) takeDue(now time.Time) (*stream.Group, []stream.Entry) {
 	var g *stream.Group
 	var due []stream.Entry
@@ -590,15 +628,15 @@ func (w *Worker) takeDue(now time.Time) (*stream.Group, []stream.Entry) {
 		}
 		return stream.CompareIDs(ha.msg.ID, hb.msg.ID)
 	})
-	blocked := false
+	blocked := map[string]bool{} // Ordered: message groups held back
 	for _, k := range keys {
 		if len(due) == w.batchSize() {
 			break
 		}
 		h := w.held[k]
 		if w.cfg.Ordered && h.g == w.group {
-			if blocked || h.due.After(now) {
-				blocked = true
+			if blocked[h.group] || h.due.After(now) {
+				blocked[h.group] = true
 				continue
 			}
 		}
@@ -613,15 +651,15 @@ func (w *Worker) takeDue(now time.Time) (*stream.Group, []stream.Entry) {
 }
 
 // nextDue returns when the next held entry is due. Ordered, the stream's
-// held entries are due when their first (in id order) is: it holds back
-// the others.
+// held entries of a message group are due when the group's first (in id
+// order) is: it holds back the others.
 func (w *Worker) nextDue() (time.Time, bool) {
 	var next time.Time
-	var first *heldEntry // Ordered: the stream's first held entry
+	first := map[string]heldEntry{} // Ordered: each group's first held entry
 	for _, h := range w.held {
 		if w.cfg.Ordered && h.g == w.group {
-			if first == nil || stream.CompareIDs(h.msg.ID, first.msg.ID) < 0 {
-				first = &h
+			if f, ok := first[h.group]; !ok || stream.CompareIDs(h.msg.ID, f.msg.ID) < 0 {
+				first[h.group] = h
 			}
 			continue
 		}
@@ -629,8 +667,10 @@ func (w *Worker) nextDue() (time.Time, bool) {
 			next = h.due
 		}
 	}
-	if first != nil && (next.IsZero() || first.due.Before(next)) {
-		next = first.due
+	for _, h := range first {
+		if next.IsZero() || h.due.Before(next) {
+			next = h.due
+		}
 	}
 	return next, !next.IsZero()
 }
@@ -740,28 +780,7 @@ func (w *Worker) drainOwn(fetchCtx, workCtx context.Context) error {
 			if err := w.process(fetchCtx, workCtx, g, msgs, nil); err != nil {
 				return err
 			}
-			if err := w.settle(fetchCtx, workCtx); err != nil {
-				return err
-			}
 		}
-	}
-	return nil
-}
-
-// settle, Ordered, delivers the held entries of the stream when due until
-// none is held, so that the next batch of a drain or a reclaim does not
-// pass them; without Ordered it does nothing.
-func (w *Worker) settle(fetchCtx, workCtx context.Context) error {
-	for w.cfg.Ordered && w.paused() && fetchCtx.Err() == nil {
-		w.alive()
-		w.streak.Refresh(fetchCtx)
-		if g, due := w.takeDue(time.Now()); len(due) > 0 {
-			if err := w.process(fetchCtx, workCtx, g, due, nil); err != nil {
-				return err
-			}
-			continue
-		}
-		w.waitHeld(fetchCtx)
 	}
 	return nil
 }
@@ -807,9 +826,6 @@ func (w *Worker) reclaimFrom(fetchCtx, workCtx context.Context, g *stream.Group)
 			w.metrics.claimed.Add(float64(len(msgs)))
 			w.logger.Info("reclaimed idle entries", zap.Int("entries", len(msgs)), zap.String("lane", w.lane(g)))
 			if err := w.process(fetchCtx, workCtx, g, msgs, nil); err != nil {
-				return err
-			}
-			if err := w.settle(fetchCtx, workCtx); err != nil {
 				return err
 			}
 		}

@@ -243,7 +243,7 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 			fs.IntVar(&o.maxDeliveries, "max-deliveries", worker.MaxDeliveriesDefault, "failed deliveries of a record before it is dead-lettered (outages never count)")
 			fs.DurationVar(&o.retryBackoff, "retry-backoff", worker.RecordBackoffDefault, "pause before a failing record's second delivery, doubled for each further one (with jitter)")
 			fs.DurationVar(&o.consumerExpiry, "consumer-expiry", worker.ConsumerExpiryDefault, "remove other consumers idle this long with nothing pending from the group")
-			fs.BoolVar(&o.ordered, "ordered", false, "project each partition in stream order (one device's events in the order written): one worker at a time owns a partition through a store lease (--lease-ttl), a failing entry holds the partition's later ones until it goes through or is dead-lettered; every work process of the group must use it")
+			fs.BoolVar(&o.ordered, "ordered", false, "project each partition in stream order (one device's events in the order written): one worker at a time owns a partition through a store lease (--lease-ttl), a failing entry holds only its device's later ones until it goes through or is dead-lettered; every work process of the group must use it")
 			o.leaseTTLFlag(fs)
 		case gReconcile:
 			fs.DurationVar(&o.minAge, "min-age", reconciler.MinAgeDefault, "only originals older than this are candidates")
