@@ -77,7 +77,9 @@ func ParseStage(s string, partitions int) (Stage, error) {
 // paused, PausedBy) while the stage is paused, for PauseTTL, and released
 // when it resumes; its checkpoint time is when the pause began. Every
 // replica reads it, and it survives restarts as the store does.
-func PauseLeaseName(stream string, stage Stage) string { return "pause:" + stream + ":" + stage.String() }
+func PauseLeaseName(stream string, stage Stage) string {
+	return "pause:" + stream + ":" + stage.String()
+}
 
 // PauseTTL is how long a pause lease lasts: until an operator resumes.
 const PauseTTL = 100 * 365 * 24 * time.Hour
