@@ -20,6 +20,7 @@ import (
 
 	"github.com/outboxd/outboxd/internal/failpolicy"
 	"github.com/outboxd/outboxd/internal/leader"
+	"github.com/outboxd/outboxd/internal/pause"
 	"github.com/outboxd/outboxd/internal/startstop"
 	"github.com/outboxd/outboxd/store"
 	"github.com/outboxd/outboxd/stream"
@@ -82,6 +83,12 @@ type Worker struct {
 	// elector holds the partition's lease of an Ordered worker; nil
 	// otherwise.
 	elector *leader.Elector
+	// livePause and lanePause tell whether an operator paused the group's
+	// live projection or its replay lane (store.Pause); liveOff and
+	// laneOff are what the loop last read of them (only the run goroutine
+	// touches those).
+	livePause, lanePause *pause.Gate
+	liveOff, laneOff     bool
 
 	// size is the current batch size (Config.BatchSize, or the choice of
 	// tune when Config.AutoBatch is set); tune is nil without AutoBatch
@@ -197,6 +204,12 @@ func New(st store.Store, rc *stream.Client, pool *pgxpool.Pool, cfg *Config, log
 		w.elector = leader.New(st, leader.Config{
 			Name: OrderedLeaseName(c.Stream, c.Group, c.Partition), Owner: c.Consumer, TTL: c.LeaseTTL, BackoffMax: c.BackoffMax,
 		}, w.logger)
+	}
+	w.livePause = pause.NewGate(st, c.Stream, c.Now, store.Stage{Kind: store.StageProjection, Group: c.Group})
+	w.lanePause = pause.NewGate(st, c.Stream, c.Now, store.Stage{Kind: store.StageReplay, Group: c.Group})
+	if err := pause.Export(c.Registerer, st, c.Stream, store.Stage{Kind: store.StageProjection, Group: c.Group},
+		store.Stage{Kind: store.StageReplay, Group: c.Group}); err != nil {
+		return nil, fmt.Errorf("error registering the pause gauge: %w", err)
 	}
 	w.life.Init(w.preflight, w.run)
 	return w, nil
@@ -363,6 +376,7 @@ func (w *Worker) claimAll(fetchCtx context.Context) error {
 // It returns nil or a context error when asked to stop, and any other error
 // to stop abruptly.
 func (w *Worker) loop(fetchCtx, workCtx context.Context) error {
+	w.readPauses(fetchCtx)
 	if w.cfg.Ordered {
 		if err := w.claimAll(fetchCtx); err != nil {
 			return err
@@ -382,6 +396,17 @@ func (w *Worker) loop(fetchCtx, workCtx context.Context) error {
 		case <-w.wake:
 			w.makeDue()
 		default:
+		}
+		w.readPauses(fetchCtx)
+		if w.liveOff && w.laneOff {
+			// Both lanes paused by an operator: project nothing (what was
+			// read is held, touched, until the resume).
+			if err := w.settleBehind(); err != nil {
+				return err
+			}
+			w.holdAhead()
+			w.waitResumed(fetchCtx)
+			continue
 		}
 		if g, due := w.takeDue(time.Now()); len(due) > 0 {
 			if err := w.process(fetchCtx, workCtx, g, due, nil); err != nil {
@@ -426,7 +451,7 @@ func (w *Worker) loop(fetchCtx, workCtx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if g == w.group && len(msgs) == w.batchSize() && !w.paused() && !w.cfg.Ordered {
+		if g == w.group && len(msgs) == w.batchSize() && !w.paused() && !w.cfg.Ordered && !w.liveOff {
 			w.readAhead(fetchCtx, workCtx)
 		}
 		if err := w.process(fetchCtx, workCtx, g, msgs, pre); err != nil {
@@ -506,6 +531,9 @@ func (w *Worker) next(fetchCtx context.Context, block time.Duration) (*stream.Gr
 		w.laneTurn = len(a.msgs) < w.batchSize()
 		return w.group, a.msgs, a.pre, a.err
 	}
+	if w.liveOff || w.laneOff {
+		return w.nextOpen(fetchCtx, block)
+	}
 	if w.laneTurn {
 		w.laneTurn = false
 		if n, _ := w.replayAllowance(); n > 0 {
@@ -553,6 +581,71 @@ func (w *Worker) next(fetchCtx context.Context, block time.Duration) (*stream.Gr
 		w.hold(heldEntry{g: w.replay, msg: m, due: now})
 	}
 	return w.group, both[0], nil, nil
+}
+
+// nextOpen is next while an operator paused one of the lanes: it reads
+// the other one only, waiting at most block (the replay lane within its
+// rate).
+func (w *Worker) nextOpen(fetchCtx context.Context, block time.Duration) (*stream.Group, []stream.Entry, *batch, error) {
+	if err := w.settleBehind(); err != nil {
+		return w.group, nil, nil, err
+	}
+	if w.laneOff {
+		msgs, err := w.read(fetchCtx, w.group, ">", w.batchSize(), min(block, pause.RefreshEvery))
+		return w.group, msgs, nil, err
+	}
+	n, wait := w.replayAllowance()
+	if n == 0 {
+		w.sleep(fetchCtx, min(block, max(wait, time.Millisecond)))
+		return w.replay, nil, nil, nil
+	}
+	msgs, err := w.read(fetchCtx, w.replay, ">", n, min(block, pause.RefreshEvery))
+	w.spendReplay(len(msgs))
+	return w.replay, msgs, nil, err
+}
+
+// readPauses reads whether an operator paused the group's live
+// projection or its replay lane (at most every pause.RefreshEvery), and
+// logs a change.
+func (w *Worker) readPauses(ctx context.Context) {
+	for _, l := range []struct {
+		gate *pause.Gate
+		off  *bool
+		lane string
+	}{{w.livePause, &w.liveOff, "live"}, {w.lanePause, &w.laneOff, "replay"}} {
+		p := l.gate.Paused(ctx)
+		if off := p != nil; off != *l.off {
+			*l.off = off
+			if off {
+				w.logger.Info("paused by an operator: projecting nothing of this lane until resumed", zap.String("lane", l.lane),
+					zap.String("stage", p.Stage), zap.String("by", p.By))
+			} else {
+				w.logger.Info("resumed by an operator", zap.String("lane", l.lane))
+			}
+		}
+	}
+}
+
+// open reports whether g's lane is not paused by an operator.
+func (w *Worker) open(g *stream.Group) bool {
+	if g == w.replay {
+		return !w.laneOff
+	}
+	return !w.liveOff
+}
+
+// waitResumed waits while both lanes are paused: until a pause may have
+// ended (pause.RefreshEvery), or fetchCtx ends.
+func (w *Worker) waitResumed(fetchCtx context.Context) { w.sleep(fetchCtx, pause.RefreshEvery) }
+
+// sleep waits d or until fetchCtx ends.
+func (w *Worker) sleep(fetchCtx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-fetchCtx.Done():
+	case <-t.C:
+	}
 }
 
 // replayAllowance returns how many entries of the replay lane the rate
@@ -634,6 +727,9 @@ func (w *Worker) takeDue(now time.Time) (*stream.Group, []stream.Entry) {
 			break
 		}
 		h := w.held[k]
+		if !w.open(h.g) {
+			continue
+		}
 		if w.cfg.Ordered && h.g == w.group {
 			if blocked[h.group] || h.due.After(now) {
 				blocked[h.group] = true
@@ -657,6 +753,9 @@ func (w *Worker) nextDue() (time.Time, bool) {
 	var next time.Time
 	first := map[string]heldEntry{} // Ordered: each group's first held entry
 	for _, h := range w.held {
+		if !w.open(h.g) {
+			continue // its lane is paused
+		}
 		if w.cfg.Ordered && h.g == w.group {
 			if f, ok := first[h.group]; !ok || stream.CompareIDs(h.msg.ID, f.msg.ID) < 0 {
 				first[h.group] = h
@@ -766,6 +865,9 @@ func (w *Worker) recoverOwn(fetchCtx context.Context) error {
 // history from the start once.
 func (w *Worker) drainOwn(fetchCtx, workCtx context.Context) error {
 	for _, g := range w.groups() {
+		if !w.open(g) {
+			continue // its pending entries are recovered after the resume (recoverOwn)
+		}
 		start := "0"
 		for fetchCtx.Err() == nil {
 			msgs, err := w.read(fetchCtx, g, start, w.batchSize(), -1)
@@ -799,6 +901,9 @@ func (w *Worker) lane(g *stream.Group) string { return g.Keys().Lane() }
 // dead-lettered with reason trimmed.
 func (w *Worker) reclaim(fetchCtx, workCtx context.Context) error {
 	for _, g := range w.groups() {
+		if !w.open(g) {
+			continue
+		}
 		if err := w.reclaimFrom(fetchCtx, workCtx, g); err != nil {
 			return err
 		}
