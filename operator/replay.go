@@ -42,6 +42,10 @@ type ReplayQuery struct {
 	// Rebuild removes the chunk's rows from the read model, with their
 	// counts, before re-publishing it (after a projection bug is fixed).
 	Rebuild bool
+	// Started is when the replay began: the Started of its first chunk's
+	// result (zero for the first chunk: now). A chunk of a replay that
+	// began before the last CancelReplay is refused with ErrCancelled.
+	Started time.Time
 }
 
 // ReplayResult is what Replay did to one chunk (POST /v1/admin/replay).
@@ -59,6 +63,9 @@ type ReplayResult struct {
 	// Next is the After of the next chunk; Done is set after the last.
 	Next string `json:"next,omitempty"`
 	Done bool   `json:"done"`
+	// Started is when the replay began, to pass with its next chunk
+	// (ReplayQuery.Started), so that a cancel stops it.
+	Started *time.Time `json:"started,omitempty"`
 }
 
 // store checks q and returns its store query.
@@ -147,11 +154,24 @@ func (o *Operator) Replay(ctx context.Context, r ReplayQuery) (*ReplayResult, er
 			return nil, err
 		}
 	}
+	started := r.Started.UTC()
+	if started.IsZero() {
+		started = o.cfg.Now().UTC()
+	}
+	cancelled, err := store.LastReplayCancel(ctx, o.cfg.Store, o.cfg.Stream)
+	if err != nil {
+		return nil, storeErr("reading the last cancel of the replays", err)
+	}
+	if cancelled != nil && !cancelled.Before(started) {
+		return nil, &Error{Kind: ErrCancelled, Detail: fmt.Sprintf(
+			"this replay (started %s) was cancelled at %s: nothing more of it is published; start a new replay to replay again",
+			started.Format(time.RFC3339Nano), cancelled.UTC().Format(time.RFC3339Nano))}
+	}
 	page, err := o.cfg.Store.ListEvents(ctx, q)
 	if err != nil {
 		return nil, storeErr("listing the window's originals", err)
 	}
-	res := &ReplayResult{Matched: len(page), Done: len(page) < q.Limit}
+	res := &ReplayResult{Matched: len(page), Done: len(page) < q.Limit, Started: &started}
 	if len(page) > 0 && !res.Done {
 		res.Next = formatCursor(q.CursorOf(page[len(page)-1]))
 	}

@@ -451,6 +451,15 @@ func (w *Worker) loop(fetchCtx, workCtx context.Context) error {
 		if err != nil {
 			return err
 		}
+		if w.readPauses(fetchCtx); !w.open(g) {
+			// Paused while the read waited: hold what it read, touched,
+			// until the resume.
+			now := time.Now()
+			for _, m := range msgs {
+				w.hold(heldEntry{g: g, msg: m, due: now})
+			}
+			continue
+		}
 		if g == w.group && len(msgs) == w.batchSize() && !w.paused() && !w.cfg.Ordered && !w.liveOff {
 			w.readAhead(fetchCtx, workCtx)
 		}

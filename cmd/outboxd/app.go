@@ -583,6 +583,7 @@ func (a *app) httpHandler() (http.Handler, error) {
 			return nil, err
 		}
 		cfg.Admin = admin
+		status.Pauses = admin.Pauses
 		if a.history, err = httpapi.NewHistory(status, &httpapi.HistoryConfig{Every: a.o.uiSampleEvery}, a.log); err != nil {
 			return nil, err
 		}

@@ -151,6 +151,7 @@ type options struct {
 	// operator commands
 	server                  string
 	class                   string
+	stage, pausedBy         string
 	category, code          string
 	ids                     idList
 	all, yes                bool
@@ -279,6 +280,9 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 				fs.StringVar(&o.stream, "stream", outbox.StreamDefault, "Redis stream whose number of partitions to change")
 			}
 			fs.IntVar(&o.partitionsTo, "to", 0, fmt.Sprintf("the new number of partitions (1 to %d)", outbox.PartitionsMax))
+		case gPause:
+			fs.StringVar(&o.stage, "stage", "", "the stage: relay (every partition), relay:P (partition P), projection or replay (the group's live projection or replay lane; projection:G for group G)")
+			fs.StringVar(&o.pausedBy, "paused-by", "", "who pauses, kept with the pause (default: operator)")
 		case gRetries:
 			fs.StringVar(&o.class, "class", "", "the failure class whose halted retries to resume: "+strings.Join(failpolicy.Classes, ", "))
 		case gConfirm:

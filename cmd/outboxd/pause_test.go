@@ -1,0 +1,139 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outboxd/httpapi"
+	"github.com/outboxd/outboxd/internal/pause"
+	"github.com/outboxd/outboxd/internal/testkit"
+	"github.com/outboxd/outboxd/operator"
+	"github.com/outboxd/outboxd/stream"
+)
+
+// replica runs a second `outboxd dev` on b's store, Redis, PostgreSQL,
+// stream and group, and returns its base URL.
+func (b *devBundle) replica(t *testing.T, extra ...string) string {
+	t.Helper()
+	addr := freeAddr(t)
+	args := append([]string{"dev", "--store", b.store, "--postgres-url", b.pg.URL, "--redis-url", testkit.RedisURL(),
+		"--stream", b.stream, "--group", b.group, "--http-addr", addr, "--log-level", "warn"}, extra...)
+	start(t, addr, args)
+	return "http://" + addr
+}
+
+// TestPauseAndCancelAcrossReplicas: a pause through one replica's CLI and
+// admin API stops the stage in both replicas and shows in the other's
+// status; a resume through the other lets it go on; a replay cancelled
+// through one replica publishes nothing more and leaves nothing in the
+// replay lane, the live stream untouched.
+func TestPauseAndCancelAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	const token = "op-token"
+	a := startDev(t, "", "--auth-token", token)
+	bBase := a.replica(t, "--auth-token", token)
+	on := func(base string, args ...string) (int, string, string) {
+		return cli(append(args, "--server", base, "--auth-token", token)...)
+	}
+	status := func(base string) httpapi.Snapshot {
+		code, out, errOut := on(base, "status", "--json")
+		require.Contains(t, []int{ExitOK, ExitFailure}, code, errOut)
+		var s httpapi.Snapshot
+		require.NoError(t, json.Unmarshal([]byte(out), &s))
+		return s
+	}
+	post := func(i int) {
+		req, err := http.NewRequest(http.MethodPost, a.base+"/v1/events", strings.NewReader(
+			fmt.Sprintf(`{"sourceKey":"plant-a","deviceKey":"sensor-%d","occurredAt":"2026-11-01T%02d:00:00Z"}`, i, i)))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Idempotency-Key", fmt.Sprintf("k%d", i))
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusCreated, res.StatusCode)
+		res.Body.Close()
+	}
+	synced := func(base string) int64 {
+		s := status(base)
+		if s.Events == nil {
+			return -1
+		}
+		return s.Events.Synced
+	}
+
+	// Pause the group's live projection on A: neither replica projects.
+	code, out, errOut := on(a.base, "pause", "--stage", "projection", "--paused-by", "alice")
+	require.Equal(t, ExitOK, code, errOut)
+	require.Contains(t, out, "projection:"+a.group+" paused by alice")
+	code, out, _ = on(bBase, "pause", "--stage", "projection")
+	require.Equal(t, ExitOK, code)
+	require.Contains(t, out, "already paused by alice")
+	s := status(bBase)
+	require.Len(t, s.Paused, 1, "the other replica's status shows the pause")
+	require.Equal(t, "projection:"+a.group, s.Paused[0].Stage)
+	require.Empty(t, s.Stalled, "paused is not stalled")
+	code, out, _ = on(bBase, "status")
+	require.Contains(t, out, "PAUSED")
+	// Every replica sees a pause within pause.RefreshEvery: post after it.
+	<-time.After(pause.RefreshEvery + 200*time.Millisecond)
+	for i := range 4 {
+		post(i)
+	}
+	testkit.Never(t, func() bool { return synced(bBase) > 0 }, 3*time.Second, 100*time.Millisecond)
+
+	// Resume on B: both project.
+	code, out, errOut = on(bBase, "resume", "--stage", "projection")
+	require.Equal(t, ExitOK, code, errOut)
+	require.Contains(t, out, "resumed")
+	require.Eventually(t, func() bool { return synced(a.base) == 4 }, 30*time.Second, 50*time.Millisecond)
+	require.Empty(t, status(a.base).Paused)
+
+	// A replay whose lane is paused waits in the lane; a cancel on B
+	// removes it and refuses the replay's next chunk.
+	code, _, errOut = on(a.base, "pause", "--stage", "replay")
+	require.Equal(t, ExitOK, code, errOut)
+	<-time.After(pause.RefreshEvery + 200*time.Millisecond)
+	window := []string{"--from", "2026-11-01T00:00:00Z", "--to", "2026-11-02T00:00:00Z"}
+	code, out, errOut = on(a.base, append([]string{"replay", "--json", "--chunk", "2"}, window...)...)
+	require.Equal(t, ExitOK, code, errOut)
+	var first replayChunk
+	require.NoError(t, json.Unmarshal([]byte(strings.SplitN(out, "\n", 2)[0]), &first))
+	require.NotNil(t, first.Started)
+	rdb, _ := testkit.NewRedis(t)
+	lane := stream.NewKeys(a.stream, a.group).ReplayLane().Stream()
+	require.EqualValues(t, 4, rdb.XLen(context.Background(), lane).Val(), "the replay waits in the paused lane")
+	liveLen := rdb.XLen(context.Background(), stream.NewKeys(a.stream, a.group).Stream()).Val()
+
+	code, out, errOut = on(bBase, "replay", "cancel")
+	require.Equal(t, ExitOK, code, errOut)
+	require.Contains(t, out, "4 entries removed")
+	require.Zero(t, rdb.XLen(context.Background(), lane).Val())
+	require.Equal(t, liveLen, rdb.XLen(context.Background(), stream.NewKeys(a.stream, a.group).Stream()).Val(), "the live stream is untouched")
+	body, _ := json.Marshal(httpapi.ReplayRequest{From: window[1], To: window[3], Limit: 2, After: first.Next,
+		Started: first.Started.Format(time.RFC3339Nano)})
+	req, err := http.NewRequest(http.MethodPost, a.base+"/v1/admin/replay", strings.NewReader(string(body)))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+token)
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	msg, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	require.Equal(t, http.StatusConflict, res.StatusCode, "a chunk of the cancelled replay: %s", msg)
+	require.Contains(t, string(msg), httpapi.ProblemCancelled)
+
+	code, _, errOut = on(a.base, "resume", "--stage", "replay")
+	require.Equal(t, ExitOK, code, errOut)
+	var res2 operator.PausesResult
+	require.Equal(t, http.StatusOK, a.apiCall(t, token, http.MethodGet, "/v1/admin/pauses", "", &res2))
+	require.Empty(t, res2.Paused)
+}
