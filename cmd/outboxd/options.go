@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/outboxd/outboxd/dispatcher"
 	"github.com/outboxd/outboxd/httpapi"
 	"github.com/outboxd/outboxd/internal/config"
@@ -239,7 +241,7 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 			fs.DurationVar(&o.lockTimeout, "lock-timeout", worker.LockTimeoutDefault, "PostgreSQL lock_timeout of every projection transaction; one that waits longer for a lock is counted and retried (0: the server's setting)")
 			fs.DurationVar(&o.statementTimeout, "statement-timeout", worker.StatementTimeoutDefault, "PostgreSQL statement_timeout of every projection transaction (0: the server's setting)")
 			fs.IntVar(&o.replayRate, "replay-rate", int(worker.ReplayRateDefault), "most entries per second this process reads from the replay lane, which it reads only when the stream has nothing for it (0: no bound)")
-			fs.IntVar(&o.concurrency, "concurrency", 1, fmt.Sprintf("batch loops (workers, each a consumer of the group) in this process, sharing one PostgreSQL pool of this many connections plus %d (1 to %d)", poolSpare, ConcurrencyMax))
+			fs.IntVar(&o.concurrency, "concurrency", 0, fmt.Sprintf("batch loops (workers, each a consumer of the group) in this process, sharing one PostgreSQL pool of this many connections plus %d (1 to %d); 0 picks one per core, at most what a pool_max_conns of --postgres-url leaves per partition", poolSpare, ConcurrencyMax))
 			fs.DurationVar(&o.claimIdle, "claim-idle", worker.ClaimIdleDefault, "take over pending entries untouched this long (a dead or wedged consumer's; live workers touch theirs)")
 			fs.IntVar(&o.maxDeliveries, "max-deliveries", worker.MaxDeliveriesDefault, "failed deliveries of a record before it is dead-lettered (outages never count)")
 			fs.DurationVar(&o.retryBackoff, "retry-backoff", worker.RecordBackoffDefault, "pause before a failing record's second delivery, doubled for each further one (with jitter)")
@@ -343,6 +345,32 @@ const EventRetentionShortest = time.Hour
 
 // ConcurrencyMax is the largest --concurrency.
 const ConcurrencyMax = 64
+
+// defaultConcurrency is --concurrency 0's choice: one batch loop per core
+// (seed 002: 1 to 2 × cores; a loop spends most of a batch waiting for
+// PostgreSQL, but the worker's own CPU shares the cores with it), bounded
+// by the pool: when --postgres-url sets pool_max_conns (poolMax > 0), at
+// most what it leaves beside poolSpare for each of the partitions' loops;
+// at least 1, at most ConcurrencyMax.
+func defaultConcurrency(cores, poolMax, partitions int) int {
+	n := cores
+	if poolMax > 0 {
+		n = min(n, (poolMax-poolSpare)/max(partitions, 1))
+	}
+	return min(max(n, 1), ConcurrencyMax)
+}
+
+// poolMaxConns is the pool_max_conns --postgres-url sets, or 0.
+func poolMaxConns(postgresURL string) int {
+	if !strings.Contains(postgresURL, "pool_max_conns") {
+		return 0
+	}
+	cfg, err := pgxpool.ParseConfig(postgresURL)
+	if err != nil {
+		return 0 // the URL's own error is reported where it is opened
+	}
+	return int(cfg.MaxConns)
+}
 
 // poolSpare is how many PostgreSQL connections a work process keeps beside
 // one per batch loop: the admin API's verify and journey, /readyz.
@@ -467,6 +495,9 @@ func (o *options) validate() error {
 	}
 	if err := o.validateOperator(); err != nil {
 		return err
+	}
+	if has["concurrency"] && o.concurrency == 0 {
+		o.concurrency = defaultConcurrency(runtime.GOMAXPROCS(0), poolMaxConns(o.postgresURL), max(o.partitions, 1))
 	}
 	checks := []struct {
 		name string
