@@ -137,7 +137,17 @@ func (h *handler) adminRoutes() []route {
 			if err != nil {
 				return nil, err
 			}
-			return op.ListDLQ(r.Context(), operator.DLQQuery{Category: q.Get("category"), Code: q.Get("code"), After: q.Get("after"), Limit: limit})
+			since, err := parseTime(q.Get("since"), "since")
+			if err != nil {
+				return nil, err
+			}
+			until, err := parseTime(q.Get("until"), "until")
+			if err != nil {
+				return nil, err
+			}
+			return op.ListDLQ(r.Context(), operator.DLQQuery{Category: q.Get("category"), Code: q.Get("code"), Error: q.Get("error"),
+				SourceKey: q.Get("sourceKey"), DeviceKey: q.Get("deviceKey"), Type: q.Get("type"), Since: since, Until: until,
+				Payload: q.Get("payload"), After: q.Get("after"), Limit: limit})
 		}), accessView},
 		{http.MethodGet, "/v1/admin/dlq/{id}", adminAnswer(h, func(_ http.ResponseWriter, r *http.Request) (*operator.DeadLetter, error) {
 			return op.DeadLetter(r.Context(), r.PathValue("id"))

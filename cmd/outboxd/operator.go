@@ -262,6 +262,12 @@ func (a *app) dlqList(ctx context.Context) error {
 	if a.o.code != "" {
 		q.Set("code", a.o.code)
 	}
+	for name, v := range map[string]string{"error": a.o.dlqError, "sourceKey": a.o.source, "deviceKey": a.o.device,
+		"type": a.o.eventType, "since": a.o.since, "until": a.o.until, "payload": a.o.payloadField} {
+		if v != "" {
+			q.Set(name, v)
+		}
+	}
 	var raw []byte
 	var page operator.DLQPage
 	if err := a.client().do(ctx, http.MethodGet, "/v1/admin/dlq?"+q.Encode(), nil, &page, &raw); err != nil {

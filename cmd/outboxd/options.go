@@ -151,16 +151,18 @@ type options struct {
 	auditSample int
 
 	// operator commands
-	server                  string
-	class                   string
-	stage, pausedBy         string
-	category, code          string
-	ids                     idList
-	all, yes                bool
-	from, to, by            string
-	source, device, state   string
-	dryRun, rebuild, repair bool
-	chunk                   int
+	server          string
+	class           string
+	stage, pausedBy string
+	// dlq list's filters beside --category, --code, --source and --device.
+	dlqError, eventType, since, until, payloadField string
+	category, code                                  string
+	ids                                             idList
+	all, yes                                        bool
+	from, to, by                                    string
+	source, device, state                           string
+	dryRun, rebuild, repair                         bool
+	chunk                                           int
 	// resume is the --resume token of replay and verify, resumed its
 	// decoded state (checked to be this command's).
 	resume  string
@@ -274,6 +276,13 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 			fs.StringVar(&o.code, "code", "", "only dead letters with this code")
 		case gDLQList:
 			fs.IntVar(&o.limit, "limit", dlqListDefault, "most dead letters to list")
+			fs.StringVar(&o.dlqError, "error", "", "only dead letters whose error contains this text (case-insensitive)")
+			fs.StringVar(&o.source, "source", "", "only dead letters of this source")
+			fs.StringVar(&o.device, "device", "", "only dead letters of this device")
+			fs.StringVar(&o.eventType, "type", "", "only dead letters whose original has this type")
+			fs.StringVar(&o.since, "since", "", "only dead letters from this time on, RFC 3339")
+			fs.StringVar(&o.until, "until", "", "only dead letters before this time, RFC 3339")
+			fs.StringVar(&o.payloadField, "payload", "", "only dead letters whose original's payload has this field value: path=value (reading.unit=C)")
 		case gDLQSelect:
 			fs.Var(&o.ids, "id", "a dead letter's id (repeat it, or separate ids with commas)")
 			fs.BoolVar(&o.all, "all", false, "every dead letter (of --category and --code when given)")
