@@ -51,6 +51,11 @@ type ReplayRequest struct {
 	Rebuild   bool   `json:"rebuild,omitempty"`
 	After     string `json:"after,omitempty"`
 	Limit     int    `json:"limit,omitempty"`
+	// Entities replays each of these ("sourceKey" or
+	// "sourceKey/deviceKey") in turn, in place of sourceKey and deviceKey;
+	// Type keeps the originals of this type.
+	Entities []string `json:"entities,omitempty"`
+	Type     string   `json:"type,omitempty"`
 	// Started is the started of the replay's first chunk (RFC 3339), sent
 	// with each further chunk so that a cancel stops the replay.
 	Started string `json:"started,omitempty"`
@@ -63,7 +68,8 @@ func (r ReplayRequest) query() (operator.ReplayQuery, error) {
 		return operator.ReplayQuery{}, err
 	}
 	started, err := parseTime(r.Started, "started")
-	return operator.ReplayQuery{EventsQuery: q, DryRun: r.DryRun, Rebuild: r.Rebuild, Started: started}, err
+	return operator.ReplayQuery{EventsQuery: q, DryRun: r.DryRun, Rebuild: r.Rebuild, Started: started,
+		Entities: r.Entities, Type: r.Type}, err
 }
 
 // PauseRequest is the body of POST /v1/admin/pause and /v1/admin/resume:

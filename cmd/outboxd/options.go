@@ -158,6 +158,7 @@ type options struct {
 	dlqError, eventType, since, until, payloadField string
 	category, code                                  string
 	ids                                             idList
+	entities                                        idList
 	all, yes                                        bool
 	from, to, by                                    string
 	source, device, state                           string
@@ -307,6 +308,8 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 			fs.StringVar(&o.by, "by", string(store.ByOccurred), "the time the window bounds: occurred or created")
 			fs.StringVar(&o.source, "source", "", "only originals of this sourceKey")
 			fs.StringVar(&o.device, "device", "", "only originals of this deviceKey (with --source)")
+			fs.Var(&o.entities, "entity", "only originals of these entities, each sourceKey or sourceKey/deviceKey, replayed in turn (repeat it, or separate them with commas; not with --source)")
+			fs.StringVar(&o.eventType, "type", "", "only originals of this type")
 			fs.StringVar(&o.state, "state", store.StateAny, "only originals in this state: pending, failed, synced or any")
 			fs.BoolVar(&o.dryRun, "dry-run", false, "print how many originals the window holds; change nothing")
 			fs.BoolVar(&o.rebuild, "rebuild", false, "remove the window's rows and their counts from the read model first (after a projection bug is fixed); needs --yes")
