@@ -215,6 +215,16 @@ type Config struct {
 	// ReplayRateDefault (5,000 events/s). ReplayLimiter, when set, takes
 	// its place.
 	ReplayRate rate.Limit
+	// ProjectionRate bounds the live projection of the whole consumer
+	// group (--projection-rate), in events a second: every Worker of the
+	// group, in every process and partition, takes its batches' events
+	// from one rate kept in Redis (stream.Keys.ProjectionRate, with a
+	// burst of a twentieth of a second) and waits before its next batch
+	// when the group is ahead of it, so PostgreSQL sees at most that rate
+	// from the live path beside ReplayRate's from the replay lane. When
+	// Redis cannot be asked, the batch goes on unthrottled. Defaults to 0:
+	// no bound.
+	ProjectionRate rate.Limit
 	// ReplayLimiter is the bound of ReplayRate shared by several Workers
 	// (NewReplayLimiter): the Workers of one process share one, so that
 	// the process reads at most its rate. Defaults to one of the worker's
@@ -324,6 +334,9 @@ func (c *Config) validate() error {
 	}
 	if c.LeaseTTL < LeaseTTLShortest {
 		errs = append(errs, fmt.Errorf("LeaseTTL must be at least %s (got %s)", LeaseTTLShortest, c.LeaseTTL))
+	}
+	if c.ProjectionRate < 0 {
+		errs = append(errs, fmt.Errorf("ProjectionRate must be 0 (no bound) or positive (got %v)", c.ProjectionRate))
 	}
 	if c.ReplayRate <= 0 {
 		errs = append(errs, fmt.Errorf("ReplayRate must be positive, or rate.Inf for no bound (got %v)", c.ReplayRate))

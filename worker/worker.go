@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"maps"
 	"slices"
 	"sync"
@@ -466,8 +467,30 @@ func (w *Worker) loop(fetchCtx, workCtx context.Context) error {
 		if err := w.process(fetchCtx, workCtx, g, msgs, pre); err != nil {
 			return err
 		}
+		if g == w.group {
+			w.throttle(fetchCtx, len(msgs))
+		}
 	}
 	return nil
+}
+
+// throttle takes n live events from the group's projection rate
+// (Config.ProjectionRate) and waits while the group is ahead of it.
+func (w *Worker) throttle(fetchCtx context.Context, n int) {
+	r := w.cfg.ProjectionRate
+	if r <= 0 || r == rate.Inf || n == 0 {
+		return
+	}
+	burst := max(1, int(math.Ceil(float64(r)/20)))
+	d, err := w.rc.Throttle(fetchCtx, w.group.Keys(), float64(r), burst, n)
+	if err != nil {
+		w.logger.Debug("projection rate not read; going on unthrottled", zap.Error(err))
+		return
+	}
+	if d > 0 {
+		w.metrics.throttled.Add(d.Seconds())
+		w.sleep(fetchCtx, d)
+	}
 }
 
 // batchSize is the current batch size.

@@ -289,7 +289,7 @@ func (a *app) newWorker() (service, error) {
 				Stream: a.o.stream, Group: a.o.group, Consumer: consumer, Partition: p, Partitions: a.partitions(),
 				BatchSize: a.o.batchSize.n, AutoBatch: a.o.batchSize.auto, ProjectionTarget: a.o.projectionTarget,
 				LockTimeout: timeout(a.o.lockTimeout), StatementTimeout: timeout(a.o.statementTimeout),
-				ReplayRate: replayRate, ReplayLimiter: limiter,
+				ReplayRate: replayRate, ReplayLimiter: limiter, ProjectionRate: rate.Limit(a.o.projectionRate),
 				ClaimIdle: a.o.claimIdle, MaxDeliveries: a.o.maxDeliveries, Ordered: a.o.ordered, LeaseTTL: a.o.leaseTTL,
 				RecordBackoff: a.o.retryBackoff, ConsumerExpiry: a.o.consumerExpiry,
 				BreakerFailures: a.o.breakerFailures, BreakerTimeout: a.o.breakerTimeout, StreakLimit: a.o.streakLimit,

@@ -122,6 +122,9 @@ type options struct {
 	// replayRate bounds the replay lane's entries per second in one work
 	// process (0: no bound).
 	replayRate int
+	// projectionRate bounds the group's live projection, events a second
+	// (0: no bound).
+	projectionRate int
 	// concurrency is the number of batch loops (workers) of the process.
 	concurrency    int
 	claimIdle      time.Duration
@@ -243,6 +246,7 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 				worker.ProjectionTargetShortest, worker.ProjectionTargetLongest))
 			fs.DurationVar(&o.lockTimeout, "lock-timeout", worker.LockTimeoutDefault, "PostgreSQL lock_timeout of every projection transaction; one that waits longer for a lock is counted and retried (0: the server's setting)")
 			fs.DurationVar(&o.statementTimeout, "statement-timeout", worker.StatementTimeoutDefault, "PostgreSQL statement_timeout of every projection transaction (0: the server's setting)")
+			fs.IntVar(&o.projectionRate, "projection-rate", 0, "most events per second the whole consumer group projects from the live stream, shared through Redis by its workers in every process and partition (0: no bound)")
 			fs.IntVar(&o.replayRate, "replay-rate", int(worker.ReplayRateDefault), "most entries per second this process reads from the replay lane, which it reads only when the stream has nothing for it (0: no bound)")
 			fs.IntVar(&o.concurrency, "concurrency", 0, fmt.Sprintf("batch loops (workers, each a consumer of the group) in this process, sharing one PostgreSQL pool of this many connections plus %d (1 to %d); 0 picks one per core, at most what a pool_max_conns of --postgres-url leaves per partition", poolSpare, ConcurrencyMax))
 			fs.DurationVar(&o.claimIdle, "claim-idle", worker.ClaimIdleDefault, "take over pending entries untouched this long (a dead or wedged consumer's; live workers touch theirs)")
@@ -543,6 +547,7 @@ func (o *options) validate() error {
 			fmt.Sprintf("must be between %s and %s", worker.ProjectionTargetShortest, worker.ProjectionTargetLongest)},
 		{"lock-timeout", o.lockTimeout < 0 || (o.lockTimeout > 0 && o.lockTimeout < time.Millisecond), "must be 0 (the server's setting) or at least 1ms"},
 		{"statement-timeout", o.statementTimeout < 0 || (o.statementTimeout > 0 && o.statementTimeout < time.Millisecond), "must be 0 (the server's setting) or at least 1ms"},
+		{"projection-rate", o.projectionRate < 0, "must be 0 (no bound) or a positive number of events per second"},
 		{"replay-rate", o.replayRate < 0, "must be 0 (no bound) or a positive number of entries per second"},
 		{"concurrency", o.concurrency < 1 || o.concurrency > ConcurrencyMax, fmt.Sprintf("must be between 1 and %d", ConcurrencyMax)},
 		{"class", !slices.Contains(failpolicy.Classes, o.class), "is required: one of " + strings.Join(failpolicy.Classes, ", ")},
