@@ -308,6 +308,10 @@ func (w *Worker) apply(g *stream.Group, out outcome) {
 		default:
 			nDead++
 		}
+		if w.cfg.DeadLetterHook != nil {
+			w.cfg.DeadLetterHook.Notify(g.Keys(), stream.DeadLetter{Category: dl.category, Code: code, Error: dl.err.Error(),
+				EntryID: dl.msg.ID, EventID: dl.eventID, Deliveries: dl.deliveries, At: w.cfg.Now().UTC()})
+		}
 		w.logger.Warn("dead-lettered stream entry", zap.String("entry_id", dl.msg.ID), zap.String("event_id", dl.eventID),
 			zap.String("reason", code), zap.String("category", dl.category), zap.Int64("deliveries", dl.deliveries), zap.Error(dl.err),
 			traceID(dl.msg))

@@ -225,6 +225,10 @@ type Config struct {
 	// Redis cannot be asked, the batch goes on unthrottled. Defaults to 0:
 	// no bound.
 	ProjectionRate rate.Limit
+	// DeadLetterHook is told of each new dead letter once it is written
+	// (dlqhook.Hook: a webhook with retries, --dlq-webhook). Defaults to
+	// none.
+	DeadLetterHook DeadLetterHook
 	// ReplayLimiter is the bound of ReplayRate shared by several Workers
 	// (NewReplayLimiter): the Workers of one process share one, so that
 	// the process reads at most its rate. Defaults to one of the worker's
@@ -242,6 +246,12 @@ type Config struct {
 
 	// faults arms fault points in tests (export_test.go).
 	faults *fault.Set
+}
+
+// DeadLetterHook is told of each new dead letter (Config.DeadLetterHook);
+// Notify must not block.
+type DeadLetterHook interface {
+	Notify(keys stream.Keys, dl stream.DeadLetter)
 }
 
 // names names the instances that name none.

@@ -23,6 +23,7 @@ import (
 	"github.com/outboxd/outboxd/dispatcher"
 	"github.com/outboxd/outboxd/httpapi"
 	"github.com/outboxd/outboxd/internal/config"
+	"github.com/outboxd/outboxd/internal/dlqhook"
 	ometrics "github.com/outboxd/outboxd/internal/metrics"
 	"github.com/outboxd/outboxd/internal/redact"
 	"github.com/outboxd/outboxd/internal/tracing"
@@ -279,6 +280,15 @@ func (a *app) newWorker() (service, error) {
 	// One Worker per partition (each reads its partition's stream and
 	// replay lane), --concurrency of them per partition.
 	workers := make(serviceGroup, 0, a.o.concurrency*a.partitions())
+	var hook worker.DeadLetterHook
+	var hookService service
+	if a.o.dlqWebhook != "" {
+		h, err := dlqhook.New(dlqhook.Config{URL: a.o.dlqWebhook, Registerer: a.reg}, a.log)
+		if err != nil {
+			return nil, config.Invalid("dlq-webhook", "%v", err)
+		}
+		hook, hookService = h, h
+	}
 	for i := range a.o.concurrency {
 		consumer := a.o.consumer
 		if consumer != "" && i > 0 {
@@ -293,13 +303,16 @@ func (a *app) newWorker() (service, error) {
 				ClaimIdle: a.o.claimIdle, MaxDeliveries: a.o.maxDeliveries, Ordered: a.o.ordered, LeaseTTL: a.o.leaseTTL,
 				RecordBackoff: a.o.retryBackoff, ConsumerExpiry: a.o.consumerExpiry,
 				BreakerFailures: a.o.breakerFailures, BreakerTimeout: a.o.breakerTimeout, StreakLimit: a.o.streakLimit,
-				Registerer: a.reg,
+				Registerer: a.reg, DeadLetterHook: hook,
 			}, a.log)
 			if err != nil {
 				return nil, err
 			}
 			workers = append(workers, w)
 		}
+	}
+	if hookService != nil {
+		return stopThen{first: workers, then: hookService}, nil
 	}
 	if len(workers) == 1 {
 		return workers[0], nil
@@ -311,6 +324,27 @@ func (a *app) newWorker() (service, error) {
 // (and stops those it started when one fails), Stop stops them all at
 // once, so that each finishes its work in flight in parallel.
 type serviceGroup []service
+
+// stopThen runs two services, then started before first and stopped after
+// it (the dead-letter hook hears of the workers' last dead letters).
+type stopThen struct{ first, then service }
+
+// Start starts then, then first.
+func (s stopThen) Start(ctx context.Context) error {
+	if err := s.then.Start(ctx); err != nil {
+		return err
+	}
+	if err := s.first.Start(ctx); err != nil {
+		_ = s.then.Stop(ctx)
+		return err
+	}
+	return nil
+}
+
+// Stop stops first, then then.
+func (s stopThen) Stop(ctx context.Context) error {
+	return errors.Join(s.first.Stop(ctx), s.then.Stop(ctx))
+}
 
 // Start starts every service.
 func (g serviceGroup) Start(ctx context.Context) error {

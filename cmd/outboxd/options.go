@@ -125,6 +125,8 @@ type options struct {
 	// projectionRate bounds the group's live projection, events a second
 	// (0: no bound).
 	projectionRate int
+	// dlqWebhook is called for each new dead letter ("": none).
+	dlqWebhook string
 	// concurrency is the number of batch loops (workers) of the process.
 	concurrency    int
 	claimIdle      time.Duration
@@ -246,6 +248,7 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 				worker.ProjectionTargetShortest, worker.ProjectionTargetLongest))
 			fs.DurationVar(&o.lockTimeout, "lock-timeout", worker.LockTimeoutDefault, "PostgreSQL lock_timeout of every projection transaction; one that waits longer for a lock is counted and retried (0: the server's setting)")
 			fs.DurationVar(&o.statementTimeout, "statement-timeout", worker.StatementTimeoutDefault, "PostgreSQL statement_timeout of every projection transaction (0: the server's setting)")
+			fs.StringVar(&o.dlqWebhook, "dlq-webhook", "", "an http(s) URL that receives a JSON POST for each new dead letter, retried 5 times with backoff (outboxd_dlq_hook_*)")
 			fs.IntVar(&o.projectionRate, "projection-rate", 0, "most events per second the whole consumer group projects from the live stream, shared through Redis by its workers in every process and partition (0: no bound)")
 			fs.IntVar(&o.replayRate, "replay-rate", int(worker.ReplayRateDefault), "most entries per second this process reads from the replay lane, which it reads only when the stream has nothing for it (0: no bound)")
 			fs.IntVar(&o.concurrency, "concurrency", 0, fmt.Sprintf("batch loops (workers, each a consumer of the group) in this process, sharing one PostgreSQL pool of this many connections plus %d (1 to %d); 0 picks one per core, at most what a pool_max_conns of --postgres-url leaves per partition", poolSpare, ConcurrencyMax))
