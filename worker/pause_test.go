@@ -66,3 +66,31 @@ func TestWorkerPause(t *testing.T) {
 		})
 	}
 }
+
+// TestWorkerDropsCancelledReplay: entries of the replay lane added before
+// a cancel of the replays are acknowledged unprojected, even when a worker
+// had read them; those added after it are projected.
+func TestWorkerDropsCancelledReplay(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	old := b.write(t, "old", 4)
+	b.publishLane(t, old...)
+	require.NoError(t, store.RecordReplayCancel(ctx, b.st, b.stream, "test", time.Now().Add(time.Millisecond)))
+	reg := prometheus.NewRegistry()
+	rec := &recorder{}
+	cfg := b.config("w")
+	cfg.Projector, cfg.Registerer = rec, reg
+	b.start(t, cfg)
+	require.Eventually(t, func() bool {
+		return testkit.Metric(t, reg, "outboxd_worker_replay_cancelled_total") == float64(len(old))
+	}, waitFor, 10*time.Millisecond)
+	fresh := b.write(t, "fresh", 3)
+	b.publishLane(t, fresh...)
+	require.Eventually(t, func() bool { return len(rec.projected()) == len(fresh) }, waitFor, 10*time.Millisecond)
+	require.ElementsMatch(t, ids(fresh), rec.projected(), "only the replay after the cancel is projected")
+	require.Eventually(t, func() bool {
+		pending, err := testkit.PendingEntries(ctx, b.rdb, b.keys().ReplayLane().Stream(), b.group)
+		return err == nil && pending == 0
+	}, waitFor, 10*time.Millisecond, "the lane's entries are all acknowledged")
+}

@@ -90,6 +90,11 @@ type Worker struct {
 	// touches those).
 	livePause, lanePause *pause.Gate
 	liveOff, laneOff     bool
+	// cancelledBefore is the last cancel of the replays (store.
+	// LastReplayCancel), read at most every pause.RefreshEvery
+	// (cancelRead): entries the lane took before it are not projected.
+	// Only the run goroutine touches them.
+	cancelledBefore, cancelRead time.Time
 
 	// size is the current batch size (Config.BatchSize, or the choice of
 	// tune when Config.AutoBatch is set); tune is nil without AutoBatch
@@ -1003,6 +1008,12 @@ func (w *Worker) redisDone(err error) error {
 // waiting (the entries then stay pending), and an error when the worker
 // must stop abruptly.
 func (w *Worker) process(fetchCtx, workCtx context.Context, g *stream.Group, msgs []stream.Entry, pre *batch) error {
+	if g == w.replay {
+		var err error
+		if msgs, err = w.dropCancelled(fetchCtx, workCtx, msgs); err != nil {
+			return err
+		}
+	}
 	if len(msgs) == 0 {
 		return nil
 	}
@@ -1034,6 +1045,46 @@ func (w *Worker) process(fetchCtx, workCtx context.Context, g *stream.Group, msg
 	}
 	w.apply(g, t.out)
 	return nil
+}
+
+// dropCancelled acknowledges, unprojected, the entries of the replay lane
+// added before the last cancel of the replays (operator.CancelReplay),
+// and returns the others: a cancelled replay's entries a worker had
+// already read (held, or read while the cancel removed the rest) are not
+// projected either. A failed read of the cancel drops nothing. The entry
+// ids are Redis's times and the cancel the operator's: a skew between the
+// clocks moves the line by as much.
+func (w *Worker) dropCancelled(fetchCtx, workCtx context.Context, msgs []stream.Entry) ([]stream.Entry, error) {
+	if time.Since(w.cancelRead) >= pause.RefreshEvery {
+		w.cancelRead = time.Now()
+		if at, err := store.LastReplayCancel(fetchCtx, w.st, w.cfg.Stream); err == nil && at != nil {
+			w.cancelledBefore = *at
+		}
+	}
+	if w.cancelledBefore.IsZero() {
+		return msgs, nil
+	}
+	var drop []string
+	keep := msgs[:0:0]
+	for _, m := range msgs {
+		if at, ok := stream.IDTime(m.ID); ok && at.Before(w.cancelledBefore) {
+			drop = append(drop, m.ID)
+			continue
+		}
+		keep = append(keep, m)
+	}
+	if len(drop) == 0 {
+		return msgs, nil
+	}
+	err := w.retry(fetchCtx, "acknowledging a cancelled replay's entries", func() error {
+		return w.finish(workCtx, w.replay, nil, drop, nil)
+	})
+	if err != nil {
+		return nil, unlessStopped(err)
+	}
+	w.metrics.replayCancelled.Add(float64(len(drop)))
+	w.logger.Info("entries of a cancelled replay acknowledged unprojected", zap.Int("entries", len(drop)))
+	return keep, nil
 }
 
 // behindTail is the tail of a batch written while the loop goes on with
