@@ -11,6 +11,7 @@ import (
 
 	"github.com/outboxd/outboxd/internal/failpolicy"
 	"github.com/outboxd/outboxd/internal/leader"
+	"github.com/outboxd/outboxd/internal/pause"
 	"github.com/outboxd/outboxd/internal/startstop"
 	"github.com/outboxd/outboxd/internal/stream"
 	"github.com/outboxd/outboxd/store"
@@ -84,6 +85,9 @@ type Dispatcher struct {
 
 	pressure     pressure
 	watchMetrics *watchMetrics
+	// paused tells whether an operator paused the relay of this partition,
+	// or of all (store.Pause).
+	paused *pause.Gate
 
 	relayed, caughtUp, dispatched, batches, writes, historyLost, invalidated, redisRetries, fenced, term, trimmed atomic.Int64
 	leader                                                                                                        atomic.Bool
@@ -136,6 +140,11 @@ func newDispatcher(st store.Store, rc *stream.Client, cfg *Config, logger *zap.L
 	d.publisher = d.newPublisher()
 	d.streak = failpolicy.NewStreak(component, c.StreakLimit, m.streak, d.logger)
 	d.streak.Share(rc.Streak(keys, component), nil)
+	relayStages := []store.Stage{{Kind: store.StageRelay, Partition: store.StageAllPartitions}, {Kind: store.StageRelay, Partition: c.part.Index}}
+	d.paused = pause.NewGate(st, c.Stream, c.Now, relayStages...)
+	if err := pause.Export(c.Registerer, st, c.Stream, relayStages...); err != nil {
+		return nil, fmt.Errorf("error registering the pause gauge: %w", err)
+	}
 	d.elector = leader.New(st, leader.Config{
 		Name: PartitionLeaseName(c.Stream, c.part), Owner: c.Owner, TTL: c.LeaseTTL, Now: c.Now, BackoffMax: c.BackoffMax,
 		Hooks: leader.Hooks{Elected: d.elected, Demoted: d.demoted}, Gate: c.gate,

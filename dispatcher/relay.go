@@ -15,7 +15,8 @@ import (
 	"github.com/outboxd/outboxd/store"
 )
 
-// relay moves one batch: XADD (retried until Redis answers or the
+// relay moves one batch: while an operator has paused the relay (of this
+// partition or of all) it waits for the resume, then XADD (retried until Redis answers or the
 // dispatcher stops), then hands it to m for its store write: dispatchedAt
 // and the checkpoint (MarkRelayed; pos nil keeps the saved position), run
 // in the background, merged with the batches added meanwhile, while the
@@ -32,6 +33,12 @@ func (d *Dispatcher) relay(ctx, workCtx context.Context, m *marks, entries []out
 		}
 	}()
 	workCtx = spans.Context(workCtx)
+	if err := d.paused.Wait(ctx, func(p *store.PauseState) {
+		d.logger.Info("relay paused by an operator: nothing added, marked or checkpointed until resumed",
+			zap.String("stage", p.Stage), zap.String("by", p.By))
+	}); err != nil {
+		return err
+	}
 	d.streak.Refresh(ctx) // a halt, or a resume, of another process
 	if err := d.xadd(ctx, workCtx, entries); err != nil {
 		return err

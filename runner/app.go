@@ -22,6 +22,7 @@ import (
 
 	"github.com/outboxd/outboxd/dispatcher"
 	"github.com/outboxd/outboxd/internal/config"
+	"github.com/outboxd/outboxd/internal/dlqhook"
 	"github.com/outboxd/outboxd/internal/httpapi"
 	ometrics "github.com/outboxd/outboxd/internal/metrics"
 	"github.com/outboxd/outboxd/internal/operator"
@@ -424,6 +425,15 @@ func (a *app) newWorker() (service, error) {
 	// One Worker per partition (each reads its partition's stream and
 	// replay lane), --concurrency of them per partition.
 	workers := make(serviceGroup, 0, a.o.concurrency*a.partitions())
+	var hook worker.DeadLetterHook
+	var hookService service
+	if a.o.dlqWebhook != "" {
+		h, err := dlqhook.New(dlqhook.Config{URL: a.o.dlqWebhook, Registerer: a.reg}, a.log)
+		if err != nil {
+			return nil, config.Invalid("dlq-webhook", "%v", err)
+		}
+		hook, hookService = h, h
+	}
 	for i := range a.o.concurrency {
 		consumer := a.o.consumer
 		if consumer != "" && i > 0 {
@@ -434,17 +444,20 @@ func (a *app) newWorker() (service, error) {
 				Stream: a.o.stream, Group: a.o.group, Consumer: consumer, Partition: p, Partitions: a.partitions(),
 				BatchSize: a.o.batchSize.n, AutoBatch: a.o.batchSize.auto, ProjectionTarget: a.o.projectionTarget,
 				LockTimeout: timeout(a.o.lockTimeout), StatementTimeout: timeout(a.o.statementTimeout),
-				ReplayRate: replayRate, ReplayLimiter: limiter,
+				ReplayRate: replayRate, ReplayLimiter: limiter, ProjectionRate: rate.Limit(a.o.projectionRate),
 				ClaimIdle: a.o.claimIdle, MaxDeliveries: a.o.maxDeliveries, Ordered: a.o.ordered, LeaseTTL: a.o.leaseTTL,
 				RecordBackoff: a.o.retryBackoff, ConsumerExpiry: a.o.consumerExpiry,
 				BreakerFailures: a.o.breakerFailures, BreakerTimeout: a.o.breakerTimeout, StreakLimit: a.o.streakLimit,
-				Projector: a.projector(), LeavesSynced: !a.o.ownsSynced, Registerer: a.reg,
+				Projector: a.projector(), LeavesSynced: !a.o.ownsSynced, Registerer: a.reg, DeadLetterHook: hook,
 			}, a.log)
 			if err != nil {
 				return nil, err
 			}
 			workers = append(workers, w)
 		}
+	}
+	if hookService != nil {
+		return stopThen{first: workers, then: hookService}, nil
 	}
 	if len(workers) == 1 {
 		return workers[0], nil
@@ -456,6 +469,27 @@ func (a *app) newWorker() (service, error) {
 // (and stops those it started when one fails), Stop stops them all at
 // once, so that each finishes its work in flight in parallel.
 type serviceGroup []service
+
+// stopThen runs two services, then started before first and stopped after
+// it (the dead-letter hook hears of the workers' last dead letters).
+type stopThen struct{ first, then service }
+
+// Start starts then, then first.
+func (s stopThen) Start(ctx context.Context) error {
+	if err := s.then.Start(ctx); err != nil {
+		return err
+	}
+	if err := s.first.Start(ctx); err != nil {
+		_ = s.then.Stop(ctx)
+		return err
+	}
+	return nil
+}
+
+// Stop stops first, then then.
+func (s stopThen) Stop(ctx context.Context) error {
+	return errors.Join(s.first.Stop(ctx), s.then.Stop(ctx))
+}
 
 // Start starts every service.
 func (g serviceGroup) Start(ctx context.Context) error {
@@ -740,6 +774,7 @@ func (a *app) httpHandler() (http.Handler, error) {
 			return nil, err
 		}
 		cfg.Admin = admin
+		status.Pauses = admin.Pauses
 		if a.history, err = httpapi.NewHistory(status, &httpapi.HistoryConfig{Every: a.o.uiSampleEvery}, a.log); err != nil {
 			return nil, err
 		}

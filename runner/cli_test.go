@@ -85,7 +85,7 @@ func TestUsageErrors(t *testing.T) {
 		{"StatementTimeoutUnderAMillisecond", nil, []string{"work", "--store", "mongodb://h", "--statement-timeout", "10us"}, []string{"--statement-timeout", "at least 1ms"}},
 		{"NegativeReplayRate", nil, []string{"work", "--store", "mongodb://h", "--replay-rate", "-5"}, []string{"--replay-rate", "0 (no bound)"}},
 		{"ReplayRateFromEnv", map[string]string{"OUTBOXD_REPLAY_RATE": "-1"}, []string{"dev"}, []string{"--replay-rate"}},
-		{"ZeroConcurrency", nil, []string{"work", "--store", "mongodb://h", "--concurrency", "0"}, []string{"--concurrency", "between 1 and 64"}},
+		{"NegativeConcurrency", nil, []string{"work", "--store", "mongodb://h", "--concurrency", "-1"}, []string{"--concurrency", "between 1 and 64"}},
 		{"ConcurrencyTooHigh", map[string]string{"OUTBOXD_CONCURRENCY": "65"}, []string{"work", "--store", "mongodb://h"}, []string{"--concurrency", "between 1 and 64"}},
 		{"RetriesResumeWithoutClass", nil, []string{"retries", "resume"}, []string{"--class is required", "infrastructure, record, unknown"}},
 		{"RetriesResumeUnknownClass", nil, []string{"retries", "resume", "--class", "poison"}, []string{"--class"}},

@@ -202,6 +202,13 @@ func (a *app) printStatus(ctx context.Context) error {
 		}
 		row("RETRIES HALTED", "%s (the same error code 50 times in a row; outboxd retries resume --class C, or see docs/operations.md)", strings.Join(parts, ", "))
 	}
+	if len(s.Paused) > 0 {
+		var parts []string
+		for _, p := range s.Paused {
+			parts = append(parts, fmt.Sprintf("%s (by %s since %s)", p.Stage, p.By, p.Since.Format(time.RFC3339)))
+		}
+		row("PAUSED", "%s (outboxd resume --stage S)", strings.Join(parts, ", "))
+	}
 	if len(s.Unavailable) > 0 {
 		row("UNAVAILABLE", "%s (could not be read)", strings.Join(s.Unavailable, ", "))
 	}
@@ -254,6 +261,12 @@ func (a *app) dlqList(ctx context.Context) error {
 	}
 	if a.o.code != "" {
 		q.Set("code", a.o.code)
+	}
+	for name, v := range map[string]string{"error": a.o.dlqError, "sourceKey": a.o.source, "deviceKey": a.o.device,
+		"type": a.o.eventType, "since": a.o.since, "until": a.o.until, "payload": a.o.payloadField} {
+		if v != "" {
+			q.Set(name, v)
+		}
 	}
 	var raw []byte
 	var page operator.DLQPage
@@ -347,7 +360,7 @@ func (a *app) dlqAct(ctx context.Context, action dlqAction) error {
 // replayRequest is the request of the replay command's flags.
 func (a *app) replayRequest() httpapi.ReplayRequest {
 	return httpapi.ReplayRequest{From: a.o.from, To: a.o.to, By: a.o.by, SourceKey: a.o.source, DeviceKey: a.o.device,
-		State: a.o.state, Rebuild: a.o.rebuild, Limit: a.o.chunk}
+		State: a.o.state, Rebuild: a.o.rebuild, Limit: a.o.chunk, Entities: a.o.entities, Type: a.o.eventType}
 }
 
 // replayTotals is the last JSON line of the replay command (kind total).
@@ -433,6 +446,9 @@ func (a *app) replay(ctx context.Context) error {
 		tot.Published += res.Published
 		tot.Redriven += res.Redriven
 		tot.RemovedRows += res.RemovedRows
+		if res.Started != nil && req.Started == "" {
+			req.Started = res.Started.Format(time.RFC3339Nano) // a cancel stops the replay
+		}
 		done := res.Done || res.Next == ""
 		var err error
 		token, err = a.finishChunk(p, int64(res.Matched), "replay", res.Next, done, tot.Chunks, tot, func(pr Progress, resume string) any {
@@ -688,5 +704,50 @@ func (a *app) resumeRetries(ctx context.Context) error {
 	}
 	fmt.Fprintf(a.stdout, "retries resume: automatic retries of class %s resumed for %s; every process sees it within a second\n",
 		res.Class, strings.Join(parts, ", "))
+	return nil
+}
+
+// pauseStage pauses (pause) or resumes --stage through the admin API and
+// prints the stage's state.
+func (a *app) pauseStage(ctx context.Context, pause bool) error {
+	path := "/v1/admin/resume"
+	if pause {
+		path = "/v1/admin/pause"
+	}
+	var raw []byte
+	var res operator.PauseResult
+	if err := a.client().do(ctx, http.MethodPost, path, httpapi.PauseRequest{Stage: a.o.stage, By: a.o.pausedBy}, &res, &raw); err != nil {
+		return err
+	}
+	if a.o.jsonOut {
+		_, err := a.stdout.Write(raw)
+		return err
+	}
+	switch {
+	case pause && res.Changed:
+		fmt.Fprintf(a.stdout, "pause: %s paused by %s; every replica stops it within a second (outboxd resume --stage %s)\n", res.Stage, res.By, res.Stage)
+	case pause:
+		fmt.Fprintf(a.stdout, "pause: %s was already paused by %s since %s; nothing changed\n", res.Stage, res.By, res.Since.Format(time.RFC3339))
+	case res.Changed:
+		fmt.Fprintf(a.stdout, "resume: %s resumed; every replica takes it up within a second\n", res.Stage)
+	default:
+		fmt.Fprintf(a.stdout, "resume: %s was not paused; nothing changed\n", res.Stage)
+	}
+	return nil
+}
+
+// cancelReplay cancels the running replays through the admin API.
+func (a *app) cancelReplay(ctx context.Context) error {
+	var raw []byte
+	var res operator.CancelResult
+	if err := a.client().do(ctx, http.MethodPost, "/v1/admin/replay:cancel", httpapi.CancelRequest{}, &res, &raw); err != nil {
+		return err
+	}
+	if a.o.jsonOut {
+		_, err := a.stdout.Write(raw)
+		return err
+	}
+	fmt.Fprintf(a.stdout, "replay cancel: replays begun before %s publish nothing more; %d entries removed unprojected from the replay lane\n",
+		res.CancelledAt.Format(time.RFC3339), res.Removed)
 	return nil
 }

@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/outboxd/outboxd/dispatcher"
 	"github.com/outboxd/outboxd/internal/config"
 	"github.com/outboxd/outboxd/internal/failpolicy"
@@ -136,6 +138,11 @@ type options struct {
 	// replayRate bounds the replay lane's entries per second in one work
 	// process (0: no bound).
 	replayRate int
+	// projectionRate bounds the group's live projection, events a second
+	// (0: no bound).
+	projectionRate int
+	// dlqWebhook is called for each new dead letter ("": none).
+	dlqWebhook string
 	// concurrency is the number of batch loops (workers) of the process.
 	concurrency    int
 	claimIdle      time.Duration
@@ -165,15 +172,19 @@ type options struct {
 	auditSample int
 
 	// operator commands
-	server                  string
-	class                   string
-	category, code          string
-	ids                     idList
-	all, yes                bool
-	from, to, by            string
-	source, device, state   string
-	dryRun, rebuild, repair bool
-	chunk                   int
+	server          string
+	class           string
+	stage, pausedBy string
+	// dlq list's filters beside --category, --code, --source and --device.
+	dlqError, eventType, since, until, payloadField string
+	category, code                                  string
+	ids                                             idList
+	entities                                        idList
+	all, yes                                        bool
+	from, to, by                                    string
+	source, device, state                           string
+	dryRun, rebuild, repair                         bool
+	chunk                                           int
 	// resume is the --resume token of replay and verify, resumed its
 	// decoded state (checked to be this command's).
 	resume  string
@@ -260,13 +271,15 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 				worker.ProjectionTargetShortest, worker.ProjectionTargetLongest))
 			fs.DurationVar(&o.lockTimeout, "lock-timeout", worker.LockTimeoutDefault, "PostgreSQL lock_timeout of every projection transaction; one that waits longer for a lock is counted and retried (0: the server's setting)")
 			fs.DurationVar(&o.statementTimeout, "statement-timeout", worker.StatementTimeoutDefault, "PostgreSQL statement_timeout of every projection transaction (0: the server's setting)")
+			fs.StringVar(&o.dlqWebhook, "dlq-webhook", "", "an http(s) URL that receives a JSON POST for each new dead letter, retried 5 times with backoff (outboxd_dlq_hook_*)")
+			fs.IntVar(&o.projectionRate, "projection-rate", 0, "most events per second the whole consumer group projects from the live stream, shared through Redis by its workers in every process and partition (0: no bound)")
 			fs.IntVar(&o.replayRate, "replay-rate", int(worker.ReplayRateDefault), "most entries per second this process reads from the replay lane, which it reads only when the stream has nothing for it (0: no bound)")
-			fs.IntVar(&o.concurrency, "concurrency", 1, fmt.Sprintf("batch loops (workers, each a consumer of the group) in this process, sharing one PostgreSQL pool of this many connections plus %d (1 to %d)", poolSpare, ConcurrencyMax))
+			fs.IntVar(&o.concurrency, "concurrency", 0, fmt.Sprintf("batch loops (workers, each a consumer of the group) in this process, sharing one PostgreSQL pool of this many connections plus %d (1 to %d); 0 picks one per core, at most what a pool_max_conns of --postgres-url leaves per partition", poolSpare, ConcurrencyMax))
 			fs.DurationVar(&o.claimIdle, "claim-idle", worker.ClaimIdleDefault, "take over pending entries untouched this long (a dead or wedged consumer's; live workers touch theirs)")
 			fs.IntVar(&o.maxDeliveries, "max-deliveries", worker.MaxDeliveriesDefault, "failed deliveries of a record before it is dead-lettered (outages never count)")
 			fs.DurationVar(&o.retryBackoff, "retry-backoff", worker.RecordBackoffDefault, "pause before a failing record's second delivery, doubled for each further one (with jitter)")
 			fs.DurationVar(&o.consumerExpiry, "consumer-expiry", worker.ConsumerExpiryDefault, "remove other consumers idle this long with nothing pending from the group")
-			fs.BoolVar(&o.ordered, "ordered", false, "project each partition in stream order (one device's events in the order written): one worker at a time owns a partition through a store lease (--lease-ttl), a failing entry holds the partition's later ones until it goes through or is dead-lettered; every work process of the group must use it")
+			fs.BoolVar(&o.ordered, "ordered", false, "project each partition in stream order (one device's events in the order written): one worker at a time owns a partition through a store lease (--lease-ttl), a failing entry holds only its device's later ones until it goes through or is dead-lettered; every work process of the group must use it")
 			o.leaseTTLFlag(fs)
 		case gReconcile:
 			o.messageFlags(fs)
@@ -295,6 +308,13 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 			fs.StringVar(&o.code, "code", "", "only dead letters with this code")
 		case gDLQList:
 			fs.IntVar(&o.limit, "limit", dlqListDefault, "most dead letters to list")
+			fs.StringVar(&o.dlqError, "error", "", "only dead letters whose error contains this text (case-insensitive)")
+			fs.StringVar(&o.source, "source", "", "only dead letters of this source")
+			fs.StringVar(&o.device, "device", "", "only dead letters of this device")
+			fs.StringVar(&o.eventType, "type", "", "only dead letters whose original has this type")
+			fs.StringVar(&o.since, "since", "", "only dead letters from this time on, RFC 3339")
+			fs.StringVar(&o.until, "until", "", "only dead letters before this time, RFC 3339")
+			fs.StringVar(&o.payloadField, "payload", "", "only dead letters whose original's payload has this field value: path=value (reading.unit=C)")
 		case gDLQSelect:
 			fs.Var(&o.ids, "id", "a dead letter's id (repeat it, or separate ids with commas)")
 			fs.BoolVar(&o.all, "all", false, "every dead letter (of --category and --code when given)")
@@ -303,6 +323,9 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 				fs.StringVar(&o.stream, "stream", outbox.StreamDefault, "Redis stream whose number of partitions to change")
 			}
 			fs.IntVar(&o.partitionsTo, "to", 0, fmt.Sprintf("the new number of partitions (1 to %d)", outbox.PartitionsMax))
+		case gPause:
+			fs.StringVar(&o.stage, "stage", "", "the stage: relay (every partition), relay:P (partition P), projection or replay (the group's live projection or replay lane; projection:G for group G)")
+			fs.StringVar(&o.pausedBy, "paused-by", "", "who pauses, kept with the pause (default: operator)")
 		case gRetries:
 			fs.StringVar(&o.class, "class", "", "the failure class whose halted retries to resume: "+strings.Join(failpolicy.Classes, ", "))
 		case gConfirm:
@@ -316,6 +339,8 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 			fs.StringVar(&o.by, "by", string(store.ByOccurred), "the time the window bounds: occurred or created")
 			fs.StringVar(&o.source, "source", "", "only originals of this sourceKey")
 			fs.StringVar(&o.device, "device", "", "only originals of this deviceKey (with --source)")
+			fs.Var(&o.entities, "entity", "only originals of these entities, each sourceKey or sourceKey/deviceKey, replayed in turn (repeat it, or separate them with commas; not with --source)")
+			fs.StringVar(&o.eventType, "type", "", "only originals of this type")
 			fs.StringVar(&o.state, "state", store.StateAny, "only originals in this state: pending, failed, synced or any")
 			fs.BoolVar(&o.dryRun, "dry-run", false, "print how many originals the window holds; change nothing")
 			fs.BoolVar(&o.rebuild, "rebuild", false, "remove the window's rows and their counts from the read model first (after a projection bug is fixed); needs --yes")
@@ -375,6 +400,32 @@ const EventRetentionShortest = time.Hour
 
 // ConcurrencyMax is the largest --concurrency.
 const ConcurrencyMax = 64
+
+// defaultConcurrency is --concurrency 0's choice: one batch loop per core
+// (seed 002: 1 to 2 × cores; a loop spends most of a batch waiting for
+// PostgreSQL, but the worker's own CPU shares the cores with it), bounded
+// by the pool: when --postgres-url sets pool_max_conns (poolMax > 0), at
+// most what it leaves beside poolSpare for each of the partitions' loops;
+// at least 1, at most ConcurrencyMax.
+func defaultConcurrency(cores, poolMax, partitions int) int {
+	n := cores
+	if poolMax > 0 {
+		n = min(n, (poolMax-poolSpare)/max(partitions, 1))
+	}
+	return min(max(n, 1), ConcurrencyMax)
+}
+
+// poolMaxConns is the pool_max_conns --postgres-url sets, or 0.
+func poolMaxConns(postgresURL string) int {
+	if !strings.Contains(postgresURL, "pool_max_conns") {
+		return 0
+	}
+	cfg, err := pgxpool.ParseConfig(postgresURL)
+	if err != nil {
+		return 0 // the URL's own error is reported where it is opened
+	}
+	return int(cfg.MaxConns)
+}
 
 // poolSpare is how many PostgreSQL connections a work process keeps beside
 // one per batch loop: the admin API's verify and journey, /readyz.
@@ -538,6 +589,9 @@ func (o *options) validate() error {
 	if err := o.validateOperator(); err != nil {
 		return err
 	}
+	if has["concurrency"] && o.concurrency == 0 {
+		o.concurrency = defaultConcurrency(runtime.GOMAXPROCS(0), poolMaxConns(o.postgresURL), max(o.partitions, 1))
+	}
 	checks := []struct {
 		name string
 		bad  bool
@@ -571,6 +625,7 @@ func (o *options) validate() error {
 			fmt.Sprintf("must be between %s and %s", worker.ProjectionTargetShortest, worker.ProjectionTargetLongest)},
 		{"lock-timeout", o.lockTimeout < 0 || (o.lockTimeout > 0 && o.lockTimeout < time.Millisecond), "must be 0 (the server's setting) or at least 1ms"},
 		{"statement-timeout", o.statementTimeout < 0 || (o.statementTimeout > 0 && o.statementTimeout < time.Millisecond), "must be 0 (the server's setting) or at least 1ms"},
+		{"projection-rate", o.projectionRate < 0, "must be 0 (no bound) or a positive number of events per second"},
 		{"replay-rate", o.replayRate < 0, "must be 0 (no bound) or a positive number of entries per second"},
 		{"concurrency", o.concurrency < 1 || o.concurrency > ConcurrencyMax, fmt.Sprintf("must be between 1 and %d", ConcurrencyMax)},
 		{"class", !slices.Contains(failpolicy.Classes, o.class), "is required: one of " + strings.Join(failpolicy.Classes, ", ")},

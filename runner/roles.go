@@ -32,6 +32,7 @@ const (
 	gReplay    // --by, --source, --device, --state, --dry-run, --rebuild
 	gVerify    // --repair
 	gRetries   // --class
+	gPause     // --stage, --paused-by
 	gSwitch    // --stream, --to
 	gMigrate   // --store-only, --read-model-only
 )
@@ -102,6 +103,12 @@ var roles = []*role{
 		flags: []flagGroup{gClient, gDLQFilter, gDLQSelect}, once: func(ctx context.Context, a *app) error { return a.dlqAct(ctx, dlqReplay) }},
 	{name: "dlq drop", summary: "remove dead letters without replaying them (--id ID… | --all) --yes",
 		flags: []flagGroup{gClient, gDLQFilter, gDLQSelect, gConfirm}, once: func(ctx context.Context, a *app) error { return a.dlqAct(ctx, dlqDrop) }},
+	{name: "replay cancel", summary: "cancel the running replays: no more of them is published, and what waits unprojected in the replay lane is removed (the live stream untouched)",
+		flags: []flagGroup{gClient}, once: func(ctx context.Context, a *app) error { return a.cancelReplay(ctx) }},
+	{name: "pause", summary: "pause a stage for every replica until resumed (--stage relay | relay:P | projection | replay)",
+		flags: []flagGroup{gClient, gPause}, once: func(ctx context.Context, a *app) error { return a.pauseStage(ctx, true) }},
+	{name: "resume", summary: "resume a paused stage (--stage relay | relay:P | projection | replay)",
+		flags: []flagGroup{gClient, gPause}, once: func(ctx context.Context, a *app) error { return a.pauseStage(ctx, false) }},
 	{name: "replay", summary: "re-publish the originals of a window --from T --to T (by time, source, device, state), --dry-run, --rebuild",
 		flags: []flagGroup{gClient, gWindow, gReplay}, once: func(ctx context.Context, a *app) error { return a.replay(ctx) }},
 	{name: "verify", summary: "compare originals with the read model [--from T --to T] (exit 1 on drift), --repair",

@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"path/filepath"
+	"runtime"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -52,10 +53,22 @@ func TestWorkConcurrency(t *testing.T) {
 	a = openWork(t, append(common[:2:2], "--postgres-url", pg.URL+"&pool_max_conns=3", "--redis-url", testkit.RedisURL(), "--concurrency", "7")...)
 	require.Equal(t, int32(3), a.pg.Config().MaxConns, "the URL's pool size stands")
 
+	// By default one loop per core (one loop is one worker), bounded by
+	// the pool the URL sizes.
 	a = openWork(t, common...)
+	want := min(runtime.GOMAXPROCS(0), ConcurrencyMax)
+	s, err = a.newWorker()
+	require.NoError(t, err)
+	if want == 1 {
+		_, ok = s.(*worker.Worker)
+		require.True(t, ok, "one loop is one worker")
+	} else {
+		require.Len(t, s.(serviceGroup), want)
+	}
+	require.Equal(t, int32(want+poolSpare), a.pg.Config().MaxConns)
+	a = openWork(t, append(common[:2:2], "--postgres-url", pg.URL+"&pool_max_conns=3", "--redis-url", testkit.RedisURL())...)
 	s, err = a.newWorker()
 	require.NoError(t, err)
 	_, ok = s.(*worker.Worker)
-	require.True(t, ok, "one loop is one worker")
-	require.GreaterOrEqual(t, a.pg.Config().MaxConns, int32(1+poolSpare))
+	require.True(t, ok, "a pool of 3 leaves one loop beside the spare connections")
 }

@@ -51,6 +51,8 @@ type batch struct {
 	entries map[string][]stream.Entry
 	ids     []string
 	origins map[string]outbox.Origin
+	// groups are the events' message groups (messageGroup), by event id.
+	groups map[string]string
 	// originals are the loaded originals by id; invalid those that cannot
 	// become a read-model row.
 	originals map[string]*outbox.Event
@@ -64,7 +66,7 @@ type batch struct {
 
 // prepare decodes msgs and reads their originals with one store read.
 func (w *Worker) prepare(ctx context.Context, msgs []stream.Entry) (*batch, error) {
-	b := &batch{entries: map[string][]stream.Entry{}, origins: map[string]outbox.Origin{}}
+	b := &batch{entries: map[string][]stream.Entry{}, origins: map[string]outbox.Origin{}, groups: map[string]string{}}
 	keys := map[string]string{} // the messages' idempotency keys, a hint for the store's read
 	for _, m := range msgs {
 		if m.Values == nil { // trimmed or deleted while pending
@@ -79,6 +81,7 @@ func (w *Worker) prepare(ctx context.Context, msgs []stream.Entry) (*batch, erro
 		if _, ok := b.origins[msg.EventID]; !ok {
 			b.origins[msg.EventID] = msg.Origin
 			keys[msg.EventID] = msg.IdempotencyKey
+			b.groups[msg.EventID] = messageGroup(msg.SourceKey, msg.DeviceKey)
 			b.traceParent(msg)
 		}
 		b.entries[msg.EventID] = append(b.entries[msg.EventID], m)
@@ -133,10 +136,21 @@ func (w *Worker) handle(ctx context.Context, g *stream.Group, msgs []stream.Entr
 	var events []*outbox.Event
 	var parked []deadLetter // originals that get syncFailure
 	failures := map[string]error{}
-	var deferred []string // Ordered: the events after the first failing one
+	// Ordered: the events of a message group that failed in this batch, or
+	// that has an older entry held, wait behind it; other groups go on.
+	var deferred []string
+	failing := map[string]bool{}
+	heldFirst := w.heldFirst()
+	behind := func(id string) bool {
+		if !w.cfg.Ordered {
+			return false
+		}
+		first, held := heldFirst[b.groups[id]]
+		return failing[b.groups[id]] || held && stream.CompareIDs(first, entries[id][0].ID) < 0
+	}
 	for _, id := range ids {
 		switch {
-		case w.cfg.Ordered && len(failures) > 0 && invalid[id] == nil:
+		case behind(id) && invalid[id] == nil:
 			deferred = append(deferred, id)
 		case invalid[id] != nil:
 			for i, m := range entries[id] {
@@ -150,20 +164,19 @@ func (w *Worker) handle(ctx context.Context, g *stream.Group, msgs []stream.Entr
 			// A secondary behind, or a commit not visible yet: worth a few
 			// more deliveries before it is dead-lettered.
 			failures[id] = fmt.Errorf("%w: event %s", errMissingOriginal, id)
+			failing[b.groups[id]] = true
 		default:
 			events = append(events, originals[id])
 		}
 	}
 
-	failed, n, err := w.project(ctx, events)
+	failed, waiting, err := w.project(ctx, events)
 	if err != nil {
 		return nil, err
 	}
 	maps.Copy(failures, failed)
-	for _, ev := range events[n:] {
-		deferred = append(deferred, ev.ID)
-	}
-	events = events[:n]
+	deferred = append(deferred, waiting...)
+	events = slices.DeleteFunc(events, func(ev *outbox.Event) bool { return slices.Contains(waiting, ev.ID) })
 	if err := w.cfg.faults.Check(FaultAfterCommit); err != nil {
 		return nil, err
 	}
@@ -177,8 +190,8 @@ func (w *Worker) handle(ctx context.Context, g *stream.Group, msgs []stream.Entr
 		dead = append(dead, j.dead...)
 		parked = append(parked, j.parked...)
 	}
-	// Deferred entries wait behind the failing one, charged nothing
-	// (takeDue delivers the stream's held entries in id order).
+	// Deferred entries wait behind the failing one of their group, charged
+	// nothing (takeDue delivers a group's held entries in id order).
 	now := time.Now()
 	for _, id := range deferred {
 		for _, m := range entries[id] {
@@ -263,6 +276,9 @@ func (w *Worker) writeTail(workCtx context.Context, t *tail) error {
 // hold keeps h for a later delivery (replacing an earlier hold of its
 // entry).
 func (w *Worker) hold(h heldEntry) {
+	if w.cfg.Ordered && h.g == w.group && h.group == "" {
+		h.group = entryGroup(h.msg)
+	}
 	k := heldKey(h.g, h.msg.ID)
 	if _, ok := w.held[k]; !ok {
 		w.metrics.held.Inc()
@@ -294,6 +310,10 @@ func (w *Worker) apply(g *stream.Group, out outcome) {
 			nDead++
 		default:
 			nDead++
+		}
+		if w.cfg.DeadLetterHook != nil {
+			w.cfg.DeadLetterHook.Notify(g.Keys(), stream.DeadLetter{Category: dl.category, Code: code, Error: dl.err.Error(),
+				EntryID: dl.msg.ID, EventID: dl.eventID, Deliveries: dl.deliveries, At: w.cfg.Now().UTC()})
 		}
 		w.logger.Warn("dead-lettered stream entry", zap.String("entry_id", dl.msg.ID), zap.String("event_id", dl.eventID),
 			zap.String("reason", code), zap.String("category", dl.category), zap.Int64("deliveries", dl.deliveries), zap.Error(dl.err),
@@ -366,38 +386,42 @@ func checkOriginal(ev *outbox.Event) error {
 // to find the failing ones, so that one bad record does not hold back the
 // others; those are returned in failed. Any other error is returned as is.
 // The time of the batch's transaction tunes the batch size (AutoBatch).
-// n is how many of events it dealt with: all of them, or, Ordered, those
-// up to the first failing one (events[n:] were not projected: they wait
-// behind it).
-func (w *Worker) project(ctx context.Context, events []*outbox.Event) (failed map[string]error, n int, err error) {
+// Ordered, the events of a message group after its first failing one are
+// not projected: they are returned in waiting, to wait behind it, and the
+// other groups' events go on.
+func (w *Worker) project(ctx context.Context, events []*outbox.Event) (failed map[string]error, waiting []string, err error) {
 	if len(events) == 0 {
-		return nil, 0, nil
+		return nil, nil, nil
 	}
 	started := time.Now()
 	err = w.projectTx(ctx, events)
 	w.tuneBatch(ctx, len(events), time.Since(started), err)
 	if c := classify(err); c != classRecord && c != classUnknown {
-		return nil, len(events), err
+		return nil, nil, err
 	}
 	failed = map[string]error{}
 	if len(events) == 1 {
 		failed[events[0].ID] = err
-		return failed, 1, nil
+		return failed, nil, nil
 	}
-	for i, ev := range events {
+	failing := map[string]bool{} // Ordered: the groups with a failing event
+	for _, ev := range events {
+		group := messageGroup(ev.SourceKey, ev.DeviceKey)
+		if w.cfg.Ordered && failing[group] {
+			waiting = append(waiting, ev.ID)
+			continue
+		}
 		err := w.projectTx(ctx, []*outbox.Event{ev})
 		switch classify(err) {
 		case classOK:
 		case classRecord, classUnknown:
 			failed[ev.ID] = err
-			if w.cfg.Ordered {
-				return failed, i + 1, nil
-			}
+			failing[group] = true
 		default:
-			return nil, 0, err
+			return nil, nil, err
 		}
 	}
-	return failed, len(events), nil
+	return failed, waiting, nil
 }
 
 // projectTx runs the projector in one transaction through the PostgreSQL

@@ -104,10 +104,10 @@ type Config struct {
 	// consumer holds it) and projects them in id order before it reads new
 	// ones, one batch at a time (no read-ahead), handing the Projector each
 	// batch's events in stream order (not event id order). A failing entry
-	// holds the entries after it: they are neither projected nor
-	// acknowledged, and the Worker reads nothing new, until the failing
-	// entry goes through or, its MaxDeliveries spent, is dead-lettered;
-	// then the partition moves on. A Worker that loses the lease abandons
+	// holds only the later entries of its message group (its source and
+	// device): they are neither projected nor acknowledged until it goes
+	// through or, its MaxDeliveries spent, is dead-lettered, while the other
+	// devices of the partition go on in order. A Worker that loses the lease abandons
 	// its batch in flight (its entries stay pending, for the next owner)
 	// and stands by. So a custom Projector sees one device's events in the
 	// order they were written, except for a dead letter replayed later and
@@ -154,7 +154,9 @@ type Config struct {
 	MaxDeliveries int
 	// RecordBackoff is the pause before the second delivery of a failing
 	// record; it doubles for each further one (with ±25% jitter, at most
-	// RecordBackoffMax): about 1s, 2s, 4s by default. Defaults to
+	// RecordBackoffMax): about 1s, then 2s by default (the default
+	// MaxDeliveries of 3 dead-letters on the third failure, so only two
+	// waits happen; 4s and more with a higher MaxDeliveries). Defaults to
 	// RecordBackoffDefault (1s).
 	RecordBackoff time.Duration
 	// TxAttempts is how often a projection transaction runs when it fails
@@ -213,6 +215,20 @@ type Config struct {
 	// ReplayRateDefault (5,000 events/s). ReplayLimiter, when set, takes
 	// its place.
 	ReplayRate rate.Limit
+	// ProjectionRate bounds the live projection of the whole consumer
+	// group (--projection-rate), in events a second: every Worker of the
+	// group, in every process and partition, takes its batches' events
+	// from one rate kept in Redis (stream.Keys.ProjectionRate, with a
+	// burst of a twentieth of a second) and waits before its next batch
+	// when the group is ahead of it, so PostgreSQL sees at most that rate
+	// from the live path beside ReplayRate's from the replay lane. When
+	// Redis cannot be asked, the batch goes on unthrottled. Defaults to 0:
+	// no bound.
+	ProjectionRate rate.Limit
+	// DeadLetterHook is told of each new dead letter once it is written
+	// (dlqhook.Hook: a webhook with retries, --dlq-webhook). Defaults to
+	// none.
+	DeadLetterHook DeadLetterHook
 	// ReplayLimiter is the bound of ReplayRate shared by several Workers
 	// (NewReplayLimiter): the Workers of one process share one, so that
 	// the process reads at most its rate. Defaults to one of the worker's
@@ -238,6 +254,12 @@ type Config struct {
 
 	// faults arms fault points in tests (export_test.go).
 	faults *fault.Set
+}
+
+// DeadLetterHook is told of each new dead letter (Config.DeadLetterHook);
+// Notify must not block.
+type DeadLetterHook interface {
+	Notify(keys stream.Keys, dl stream.DeadLetter)
 }
 
 // names names the instances that name none.
@@ -330,6 +352,9 @@ func (c *Config) validate() error {
 	}
 	if c.LeaseTTL < LeaseTTLShortest {
 		errs = append(errs, fmt.Errorf("LeaseTTL must be at least %s (got %s)", LeaseTTLShortest, c.LeaseTTL))
+	}
+	if c.ProjectionRate < 0 {
+		errs = append(errs, fmt.Errorf("ProjectionRate must be 0 (no bound) or positive (got %v)", c.ProjectionRate))
 	}
 	if c.ReplayRate <= 0 {
 		errs = append(errs, fmt.Errorf("ReplayRate must be positive, or rate.Inf for no bound (got %v)", c.ReplayRate))

@@ -55,6 +55,18 @@
 // outboxd_worker_replay_acked_total counts the lane's acknowledged
 // entries.
 //
+// # Pauses, cancels and the projection rate
+//
+// An operator's pause of the group's live projection or of its replay lane
+// (store.Pause, `outboxd pause`) is read from the store at most every
+// second: the paused lane is neither read nor projected (what a read had
+// returned is held, touched, until the resume), the other goes on. Entries
+// of the lane added before a cancel of the replays (store.
+// RecordReplayCancel) are acknowledged unprojected. Config.ProjectionRate
+// bounds the live projection of the whole group through one rate in Redis
+// (stream.Client.Throttle). Config.DeadLetterHook hears of each new dead
+// letter.
+//
 // # Batch size and PostgreSQL timeouts
 //
 // Config.AutoBatch is seed 002's tuning loop: the batch size moves between
@@ -97,7 +109,9 @@
 // stream.Keys.Failures counts, per entry, the deliveries that failed
 // because of the record, and only those. A failing record stays pending,
 // held by the worker, for another delivery after Config.RecordBackoff
-// doubled per failure (about 1s, 2s, 4s, with jitter); its
+// doubled per failure (about 1s, then 2s, with jitter: with the default
+// MaxDeliveries of 3 the third failure dead-letters, so only those two
+// waits happen); its
 // Config.MaxDeliveries-th failure sends it to the dead-letter stream
 // stream.Keys.DLQ, as a stream.DeadLetter, and acknowledges it: as poison
 // with syncFailure set when its projection keeps failing (a PostgreSQL data error, an error

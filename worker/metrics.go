@@ -36,6 +36,8 @@ type metrics struct {
 	pgTimeouts       *prometheus.CounterVec
 	replayAcked      prometheus.Counter
 	replayRateLimit  prometheus.Gauge
+	throttled        prometheus.Counter
+	replayCancelled  prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, stream string) (*metrics, error) {
@@ -84,6 +86,10 @@ func newMetrics(reg prometheus.Registerer, stream string) (*metrics, error) {
 			"Entries of the replay lane acknowledged (synced or dead-lettered): its rate is the lane's."),
 		replayRateLimit: f.Gauge("replay_rate_limit",
 			"The bound on entries per second a worker process reads from the replay lane (--replay-rate; 0: none)."),
+		replayCancelled: f.Counter("replay_cancelled_total",
+			"Entries of the replay lane acknowledged unprojected: added before a cancel of the replays (outboxd replay cancel)."),
+		throttled: f.Counter("projection_throttled_seconds_total",
+			"Seconds the workers waited before a live batch to keep the group's projection rate (--projection-rate)."),
 	}
 	if err := f.Err(); err != nil {
 		return nil, err

@@ -279,3 +279,79 @@ func without(events []*outbox.Event, drop *outbox.Event) []*outbox.Event {
 	}
 	return out
 }
+
+// TestOrderedPoisonedDeviceHoldsOnlyItself: under Ordered, one device's
+// failing event holds only that device's later events (its message
+// group); the other devices of the partition go on in order while it
+// fails, and the held device follows in order once its event goes through
+// or is dead-lettered.
+func TestOrderedPoisonedDeviceHoldsOnlyItself(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		poison bool // the event never goes through: dead-lettered
+	}{
+		{name: "GoesThroughLater"},
+		{name: "DeadLettered", poison: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			const devices, perDevice, badAt = 8, 12, 3
+			b := setup(t)
+			var byDevice [][]*outbox.Event
+			for d := range devices {
+				byDevice = append(byDevice, b.write(t, fmt.Sprintf("dev-%d", d), perDevice))
+			}
+			var interleaved []*outbox.Event
+			for i := range perDevice {
+				for d := range devices {
+					interleaved = append(interleaved, byDevice[d][i])
+				}
+			}
+			bad := byDevice[0][badAt]
+			rec := newOrderRecorder(b.events)
+			var failing atomic.Bool
+			failing.Store(true)
+			cfg := b.config("w")
+			cfg.Ordered, cfg.LeaseTTL, cfg.BatchSize = true, 300*time.Millisecond, 10
+			cfg.MaxDeliveries = 1000 // fails until the test lets it through
+			if tc.poison {
+				cfg.MaxDeliveries = 3
+			}
+			cfg.Projector = worker.ProjectorFunc(func(ctx context.Context, tx pgx.Tx, evs []*outbox.Event) error {
+				for _, ev := range evs {
+					if ev.ID == bad.ID && failing.Load() {
+						return fmt.Errorf("%w: a poisoned event", worker.ErrRecord)
+					}
+				}
+				return rec.Project(ctx, tx, evs)
+			})
+			b.publish(t, interleaved...)
+			b.start(t, cfg)
+
+			if !tc.poison {
+				// Every other device is projected whole while dev-0's event
+				// keeps failing; dev-0 stops before it.
+				want := int64((devices-1)*perDevice + badAt)
+				require.Eventually(t, func() bool { rows, _ := b.rows(t); return rows == want }, waitFor, 10*time.Millisecond,
+					"the other devices of the partition were held by dev-0's failing event")
+				var dev0 int64
+				require.NoError(t, b.pg.Pool.QueryRow(context.Background(),
+					`SELECT count(*) FROM events WHERE device_key = 'dev-0'`).Scan(&dev0))
+				require.EqualValues(t, badAt, dev0, "dev-0's events after the failing one wait behind it")
+				failing.Store(false)
+				b.waitConverged(t)
+				rec.check(t)
+				return
+			}
+			b.parked = 1
+			b.events = without(b.events, bad)
+			b.waitDeadLetters(t, 1)
+			rows, _ := b.rows(t)
+			require.EqualValues(t, len(b.events), rows)
+			rec.check(t)
+			require.Equal(t, outbox.CategoryPoison, b.event(t, bad.ID).SyncFailure.Category)
+			b.check(t)
+		})
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/outboxd/outboxd/internal/failpolicy"
 	"github.com/outboxd/outboxd/internal/leader"
+	"github.com/outboxd/outboxd/internal/pause"
 	"github.com/outboxd/outboxd/internal/startstop"
 	"github.com/outboxd/outboxd/internal/stream"
 	"github.com/outboxd/outboxd/store"
@@ -83,6 +85,17 @@ type Worker struct {
 	// elector holds the partition's lease of an Ordered worker; nil
 	// otherwise.
 	elector *leader.Elector
+	// livePause and lanePause tell whether an operator paused the group's
+	// live projection or its replay lane (store.Pause); liveOff and
+	// laneOff are what the loop last read of them (only the run goroutine
+	// touches those).
+	livePause, lanePause *pause.Gate
+	liveOff, laneOff     bool
+	// cancelledBefore is the last cancel of the replays (store.
+	// LastReplayCancel), read at most every pause.RefreshEvery
+	// (cancelRead): entries the lane took before it are not projected.
+	// Only the run goroutine touches them.
+	cancelledBefore, cancelRead time.Time
 
 	// size is the current batch size (Config.BatchSize, or the choice of
 	// tune when Config.AutoBatch is set); tune is nil without AutoBatch
@@ -116,6 +129,27 @@ type heldEntry struct {
 	g   *stream.Group
 	msg stream.Entry
 	due time.Time
+	// group is the message group of the entry (messageGroup), set by
+	// hold: Ordered, a held entry holds only the later entries of its
+	// group.
+	group string
+}
+
+// messageGroup names the message group of a device's events: the events
+// an Ordered worker projects in order, and that one failing event holds.
+func messageGroup(sourceKey, deviceKey string) string { return sourceKey + "\x00" + deviceKey }
+
+// entryGroup is the message group of the event m carries ("" when m does
+// not decode).
+func entryGroup(m stream.Entry) string {
+	if m.Values == nil {
+		return ""
+	}
+	msg, err := m.Message()
+	if err != nil {
+		return ""
+	}
+	return messageGroup(msg.SourceKey, msg.DeviceKey)
 }
 
 // heldKey is the key of entry id of g in held: the ids of two streams may
@@ -188,6 +222,12 @@ func newWorker(st store.Store, rc *stream.Client, pool *pgxpool.Pool, cfg *Confi
 		w.elector = leader.New(st, leader.Config{
 			Name: OrderedLeaseName(c.Stream, c.Group, c.Partition), Owner: c.Consumer, TTL: c.LeaseTTL, BackoffMax: c.BackoffMax,
 		}, w.logger)
+	}
+	w.livePause = pause.NewGate(st, c.Stream, c.Now, store.Stage{Kind: store.StageProjection, Group: c.Group})
+	w.lanePause = pause.NewGate(st, c.Stream, c.Now, store.Stage{Kind: store.StageReplay, Group: c.Group})
+	if err := pause.Export(c.Registerer, st, c.Stream, store.Stage{Kind: store.StageProjection, Group: c.Group},
+		store.Stage{Kind: store.StageReplay, Group: c.Group}); err != nil {
+		return nil, fmt.Errorf("error registering the pause gauge: %w", err)
 	}
 	w.life.Init(w.preflight, w.run)
 	return w, nil
@@ -370,6 +410,7 @@ func (w *Worker) claimAll(fetchCtx context.Context) error {
 // It returns nil or a context error when asked to stop, and any other error
 // to stop abruptly.
 func (w *Worker) loop(fetchCtx, workCtx context.Context) error {
+	w.readPauses(fetchCtx)
 	if w.cfg.Ordered {
 		if err := w.claimAll(fetchCtx); err != nil {
 			return err
@@ -389,6 +430,17 @@ func (w *Worker) loop(fetchCtx, workCtx context.Context) error {
 		case <-w.wake:
 			w.makeDue()
 		default:
+		}
+		w.readPauses(fetchCtx)
+		if w.liveOff && w.laneOff {
+			// Both lanes paused by an operator: project nothing (what was
+			// read is held, touched, until the resume).
+			if err := w.settleBehind(); err != nil {
+				return err
+			}
+			w.holdAhead()
+			w.waitResumed(fetchCtx)
+			continue
 		}
 		if g, due := w.takeDue(time.Now()); len(due) > 0 {
 			if err := w.process(fetchCtx, workCtx, g, due, nil); err != nil {
@@ -433,14 +485,45 @@ func (w *Worker) loop(fetchCtx, workCtx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if g == w.group && len(msgs) == w.batchSize() && !w.paused() && !w.cfg.Ordered {
+		if w.readPauses(fetchCtx); !w.open(g) {
+			// Paused while the read waited: hold what it read, touched,
+			// until the resume.
+			now := time.Now()
+			for _, m := range msgs {
+				w.hold(heldEntry{g: g, msg: m, due: now})
+			}
+			continue
+		}
+		if g == w.group && len(msgs) == w.batchSize() && !w.paused() && !w.cfg.Ordered && !w.liveOff {
 			w.readAhead(fetchCtx, workCtx)
 		}
 		if err := w.process(fetchCtx, workCtx, g, msgs, pre); err != nil {
 			return err
 		}
+		if g == w.group {
+			w.throttle(fetchCtx, len(msgs))
+		}
 	}
 	return nil
+}
+
+// throttle takes n live events from the group's projection rate
+// (Config.ProjectionRate) and waits while the group is ahead of it.
+func (w *Worker) throttle(fetchCtx context.Context, n int) {
+	r := w.cfg.ProjectionRate
+	if r <= 0 || r == rate.Inf || n == 0 {
+		return
+	}
+	burst := max(1, int(math.Ceil(float64(r)/20)))
+	d, err := w.rc.Throttle(fetchCtx, w.group.Keys(), float64(r), burst, n)
+	if err != nil {
+		w.logger.Debug("projection rate not read; going on unthrottled", zap.Error(err))
+		return
+	}
+	if d > 0 {
+		w.metrics.throttled.Add(d.Seconds())
+		w.sleep(fetchCtx, d)
+	}
 }
 
 // batchSize is the current batch size.
@@ -513,6 +596,9 @@ func (w *Worker) next(fetchCtx context.Context, block time.Duration) (*stream.Gr
 		w.laneTurn = len(a.msgs) < w.batchSize()
 		return w.group, a.msgs, a.pre, a.err
 	}
+	if w.liveOff || w.laneOff {
+		return w.nextOpen(fetchCtx, block)
+	}
 	if w.laneTurn {
 		w.laneTurn = false
 		if n, _ := w.replayAllowance(); n > 0 {
@@ -562,6 +648,71 @@ func (w *Worker) next(fetchCtx context.Context, block time.Duration) (*stream.Gr
 	return w.group, both[0], nil, nil
 }
 
+// nextOpen is next while an operator paused one of the lanes: it reads
+// the other one only, waiting at most block (the replay lane within its
+// rate).
+func (w *Worker) nextOpen(fetchCtx context.Context, block time.Duration) (*stream.Group, []stream.Entry, *batch, error) {
+	if err := w.settleBehind(); err != nil {
+		return w.group, nil, nil, err
+	}
+	if w.laneOff {
+		msgs, err := w.read(fetchCtx, w.group, ">", w.batchSize(), min(block, pause.RefreshEvery))
+		return w.group, msgs, nil, err
+	}
+	n, wait := w.replayAllowance()
+	if n == 0 {
+		w.sleep(fetchCtx, min(block, max(wait, time.Millisecond)))
+		return w.replay, nil, nil, nil
+	}
+	msgs, err := w.read(fetchCtx, w.replay, ">", n, min(block, pause.RefreshEvery))
+	w.spendReplay(len(msgs))
+	return w.replay, msgs, nil, err
+}
+
+// readPauses reads whether an operator paused the group's live
+// projection or its replay lane (at most every pause.RefreshEvery), and
+// logs a change.
+func (w *Worker) readPauses(ctx context.Context) {
+	for _, l := range []struct {
+		gate *pause.Gate
+		off  *bool
+		lane string
+	}{{w.livePause, &w.liveOff, "live"}, {w.lanePause, &w.laneOff, "replay"}} {
+		p := l.gate.Paused(ctx)
+		if off := p != nil; off != *l.off {
+			*l.off = off
+			if off {
+				w.logger.Info("paused by an operator: projecting nothing of this lane until resumed", zap.String("lane", l.lane),
+					zap.String("stage", p.Stage), zap.String("by", p.By))
+			} else {
+				w.logger.Info("resumed by an operator", zap.String("lane", l.lane))
+			}
+		}
+	}
+}
+
+// open reports whether g's lane is not paused by an operator.
+func (w *Worker) open(g *stream.Group) bool {
+	if g == w.replay {
+		return !w.laneOff
+	}
+	return !w.liveOff
+}
+
+// waitResumed waits while both lanes are paused: until a pause may have
+// ended (pause.RefreshEvery), or fetchCtx ends.
+func (w *Worker) waitResumed(fetchCtx context.Context) { w.sleep(fetchCtx, pause.RefreshEvery) }
+
+// sleep waits d or until fetchCtx ends.
+func (w *Worker) sleep(fetchCtx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-fetchCtx.Done():
+	case <-t.C:
+	}
+}
+
 // replayAllowance returns how many entries of the replay lane the rate
 // allows now: a batch of the lane (a batch, at most the limiter's burst:
 // a twentieth of a second of the rate), or 0 and how long until one. Reading
@@ -590,24 +741,41 @@ func (w *Worker) spendReplay(n int) {
 func (w *Worker) alive() { w.beat.Store(time.Now().UnixNano()) }
 
 // paused reports whether the worker holds entries while retries of the
-// unknown class are halted (a streak of record errors holds nothing), or, Ordered, holds any entry of the stream: it reads
-// nothing new until they go through or the halt clears.
+// unknown class are halted (a streak of record errors holds nothing): it
+// reads nothing new until they go through or the halt clears. (Ordered, a
+// held entry holds only its own message group: see heldFirst.)
 func (w *Worker) paused() bool {
 	if len(w.held) == 0 {
 		return false
 	}
-	if w.cfg.Ordered && slices.ContainsFunc(slices.Collect(maps.Values(w.held)), func(h heldEntry) bool { return h.g == w.group }) {
-		return true
-	}
 	return w.streak.Halted(failpolicy.ClassUnknown)
+}
+
+// heldFirst returns, Ordered, the id of the first entry of the stream
+// held for each message group: a newer entry of that group waits behind
+// it. It returns nil without Ordered.
+func (w *Worker) heldFirst() map[string]string {
+	if !w.cfg.Ordered {
+		return nil
+	}
+	first := map[string]string{}
+	for _, h := range w.held {
+		if h.g != w.group {
+			continue
+		}
+		if id, ok := first[h.group]; !ok || stream.CompareIDs(h.msg.ID, id) < 0 {
+			first[h.group] = h.msg.ID
+		}
+	}
+	return first
 }
 
 // takeDue removes from held, and returns in id order, at most a batch of
 // entries due at now, all of one consumer (the stream's first), and that
 // consumer.
 //
-// Ordered, the stream's held entries go in id order: one not due yet holds
-// back those after it.
+// Ordered, the stream's held entries go in id order within their message
+// group: one not due yet holds back the later ones of its group.
 func (w *Worker) takeDue(now time.Time) (*stream.Group, []stream.Entry) {
 	var g *stream.Group
 	var due []stream.Entry
@@ -618,15 +786,18 @@ func (w *Worker) takeDue(now time.Time) (*stream.Group, []stream.Entry) {
 		}
 		return stream.CompareIDs(ha.msg.ID, hb.msg.ID)
 	})
-	blocked := false
+	blocked := map[string]bool{} // Ordered: message groups held back
 	for _, k := range keys {
 		if len(due) == w.batchSize() {
 			break
 		}
 		h := w.held[k]
+		if !w.open(h.g) {
+			continue
+		}
 		if w.cfg.Ordered && h.g == w.group {
-			if blocked || h.due.After(now) {
-				blocked = true
+			if blocked[h.group] || h.due.After(now) {
+				blocked[h.group] = true
 				continue
 			}
 		}
@@ -641,15 +812,18 @@ func (w *Worker) takeDue(now time.Time) (*stream.Group, []stream.Entry) {
 }
 
 // nextDue returns when the next held entry is due. Ordered, the stream's
-// held entries are due when their first (in id order) is: it holds back
-// the others.
+// held entries of a message group are due when the group's first (in id
+// order) is: it holds back the others.
 func (w *Worker) nextDue() (time.Time, bool) {
 	var next time.Time
-	var first *heldEntry // Ordered: the stream's first held entry
+	first := map[string]heldEntry{} // Ordered: each group's first held entry
 	for _, h := range w.held {
+		if !w.open(h.g) {
+			continue // its lane is paused
+		}
 		if w.cfg.Ordered && h.g == w.group {
-			if first == nil || stream.CompareIDs(h.msg.ID, first.msg.ID) < 0 {
-				first = &h
+			if f, ok := first[h.group]; !ok || stream.CompareIDs(h.msg.ID, f.msg.ID) < 0 {
+				first[h.group] = h
 			}
 			continue
 		}
@@ -657,8 +831,10 @@ func (w *Worker) nextDue() (time.Time, bool) {
 			next = h.due
 		}
 	}
-	if first != nil && (next.IsZero() || first.due.Before(next)) {
-		next = first.due
+	for _, h := range first {
+		if next.IsZero() || h.due.Before(next) {
+			next = h.due
+		}
 	}
 	return next, !next.IsZero()
 }
@@ -754,6 +930,9 @@ func (w *Worker) recoverOwn(fetchCtx context.Context) error {
 // history from the start once.
 func (w *Worker) drainOwn(fetchCtx, workCtx context.Context) error {
 	for _, g := range w.groups() {
+		if !w.open(g) {
+			continue // its pending entries are recovered after the resume (recoverOwn)
+		}
 		start := "0"
 		for fetchCtx.Err() == nil {
 			msgs, err := w.read(fetchCtx, g, start, w.batchSize(), -1)
@@ -768,28 +947,7 @@ func (w *Worker) drainOwn(fetchCtx, workCtx context.Context) error {
 			if err := w.process(fetchCtx, workCtx, g, msgs, nil); err != nil {
 				return err
 			}
-			if err := w.settle(fetchCtx, workCtx); err != nil {
-				return err
-			}
 		}
-	}
-	return nil
-}
-
-// settle, Ordered, delivers the held entries of the stream when due until
-// none is held, so that the next batch of a drain or a reclaim does not
-// pass them; without Ordered it does nothing.
-func (w *Worker) settle(fetchCtx, workCtx context.Context) error {
-	for w.cfg.Ordered && w.paused() && fetchCtx.Err() == nil {
-		w.alive()
-		w.streak.Refresh(fetchCtx)
-		if g, due := w.takeDue(time.Now()); len(due) > 0 {
-			if err := w.process(fetchCtx, workCtx, g, due, nil); err != nil {
-				return err
-			}
-			continue
-		}
-		w.waitHeld(fetchCtx)
 	}
 	return nil
 }
@@ -808,6 +966,9 @@ func (w *Worker) lane(g *stream.Group) string { return g.Keys().Lane() }
 // dead-lettered with reason trimmed.
 func (w *Worker) reclaim(fetchCtx, workCtx context.Context) error {
 	for _, g := range w.groups() {
+		if !w.open(g) {
+			continue
+		}
 		if err := w.reclaimFrom(fetchCtx, workCtx, g); err != nil {
 			return err
 		}
@@ -835,9 +996,6 @@ func (w *Worker) reclaimFrom(fetchCtx, workCtx context.Context, g *stream.Group)
 			w.metrics.claimed.Add(float64(len(msgs)))
 			w.logger.Info("reclaimed idle entries", zap.Int("entries", len(msgs)), zap.String("lane", w.lane(g)))
 			if err := w.process(fetchCtx, workCtx, g, msgs, nil); err != nil {
-				return err
-			}
-			if err := w.settle(fetchCtx, workCtx); err != nil {
 				return err
 			}
 		}
@@ -878,6 +1036,12 @@ func (w *Worker) redisDone(err error) error {
 // waiting (the entries then stay pending), and an error when the worker
 // must stop abruptly.
 func (w *Worker) process(fetchCtx, workCtx context.Context, g *stream.Group, msgs []stream.Entry, pre *batch) error {
+	if g == w.replay {
+		var err error
+		if msgs, err = w.dropCancelled(fetchCtx, workCtx, msgs); err != nil {
+			return err
+		}
+	}
 	if len(msgs) == 0 {
 		return nil
 	}
@@ -909,6 +1073,46 @@ func (w *Worker) process(fetchCtx, workCtx context.Context, g *stream.Group, msg
 	}
 	w.apply(g, t.out)
 	return nil
+}
+
+// dropCancelled acknowledges, unprojected, the entries of the replay lane
+// added before the last cancel of the replays (operator.CancelReplay),
+// and returns the others: a cancelled replay's entries a worker had
+// already read (held, or read while the cancel removed the rest) are not
+// projected either. A failed read of the cancel drops nothing. The entry
+// ids are Redis's times and the cancel the operator's: a skew between the
+// clocks moves the line by as much.
+func (w *Worker) dropCancelled(fetchCtx, workCtx context.Context, msgs []stream.Entry) ([]stream.Entry, error) {
+	if time.Since(w.cancelRead) >= pause.RefreshEvery {
+		w.cancelRead = time.Now()
+		if at, err := store.LastReplayCancel(fetchCtx, w.st, w.cfg.Stream); err == nil && at != nil {
+			w.cancelledBefore = *at
+		}
+	}
+	if w.cancelledBefore.IsZero() {
+		return msgs, nil
+	}
+	var drop []string
+	keep := msgs[:0:0]
+	for _, m := range msgs {
+		if at, ok := stream.IDTime(m.ID); ok && at.Before(w.cancelledBefore) {
+			drop = append(drop, m.ID)
+			continue
+		}
+		keep = append(keep, m)
+	}
+	if len(drop) == 0 {
+		return msgs, nil
+	}
+	err := w.retry(fetchCtx, "acknowledging a cancelled replay's entries", func() error {
+		return w.finish(workCtx, w.replay, nil, drop, nil)
+	})
+	if err != nil {
+		return nil, unlessStopped(err)
+	}
+	w.metrics.replayCancelled.Add(float64(len(drop)))
+	w.logger.Info("entries of a cancelled replay acknowledged unprojected", zap.Int("entries", len(drop)))
+	return keep, nil
 }
 
 // behindTail is the tail of a batch written while the loop goes on with

@@ -32,6 +32,9 @@ const (
 	// ProblemReadOnly: this instance is read-only (Config.ReadOnly) and
 	// refuses the actions that change something.
 	ProblemReadOnly = "urn:outboxd:problem:read-only"
+	// ProblemCancelled: the replay this chunk belongs to was cancelled
+	// (POST /v1/admin/replay:cancel); start a new replay.
+	ProblemCancelled = "urn:outboxd:problem:replay-cancelled"
 )
 
 // adminBodyMax bounds an admin request body.
@@ -51,13 +54,37 @@ type ReplayRequest struct {
 	Rebuild   bool   `json:"rebuild,omitempty"`
 	After     string `json:"after,omitempty"`
 	Limit     int    `json:"limit,omitempty"`
+	// Entities replays each of these ("sourceKey" or
+	// "sourceKey/deviceKey") in turn, in place of sourceKey and deviceKey;
+	// Type keeps the originals of this type.
+	Entities []string `json:"entities,omitempty"`
+	Type     string   `json:"type,omitempty"`
+	// Started is the started of the replay's first chunk (RFC 3339), sent
+	// with each further chunk so that a cancel stops the replay.
+	Started string `json:"started,omitempty"`
 }
 
 // query parses r into the operator's query.
 func (r ReplayRequest) query() (operator.ReplayQuery, error) {
 	q, err := eventsQuery(r.From, r.To, r.By, r.SourceKey, r.DeviceKey, r.State, r.After, r.Limit)
-	return operator.ReplayQuery{EventsQuery: q, DryRun: r.DryRun, Rebuild: r.Rebuild}, err
+	if err != nil {
+		return operator.ReplayQuery{}, err
+	}
+	started, err := parseTime(r.Started, "started")
+	return operator.ReplayQuery{EventsQuery: q, DryRun: r.DryRun, Rebuild: r.Rebuild, Started: started,
+		Entities: r.Entities, Type: r.Type}, err
 }
+
+// PauseRequest is the body of POST /v1/admin/pause and /v1/admin/resume:
+// the stage (relay, relay:<partition>, projection, replay, or
+// projection:<group>, replay:<group>) and, for a pause, who pauses.
+type PauseRequest struct {
+	Stage string `json:"stage"`
+	By    string `json:"by,omitempty"`
+}
+
+// CancelRequest is the body of POST /v1/admin/replay:cancel (empty).
+type CancelRequest struct{}
 
 // VerifyRequest is the body of POST /v1/admin/verify: an
 // operator.VerifyQuery with its times in RFC 3339 (an empty bound is open).
@@ -119,7 +146,17 @@ func (h *handler) adminRoutes() []route {
 			if err != nil {
 				return nil, err
 			}
-			return op.ListDLQ(r.Context(), operator.DLQQuery{Category: q.Get("category"), Code: q.Get("code"), After: q.Get("after"), Limit: limit})
+			since, err := parseTime(q.Get("since"), "since")
+			if err != nil {
+				return nil, err
+			}
+			until, err := parseTime(q.Get("until"), "until")
+			if err != nil {
+				return nil, err
+			}
+			return op.ListDLQ(r.Context(), operator.DLQQuery{Category: q.Get("category"), Code: q.Get("code"), Error: q.Get("error"),
+				SourceKey: q.Get("sourceKey"), DeviceKey: q.Get("deviceKey"), Type: q.Get("type"), Since: since, Until: until,
+				Payload: q.Get("payload"), After: q.Get("after"), Limit: limit})
 		}), accessView},
 		{http.MethodGet, "/v1/admin/dlq/{id}", adminAnswer(h, func(_ http.ResponseWriter, r *http.Request) (*operator.DeadLetter, error) {
 			return op.DeadLetter(r.Context(), r.PathValue("id"))
@@ -155,6 +192,18 @@ func (h *handler) adminRoutes() []route {
 			}
 			return op.Verify(ctx, q)
 		}, func(r VerifyRequest) bool { return r.Repair }), accessView},
+		{http.MethodGet, "/v1/admin/pauses", adminAnswer(h, func(_ http.ResponseWriter, r *http.Request) (*operator.PausesResult, error) {
+			return op.Pauses(r.Context())
+		}), accessView},
+		{http.MethodPost, "/v1/admin/pause", adminPost(h, func(ctx context.Context, r PauseRequest) (*operator.PauseResult, error) {
+			return op.Pause(ctx, operator.PauseQuery{Stage: r.Stage, By: r.By})
+		}, always[PauseRequest]), accessOperate},
+		{http.MethodPost, "/v1/admin/resume", adminPost(h, func(ctx context.Context, r PauseRequest) (*operator.PauseResult, error) {
+			return op.Resume(ctx, operator.PauseQuery{Stage: r.Stage})
+		}, always[PauseRequest]), accessOperate},
+		{http.MethodPost, "/v1/admin/replay:cancel", adminPost(h, func(ctx context.Context, _ CancelRequest) (*operator.CancelResult, error) {
+			return op.CancelReplay(ctx)
+		}, always[CancelRequest]), accessOperate},
 		{http.MethodPost, "/v1/admin/retries:resume", adminPost(h, func(ctx context.Context, r RetriesRequest) (*operator.RetriesResult, error) {
 			return op.ResumeRetries(ctx, operator.RetriesQuery{Class: r.Class})
 		}, always[RetriesRequest]), accessOperate},
@@ -166,7 +215,7 @@ func always[Req any](Req) bool { return true }
 
 // errReadOnly refuses an action that changes something on a read-only
 // instance.
-var errReadOnly = errors.New("this instance is read-only (--ui-read-only): it refuses the admin actions that change something (DLQ replay and drop, replay other than a dry run, verify --repair, retries resume); ask an instance without the flag")
+var errReadOnly = errors.New("this instance is read-only (--ui-read-only): it refuses the admin actions that change something (DLQ replay and drop, replay other than a dry run and its cancel, verify --repair, retries resume, pause and resume); ask an instance without the flag")
 
 // adminAnswer serves an admin route: 200 with what action returns, or the
 // problem of its error.
@@ -315,7 +364,7 @@ func strictMembers(body []byte, fields []string) error {
 // adminFail answers an error of an admin action: 422 for invalid fields,
 // 404 for an unknown dead letter or original, 403 for an action a
 // read-only instance refuses, 501 for an action this instance cannot
-// perform, 503 with Retry-After when a backend is unreachable, 500
+// perform, 409 for a chunk of a cancelled replay, 503 with Retry-After when a backend is unreachable, 500
 // otherwise.
 func (h *handler) adminFail(w http.ResponseWriter, r *http.Request, err error) {
 	var pe *problemError
@@ -332,6 +381,8 @@ func (h *handler) adminFail(w http.ResponseWriter, r *http.Request, err error) {
 		writeProblem(w, r, p)
 	case errors.Is(err, operator.ErrNotFound):
 		writeProblem(w, r, newProblem(http.StatusNotFound, "", "", oe.Detail))
+	case errors.Is(err, operator.ErrCancelled):
+		writeProblem(w, r, newProblem(http.StatusConflict, ProblemCancelled, "Replay cancelled", oe.Detail))
 	case errors.Is(err, errScope):
 		forbidScope(w, r, ScopeOperator, scopeOf(r))
 	case errors.Is(err, errReadOnly):

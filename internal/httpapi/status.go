@@ -49,6 +49,9 @@ type Status struct {
 	// does not tell which originals it holds): the snapshot's readModel
 	// says so, and there is no audit. Defaults to "": it can.
 	Unchecked string
+	// Pauses reads the stages an operator paused (operator.Pauses).
+	// Defaults to none: the part is left out.
+	Pauses func(ctx context.Context) (*operator.PausesResult, error)
 	// Gatherer is this process's metrics registry: the breaker states and
 	// the halted retries are read from it (a part whose metric is absent is
 	// left out). Defaults to none.
@@ -105,6 +108,9 @@ type Snapshot struct {
 	// group's workers and of the stream's dispatchers, kept in Redis, and
 	// those of this process's components.
 	RetriesHalted []HaltedRetries `json:"retriesHalted,omitempty"`
+	// Paused lists the stages an operator paused (outboxd pause): paused,
+	// not stalled (absent when none is).
+	Paused []store.PauseState `json:"paused,omitempty"`
 	// Audit is the last run of the read model's audit, by any process
 	// (absent when none ran, or this role has no PostgreSQL): what it
 	// compared, the drift it found by kind, a few of the findings and the
@@ -115,7 +121,7 @@ type Snapshot struct {
 	ReadModel *ReadModelState `json:"readModel,omitempty"`
 	// Unavailable names the parts that could not be read: "events",
 	// "outbox", "stream", "replay", "dlq", "redis", "dispatcher",
-	// "reconciler", "audit".
+	// "reconciler", "audit", "paused".
 	Unavailable []string `json:"unavailable,omitempty"`
 	// ReadAt is when the store's figures were read (they may come from a
 	// short cache, see the store); absent when they could not be read.
@@ -314,6 +320,7 @@ func (s *Status) counts(ctx context.Context, leases bool) *Snapshot {
 	timeout := cmp.Or(s.ReadTimeout, StatusReadTimeout)
 	withAudit := leases && s.Audit != nil // the snapshot's, not the collector's
 	withRedis := leases && s.Redis != nil // the same
+	withPauses := leases && s.Pauses != nil
 	leases = leases && (s.DispatcherLease != "" || s.ReconcilerLease != "")
 	var (
 		wg        sync.WaitGroup
@@ -326,7 +333,12 @@ func (s *Status) counts(ctx context.Context, leases bool) *Snapshot {
 		auditErr  error
 		rparts    redisParts
 		rpartsErr error
+		pauses    *operator.PausesResult
+		pausesErr error
 	)
+	if withPauses {
+		wg.Go(func() { pauses, pausesErr = within(ctx, timeout, s.Pauses) })
+	}
 	wg.Go(func() { counts, countsErr = within(ctx, timeout, s.Store.Counts) })
 	if s.Redis != nil {
 		wg.Go(func() {
@@ -352,6 +364,12 @@ func (s *Status) counts(ctx context.Context, leases bool) *Snapshot {
 	}
 	if auditErr != nil {
 		snap.Unavailable = append(snap.Unavailable, "audit")
+	}
+	switch {
+	case pausesErr != nil:
+		snap.Unavailable = append(snap.Unavailable, "paused")
+	case pauses != nil && len(pauses.Paused) > 0:
+		snap.Paused = pauses.Paused
 	}
 	if countsErr != nil {
 		snap.Unavailable = append(snap.Unavailable, "events", "outbox")

@@ -3,6 +3,7 @@ package operator
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -73,6 +74,20 @@ type DLQQuery struct {
 	// Category and Code keep the entries with this category and code (""
 	// keeps all).
 	Category, Code string
+	// Error keeps the entries whose error contains it (case-insensitive).
+	Error string
+	// SourceKey and DeviceKey keep the entries of this source and device
+	// (as the failed stream message names them); Type those whose
+	// original has this type.
+	SourceKey, DeviceKey, Type string
+	// Since and Until keep the entries dead-lettered in [Since, Until) (a
+	// zero bound is open).
+	Since, Until time.Time
+	// Payload keeps the entries whose original's payload has a field of
+	// this value: "path=value", the path's keys joined with dots
+	// ("reading.unit=C"), the value as JSON writes it (a string without
+	// its quotes).
+	Payload string
 	// After continues a listing after this entry id ("" from the oldest).
 	After string
 	// Limit is the most entries returned. Defaults to ChunkDefault.
@@ -162,8 +177,67 @@ func deadLetterOf(d stream.DeadLetter, now time.Time) DeadLetter {
 		Original: OriginalMissing, Payload: d.Payload}
 }
 
+// matches reports whether q keeps dl, by what the dead letter itself
+// holds (not its original's type and payload: matchesOriginal).
 func (q DLQQuery) matches(dl DeadLetter) bool {
-	return (q.Category == "" || dl.Category == q.Category) && (q.Code == "" || dl.Code == q.Code)
+	if (q.Category != "" && dl.Category != q.Category) || (q.Code != "" && dl.Code != q.Code) ||
+		(q.Error != "" && !strings.Contains(strings.ToLower(dl.Error), strings.ToLower(q.Error))) ||
+		(!q.Since.IsZero() && dl.At.Before(q.Since)) || (!q.Until.IsZero() && !dl.At.Before(q.Until)) {
+		return false
+	}
+	if q.SourceKey == "" && q.DeviceKey == "" {
+		return true
+	}
+	msg, err := outbox.DecodeMessage(map[string]any{outbox.PayloadField: dl.Payload})
+	return err == nil && (q.SourceKey == "" || msg.SourceKey == q.SourceKey) && (q.DeviceKey == "" || msg.DeviceKey == q.DeviceKey)
+}
+
+// needsOriginals reports whether q filters by the original (Type,
+// Payload).
+func (q DLQQuery) needsOriginals() bool { return q.Type != "" || q.Payload != "" }
+
+// matchesOriginal reports whether the original ev (nil: none) has q's type
+// and payload field.
+func (q DLQQuery) matchesOriginal(ev *outbox.Event) bool {
+	if !q.needsOriginals() {
+		return true
+	}
+	if ev == nil || (q.Type != "" && ev.Type != q.Type) {
+		return false
+	}
+	if q.Payload == "" {
+		return true
+	}
+	path, want, _ := strings.Cut(q.Payload, "=")
+	var v any
+	if err := json.Unmarshal(ev.Payload, &v); err != nil {
+		return false
+	}
+	for _, key := range strings.Split(path, ".") {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return false
+		}
+		if v, ok = m[key]; !ok {
+			return false
+		}
+	}
+	if s, ok := v.(string); ok {
+		return s == want
+	}
+	got, err := json.Marshal(v)
+	return err == nil && string(got) == want
+}
+
+// check checks q's filters.
+func (q DLQQuery) check() error {
+	switch {
+	case q.Payload != "" && !strings.Contains(q.Payload, "="):
+		return Invalid("payload", "must be path=value (reading.unit=C)")
+	case !q.Since.IsZero() && !q.Until.IsZero() && !q.Since.Before(q.Until):
+		return Invalid("until", "must be after since")
+	}
+	return nil
 }
 
 // dlqs are the keys of every partition's dead-letter stream
@@ -234,11 +308,21 @@ func (o *Operator) scan(ctx context.Context, q DLQQuery, limit int) (out []DeadL
 		if err != nil {
 			return nil, "", redisErr("reading the dead-letter stream", err)
 		}
+		var events map[string]*outbox.Event
+		if q.needsOriginals() {
+			dls := make([]DeadLetter, len(msgs))
+			for i, m := range msgs {
+				dls[i] = deadLetterOf(m, now)
+			}
+			if events, err = o.originals(ctx, dls); err != nil {
+				return nil, "", err
+			}
+		}
 		for i, m := range msgs {
 			scanned++
 			dl := deadLetterOf(m, now)
 			dl.dlq = keys[i]
-			if q.matches(dl) {
+			if q.matches(dl) && q.matchesOriginal(events[dl.EventID]) {
 				out = append(out, dl)
 			}
 			if len(out) == limit {
@@ -294,6 +378,9 @@ func (o *Operator) ListDLQ(ctx context.Context, q DLQQuery) (*DLQPage, error) {
 	limit := cmp.Or(q.Limit, ChunkDefault)
 	if limit < 1 || limit > ChunkMax {
 		return nil, Invalid("limit", "must be from 1 to %d", ChunkMax)
+	}
+	if err := q.check(); err != nil {
+		return nil, err
 	}
 	var length int64
 	parts := o.dlqs()

@@ -172,6 +172,9 @@ var (
 	// reached now; what was done so far is logged and the action can run
 	// again.
 	ErrUnavailable = errors.New("backend unavailable")
+	// ErrCancelled: the replay a chunk belongs to was cancelled
+	// (CancelReplay); start a new one to replay again.
+	ErrCancelled = errors.New("cancelled")
 )
 
 // Backends named by Error.Backend.
@@ -182,7 +185,7 @@ const (
 )
 
 // Error is an error of an action that a caller can act on: Kind (one of
-// ErrInvalid, ErrNotFound, ErrNotAvailable, ErrUnavailable) says what went
+// ErrInvalid, ErrNotFound, ErrNotAvailable, ErrUnavailable, ErrCancelled) says what went
 // wrong and errors.Is matches it. Other errors of an action are failures
 // of its own (a store error other than an outage, say).
 type Error struct {

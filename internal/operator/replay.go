@@ -42,6 +42,16 @@ type ReplayQuery struct {
 	// Rebuild removes the chunk's rows from the read model, with their
 	// counts, before re-publishing it (after a projection bug is fixed).
 	Rebuild bool
+	// Entities replays the window of each of these entities in turn, each
+	// "sourceKey" or "sourceKey/deviceKey", in place of SourceKey and
+	// DeviceKey (at most 1,000); After then carries the entity's place.
+	Entities []string
+	// Type keeps the originals of this type only.
+	Type string
+	// Started is when the replay began: the Started of its first chunk's
+	// result (zero for the first chunk: now). A chunk of a replay that
+	// began before the last CancelReplay is refused with ErrCancelled.
+	Started time.Time
 }
 
 // ReplayResult is what Replay did to one chunk (POST /v1/admin/replay).
@@ -59,6 +69,9 @@ type ReplayResult struct {
 	// Next is the After of the next chunk; Done is set after the last.
 	Next string `json:"next,omitempty"`
 	Done bool   `json:"done"`
+	// Started is when the replay began, to pass with its next chunk
+	// (ReplayQuery.Started), so that a cancel stops it.
+	Started *time.Time `json:"started,omitempty"`
 }
 
 // store checks q and returns its store query.
@@ -128,12 +141,15 @@ func parseCursor(s string) (*store.EventCursor, error) {
 // stay missing (verify reports them) until the same replay runs again.
 // A dry run counts the window and changes nothing.
 func (o *Operator) Replay(ctx context.Context, r ReplayQuery) (*ReplayResult, error) {
+	if len(r.Entities) > 0 {
+		return o.replayEntities(ctx, r)
+	}
 	q, err := r.store()
 	if err != nil {
 		return nil, err
 	}
 	if r.DryRun {
-		n, err := o.cfg.Store.CountEvents(ctx, q)
+		n, err := o.countWindow(ctx, q, r.Type)
 		if err != nil {
 			return nil, storeErr("counting the window's originals", err)
 		}
@@ -157,14 +173,29 @@ func (o *Operator) Replay(ctx context.Context, r ReplayQuery) (*ReplayResult, er
 				Detail: "this read model's projector cannot remove rows, so --rebuild is not available (replay without it)"}
 		}
 	}
+	started := r.Started.UTC()
+	if started.IsZero() {
+		started = o.cfg.Now().UTC()
+	}
+	cancelled, err := store.LastReplayCancel(ctx, o.cfg.Store, o.cfg.Stream)
+	if err != nil {
+		return nil, storeErr("reading the last cancel of the replays", err)
+	}
+	if cancelled != nil && !cancelled.Before(started) {
+		return nil, &Error{Kind: ErrCancelled, Detail: fmt.Sprintf(
+			"this replay (started %s) was cancelled at %s: nothing more of it is published; start a new replay to replay again",
+			started.Format(time.RFC3339Nano), cancelled.UTC().Format(time.RFC3339Nano))}
+	}
 	page, err := o.cfg.Store.ListEvents(ctx, q)
 	if err != nil {
 		return nil, storeErr("listing the window's originals", err)
 	}
-	res := &ReplayResult{Matched: len(page), Done: len(page) < q.Limit}
+	res := &ReplayResult{Done: len(page) < q.Limit, Started: &started}
 	if len(page) > 0 && !res.Done {
 		res.Next = formatCursor(q.CursorOf(page[len(page)-1]))
 	}
+	page = ofType(page, r.Type)
+	res.Matched = len(page)
 	ids := make([]string, len(page))
 	var parked []string
 	for i, ev := range page {
@@ -244,4 +275,98 @@ func (o *Operator) ListEvents(ctx context.Context, r EventsQuery) (*EventsPage, 
 		out.Next = formatCursor(q.CursorOf(page[len(page)-1]))
 	}
 	return out, nil
+}
+
+// entitiesMax bounds ReplayQuery.Entities.
+const entitiesMax = 1000
+
+// replayEntities is Replay of each of r.Entities in turn: one chunk of
+// one entity per call, r.After "<place>~<cursor>" naming the entity and
+// the chunk after which to go on; a dry run counts them all.
+func (o *Operator) replayEntities(ctx context.Context, r ReplayQuery) (*ReplayResult, error) {
+	switch {
+	case r.SourceKey != "" || r.DeviceKey != "":
+		return nil, Invalid("entities", "cannot be combined with sourceKey or deviceKey")
+	case len(r.Entities) > entitiesMax:
+		return nil, Invalid("entities", "at most %d per replay", entitiesMax)
+	}
+	refs := make([][2]string, len(r.Entities))
+	for i, e := range r.Entities {
+		source, device, _ := strings.Cut(e, "/")
+		if source == "" || strings.HasSuffix(e, "/") {
+			return nil, Invalid("entities", "each is sourceKey or sourceKey/deviceKey (got %q)", e)
+		}
+		refs[i] = [2]string{source, device}
+	}
+	place, after := 0, ""
+	if r.After != "" {
+		p, cursor, ok := strings.Cut(r.After, "~")
+		n, err := strconv.Atoi(p)
+		if !ok || err != nil || n < 0 || n >= len(refs) {
+			return nil, Invalid("after", "is not a cursor of this replay (pass the next of the previous answer)")
+		}
+		place, after = n, cursor
+	}
+	one := func(i int, after string) (*ReplayResult, error) {
+		q := r
+		q.Entities, q.SourceKey, q.DeviceKey, q.After = nil, refs[i][0], refs[i][1], after
+		return o.Replay(ctx, q)
+	}
+	if r.DryRun {
+		var total int64
+		for i := range refs {
+			res, err := one(i, "")
+			if err != nil {
+				return nil, err
+			}
+			total += *res.Count
+		}
+		return &ReplayResult{DryRun: true, Count: &total, Done: true}, nil
+	}
+	res, err := one(place, after)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case !res.Done:
+		res.Next = strconv.Itoa(place) + "~" + res.Next
+	case place+1 < len(refs):
+		res.Done, res.Next = false, strconv.Itoa(place+1)+"~"
+	}
+	return res, nil
+}
+
+// ofType keeps the events of type t ("" keeps all).
+func ofType(events []*outbox.Event, t string) []*outbox.Event {
+	if t == "" {
+		return events
+	}
+	out := events[:0:0]
+	for _, ev := range events {
+		if ev.Type == t {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// countWindow counts the originals q selects, of type t when set: the
+// store counts a window, but a type it pages through.
+func (o *Operator) countWindow(ctx context.Context, q store.EventQuery, t string) (int64, error) {
+	if t == "" {
+		return o.cfg.Store.CountEvents(ctx, q)
+	}
+	q.Limit = ChunkMax
+	var n int64
+	for {
+		page, err := o.cfg.Store.ListEvents(ctx, q)
+		if err != nil {
+			return 0, err
+		}
+		n += int64(len(ofType(page, t)))
+		if len(page) < q.Limit {
+			return n, nil
+		}
+		q.After = q.CursorOf(page[len(page)-1])
+	}
 }

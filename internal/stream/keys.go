@@ -133,6 +133,11 @@ func (k Keys) Failures() string { return k.Stream() + ":" + k.group + ":failures
 // nothing for them, at a bounded rate.
 func (k Keys) Replay() string { return k.base() + ":" + laneReplay }
 
+// ProjectionRate is the key of the group's live projection rate
+// (Client.Throttle): "<stream>:<group>:projection-rate", one for every
+// partition, shared by the group's workers of every process.
+func (k Keys) ProjectionRate() string { return k.name + ":" + k.group + ":projection-rate" }
+
 // Components with an error-streak rule, as Streak names them.
 const (
 	// ComponentWorker: the workers of the consumer group.

@@ -84,6 +84,7 @@ func Checks() []Check {
 		{"MarkDispatchedOnlyByLeaseHolder", checkMarkDispatchedFenced},
 		{"MarkRelayedMarksAndCheckpointsTogether", checkMarkRelayed},
 		{"ReleaseLetsAnotherTakeOver", checkRelease},
+		{"PauseIsRecordedUntilResumed", checkPause},
 		{"CheckpointKeepsReplacesAndForgets", checkCheckpoint},
 		{"MarkSyncedOnce", checkMarkSynced},
 		{"ParkLeavesSyncedAlone", checkPark},
@@ -685,6 +686,50 @@ func checkRelease(t testing.TB, h Harness) {
 	st, err := b.s.ReadLease(ctx, b.stream)
 	require.NoError(t, err)
 	require.Equal(t, "b", st.Owner)
+}
+
+// checkPause: a pause (store.Pause, over the lease operations) is seen by
+// another reader of the store until it is resumed, once; a second pause
+// keeps the first's operator and time; stages are apart.
+func checkPause(t testing.TB, h Harness) {
+	b := setup(t, h, Options{})
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	relay1 := store.Stage{Kind: store.StageRelay, Partition: 1}
+	all := store.Stage{Kind: store.StageRelay, Partition: store.StageAllPartitions}
+	p, err := store.Paused(ctx, b.s, b.stream, relay1, now)
+	require.NoError(t, err)
+	require.Nil(t, p, "a stage never paused runs")
+	p, created, err := store.Pause(ctx, b.s, b.stream, relay1, "alice", now)
+	require.NoError(t, err)
+	require.True(t, created)
+	require.Equal(t, "relay:1", p.Stage)
+	p, created, err = store.Pause(ctx, b.s, b.stream, relay1, "bob", now.Add(time.Second))
+	require.NoError(t, err)
+	require.False(t, created, "a paused stage stays paused as it was")
+	require.Equal(t, "alice", p.By)
+	later := now.Add(24 * time.Hour)
+	p, err = store.Paused(ctx, b.s, b.stream, relay1, later)
+	require.NoError(t, err)
+	require.NotNil(t, p, "a pause lasts until resumed")
+	require.Equal(t, "alice", p.By)
+	require.True(t, p.Since.Equal(now), "since %s, want %s", p.Since, now)
+	other, err := store.Paused(ctx, b.s, b.stream, all, later)
+	require.NoError(t, err)
+	require.Nil(t, other, "pausing one partition leaves the others")
+	ok, err := store.Resume(ctx, b.s, b.stream, relay1, later)
+	require.NoError(t, err)
+	require.True(t, ok)
+	ok, err = store.Resume(ctx, b.s, b.stream, relay1, later)
+	require.NoError(t, err)
+	require.False(t, ok, "a resumed stage is not paused")
+	p, err = store.Paused(ctx, b.s, b.stream, relay1, later)
+	require.NoError(t, err)
+	require.Nil(t, p)
+	p, created, err = store.Pause(ctx, b.s, b.stream, relay1, "bob", later)
+	require.NoError(t, err)
+	require.True(t, created, "a resumed stage can be paused again")
+	require.Equal(t, "bob", p.By)
 }
 
 func checkCheckpoint(t testing.TB, h Harness) {
