@@ -76,11 +76,15 @@ func treeCheck(v any, path string, depth int) (string, string) {
 		if !strings.ContainsAny(string(x), ".eE") {
 			return path, "int"
 		}
-		if f, err := x.Float64(); err != nil || math.IsInf(f, 0) {
+		f, err := x.Float64()
+		if err != nil || math.IsInf(f, 0) {
 			return path, "range"
 		}
 		if !inNumericRange(string(x)) {
 			return path, "numeric"
+		}
+		if !exactFloat(string(x), f) {
+			return path, "float"
 		}
 	}
 	return "", ""

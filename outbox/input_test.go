@@ -137,7 +137,10 @@ func TestPayloadRules(t *testing.T) {
 		// PostgreSQL's numeric (jsonb's numbers) holds 131072 digits before
 		// the point and 16383 after: beyond, the read model refuses the event.
 		{"TinyNumberBeyondNumericScale", `{"a":[1,{"n":1e-20000}]}`, "payload.a[1].n"},
-		{"SmallestNumericScale", `{"n":1e-16383,"z":0e-16383}`, ""},
+		{"ZeroAtTheSmallestNumericScale", `{"z":0e-16383}`, ""},
+		// Within numeric's scale but below a 64-bit float's range: MongoDB
+		// would read it back as 0.
+		{"SmallestNumericScaleUnderflowsAFloat", `{"n":1e-16383}`, "payload.n"},
 		{"OneDigitBeyondNumericScale", `{"n":1.0e-16383}`, "payload.n"},
 		{"ZeroBeyondNumericScale", `{"n":0.0e-16383}`, "payload.n"},
 		{"ZeroWithHugeExponent", `{"n":0e9999999999999}`, "payload.n"},
