@@ -79,7 +79,7 @@ type Config struct {
 	// store write (MarkRelayed: the marks and the checkpoint). Defaults to BatchSizeDefault
 	// (2,000: the fastest of 250, 500, 1,000 and 2,000 in the chunk-size
 	// table of docs/benchmarks.md; a checkpoint per batch stays within the
-	// 1,000 to 10,000 records between checkpoints of seed 002); at most
+	// 1,000 to 10,000 records between checkpoints); at most
 	// BatchSizeMax.
 	BatchSize int
 	// LeaseTTL is how long the lease lasts without renewal: the time a

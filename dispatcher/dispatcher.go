@@ -169,7 +169,7 @@ func (d *Dispatcher) Err() error { return d.life.Err() }
 
 // ResumeRetries is the operator's action on the streak rule.
 //
-// When one error code comes Config.StreakLimit times in a row (seed 002),
+// When one error code comes Config.StreakLimit times in a row,
 // the dispatcher halts automatic retries of that code's class, exports
 // outboxd_retries_halted{component="dispatcher",class} = 1 and logs an
 // error. While halted, the failing operation (the XADD of a batch, or

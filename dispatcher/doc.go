@@ -89,8 +89,8 @@
 // Redis (outboxd_dispatcher_breaker_state) opens after
 // Config.BreakerFailures consecutive failed pipelines, stays open
 // Config.BreakerTimeout and then lets one probe through, so a Redis that
-// comes back is used again within BreakerTimeout. The error-streak rule of
-// seed 002 (outboxd_error_streak, outboxd_retries_halted) watches the
+// comes back is used again within BreakerTimeout. The error-streak rule
+// (outboxd_error_streak, outboxd_retries_halted) watches the
 // dispatcher's failures too; see Dispatcher.ResumeRetries. Ingest does not
 // depend on Redis and is unaffected.
 //

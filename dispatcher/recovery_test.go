@@ -20,7 +20,7 @@ import (
 // (3,000 by default).
 const envRecoveryEvents = "OUTBOXD_RECOVERY_EVENTS"
 
-// recoveryTarget is issue 21's target: every accepted event synced within
+// recoveryTarget is the recovery target: every accepted event synced within
 // 60 s of Redis accepting writes again, with default settings.
 const recoveryTarget = 60 * time.Second
 

@@ -21,7 +21,7 @@ import (
 const envShow = "OUTBOXD_SHOW_EVENTS"
 
 // TestShowRedisBounded prints XLEN and used_memory after a run of
-// OUTBOXD_SHOW_EVENTS events with trimming off (before issue 21) and on,
+// OUTBOXD_SHOW_EVENTS events with trimming off (before) and on,
 // then the timeline of a Redis that fills up (maxmemory, noeviction) and
 // recovers by itself. Skipped unless the variable is set; each run still
 // ends with the checker.

@@ -128,7 +128,7 @@ func TestSweepDeletesSyncedOriginalsPastTheEventRetention(t *testing.T) {
 }
 
 // TestRelaysEachEntryOnceWhileTheFeedIsBehind is the count of `make run` +
-// `make load` (issue 27: more stream entries than accepted events) in
+// `make load` (more stream entries than accepted events) in
 // small, on the SQLite store and the real Redis: the dispatcher follows
 // the feed from an empty outbox, a backlog arrives faster than it relays
 // (the feed behind for many batches), then small writes keep coming while

@@ -80,7 +80,7 @@ func TestNewEventID(t *testing.T) {
 	})
 }
 
-// TestDependencies: outbox holds no driver code (issue 19): neither its
+// TestDependencies: outbox holds no driver code: neither its
 // files nor anything they import pull in a database or Redis driver.
 func TestDependencies(t *testing.T) {
 	t.Parallel()

@@ -62,7 +62,7 @@
 // per-document claims keep each document published once however many
 // replicas sweep at once, and a slow or wedged replica holds back only the
 // documents it claimed (one sweep's, at most Limit), never the others'
-// sweeps (seed 000).
+// sweeps.
 // TestEveryReplicaSweepsWithoutTheLease proves it with two replicas and a
 // worker: each original published once, the read model exact. With
 // Config.Lease (--lease) only the replica that holds the lease

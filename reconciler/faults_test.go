@@ -20,7 +20,7 @@ import (
 	"github.com/outboxd/outboxd/worker"
 )
 
-// TestReconcilerFaults holds the rows of RELIABILITY.md's fault matrix
+// TestReconcilerFaults holds the rows of the fault matrix of docs/reliability.md
 // that the reconciler answers for, through the whole path: the originals'
 // outbox entries were relayed but their stream entries are gone (lost or
 // trimmed), a worker consumes what the reconciler re-publishes, and each

@@ -20,7 +20,7 @@ import (
 // replicas of reconcile --every (no whole-job lease) sweep the same
 // originals at the same time, every 20 ms, while a worker projects what
 // they publish: both sweep, each original is published exactly once (the
-// per-document claim decides), and the checker of RELIABILITY.md finds the
+// per-document claim decides), and the checker of docs/reliability.md finds the
 // read model exact: nothing lost, nothing counted twice, nothing left over.
 func TestEveryReplicaSweepsWithoutTheLease(t *testing.T) {
 	t.Parallel()

@@ -15,8 +15,8 @@ import (
 	"github.com/outboxd/outboxd/internal/testkit"
 )
 
-// TestRedisOverTLS: the pipeline reaches Redis over TLS (issue 25, item
-// 7): `outboxd dev` with a rediss:// --redis-url to a redis-server of the
+// TestRedisOverTLS: the pipeline reaches Redis over TLS:
+// `outboxd dev` with a rediss:// --redis-url to a redis-server of the
 // test's own that speaks TLS only, trusting the test's authority with
 // --redis-ca-file, relays and projects every event; the checker is clean.
 // Without --redis-ca-file the server's certificate is not trusted: a

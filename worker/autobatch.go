@@ -23,7 +23,7 @@ const (
 	timeoutShrink = 0.5
 )
 
-// autoBatch is seed 002's tuning loop as code (Config.AutoBatch): it keeps
+// autoBatch is the tuning loop as code (Config.AutoBatch): it keeps
 // the 95th percentile of the projection time under a target by choosing
 // the batch size between lo and hi. It looks only at full batches (at
 // least half the current size): a trickle of small batches says nothing

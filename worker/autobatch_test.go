@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestAutoBatch: the tuning loop of --batch-size auto (seed 002) shrinks
+// TestAutoBatch: the tuning loop of --batch-size auto shrinks
 // the batch when the p95 of a window of full batches is 30% over the
 // target (in proportion), at once by half after a timeout, grows by a
 // quarter while the p95 stays well under, keeps it in between, and

@@ -73,7 +73,7 @@ const (
 	// delivery, however many deliveries Config.MaxDeliveries allows.
 	RecordBackoffMax = 5 * time.Minute
 	// AutoBatchMin and AutoBatchMax bound the batch size that
-	// Config.AutoBatch chooses (seed 002: 500 to 2,000).
+	// Config.AutoBatch chooses (500 to 2,000).
 	AutoBatchMin = 500
 	AutoBatchMax = 2000
 	// ProjectionTargetShortest and ProjectionTargetLongest bound
@@ -187,7 +187,7 @@ type Config struct {
 	ConsumerExpiry time.Duration
 	// AutoBatch lets the worker choose its batch size between AutoBatchMin
 	// and AutoBatchMax (500 and 2,000) to keep the 95th percentile of its
-	// projection transactions under ProjectionTarget (seed 002's tuning
+	// projection transactions under ProjectionTarget (the tuning
 	// loop): it starts at BatchSize (within those bounds), shrinks when the
 	// p95 of its last projections of full batches is 30% over the target
 	// (in proportion, at once after a lock or statement timeout), and grows

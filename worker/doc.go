@@ -69,7 +69,7 @@
 //
 // # Batch size and PostgreSQL timeouts
 //
-// Config.AutoBatch is seed 002's tuning loop: the batch size moves between
+// Config.AutoBatch is the tuning loop: the batch size moves between
 // AutoBatchMin and AutoBatchMax (500 and 2,000) to keep the p95 of the
 // projection transactions of full batches under Config.ProjectionTarget
 // (outboxd_worker_batch_size). Every projection transaction begins with
@@ -126,7 +126,7 @@
 // Dead letters are counted in outboxd_worker_dead_letters_total{category,
 // code}.
 //
-// The error-streak rule (seed 002) watches every failure: the same code
+// The error-streak rule watches every failure: the same code
 // Config.StreakLimit (50) times in a row, counted for the whole consumer
 // group in Redis (stream.Streak), halts automatic retries of its class in
 // every worker of the group and raises an alarm until it clears

@@ -28,7 +28,7 @@ const (
 	breakerOpen   = 2.0
 )
 
-// TestWorkerFaults holds the rows of RELIABILITY.md's fault matrix that the
+// TestWorkerFaults holds the rows of the fault matrix of docs/reliability.md that the
 // worker answers for; each ends with the checker (b.waitConverged or
 // b.check).
 func TestWorkerFaults(t *testing.T) {

@@ -29,7 +29,7 @@ import (
 	"github.com/outboxd/outboxd/worker"
 )
 
-// traces turns tracing on for every test of this package (issue 26): the
+// traces turns tracing on for every test of this package: the
 // traced tests below record their own traces; the other tests trace
 // nothing (their writes carry no sampled context) and run as before.
 var traces = testkit.UseTracing()

@@ -252,9 +252,9 @@ func (w *Worker) Consumer() string { return w.cfg.Consumer }
 
 // ResumeRetries is the operator's action on the streak rule.
 //
-// When one error code comes Config.StreakLimit times in a row (seed 002:
-// "the same error code 50 times: stop automatic retries and raise the
-// alarm"), the worker halts automatic retries of that code's class,
+// When one error code comes Config.StreakLimit times in a row ("the same
+// error code 50 times: stop automatic retries and raise the alarm"), the
+// worker halts automatic retries of that code's class,
 // exports outboxd_retries_halted{component="worker",class} = 1 and logs
 // an error. While a class is halted:
 //   - record failures (a record's own fault, such as a payload the read

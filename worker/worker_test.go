@@ -166,7 +166,7 @@ func (b *testBundle) event(t *testing.T, id string) *outbox.Event {
 }
 
 // waitConverged waits until the stream is drained and every written
-// original is projected once and synced, then runs the RELIABILITY checker.
+// original is projected once and synced, then runs the checker of docs/reliability.md.
 func (b *testBundle) waitConverged(t *testing.T) {
 	t.Helper()
 	want := int64(len(b.events))

@@ -35,7 +35,7 @@ import (
 	"github.com/outboxd/outboxd/store"
 )
 
-// Defaults of the policy (seed 004's circuit breaker, seed 002's rule for a
+// Defaults of the policy (the circuit breaker, the rule for a
 // repeated error code).
 const (
 	// BreakerFailuresDefault is how many consecutive infrastructure
@@ -55,7 +55,7 @@ const (
 	// timing out. Not a record's fault: consumption pauses, nothing is
 	// charged to a record, nothing is dead-lettered.
 	ClassInfrastructure = "infrastructure"
-	// ClassRecord: the record itself fails (seed 002's NON_RETRYABLE and
+	// ClassRecord: the record itself fails (the NON_RETRYABLE and
 	// POISON): charged to the record's delivery budget.
 	ClassRecord = "record"
 	// ClassUnknown: an error no rule recognises. Bounded: charged to the
@@ -279,7 +279,7 @@ type SharedStreak interface {
 	Load(ctx context.Context) (SharedState, error)
 }
 
-// Streak is the error-streak rule of one component (seed 002: "the same
+// Streak is the error-streak rule of one component ("the same
 // error code 50 times in a row stops automatic retries and raises the
 // alarm").
 //

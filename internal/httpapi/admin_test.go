@@ -166,7 +166,7 @@ func (b *adminBundle) waitDrained(t *testing.T, events ...*outbox.Event) {
 	}, waitFor, 10*time.Millisecond)
 }
 
-// check runs the checker of RELIABILITY.md over events: one row each, the
+// check runs the checker of docs/reliability.md over events: one row each, the
 // statistics equal to the rows, nothing left over.
 func (b *adminBundle) check(t *testing.T, events []*outbox.Event) {
 	t.Helper()
@@ -649,7 +649,7 @@ func TestAdminAPI(t *testing.T) {
 			}
 		})
 	}
-	// Issue 25, item 5: the answers of the API are kept by no cache and
+	// The answers of the API are kept by no cache and
 	// not sniffed, errors included.
 	t.Run("NoStore", func(t *testing.T) {
 		for _, path := range []string{"/v1/status", "/v1/admin/dlq", "/v1/admin/events", "/v1/admin/dlq?after=abc", "/v1/nothing"} {

@@ -12,7 +12,7 @@ import (
 	"unicode"
 )
 
-// Scope is what a bearer token may do (DESIGN.md, "Access"). Every token is
+// Scope is what a bearer token may do (README.md, "Access"). Every token is
 // optional; once one is set, every /v1/ route needs one.
 type Scope string
 

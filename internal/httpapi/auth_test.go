@@ -27,7 +27,7 @@ const (
 	operatorToken = "operator-2d4e"
 )
 
-// TestScopes is the route × token matrix of issue 25, item 1: each route
+// TestScopes is the route × token matrix: each route
 // answers the tokens of its scope, 403 (naming the scope it needs) a known
 // token outside it, and 401 a missing or unknown one; a refused request
 // changes nothing.
@@ -201,8 +201,8 @@ func TestTokensConfig(t *testing.T) {
 }
 
 // TestLoopbackHosts: with no token and Config.LoopbackHosts, only a Host
-// that names a loopback address is answered (DNS rebinding, issue 25 item
-// 2); the probes and /metrics answer any Host, and a token lifts the rule.
+// that names a loopback address is answered (DNS rebinding)
+// ; the probes and /metrics answer any Host, and a token lifts the rule.
 func TestLoopbackHosts(t *testing.T) {
 	t.Parallel()
 	st := testkit.NewStore(t)

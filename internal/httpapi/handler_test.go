@@ -400,7 +400,7 @@ func TestHandler(t *testing.T) {
 
 	// The outbox names an invalid field by its input's index and its path
 	// in the input; the API renders the path the client wrote, and the
-	// problem's errors hold only field and reason (issue 19).
+	// problem's errors hold only field and reason.
 	t.Run("InvalidFieldsOnTheWire", func(t *testing.T) {
 		t.Parallel()
 		b := setupHandler(t, nil)

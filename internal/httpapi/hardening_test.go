@@ -107,8 +107,8 @@ func (b *serverBundle) ingestUnder(t *testing.T, device string, deadline time.Du
 	}
 }
 
-// TestConnectionCap: floods of connections against a low cap (issue 25,
-// item 4). The open connections stay within the cap and its reserve, and
+// TestConnectionCap: floods of connections against a low cap
+// . The open connections stay within the cap and its reserve, and
 // /healthz, /readyz and ingest still answer: idle connections make room at
 // the cap, and when every connection is busy the probes have a reserve.
 func TestConnectionCap(t *testing.T) {
@@ -199,8 +199,8 @@ func TestConnectionCap(t *testing.T) {
 }
 
 // TestWriteTimeout: a client that reads an answer slower than
-// WriteTimeout allows is cut off, and the handler freed (issue 25, item
-// 4); the deadline starts with the answer, not with the request.
+// WriteTimeout allows is cut off, and the handler freed;
+// the deadline starts with the answer, not with the request.
 func TestWriteTimeout(t *testing.T) {
 	t.Parallel()
 	const timeout = 300 * time.Millisecond
@@ -255,8 +255,8 @@ func TestWriteTimeout(t *testing.T) {
 }
 
 // TestContentLengthAndTransferEncoding: a request with both headers is
-// answered 400 and its connection closed (RFC 9112 section 6.1; issue 25,
-// item 4), wherever it comes on a connection; nothing is written.
+// answered 400 and its connection closed (RFC 9112 section 6.1)
+// , wherever it comes on a connection; nothing is written.
 func TestContentLengthAndTransferEncoding(t *testing.T) {
 	t.Parallel()
 	ev := eventJSON("smuggled")
@@ -318,7 +318,7 @@ func TestContentLengthAndTransferEncoding(t *testing.T) {
 	})
 }
 
-// TestServerTLS: --tls-cert/--tls-key's server (issue 25, item 7) speaks
+// TestServerTLS: --tls-cert/--tls-key's server speaks
 // TLS 1.2 and later only, and logs a failed handshake at warn, as it does
 // the server's own errors (item 4).
 func TestServerTLS(t *testing.T) {

@@ -75,7 +75,7 @@ func batchOf(items ...string) string { return `{"events":[` + strings.Join(items
 
 // TestHostileJSON: member names are matched exactly and may appear once, in
 // the body, in batch items and in payloads, so a proxy or WAF in front reads
-// the values outboxd stores (issue 14, item 5). 400 names the member.
+// the values outboxd stores. 400 names the member.
 func TestHostileJSON(t *testing.T) {
 	t.Parallel()
 	many := make([]string, 40)
@@ -121,7 +121,7 @@ func gzipped(t *testing.T, s string) string {
 }
 
 // TestHostileHeaders: headers outboxd does not act on are refused, not
-// ignored (issue 14, item 6). No content coding is decoded: 415 with
+// ignored. No content coding is decoded: 415 with
 // Accept-Encoding: identity (RFC 9110 section 15.5.16); an Idempotency-Key
 // header on a batch is a 400 that points at the per-item field.
 func TestHostileHeaders(t *testing.T) {
@@ -149,7 +149,7 @@ func TestHostileHeaders(t *testing.T) {
 }
 
 // TestHostileKeys: a client cannot take the key the server derives for
-// someone else's keyless event (issue 14, item 2), and a batch whose items
+// someone else's keyless event, and a batch whose items
 // share a key with different content names both items, not an id that was
 // never stored (item 3).
 func TestHostileKeys(t *testing.T) {

@@ -148,7 +148,7 @@ func (b *serverBundle) inFlight(route string) float64 {
 }
 
 // TestServer sends what a hostile client sends at the connection level
-// (issue 14, item 1) and checks the answer, the connection and the store.
+// and checks the answer, the connection and the store.
 func TestServer(t *testing.T) {
 	t.Parallel()
 	event := eventJSON("d1")

@@ -21,7 +21,7 @@ import (
 // duplicates (the key came again with the same content: 200 with the first
 // id) and key mismatches (the key came again with other content: 422).
 // The duplicate ratio, duplicates ÷ (created + duplicates), shows how
-// often clients retry (seed 002, exercise 2).
+// often clients retry.
 type ingestMetrics struct {
 	created, duplicates, mismatches prometheus.Counter
 }

@@ -100,7 +100,7 @@ func TestIngestGroupCommit(t *testing.T) {
 	})
 }
 
-// TestReadyzStoreRefusingWrites (issue 21, item 8): the SQLite store gets
+// TestReadyzStoreRefusingWrites: the SQLite store gets
 // full (PRAGMA max_page_count on its one write connection: the writes
 // that need a page more fail with SQLITE_FULL, "database or disk is
 // full", as on a full disk) while its reads go on. Ingest answers 503 and

@@ -212,7 +212,7 @@ type handler struct {
 	decodes chan struct{}
 }
 
-// New returns the HTTP surface of outboxd (DESIGN.md, "HTTP API"): the
+// New returns the HTTP surface of outboxd (README.md, "HTTP API"): the
 // routes cfg has what it takes to serve, plus /healthz. A nil logger logs
 // nothing. Serve it with NewServer, which bounds what a client may hold.
 func New(cfg *Config, logger *zap.Logger) (http.Handler, error) {

@@ -28,7 +28,7 @@ func (b *handlerBundle) getTimed(t *testing.T, path string) (reply, time.Duratio
 }
 
 // TestStatusFrozenRedis freezes Redis behind a proxy under GET /v1/status,
-// GET /readyz and /metrics (issue 14, item 7): each answers within its
+// GET /readyz and /metrics: each answers within its
 // bound, although the Redis client (the defaults outboxd uses: 5 s read
 // timeout, retries, deadlines of contexts not heeded) would wait far
 // longer; the stream and DLQ figures are absent, not zero, and named as

@@ -23,7 +23,7 @@ const (
 	fieldDeliveries = "deliveries"
 	fieldAt         = "at"
 	// fieldReasonV1 is the field that held the code in dead letters written
-	// before code existed (outboxd 0.x before issue 19); Decode reads it
+	// before code existed (outboxd 0.x before); Decode reads it
 	// when code is absent.
 	fieldReasonV1 = "reason"
 )

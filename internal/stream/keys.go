@@ -25,7 +25,7 @@ const GroupDefault = "read-model"
 // ReplayLane returns the keys of the replay lane seen as a stream of its
 // own (its Stream is Replay), which the worker consumes with the same group.
 //
-// A stream split into partitions (issue 22) names each partition's keys
+// A stream split into partitions names each partition's keys
 // with Partition: they share one hash tag, so that every multi-key command
 // of a partition (the worker's MULTI/EXEC, its scripts) stays in one slot of
 // a Redis Cluster. With one partition every key keeps the name above. The

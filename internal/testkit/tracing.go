@@ -19,7 +19,7 @@ import (
 )
 
 // Traces records outboxd's spans in memory (the SDK's tracetest exporter,
-// synchronously) for the tests of issue 26. UseTracing turns tracing on for
+// synchronously) for the tracing tests. UseTracing turns tracing on for
 // a whole test binary; a package calls it from a variable's initialiser, so
 // every test of the package runs with tracing on. Only the traces a test
 // begins with StartTrace are recorded (and the recovery paths linked to

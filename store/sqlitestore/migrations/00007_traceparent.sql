@@ -1,4 +1,4 @@
--- Tracing (issue 26): the W3C traceparent of the ingest request, stored
+-- Tracing: the W3C traceparent of the ingest request, stored
 -- with the original (the reconciler's and the operator's re-publishes link
 -- to it) and with its outbox entry (the dispatcher's relay span continues
 -- it). NULL when the request was not traced, so the columns cost nothing

@@ -1,4 +1,4 @@
--- Partitions (issue 22): each outbox entry records its partition, fixed at
+-- Partitions: each outbox entry records its partition, fixed at
 -- ingest (outbox.PartitionOf); 0 for every entry written before, which is
 -- the one partition of an unpartitioned stream. The dispatcher of
 -- partition p of a stream split into several reads the feed and the
