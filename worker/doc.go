@@ -78,7 +78,7 @@
 // either is counted in outboxd_worker_pg_timeouts_total{kind} and retried
 // as an infrastructure failure, and with AutoBatch halves the batch.
 //
-// # Failure policy (seeds 002 and 004)
+// # Failure policy
 //
 // Every failure is classified in one place (classify.go) as infrastructure,
 // a record's own, or unknown, with a bounded code (postgres_<SQLSTATE>,

@@ -1,4 +1,4 @@
-// Package failpolicy is the failure policy of seeds 002 and 004 that the
+// Package failpolicy is the failure policy that the
 // worker and the dispatcher share:
 //
 //   - every failure is classified (Failure: a bounded code, a class, the
