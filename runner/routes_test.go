@@ -199,3 +199,36 @@ func mustRole(t *testing.T, name string) *role {
 	require.True(t, ok, name)
 	return r
 }
+
+// TestDevRoutes: `outboxd dev --route` relays and projects every stream
+// (its workers read the routed ones too): every event ends synced, the
+// routed stream holds the events of its type only.
+func TestDevRoutes(t *testing.T) {
+	t.Parallel()
+	_, prefix := testkit.NewRedis(t)
+	other := prefix + "-other"
+	b := startDev(t, "", "--route", "c="+other, "--min-age", "1h")
+	const n = 30
+	for i := range n {
+		body := fmt.Sprintf(`{"sourceKey":"s","deviceKey":"d-%d","type":%q,"occurredAt":"2026-11-04T10:%02d:00Z"}`, i%4, []string{"a", "b", "c"}[i%3], i)
+		code, out := b.post(t, "/v1/events", "", body)
+		require.Equal(t, http.StatusCreated, code, string(out))
+	}
+	require.Eventually(t, func() bool {
+		s, err := b.status()
+		return err == nil && converged(s, n)
+	}, 60*time.Second, 50*time.Millisecond, "the pipeline did not converge: %s", b.stderr)
+	rdb, _ := testkit.NewRedis(t)
+	msgs, err := rdb.XRange(context.Background(), other, "-", "+").Result()
+	require.NoError(t, err)
+	require.Len(t, msgs, n/3)
+	for _, m := range msgs {
+		msg, err := outbox.DecodeMessage(m.Values)
+		require.NoError(t, err)
+		require.Equal(t, "c", msg.Type)
+	}
+	s, err := b.status()
+	require.NoError(t, err)
+	require.Len(t, s.RoutedStreams, 1)
+	require.Equal(t, other, s.RoutedStreams[0].Name)
+}
