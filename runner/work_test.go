@@ -20,7 +20,7 @@ func openWork(t *testing.T, args ...string) *app {
 	fs, o := newFlagSet(r)
 	require.NoError(t, config.Parse(fs, args, func(string) (string, bool) { return "", false }))
 	require.NoError(t, o.validate())
-	a := &app{o: o, role: r, log: testkit.Logger(t)}
+	a := &app{o: o, role: r, log: testkit.Logger(t), set: &settings{}}
 	t.Cleanup(a.close)
 	require.NoError(t, a.open(context.Background()))
 	return a
