@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"sync/atomic"
 	"time"
 
@@ -121,6 +122,11 @@ type WriterConfig struct {
 	// Message says what each outbox entry's message carries besides the
 	// original's name and type (the payload). Defaults to nothing more.
 	Message *MessageOptions
+	// Routes records the outbox entry of an event of a routed type for
+	// its route's stream instead of Stream (--route). Each routed stream
+	// has Partitions partitions too. Defaults to none. Invalid routes
+	// (Routes.Validate) fail every write.
+	Routes Routes
 
 	// faults arms fault points in tests (export_test.go).
 	faults *fault.Set
@@ -135,6 +141,9 @@ type Writer struct {
 	faults     *fault.Set
 	sizer      PayloadSizer // nil: the payload's JSON
 	message    *MessageOptions
+	routes     Routes
+	// routesErr is why the routes are invalid; every write returns it.
+	routesErr error
 	// checked is set once the store's record of the number of partitions
 	// was found to agree with partitions (checkPartitions).
 	checked atomic.Bool
@@ -165,13 +174,15 @@ func (w *Writer) checkPartitions(ctx context.Context) error {
 		w.checked.Store(true)
 		return nil
 	}
-	n, err := pr.Partitions(ctx, w.stream)
-	if err != nil {
-		return fmt.Errorf("error reading the number of partitions of stream %s: %w", w.stream, err)
-	}
-	if n != 0 && n != w.partitions {
-		return fmt.Errorf("%w: the store records %d partitions for stream %s, this Writer was configured with %d (WriterConfig.Partitions; the CLI's --partitions)",
-			ErrPartitionsMismatch, n, w.stream, w.partitions)
+	for _, stream := range w.routes.Streams(w.stream) {
+		n, err := pr.Partitions(ctx, stream)
+		if err != nil {
+			return fmt.Errorf("error reading the number of partitions of stream %s: %w", stream, err)
+		}
+		if n != 0 && n != w.partitions {
+			return fmt.Errorf("%w: the store records %d partitions for stream %s, this Writer was configured with %d (WriterConfig.Partitions; the CLI's --partitions)",
+				ErrPartitionsMismatch, n, stream, w.partitions)
+		}
 	}
 	w.checked.Store(true)
 	return nil
@@ -188,12 +199,21 @@ func NewWriter(db Transactor, cfg *WriterConfig) *Writer {
 		now = time.Now
 	}
 	sizer, _ := db.(PayloadSizer)
-	return &Writer{db: db, stream: cmp.Or(cfg.Stream, StreamDefault), partitions: max(cfg.Partitions, PartitionsDefault),
-		now: now, faults: cfg.faults, sizer: sizer, message: cfg.Message}
+	w := &Writer{db: db, stream: cmp.Or(cfg.Stream, StreamDefault), partitions: max(cfg.Partitions, PartitionsDefault),
+		now: now, faults: cfg.faults, sizer: sizer, message: cfg.Message, routes: maps.Clone(cfg.Routes)}
+	if err := w.routes.Validate(); err != nil {
+		w.routesErr = fmt.Errorf("invalid WriterConfig.Routes: %w", err)
+	}
+	return w
 }
 
-// Stream returns the stream the writer's outbox entries name.
+// Stream returns the stream the writer's outbox entries name: the default
+// one, for the events of a type without a route.
 func (w *Writer) Stream() string { return w.stream }
+
+// StreamOf returns the stream the outbox entries of the events of typ name
+// (WriterConfig.Routes).
+func (w *Writer) StreamOf(typ string) string { return w.routes.StreamOf(typ, w.stream) }
 
 // Validate checks inputs without writing. Its error is a *ValidationError
 // whose FieldErrors name each invalid field by its input's index and its
@@ -235,6 +255,9 @@ func (w *Writer) Prepare(inputs []Input) (*Batch, error) {
 }
 
 func (w *Writer) prepareAll(inputs []Input) ([]prepared, error) {
+	if w.routesErr != nil {
+		return nil, w.routesErr
+	}
 	now := w.now()
 	out := make([]prepared, len(inputs))
 	var all []FieldError
@@ -444,7 +467,7 @@ func (w *Writer) record(p prepared, now time.Time, traceParent string) (Event, E
 		Type: p.typ, OccurredAt: p.occurredAt, Payload: p.payload, ContentHash: p.hash, CreatedAt: now,
 		TraceParent: traceParent,
 	}
-	return ev, Entry{EventID: ev.ID, Stream: w.stream, Partition: PartitionOf(ev.SourceKey, ev.DeviceKey, w.partitions),
+	return ev, Entry{EventID: ev.ID, Stream: w.StreamOf(ev.Type), Partition: PartitionOf(ev.SourceKey, ev.DeviceKey, w.partitions),
 		Message: ev.MessageWith(OriginOutbox, w.message).Encode(), CreatedAt: now, TraceParent: traceParent}
 }
 

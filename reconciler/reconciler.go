@@ -68,6 +68,11 @@ type Config struct {
 	// Partitions is the stream's number of partitions (--partitions): each
 	// original is re-published into its partition's stream. Defaults to 1.
 	Partitions int
+	// Routes re-publishes an original of a routed type to its route's
+	// stream (with Partitions partitions too), where the writer recorded
+	// its outbox entry: give it the writer's routes (--route). Defaults to
+	// none: every original goes to Stream.
+	Routes outbox.Routes
 	// MinAge is how old (by createdAt) an unsynced original must be to be a
 	// candidate, so events still flowing through the pipeline are left
 	// alone. Defaults to MinAgeDefault (5 minutes).
@@ -100,7 +105,7 @@ type Config struct {
 	// Defaults to false: every replica sweeps on its own schedule, and the
 	// per-document claims keep each document published once. A lease over
 	// the whole job lets one slow or wedged holder stop recovery for every
-	// replica until its lease expires (seed 000 rejects it); keep it for
+	// replica until its lease expires; keep it for
 	// when the sweeps' load on the store must come from one replica only.
 	Lease bool
 	// LeaseTTL is the reconciler lease's TTL (with Lease, and for the
@@ -174,6 +179,9 @@ func (c *Config) validate() error {
 	if c.LeaseTTL < 30*time.Millisecond {
 		errs = append(errs, fmt.Errorf("LeaseTTL must be at least 30ms (got %s)", c.LeaseTTL))
 	}
+	if err := c.Routes.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("Routes: %w", err))
+	}
 	return errors.Join(errs...)
 }
 
@@ -225,7 +233,7 @@ func newReconciler(st store.Store, rc *stream.Client, cfg *Config, logger *zap.L
 	if err != nil {
 		return nil, fmt.Errorf("error registering reconciler metrics: %w", err)
 	}
-	r := &Reconciler{st: st, rc: rc, publisher: rc.Publisher(stream.NewKeys(c.Stream, "").Split(c.Partitions), &stream.PublisherConfig{Message: c.Message}, nil), cfg: c, metrics: m,
+	r := &Reconciler{st: st, rc: rc, publisher: rc.Publisher(stream.NewKeys(c.Stream, "").Split(c.Partitions), &stream.PublisherConfig{Message: c.Message, Routes: c.Routes}, nil), cfg: c, metrics: m,
 		logger: logger.Named("reconciler").With(zap.String("stream", c.Stream))}
 	r.elector = leader.New(st, leader.Config{Name: LeaseName(c.Stream), Owner: c.Owner, TTL: c.LeaseTTL, Now: c.Now,
 		Hooks: leader.Hooks{
@@ -262,9 +270,12 @@ func (r *Reconciler) preflight(ctx context.Context) error {
 	}
 	// The store's record of the number of partitions (the first
 	// component to start records it): another number would hash events
-	// to partitions that the rest of the deployment does not read.
-	if err := store.EnsurePartitions(ctx, r.st, r.cfg.Stream, max(r.cfg.Partitions, 1)); err != nil {
-		return err
+	// to partitions that the rest of the deployment does not read. Each
+	// routed stream has as many.
+	for _, s := range r.cfg.Routes.Streams(r.cfg.Stream) {
+		if err := store.EnsurePartitions(ctx, r.st, s, max(r.cfg.Partitions, 1)); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -47,6 +47,7 @@ func TestReconciler(t *testing.T) {
 			"Every":        {Every: -time.Second},
 			"LeaseTTL":     {LeaseTTL: time.Millisecond},
 			"Interval":     {Interval: -time.Second},
+			"Routes":       {Routes: outbox.Routes{"a": ""}},
 		} {
 			_, err := reconciler.New(b.st, b.rdb, cfg, nil)
 			require.ErrorContains(t, err, field)

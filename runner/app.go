@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"net"
 	"net/http"
 	"strings"
@@ -423,8 +424,13 @@ func (a *app) newWorker() (service, error) {
 		return d
 	}
 	// One Worker per partition (each reads its partition's stream and
-	// replay lane), --concurrency of them per partition.
-	workers := make(serviceGroup, 0, a.o.concurrency*a.partitions())
+	// replay lane), --concurrency of them per partition; dev runs them on
+	// each routed stream too (work reads --stream alone).
+	streams := []string{a.o.stream}
+	if a.role.name == "dev" {
+		streams = a.streams()
+	}
+	workers := make(serviceGroup, 0, a.o.concurrency*a.partitions()*len(streams))
 	var hook worker.DeadLetterHook
 	var hookService service
 	if a.o.dlqWebhook != "" {
@@ -439,9 +445,9 @@ func (a *app) newWorker() (service, error) {
 		if consumer != "" && i > 0 {
 			consumer = fmt.Sprintf("%s-%d", consumer, i+1)
 		}
-		for p := range a.partitions() {
+		for p, s := range partitionsOf(streams, a.partitions()) {
 			w, err := worker.New(a.st, a.rdb, a.pg, &worker.Config{
-				Stream: a.o.stream, Group: a.o.group, Consumer: consumer, Partition: p, Partitions: a.partitions(),
+				Stream: s, Group: a.o.group, Consumer: consumer, Partition: p, Partitions: a.partitions(),
 				BatchSize: a.o.batchSize.n, AutoBatch: a.o.batchSize.auto, ProjectionTarget: a.o.projectionTarget,
 				LockTimeout: timeout(a.o.lockTimeout), StatementTimeout: timeout(a.o.statementTimeout),
 				ReplayRate: replayRate, ReplayLimiter: limiter, ProjectionRate: rate.Limit(a.o.projectionRate),
@@ -457,12 +463,23 @@ func (a *app) newWorker() (service, error) {
 		}
 	}
 	if hookService != nil {
-		return stopThen{first: workers, then: hookService}, nil
+		return stopThen{first: workers.single(), then: hookService}, nil
 	}
-	if len(workers) == 1 {
-		return workers[0], nil
+	return workers.single(), nil
+}
+
+// partitionsOf yields each partition of each of streams (n partitions
+// each): the partition's index and its stream.
+func partitionsOf(streams []string, n int) iter.Seq2[int, string] {
+	return func(yield func(int, string) bool) {
+		for _, s := range streams {
+			for p := range n {
+				if !yield(p, s) {
+					return
+				}
+			}
+		}
 	}
-	return workers, nil
 }
 
 // serviceGroup runs several services as one: Start starts each in turn
@@ -491,6 +508,14 @@ func (s stopThen) Stop(ctx context.Context) error {
 	return errors.Join(s.first.Stop(ctx), s.then.Stop(ctx))
 }
 
+// single returns g's one service when it has one, else g.
+func (g serviceGroup) single() service {
+	if len(g) == 1 {
+		return g[0]
+	}
+	return g
+}
+
 // Start starts every service.
 func (g serviceGroup) Start(ctx context.Context) error {
 	for i, s := range g {
@@ -513,17 +538,32 @@ func (g serviceGroup) Stop(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// newDispatcher returns the dispatcher of --stream, and with --route one
+// more per routed stream, each with its own leases, checkpoints and trim
+// (a service group). The originals' retention runs in --stream's only.
 func (a *app) newDispatcher() (service, error) {
-	return dispatcher.New(a.st, a.rdb, &dispatcher.Config{
-		Stream: a.o.stream, Partitions: a.partitions(), BatchSize: a.o.relayBatch, FeedGather: gatherOrOff(a.o.relayGather), LeaseTTL: a.o.leaseTTL, Retention: a.o.outboxRetention, EventRetention: a.o.eventRetention,
-		BreakerFailures: a.o.breakerFailures, BreakerTimeout: a.o.breakerTimeout, StreakLimit: a.o.streakLimit,
-		StreamRetention: a.o.streamRetention, MemoryHigh: a.o.memoryHigh, Registerer: a.reg,
-	}, a.log)
+	var group serviceGroup
+	for i, s := range a.streams() {
+		cfg := &dispatcher.Config{
+			Stream: s, Partitions: a.partitions(), BatchSize: a.o.relayBatch, FeedGather: gatherOrOff(a.o.relayGather), LeaseTTL: a.o.leaseTTL, Retention: a.o.outboxRetention,
+			BreakerFailures: a.o.breakerFailures, BreakerTimeout: a.o.breakerTimeout, StreakLimit: a.o.streakLimit,
+			StreamRetention: a.o.streamRetention, MemoryHigh: a.o.memoryHigh, Registerer: a.reg,
+		}
+		if i == 0 {
+			cfg.EventRetention = a.o.eventRetention
+		}
+		d, err := dispatcher.New(a.st, a.rdb, cfg, a.log)
+		if err != nil {
+			return nil, err
+		}
+		group = append(group, d)
+	}
+	return group.single(), nil
 }
 
 func (a *app) reconcilerConfig() *reconciler.Config {
 	cfg := &reconciler.Config{
-		Stream: a.o.stream, Partitions: a.partitions(), MinAge: a.o.minAge, RequeueAfter: a.o.requeueAfter, Limit: a.o.limit,
+		Stream: a.o.stream, Partitions: a.partitions(), Routes: a.o.routes.routes, MinAge: a.o.minAge, RequeueAfter: a.o.requeueAfter, Limit: a.o.limit,
 		MaxRequeues: a.o.maxRequeues, Every: a.o.every, Lease: a.o.reconcileLease, Registerer: a.reg,
 		Message: &a.o.message,
 	}
@@ -746,7 +786,7 @@ func (a *app) httpHandler() (http.Handler, error) {
 	}
 	if a.st != nil {
 		status := &httpapi.Status{Store: a.st, Stream: a.o.stream, Group: a.o.group, Gatherer: a.reg,
-			DispatcherLease: dispatcher.LeaseName(a.o.stream), ReconcilerLease: reconciler.LeaseName(a.o.stream)}
+			DispatcherLease: dispatcher.LeaseName(a.o.stream), ReconcilerLease: reconciler.LeaseName(a.o.stream), RoutedStreams: a.streams()[1:]}
 		if n := a.partitions(); n > 1 {
 			for p := range n {
 				status.PartitionLeases = append(status.PartitionLeases, dispatcher.PartitionLeaseName(a.o.stream, store.Partition{Index: p, Count: n}))
@@ -794,7 +834,7 @@ func (a *app) httpHandler() (http.Handler, error) {
 // env returns what the role opened, for the program's own parts.
 func (a *app) env() *Env {
 	if a.role.api && a.writer == nil && a.st != nil {
-		a.writer = outbox.NewWriter(a.st, &outbox.WriterConfig{Stream: a.o.stream, Partitions: a.partitions(), Message: &a.o.message})
+		a.writer = outbox.NewWriter(a.st, &outbox.WriterConfig{Stream: a.o.stream, Partitions: a.partitions(), Message: &a.o.message, Routes: a.o.routes.routes})
 	}
 	return &Env{Role: a.role.name, Store: a.opened, Writer: a.writer, Postgres: a.pg,
 		Stream: a.o.stream, Partitions: a.partitions(), Logger: a.log}
@@ -823,7 +863,7 @@ func (a *app) newCommitter(w *outbox.Writer) (*outbox.Committer, error) {
 // newAdmin returns the operator actions over the backends this role has
 // (the admin API answers 501 for an action that needs one it lacks).
 func (a *app) newAdmin() (*operator.Operator, error) {
-	cfg := &operator.Config{Store: a.st, Stream: a.o.stream, Group: a.o.group, Partitions: a.partitions(),
+	cfg := &operator.Config{Store: a.st, Stream: a.o.stream, Group: a.o.group, Partitions: a.partitions(), Routes: a.o.routes.routes,
 		Role: a.role.name, EventRetention: a.o.eventRetention, Registerer: a.reg, Message: &a.o.message}
 	if a.rc != nil {
 		cfg.Redis = a.rc
@@ -879,19 +919,24 @@ func (a *app) checkEviction(ctx context.Context) {
 func (a *app) partitions() int { return max(a.o.partitions, 1) }
 
 // checkPartitions makes sure that the store records --partitions for the
-// stream (store.EnsurePartitions: the first role to start on a store
+// stream and each routed one (store.EnsurePartitions: the first role to start on a store
 // records it), for every role with the flag and a store; another number is
 // a configuration error (exit 2) that names the procedure.
 func (a *app) checkPartitions(ctx context.Context) error {
 	if a.st == nil || a.o.partitions == 0 {
 		return nil
 	}
-	err := store.EnsurePartitions(ctx, a.st, a.o.stream, a.o.partitions)
-	var mismatch *store.PartitionsMismatchError
-	if errors.As(err, &mismatch) {
-		return config.Invalid("partitions", "%d: %v", a.o.partitions, err)
+	for _, s := range a.streams() { // each routed stream has as many
+		err := store.EnsurePartitions(ctx, a.st, s, a.o.partitions)
+		var mismatch *store.PartitionsMismatchError
+		if errors.As(err, &mismatch) {
+			return config.Invalid("partitions", "%d: %v", a.o.partitions, err)
+		}
+		if err != nil {
+			return err
+		}
 	}
-	return err
+	return nil
 }
 
 // switchPartitions is `outboxd partitions switch --to N`: the switch step

@@ -51,18 +51,12 @@ func TestPythonConsumer(t *testing.T) {
 		return err == nil && converged(s, n)
 	}, 60*time.Second, 50*time.Millisecond, "the read model did not converge: %s", b.stderr)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, python, filepath.Join("..", "examples", "consumer-python", "consumer.py"),
-		"--redis-url", testkit.RedisURL(), "--stream", b.stream, "--group", "py-orders",
+	stdout := runPythonConsumer(t, python, "--stream", b.stream, "--group", "py-orders",
 		"--types", "order.placed,order.paid", "--server", b.base, "--count", fmt.Sprint(n))
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	require.NoError(t, cmd.Run(), stderr.String())
 
-	t.Logf("the consumer printed:\n%s", stdout.String())
+	t.Logf("the consumer printed:\n%s", stdout)
 	seen := map[string]bool{}
-	sc := bufio.NewScanner(bytes.NewReader(stdout.Bytes()))
+	sc := bufio.NewScanner(bytes.NewReader(stdout))
 	for sc.Scan() {
 		var line struct {
 			EventID string          `json:"eventId"`
@@ -93,4 +87,19 @@ func TestPythonConsumer(t *testing.T) {
 		}
 		return false
 	}, 10*time.Second, 50*time.Millisecond, "the consumer's group in /v1/status")
+}
+
+// runPythonConsumer runs examples/consumer-python/consumer.py with python
+// on the test Redis and args, within a minute, and returns what it
+// printed.
+func runPythonConsumer(t *testing.T, python string, args ...string) []byte {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, python, append([]string{filepath.Join("..", "examples", "consumer-python", "consumer.py"),
+		"--redis-url", testkit.RedisURL()}, args...)...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Run(), stderr.String())
+	return stdout.Bytes()
 }

@@ -71,6 +71,8 @@ type options struct {
 	// message is --message-payload and --message-payload-max: what the
 	// stream messages that ingest, the reconciler and replays write carry.
 	message outbox.MessageOptions
+	// routes is --route: the streams of routed types.
+	routes routeList
 
 	// http
 	httpBodyTimeout, httpIdleTimeout time.Duration
@@ -242,6 +244,7 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 				o.partitionsFlag(fs)
 			}
 			o.messageFlags(fs)
+			o.routeFlag(fs)
 			fs.Int64Var(&o.maxBody, "max-body", httpapi.MaxBodyDefault, fmt.Sprintf("request body limit in bytes (at most %d: no body may become a MongoDB document over 16 MiB)", httpapi.MaxBodyMax))
 			fs.IntVar(&o.maxBatch, "max-batch", httpapi.MaxBatchDefault, "most events in one batch request")
 			fs.DurationVar(&o.requestTimeout, "request-timeout", httpapi.RequestTimeoutDefault, "longest an ingest request may wait for the store (503 with Retry-After beyond)")
@@ -252,6 +255,7 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 			fs.DurationVar(&o.outboxRetention, "outbox-retention", store.OutboxRetentionDefault, "how long dispatched outbox entries are kept")
 			o.eventRetentionFlag(fs)
 			if r.serve {
+				o.routeFlag(fs)
 				o.leaseTTLFlag(fs)
 				fs.IntVar(&o.relayBatch, "relay-batch", dispatcher.BatchSizeDefault, "outbox entries relayed by one pipelined XADD, one dispatchedAt write and one checkpoint")
 				fs.DurationVar(&o.relayGather, "relay-gather", dispatcher.FeedGatherDefault, "after a commit wakes the idle relay, wait this long for more before reading, so a light load is relayed, marked and projected in fewer batches (0: read each commit at once; SQLite store)")
@@ -282,6 +286,7 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 			fs.BoolVar(&o.ordered, "ordered", false, "project each partition in stream order (one device's events in the order written): one worker at a time owns a partition through a store lease (--lease-ttl), a failing entry holds only its device's later ones until it goes through or is dead-lettered; every work process of the group must use it")
 			o.leaseTTLFlag(fs)
 		case gReconcile:
+			o.routeFlag(fs)
 			o.messageFlags(fs)
 			fs.DurationVar(&o.minAge, "min-age", reconciler.MinAgeDefault, "only originals older than this are candidates")
 			fs.DurationVar(&o.requeueAfter, "requeue-after", reconciler.RequeueAfterDefault, "a requeued original is a candidate again after this")
@@ -402,7 +407,7 @@ const EventRetentionShortest = time.Hour
 const ConcurrencyMax = 64
 
 // defaultConcurrency is --concurrency 0's choice: one batch loop per core
-// (seed 002: 1 to 2 × cores; a loop spends most of a batch waiting for
+// (1 to 2 × cores; a loop spends most of a batch waiting for
 // PostgreSQL, but the worker's own CPU shares the cores with it), bounded
 // by the pool: when --postgres-url sets pool_max_conns (poolMax > 0), at
 // most what it leaves beside poolSpare for each of the partitions' loops;
@@ -555,6 +560,9 @@ func (o *options) validate() error {
 	}
 	if has["stream"] && o.stream == "" {
 		return config.Invalid("stream", "must not be empty")
+	}
+	if err := o.validateRoutes(); err != nil {
+		return err
 	}
 	if has["postgres-url"] {
 		if u, err := url.Parse(o.postgresURL); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {

@@ -33,6 +33,11 @@ type Status struct {
 	// status shows (dispatcher.LeaseName, reconciler.LeaseName); "" leaves
 	// that part out.
 	DispatcherLease, ReconcilerLease string
+	// RoutedStreams are the streams that events of routed types go to
+	// (--route), besides Stream: the snapshot shows the lag of each of
+	// their consumer groups (Snapshot.RoutedStreams). Each has as many
+	// partitions as Stream. Defaults to none.
+	RoutedStreams []string
 	// PartitionLeases name the dispatcher leases of the partitions of a
 	// partitioned stream, in partition order (dispatcher.PartitionLeaseName
 	// of each); the status then shows dispatcher.partitions in place of
@@ -79,6 +84,10 @@ type Snapshot struct {
 	OldestPendingAgeSeconds *float64      `json:"oldestPendingAgeSeconds"`
 	Outbox                  *OutboxCounts `json:"outbox"`
 	Stream                  *StreamCounts `json:"stream,omitempty"`
+	// RoutedStreams are the consumer groups of each stream that events
+	// of routed types go to (--route), by stream (one per partition),
+	// read with Redis's memory (absent when it could not be read).
+	RoutedStreams []RoutedStreamCounts `json:"routedStreams,omitempty"`
 	// Replay is the replay lane: the operator's replays, read by the
 	// workers only when the stream has nothing for them.
 	Replay *ReplayCounts `json:"replay,omitempty"`
@@ -154,6 +163,13 @@ type StreamCounts struct {
 	Pending int64 `json:"pending"`
 	// Groups are every consumer group of the stream, outboxd's and any
 	// other (XINFO GROUPS): the trim keeps what the slowest still needs.
+	Groups []GroupCounts `json:"groups,omitempty"`
+}
+
+// RoutedStreamCounts is where the consumer groups of a routed stream (of
+// one of its partitions) stand.
+type RoutedStreamCounts struct {
+	Name   string        `json:"name"`
 	Groups []GroupCounts `json:"groups,omitempty"`
 }
 
@@ -398,6 +414,9 @@ func (s *Status) counts(ctx context.Context, leases bool) *Snapshot {
 			if snap.Stream != nil {
 				snap.Stream.Groups = rparts.groups
 			}
+			if rpartsErr == nil {
+				snap.RoutedStreams = rparts.routed
+			}
 		}
 		if parts.stream == nil {
 			snap.Unavailable = append(snap.Unavailable, "stream")
@@ -553,6 +572,7 @@ type streamParts struct {
 type redisParts struct {
 	redis  *RedisCounts
 	groups []GroupCounts
+	routed []RoutedStreamCounts
 }
 
 // redisCounts reads Redis's memory and policy and every consumer group of
@@ -569,12 +589,29 @@ func (s *Status) redisCounts(ctx context.Context) (redisParts, error) {
 	}
 	rp := redisParts{redis: &RedisCounts{UsedMemoryBytes: m.Used, MaxMemoryBytes: m.Max, MaxMemoryPolicy: m.Policy,
 		EvictionMisconfigured: m.Evicts(), Full: m.Full()}}
-	for _, l := range lags {
-		if l.Key == keys.Stream() {
-			rp.groups = append(rp.groups, GroupCounts{Name: l.Group, Pending: l.Pending, Lag: l.Lag, EntriesRead: l.Read})
+	rp.groups = liveGroups(lags, keys)
+	for _, name := range s.RoutedStreams {
+		for _, k := range stream.NewKeys(name, s.Group).Split(len(s.PartitionLeases)).AllPartitions() {
+			lags, err := s.Redis.Lags(ctx, k)
+			if err != nil {
+				return redisParts{}, err
+			}
+			rp.routed = append(rp.routed, RoutedStreamCounts{Name: k.Stream(), Groups: liveGroups(lags, k)})
 		}
 	}
 	return rp, nil
+}
+
+// liveGroups returns the groups of lags on the stream of keys (not its
+// replay lane).
+func liveGroups(lags []stream.GroupLag, keys stream.Keys) []GroupCounts {
+	var out []GroupCounts
+	for _, l := range lags {
+		if l.Key == keys.Stream() {
+			out = append(out, GroupCounts{Name: l.Group, Pending: l.Pending, Lag: l.Lag, EntriesRead: l.Read})
+		}
+	}
+	return out
 }
 
 // streamCounts reads the stream's length and pending count, the replay

@@ -58,3 +58,36 @@ func TestStatusRedisMemory(t *testing.T) {
 	require.Equal(t, []string{"redis refuses writes (used_memory at maxmemory)"}, snap.Stalled)
 	require.ErrorIs(t, rc.Writable(ctx), stream.ErrFull)
 }
+
+// TestStatusRoutedStreams: the status shows the lag of every consumer
+// group of each routed stream, by partition.
+func TestStatusRoutedStreams(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb, prefix := testkit.NewRedis(t)
+	rc, err := stream.NewClient(rdb, nil)
+	require.NoError(t, err)
+	keys := stream.NewKeys(prefix+":main", "g")
+	routed := stream.NewKeys(prefix+":routed", "g").Split(2)
+	for i, k := range routed.AllPartitions() {
+		for range 3 + i {
+			require.NoError(t, rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.Stream(), Values: map[string]any{"payload": "{}"}}).Err())
+		}
+		require.NoError(t, rdb.XGroupCreate(ctx, k.Stream(), "py", "0").Err())
+	}
+	_, err = rc.Group(routed, "c").Ensure(ctx)
+	require.NoError(t, err)
+	_, err = rc.Group(routed, "c").Read(ctx, ">", 2, -1)
+	require.NoError(t, err)
+	status := &httpapi.Status{Store: testkit.NewStore(t), Redis: rc, Stream: keys.Name(), Group: keys.Group(),
+		RoutedStreams: []string{routed.Name()}, PartitionLeases: []string{"l0", "l1"}}
+
+	snap := status.Snapshot(ctx)
+	require.Equal(t, []httpapi.RoutedStreamCounts{
+		{Name: routed.Stream(), Groups: []httpapi.GroupCounts{
+			{Name: "g", Pending: 2, Lag: ptr(int64(1)), EntriesRead: 2},
+			{Name: "py", Lag: ptr(int64(3))},
+		}},
+		{Name: routed.Partition(1, 2).Stream(), Groups: []httpapi.GroupCounts{{Name: "py", Lag: ptr(int64(4))}}},
+	}, snap.RoutedStreams)
+}

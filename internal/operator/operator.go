@@ -94,6 +94,11 @@ type Config struct {
 	// replays and DLQ replays go into the replay lane of each original's
 	// partition. Defaults to 1.
 	Partitions int
+	// Routes sends the replay of an original of a routed type to the
+	// replay lane of its route's stream (with Partitions partitions too),
+	// where the writer recorded its outbox entry: give it the writer's
+	// routes (--route). Defaults to none: every replay goes to Stream's.
+	Routes outbox.Routes
 	// Role names this instance's role in the detail of ErrNotAvailable, so
 	// the operator knows to ask another. Defaults to "this role".
 	Role string
@@ -131,6 +136,9 @@ func New(cfg *Config, logger *zap.Logger) (*Operator, error) {
 		return nil, errors.New("operator: a store is required")
 	}
 	c := *cfg
+	if err := c.Routes.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid operator config: Routes: %w", err)
+	}
 	c.Stream = cmp.Or(c.Stream, outbox.StreamDefault)
 	c.Group = cmp.Or(c.Group, stream.GroupDefault)
 	c.Role = cmp.Or(c.Role, "this role")
@@ -150,8 +158,8 @@ func New(cfg *Config, logger *zap.Logger) (*Operator, error) {
 	if c.Redis != nil {
 		// Replays go into the replay lane, which the workers read only when
 		// the stream has nothing for them, at a bounded rate: live events
-		// keep their latency.
-		o.publisher = c.Redis.Publisher(o.keys.Split(c.Partitions).ReplayLane(), &stream.PublisherConfig{Message: c.Message}, nil)
+		// keep their latency. Each goes to its type's stream's lane.
+		o.publisher = c.Redis.Publisher(o.keys.Split(c.Partitions).ReplayLane(), &stream.PublisherConfig{Message: c.Message, Routes: c.Routes}, nil)
 	}
 	return o, nil
 }

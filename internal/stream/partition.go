@@ -29,6 +29,14 @@ func (k Keys) ForEvent(sourceKey, deviceKey string) Keys {
 	return k.Partition(outbox.PartitionOf(sourceKey, deviceKey, n), n)
 }
 
+// Routed returns the keys of the stream of the events of typ (routes'
+// stream for it, k's own stream for a type without a route), in k's lane,
+// partition and group.
+func (k Keys) Routed(routes outbox.Routes, typ string) Keys {
+	k.name = routes.StreamOf(typ, k.name)
+	return k
+}
+
 // AllPartitions returns the keys of every partition of k's stream, in
 // partition order, in k's lane (k alone when the stream is not split).
 func (k Keys) AllPartitions() []Keys {
@@ -50,14 +58,15 @@ func (p *Publisher) Partition(i, n int) *Publisher {
 }
 
 // publishByPartition adds each of msgs (the messages of events) to the
-// stream of its event's partition, one pipeline per partition (a pipeline
-// of one partition's keys stays in one slot of a Redis Cluster). The
-// *PublishError it returns, if any, is in the order of msgs.
+// stream of its event's partition (of its type's stream, with routes), one
+// pipeline per partition (a pipeline of one partition's keys stays in one
+// slot of a Redis Cluster). The *PublishError it returns, if any, is in
+// the order of msgs.
 func (p *Publisher) publishByPartition(ctx context.Context, events []*outbox.Event, msgs []string) error {
 	byKeys := map[Keys][]int{}
 	var order []Keys
 	for i, ev := range events {
-		k := p.keys.ForEvent(ev.SourceKey, ev.DeviceKey)
+		k := p.keys.Routed(p.routes, ev.Type).ForEvent(ev.SourceKey, ev.DeviceKey)
 		if _, ok := byKeys[k]; !ok {
 			order = append(order, k)
 		}

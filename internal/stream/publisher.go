@@ -32,6 +32,12 @@ type PublisherConfig struct {
 	// Message says what PublishEvents' messages carry besides the
 	// original's name and type (the payload). Defaults to nothing more.
 	Message *outbox.MessageOptions
+	// Routes sends each event of PublishEvents to the stream of its type
+	// (outbox.Routes.StreamOf; the Publisher's own stream for a type
+	// without a route), in the same lane and with the same number of
+	// partitions: the reconciler and the replays re-publish an original
+	// where the writer recorded its entry. Defaults to none.
+	Routes outbox.Routes
 }
 
 // Publisher adds outbox messages to one stream: one pipeline per batch,
@@ -44,6 +50,7 @@ type Publisher struct {
 	keys    Keys
 	breaker *gobreaker.CircuitBreaker[struct{}]
 	message *outbox.MessageOptions
+	routes  outbox.Routes
 }
 
 // Publisher returns a Publisher to the stream of keys. The logger records
@@ -51,7 +58,7 @@ type Publisher struct {
 func (c *Client) Publisher(keys Keys, cfg *PublisherConfig, logger *zap.Logger) *Publisher {
 	p := &Publisher{c: c, keys: keys}
 	if cfg != nil {
-		p.message = cfg.Message
+		p.message, p.routes = cfg.Message, cfg.Routes
 	}
 	if cfg != nil && cfg.Breaker != nil {
 		b := *cfg.Breaker
@@ -144,7 +151,7 @@ func (p *Publisher) PublishEvents(ctx context.Context, events []*outbox.Event, o
 		m.TraceParent = traceParent
 		msgs[i] = m.Encode()
 	}
-	if p.keys.Partitions() > 1 {
+	if p.keys.Partitions() > 1 || len(p.routes) > 0 {
 		return p.publishByPartition(ctx, events, msgs)
 	}
 	return p.Publish(ctx, msgs)
