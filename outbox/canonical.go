@@ -9,9 +9,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/outboxd/outboxd/internal/jsonlex"
-	"unicode/utf8"
 )
 
 // The range of PostgreSQL's numeric, which jsonb numbers are: a number

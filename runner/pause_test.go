@@ -82,7 +82,7 @@ func TestPauseAndCancelAcrossReplicas(t *testing.T) {
 	require.Len(t, s.Paused, 1, "the other replica's status shows the pause")
 	require.Equal(t, "projection:"+a.group, s.Paused[0].Stage)
 	require.Empty(t, s.Stalled, "paused is not stalled")
-	code, out, _ = on(bBase, "status")
+	_, out, _ = on(bBase, "status")
 	require.Contains(t, out, "PAUSED")
 	// Every replica sees a pause within pause.RefreshEvery: post after it.
 	<-time.After(pause.RefreshEvery + 200*time.Millisecond)
