@@ -147,28 +147,32 @@ func TestConformanceCustomNames(t *testing.T) {
 // creates.
 var ownTables = []string{"events", "outbox"}
 
-// serviceTables creates, in the SQLite file at path, a service's own events
-// and outbox tables (ownTables) of one row each.
-func serviceTables(t testing.TB, path string) {
+// eachServiceTable calls fn with each of ownTables and a connection of its
+// own to the SQLite file at path (the store's may be closed).
+func eachServiceTable(t testing.TB, path string, fn func(db *sql.DB, table string)) {
 	t.Helper()
 	db, err := sql.Open("sqlite", path)
 	require.NoError(t, err)
 	defer db.Close()
 	for _, table := range ownTables {
+		fn(db, table)
+	}
+}
+
+// serviceTables creates, in the SQLite file at path, a service's own events
+// and outbox tables (ownTables) of one row each.
+func serviceTables(t testing.TB, path string) {
+	eachServiceTable(t, path, func(db *sql.DB, table string) {
 		_, err := db.Exec(`CREATE TABLE ` + table + ` (id INTEGER PRIMARY KEY, service TEXT NOT NULL);
 			INSERT INTO ` + table + ` (service) VALUES ('own')`)
 		require.NoError(t, err)
-	}
+	})
 }
 
 // checkServiceTables fails t unless the service's own tables of
 // serviceTables hold their one row each, as they were.
 func checkServiceTables(t testing.TB, path string) {
-	t.Helper()
-	db, err := sql.Open("sqlite", path)
-	require.NoError(t, err)
-	defer db.Close()
-	for _, table := range ownTables {
+	eachServiceTable(t, path, func(db *sql.DB, table string) {
 		var rows []string
 		r, err := db.Query(`SELECT service FROM ` + table)
 		require.NoError(t, err)
@@ -179,5 +183,5 @@ func checkServiceTables(t testing.TB, path string) {
 		}
 		require.NoError(t, errors.Join(r.Err(), r.Close()))
 		require.Equal(t, []string{"own"}, rows, "the service's own %s table", table)
-	}
+	})
 }
