@@ -235,7 +235,7 @@ func (a *app) sqliteOptions() (*sqlitestore.Options, error) {
 	if err := f.Err(); err != nil {
 		return nil, err
 	}
-	return &sqlitestore.Options{ObserveWriter: func(role string, waited, holding time.Duration) {
+	return &sqlitestore.Options{EventsTable: a.o.eventsColl, OutboxTable: a.o.outboxColl, ObserveWriter: func(role string, waited, holding time.Duration) {
 		wait.WithLabelValues(role).Observe(waited.Seconds())
 		held.WithLabelValues(role).Observe(holding.Seconds())
 	}}, nil

@@ -27,6 +27,7 @@ import (
 	"github.com/outboxd/outboxd/reconciler"
 	"github.com/outboxd/outboxd/store"
 	"github.com/outboxd/outboxd/store/mongostore"
+	"github.com/outboxd/outboxd/store/sqlitestore"
 	"github.com/outboxd/outboxd/worker"
 )
 
@@ -55,7 +56,8 @@ type options struct {
 	// mongoMaxPool is the MongoDB driver's pool size per server.
 	mongoMaxPool int
 	// eventsColl and outboxColl name the originals' and the entries'
-	// MongoDB collections (--events-collection, --outbox-collection).
+	// MongoDB collections or SQLite tables (--events-collection,
+	// --outbox-collection).
 	eventsColl, outboxColl string
 	// partitions is --partitions: the stream's number of partitions.
 	partitions int
@@ -208,8 +210,8 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 		case gStore:
 			fs.StringVar(&o.store, "store", StoreDefault, "system of record: sqlite:PATH, mongodb://… or mongodb+srv://… (a replica set), "+mongostore.LungoMemory+" (dev only)")
 			fs.StringVar(&o.mongoDB, "mongo-db", mongostore.DatabaseDefault, "MongoDB database (mongodb stores)")
-			fs.StringVar(&o.eventsColl, "events-collection", mongostore.EventsCollection, "MongoDB collection of the originals, to sit beside a service's own collections in --mongo-db (mongodb stores; every role of a deployment must name the same)")
-			fs.StringVar(&o.outboxColl, "outbox-collection", mongostore.OutboxCollection, "MongoDB collection of the outbox entries (mongodb stores; every role of a deployment must name the same)")
+			fs.StringVar(&o.eventsColl, "events-collection", mongostore.EventsCollection, "collection (MongoDB) or table (SQLite) of the originals, to sit beside a service's own in --mongo-db or the sqlite: file (every role of a deployment must name the same)")
+			fs.StringVar(&o.outboxColl, "outbox-collection", mongostore.OutboxCollection, "collection (MongoDB) or table (SQLite) of the outbox entries (every role of a deployment must name the same)")
 			fs.IntVar(&o.mongoMaxPool, "mongo-max-pool", mongostore.MaxPoolSizeDefault, "most connections to each MongoDB server (mongodb stores; replaces the URI's maxPoolSize)")
 		case gRedis:
 			fs.StringVar(&o.redisURL, "redis-url", RedisURLDefault, "Redis URL (rediss://… for TLS)")
@@ -487,23 +489,21 @@ func storeKind(uri string) (string, string, error) {
 	return "", "", fmt.Errorf("must be sqlite:PATH, mongodb://…, mongodb+srv://… or %s (got %q)", mongostore.LungoMemory, redact.DSN(uri))
 }
 
-// validateCollections checks --events-collection and --outbox-collection:
-// names MongoDB accepts that are not outboxd's other collections, and only
-// on a MongoDB store (the SQLite store keeps its table names).
+// validateCollections checks --events-collection and --outbox-collection,
+// the MongoDB store's collections or the SQLite store's tables: names the
+// store accepts that are not its other collections or tables.
 func (o *options) validateCollections() error {
 	kind, _, _ := storeKind(o.store)
-	for _, c := range []struct{ flag, name, def string }{
-		{"events-collection", o.eventsColl, mongostore.EventsCollection},
-		{"outbox-collection", o.outboxColl, mongostore.OutboxCollection},
-	} {
-		if kind != "mongodb" && c.name != c.def {
-			return config.Invalid(c.flag, "applies to MongoDB stores only: the SQLite store keeps its tables events and outbox (got %q)", c.name)
+	check := func(events, outbox string) error {
+		if kind == "sqlite" {
+			return (&sqlitestore.Options{EventsTable: events, OutboxTable: outbox}).Validate()
 		}
+		return (&mongostore.Options{EventsCollection: events, OutboxCollection: outbox}).Validate()
 	}
-	if err := (&mongostore.Options{EventsCollection: o.eventsColl}).Validate(); err != nil {
+	if err := check(o.eventsColl, ""); err != nil {
 		return config.Invalid("events-collection", "%v", err)
 	}
-	if err := (&mongostore.Options{EventsCollection: o.eventsColl, OutboxCollection: o.outboxColl}).Validate(); err != nil {
+	if err := check(o.eventsColl, o.outboxColl); err != nil {
 		return config.Invalid("outbox-collection", "%v", err)
 	}
 	return nil

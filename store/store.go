@@ -460,6 +460,12 @@ var (
 	ErrPartitionsChanged = errors.New("the recorded number of partitions changed")
 	// ErrSchema: the schema is missing or out of date; run migrate.
 	ErrSchema = errors.New("store schema missing or out of date")
+	// ErrForeign: Migrate found, under the name of one of outboxd's
+	// tables or collections, one that outboxd did not create (a service's
+	// own); name another with the store's options
+	// (sqlitestore.Options.EventsTable, mongostore.Options.EventsCollection
+	// and their outbox twins).
+	ErrForeign = errors.New("outboxd needs a table or collection of its own")
 )
 
 // IsUnavailable reports an error that means the store cannot serve now.

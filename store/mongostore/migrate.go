@@ -151,8 +151,9 @@ func (s *Store) Migrate(ctx context.Context, cfg *store.MigrateConfig) error {
 }
 
 // ErrForeignCollection is returned by Migrate when the events collection
-// holds documents outboxd did not write.
-var ErrForeignCollection = errors.New("outboxd needs a collection of its own")
+// holds documents outboxd did not write. It is store.ErrForeign, which the
+// SQLite store returns for a table of someone else's.
+var ErrForeignCollection = store.ErrForeign
 
 // ErrIndexBuildRunning is returned by Migrate when an index build was still
 // running at its deadline: the build goes on on the server, and Migrate run

@@ -645,6 +645,7 @@ func TestMigrateOverForeignDocuments(t *testing.T) {
 	require.NoError(t, err)
 	err = s.Migrate(ctx, nil)
 	require.ErrorIs(t, err, mongostore.ErrForeignCollection)
+	require.ErrorIs(t, err, store.ErrForeign, "the sentinel both stores share")
 	require.ErrorContains(t, err, "Options.EventsCollection")
 	require.ErrorContains(t, err, "Store.Migrate")
 	require.NotContains(t, err.Error(), "outboxd migrate")

@@ -62,6 +62,13 @@
 // events and outbox each have a traceparent column (schema 7): the W3C
 // trace context of the ingest request, NULL when it was not traced.
 //
+// events and outbox are the default names of the two tables a service may
+// rename to keep its own beside them (Options.EventsTable,
+// Options.OutboxTable; their indexes are named after them, events_id
+// becoming outboxd_events_id); the other tables keep their names. Migrate
+// refuses a table of those names that outboxd did not create
+// (store.ErrForeign).
+//
 // # Feeds
 //
 // A feed reads a stream's entries after its position from the read pool

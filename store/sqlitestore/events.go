@@ -151,10 +151,10 @@ func (s *Store) LoadEvents(ctx context.Context, ids []string) (map[string]store.
 
 // qLoadEvents reads the originals of a JSON array of ids. Index events_id,
 // one probe per id.
-const qLoadEvents = `SELECT ` + eventColumns + ` FROM events WHERE id IN (SELECT value FROM json_each(?))`
+const qLoadEvents = `SELECT ` + eventColumns + ` FROM "{events}" WHERE id IN (SELECT value FROM json_each(?))`
 
 func (s *Store) loadChunk(ctx context.Context, list string, out map[string]store.Loaded) error {
-	st, err := s.readStmt(ctx, qLoadEvents)
+	st, err := s.readStmt(ctx, s.q.loadEvents)
 	if err != nil {
 		return s.fail("loading originals", err)
 	}
@@ -190,13 +190,13 @@ func scanEvents(rows *sql.Rows, out map[string]store.Loaded) error {
 
 // qEventByKey reads the original of an idempotency key. Index
 // events_idempotency_key.
-const qEventByKey = `SELECT ` + eventColumns + ` FROM events WHERE idempotency_key = ?`
+const qEventByKey = `SELECT ` + eventColumns + ` FROM "{events}" WHERE idempotency_key = ?`
 
 // EventByKey returns the original stored under idempotency key (index
 // events_idempotency_key), or an error wrapping store.ErrNotFound.
 func (s *Store) EventByKey(ctx context.Context, key string) (*outbox.Event, error) {
 	var r rawEvent
-	err := s.read.QueryRowContext(ctx, qEventByKey, key).Scan(r.dest()...)
+	err := s.read.QueryRowContext(ctx, s.q.eventByKey, key).Scan(r.dest()...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("error reading original with idempotency key %q: %w", key, store.ErrNotFound)
 	}
@@ -208,14 +208,14 @@ func (s *Store) EventByKey(ctx context.Context, key string) (*outbox.Event, erro
 
 // qMarkSynced marks a JSON array of ids synced. Index events_id, one probe
 // per id.
-const qMarkSynced = `UPDATE events SET synced_at = ?, sync_failure = NULL, failure_category = NULL
+const qMarkSynced = `UPDATE "{events}" SET synced_at = ?, sync_failure = NULL, failure_category = NULL
 	WHERE id IN (SELECT value FROM json_each(?)) AND synced_at IS NULL`
 
 // MarkSynced sets synced_at = at and clears sync_failure on those of ids
 // whose synced_at is NULL, in one transaction, and returns how many it
 // changed.
 func (s *Store) MarkSynced(ctx context.Context, ids []string, at time.Time) (int64, error) {
-	return s.updateByIDs(ctx, "marking originals synced", qMarkSynced, ids, millis(at))
+	return s.updateByIDs(ctx, "marking originals synced", s.q.markSynced, ids, millis(at))
 }
 
 // updateByIDs runs q, an UPDATE whose last parameter is a JSON array of ids
@@ -251,7 +251,7 @@ func (s *Store) updateByIDs(ctx context.Context, what, q string, ids []string, a
 }
 
 // qPark parks an original. Index events_id.
-const qPark = `UPDATE events SET sync_failure = ?, failure_category = ? WHERE id = ? AND synced_at IS NULL`
+const qPark = `UPDATE "{events}" SET sync_failure = ?, failure_category = ? WHERE id = ? AND synced_at IS NULL`
 
 // Park sets sync_failure on the original id unless it is synced, and reports
 // whether it did (an original parked before is parked again, with f).
@@ -264,7 +264,7 @@ func (s *Store) Park(ctx context.Context, id string, f outbox.SyncFailure) (bool
 	if err != nil {
 		return false, fmt.Errorf("error parking original %s: %w", id, err)
 	}
-	res, err := s.write.ExecContext(ctx, qPark, failure, category, id)
+	res, err := s.write.ExecContext(ctx, s.q.park, failure, category, id)
 	if err != nil {
 		return false, s.fail(fmt.Sprintf("parking original %s", id), err)
 	}
@@ -278,7 +278,7 @@ func (s *Store) Park(ctx context.Context, id string, f outbox.SyncFailure) (bool
 // qCandidates reads the reconciler's candidates. Index events_pending: a
 // range on created_at in index order, last_requeued_at filtered from the
 // index.
-const qCandidates = `SELECT id FROM events
+const qCandidates = `SELECT id FROM "{events}"
 	WHERE synced_at IS NULL AND sync_failure IS NULL AND created_at < ?
 	  AND (last_requeued_at IS NULL OR last_requeued_at < ?)
 	ORDER BY created_at LIMIT ?`
@@ -289,7 +289,7 @@ func (s *Store) Candidates(ctx context.Context, q store.CandidateQuery) ([]strin
 	if q.Limit <= 0 {
 		return nil, nil
 	}
-	rows, err := s.read.QueryContext(ctx, qCandidates, millis(q.CreatedBefore), millis(q.ClaimedBefore), q.Limit)
+	rows, err := s.read.QueryContext(ctx, s.q.candidates, millis(q.CreatedBefore), millis(q.ClaimedBefore), q.Limit)
 	if err != nil {
 		return nil, s.fail("reading reconciler candidates", err)
 	}
@@ -311,9 +311,9 @@ func (s *Store) Candidates(ctx context.Context, q store.CandidateQuery) ([]strin
 // Claim's statements, over a JSON array of ids. Index events_id, one probe
 // per id.
 const (
-	qClaimRead = `SELECT ` + eventColumnsNoPayload + ` FROM events
+	qClaimRead = `SELECT ` + eventColumnsNoPayload + ` FROM "{events}"
 		WHERE id IN (SELECT value FROM json_each(?)) AND ` + qCandidate
-	qClaim = `UPDATE events SET last_requeued_at = ?, requeue_count = requeue_count + 1
+	qClaim = `UPDATE "{events}" SET last_requeued_at = ?, requeue_count = requeue_count + 1
 		WHERE id IN (SELECT value FROM json_each(?)) AND ` + qCandidate
 	// qCandidate is a claim's condition: pending, never claimed or claimed
 	// before the parameter.
@@ -338,7 +338,7 @@ func (s *Store) Claim(ctx context.Context, ids []string, at, claimedBefore time.
 		return out, fmt.Errorf("error %s: %w", what, err)
 	}
 	err = s.inWriteTx(ctx, what, func(tx *sql.Tx) error {
-		rows, err := tx.QueryContext(ctx, qClaimRead, list, millis(claimedBefore))
+		rows, err := tx.QueryContext(ctx, s.q.claimRead, list, millis(claimedBefore))
 		if err != nil {
 			return s.fail(what, err)
 		}
@@ -359,7 +359,7 @@ func (s *Store) Claim(ctx context.Context, ids []string, at, claimedBefore time.
 				return fmt.Errorf("error %s: %w", what, err)
 			}
 		}
-		res, err := tx.ExecContext(ctx, qClaim, millis(at), list, millis(claimedBefore))
+		res, err := tx.ExecContext(ctx, s.q.claim, millis(at), list, millis(claimedBefore))
 		if err != nil {
 			return s.fail(what, err)
 		}
@@ -376,7 +376,7 @@ func (s *Store) Claim(ctx context.Context, ids []string, at, claimedBefore time.
 }
 
 // qRollbackClaim undoes a claim. Index events_id.
-const qRollbackClaim = `UPDATE events SET last_requeued_at = ?, requeue_count = max(requeue_count - 1, 0)
+const qRollbackClaim = `UPDATE "{events}" SET last_requeued_at = ?, requeue_count = max(requeue_count - 1, 0)
 	WHERE id = ? AND last_requeued_at = ?`
 
 // RollbackClaims undoes the claims stamped at on claimed, in one write
@@ -390,7 +390,7 @@ func (s *Store) RollbackClaims(ctx context.Context, at time.Time, claimed []*out
 	}
 	var restored int
 	err := s.inWriteTx(ctx, what, func(tx *sql.Tx) error {
-		stmt, err := tx.PrepareContext(ctx, qRollbackClaim)
+		stmt, err := tx.PrepareContext(ctx, s.q.rollbackClaim)
 		if err != nil {
 			return s.fail(what, err)
 		}
@@ -416,12 +416,12 @@ func (s *Store) RollbackClaims(ctx context.Context, at time.Time, claimed []*out
 
 // The queries of Counts; see Counts for the index each one uses.
 const (
-	qCountTotal   = `SELECT coalesce(max(rowid), 0) - (SELECT n FROM events_removed WHERE id = 1) FROM events`
-	qCountPending = `SELECT count(*), min(created_at) FROM events
+	qCountTotal   = `SELECT coalesce(max(rowid), 0) - (SELECT n FROM events_removed WHERE id = 1) FROM "{events}"`
+	qCountPending = `SELECT count(*), min(created_at) FROM "{events}"
 		WHERE synced_at IS NULL AND sync_failure IS NULL`
-	qCountFailed = `SELECT coalesce(failure_category, ''), count(*) FROM events
+	qCountFailed = `SELECT coalesce(failure_category, ''), count(*) FROM "{events}"
 		WHERE sync_failure IS NOT NULL AND synced_at IS NULL GROUP BY failure_category`
-	qCountUndispatched = `SELECT count(*) FROM outbox WHERE dispatched_at IS NULL`
+	qCountUndispatched = `SELECT count(*) FROM "{outbox}" WHERE dispatched_at IS NULL`
 )
 
 // Counts returns the status figures, exact, read in one snapshot. No query
@@ -442,17 +442,17 @@ func (s *Store) Counts(ctx context.Context) (store.Counts, error) {
 	}
 	defer func() { _ = tx.Rollback() }() // read only: nothing to commit
 	var oldest sql.NullInt64
-	err = tx.QueryRowContext(ctx, qCountTotal).Scan(&c.Total)
+	err = tx.QueryRowContext(ctx, s.q.countTotal).Scan(&c.Total)
 	if err == nil {
-		err = tx.QueryRowContext(ctx, qCountPending).Scan(&c.Pending, &oldest)
+		err = tx.QueryRowContext(ctx, s.q.countPending).Scan(&c.Pending, &oldest)
 	}
 	if err == nil {
-		err = tx.QueryRowContext(ctx, qCountUndispatched).Scan(&c.Undispatched)
+		err = tx.QueryRowContext(ctx, s.q.countUndispatched).Scan(&c.Undispatched)
 	}
 	if err != nil {
 		return c, s.fail("reading counts", err)
 	}
-	rows, err := tx.QueryContext(ctx, qCountFailed)
+	rows, err := tx.QueryContext(ctx, s.q.countFailed)
 	if err != nil {
 		return c, s.fail("reading counts", err)
 	}
@@ -480,11 +480,11 @@ func (s *Store) Counts(ctx context.Context) (store.Counts, error) {
 // max(rowid) stays, see Counts) and those with an undispatched outbox
 // entry (index outbox_event); then the count of removed originals.
 const (
-	qDeleteSynced = `DELETE FROM events WHERE rowid IN (
-		SELECT e.rowid FROM events e
+	qDeleteSynced = `DELETE FROM "{events}" WHERE rowid IN (
+		SELECT e.rowid FROM "{events}" e
 		WHERE e.created_at < ? AND e.synced_at IS NOT NULL
-			AND e.rowid < (SELECT max(rowid) FROM events)
-			AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = e.id AND o.dispatched_at IS NULL)
+			AND e.rowid < (SELECT max(rowid) FROM "{events}")
+			AND NOT EXISTS (SELECT 1 FROM "{outbox}" o WHERE o.event_id = e.id AND o.dispatched_at IS NULL)
 		ORDER BY e.created_at LIMIT ?)`
 	qCountRemoved = `UPDATE events_removed SET n = n + ? WHERE id = 1`
 )
@@ -497,7 +497,7 @@ func (s *Store) DeleteSynced(ctx context.Context, before time.Time, limit int) (
 	}
 	var n int64
 	err := s.inWriteTx(ctx, "deleting synced originals", func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, qDeleteSynced, millis(before), limit)
+		res, err := tx.ExecContext(ctx, s.q.deleteSynced, millis(before), limit)
 		if err != nil {
 			return s.fail("deleting synced originals", err)
 		}

@@ -22,7 +22,7 @@ const deleteChunk = 5000
 // qLastSeq reads the highest seq AUTOINCREMENT ever assigned (kept in
 // sqlite_sequence, a table of one row per AUTOINCREMENT table), even when
 // those entries were deleted since.
-const qLastSeq = `SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'outbox'), 0)`
+const qLastSeq = `SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = '{outbox}'), 0)`
 
 // OpenFeed opens the outbox feed of stream after from: the entries whose seq
 // is greater than from's, in seq order. from == nil (or empty) starts from
@@ -48,7 +48,7 @@ func (s *Store) OpenFeed(ctx context.Context, stream string, from store.Position
 		f.poll = PollIntervalDefault
 	}
 	if len(from) == 0 {
-		err := s.read.QueryRowContext(ctx, qLastSeq).Scan(&f.pos)
+		err := s.read.QueryRowContext(ctx, s.q.lastSeq).Scan(&f.pos)
 		if err != nil {
 			return nil, s.fail(fmt.Sprintf("opening feed of stream %s", stream), err)
 		}
@@ -59,7 +59,7 @@ func (s *Store) OpenFeed(ctx context.Context, stream string, from store.Position
 		return nil, fmt.Errorf("error opening feed of stream %s: %w", stream, err)
 	}
 	var floor, last int64
-	err = s.read.QueryRowContext(ctx, qFloorAndLastSeq, stream).Scan(&floor, &last)
+	err = s.read.QueryRowContext(ctx, s.q.floorAndLastSeq, stream).Scan(&floor, &last)
 	if err != nil {
 		return nil, s.fail(fmt.Sprintf("opening feed of stream %s", stream), err)
 	}
@@ -187,12 +187,12 @@ func (f *feed) Next(ctx context.Context, max int, wait time.Duration) ([]outbox.
 
 // qFeed reads a stream's entries after a seq. Index outbox_stream_seq:
 // equality on stream, range and order on seq.
-const qFeed = `SELECT ` + entryColumns + ` FROM outbox WHERE stream = ? AND seq > ? ORDER BY seq LIMIT ?`
+const qFeed = `SELECT ` + entryColumns + ` FROM "{outbox}" WHERE stream = ? AND seq > ? ORDER BY seq LIMIT ?`
 
 // qFeedPartition reads a partition's entries after a seq. Index
 // outbox_partition_seq: equality on stream and partition, range and order
 // on seq.
-const qFeedPartition = `SELECT ` + entryColumns + ` FROM outbox
+const qFeedPartition = `SELECT ` + entryColumns + ` FROM "{outbox}"
 	WHERE stream = ? AND partition = ? AND seq > ? ORDER BY seq LIMIT ?`
 
 // partitionQuery returns q (the whole stream's) with its arguments, or
@@ -212,7 +212,7 @@ func (f *feed) read(ctx context.Context, max int) ([]outbox.Entry, error) {
 	pos := f.pos
 	f.mu.Unlock()
 	what := fmt.Sprintf("reading feed of stream %s", f.stream)
-	q, args := partitionQuery(qFeed, qFeedPartition, f.stream, f.part, pos, max)
+	q, args := partitionQuery(f.s.q.feed, f.s.q.feedPartition, f.stream, f.part, pos, max)
 	floorStmt, err := f.s.readStmt(ctx, qFloor)
 	if err != nil {
 		return nil, f.s.fail(what, err)
@@ -289,12 +289,12 @@ func scanEntries(rows *sql.Rows) (entries []outbox.Entry, last int64, err error)
 
 // qUndispatched reads a stream's undispatched entries after a seq. Index
 // outbox_undispatched (undispatched entries only).
-const qUndispatched = `SELECT ` + entryColumns + ` FROM outbox
+const qUndispatched = `SELECT ` + entryColumns + ` FROM "{outbox}"
 	WHERE stream = ? AND dispatched_at IS NULL AND seq > ? ORDER BY seq LIMIT ?`
 
 // qUndispatchedPartition reads a partition's undispatched entries after a
 // seq. Index outbox_partition_undispatched (undispatched entries only).
-const qUndispatchedPartition = `SELECT ` + entryColumns + ` FROM outbox
+const qUndispatchedPartition = `SELECT ` + entryColumns + ` FROM "{outbox}"
 	WHERE stream = ? AND partition = ? AND dispatched_at IS NULL AND seq > ? ORDER BY seq LIMIT ?`
 
 // Undispatched returns at most limit entries of stream (of part) whose
@@ -311,7 +311,7 @@ func (s *Store) Undispatched(ctx context.Context, stream string, part store.Part
 			return nil, fmt.Errorf("error reading undispatched entries of stream %s: %w", stream, err)
 		}
 	}
-	q, args := partitionQuery(qUndispatched, qUndispatchedPartition, stream, part, seq, limit)
+	q, args := partitionQuery(s.q.undispatched, s.q.undispatchedPartition, stream, part, seq, limit)
 	rows, err := s.read.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, s.fail(fmt.Sprintf("reading undispatched entries of stream %s", stream), err)
@@ -325,7 +325,7 @@ func (s *Store) Undispatched(ctx context.Context, stream string, part store.Part
 
 // qMarkDispatched marks a JSON array of entry ids dispatched. Primary key,
 // one probe per id.
-const qMarkDispatched = `UPDATE outbox SET dispatched_at = ?
+const qMarkDispatched = `UPDATE "{outbox}" SET dispatched_at = ?
 	WHERE seq IN (SELECT CAST(value AS INTEGER) FROM json_each(?)) AND dispatched_at IS NULL`
 
 // MarkDispatched sets dispatched_at = at on those of ids not dispatched yet,
@@ -364,7 +364,7 @@ func (s *Store) markDispatched(ctx context.Context, tx *sql.Tx, what string, ids
 		if err != nil {
 			return fmt.Errorf("error %s: %w", what, err)
 		}
-		if _, err := tx.ExecContext(ctx, qMarkDispatched, millis(at), list); err != nil {
+		if _, err := tx.ExecContext(ctx, s.q.markDispatched, millis(at), list); err != nil {
 			return s.fail(what, err)
 		}
 	}
@@ -375,8 +375,8 @@ func (s *Store) markDispatched(ctx context.Context, tx *sql.Tx, what string, ids
 // outbox_dispatched_at (dispatched entries only), removed by primary key;
 // the floor by its primary key.
 const (
-	qDeleteDispatched = `DELETE FROM outbox WHERE seq IN (
-		SELECT seq FROM outbox WHERE dispatched_at < ? ORDER BY dispatched_at LIMIT ?)
+	qDeleteDispatched = `DELETE FROM "{outbox}" WHERE seq IN (
+		SELECT seq FROM "{outbox}" WHERE dispatched_at < ? ORDER BY dispatched_at LIMIT ?)
 		RETURNING stream, seq`
 	qRaiseFloor = `INSERT INTO feed_floor (stream, seq) VALUES (?, ?)
 		ON CONFLICT (stream) DO UPDATE SET seq = max(seq, excluded.seq)`
@@ -391,7 +391,7 @@ func (s *Store) DeleteDispatched(ctx context.Context, before time.Time) (int64, 
 	for {
 		var n int64
 		err := s.inWriteTx(ctx, "deleting dispatched entries", func(tx *sql.Tx) error {
-			rows, err := tx.QueryContext(ctx, qDeleteDispatched, millis(before), deleteChunk)
+			rows, err := tx.QueryContext(ctx, s.q.deleteDispatched, millis(before), deleteChunk)
 			if err != nil {
 				return s.fail("deleting dispatched entries", err)
 			}

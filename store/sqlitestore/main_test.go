@@ -2,7 +2,9 @@ package sqlitestore_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -123,4 +125,63 @@ func TestConformance(t *testing.T) {
 		// nothing.
 		return open(t, filepath.Join(t.TempDir(), "outboxd.db"), nil)
 	}})
+}
+
+// TestConformanceCustomNames runs the storage port's suite on tables of
+// other names (Options.EventsTable, Options.OutboxTable) beside a
+// service's own events and outbox tables in the same file, which the store
+// never reads or changes.
+func TestConformanceCustomNames(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, storetest.Harness{Open: func(t testing.TB, _ storetest.Options) store.Store {
+		path := filepath.Join(t.TempDir(), "outboxd.db")
+		serviceTables(t, path)
+		// Registered before open's: runs after the store is closed (some
+		// checks close it themselves).
+		t.Cleanup(func() { checkServiceTables(t, path) })
+		return open(t, path, &sqlitestore.Options{EventsTable: "outboxd_events", OutboxTable: "outboxd_outbox"})
+	}})
+}
+
+// ownTables are the tables of a service's own that serviceTables
+// creates.
+var ownTables = []string{"events", "outbox"}
+
+// eachServiceTable calls fn with each of ownTables and a connection of its
+// own to the SQLite file at path (the store's may be closed).
+func eachServiceTable(t testing.TB, path string, fn func(db *sql.DB, table string)) {
+	t.Helper()
+	db, err := sql.Open("sqlite", path)
+	require.NoError(t, err)
+	defer db.Close()
+	for _, table := range ownTables {
+		fn(db, table)
+	}
+}
+
+// serviceTables creates, in the SQLite file at path, a service's own events
+// and outbox tables (ownTables) of one row each.
+func serviceTables(t testing.TB, path string) {
+	eachServiceTable(t, path, func(db *sql.DB, table string) {
+		_, err := db.Exec(`CREATE TABLE ` + table + ` (id INTEGER PRIMARY KEY, service TEXT NOT NULL);
+			INSERT INTO ` + table + ` (service) VALUES ('own')`)
+		require.NoError(t, err)
+	})
+}
+
+// checkServiceTables fails t unless the service's own tables of
+// serviceTables hold their one row each, as they were.
+func checkServiceTables(t testing.TB, path string) {
+	eachServiceTable(t, path, func(db *sql.DB, table string) {
+		var rows []string
+		r, err := db.Query(`SELECT service FROM ` + table)
+		require.NoError(t, err)
+		for r.Next() {
+			var v string
+			require.NoError(t, r.Scan(&v))
+			rows = append(rows, v)
+		}
+		require.NoError(t, errors.Join(r.Err(), r.Close()))
+		require.Equal(t, []string{"own"}, rows, "the service's own %s table", table)
+	})
 }

@@ -102,10 +102,18 @@ func upSection(text string) string {
 
 // Migrate creates or updates the schema: in one BEGIN IMMEDIATE transaction
 // it reads PRAGMA user_version, runs the Up part of every newer migration of
-// the embedded migrations/ folder and sets user_version to the newest. It is
-// idempotent and safe to run from several processes at once (they take
-// turns). cfg is not used: the SQLite store has no TTL index, DeleteDispatched
-// applies retention.
+// the embedded migrations/ folder (with the names of Options.EventsTable
+// and Options.OutboxTable for {events} and {outbox}) and sets user_version
+// to the newest. It is idempotent and safe to run from several processes at
+// once (they take turns). cfg is not used: the SQLite store has no TTL
+// index, DeleteDispatched applies retention.
+//
+// A table (or view) under one of the two names that outboxd did not
+// create — one of the service's own, in a file whose user_version is 0,
+// or one without outboxd's columns — fails Migrate with an error wrapping
+// store.ErrForeign that names the option choosing another name, and changes
+// nothing; so does a user_version set while the two tables are missing (the
+// file's tables have other names, or another program versions the file).
 func (s *Store) Migrate(ctx context.Context, cfg *store.MigrateConfig) error {
 	all, err := loadMigrations(schemaFiles())
 	if err != nil {
@@ -120,11 +128,14 @@ func (s *Store) Migrate(ctx context.Context, cfg *store.MigrateConfig) error {
 			return fmt.Errorf("error migrating SQLite store %s: %w: its schema version %d is newer than this outboxd knows (%d); use a newer outboxd",
 				s.path, store.ErrSchema, current, latest(all))
 		}
+		if err := s.checkOwnTables(ctx, tx, "migrating", current, true); err != nil {
+			return err
+		}
 		for _, m := range all {
 			if m.version <= current {
 				continue
 			}
-			if _, err := tx.ExecContext(ctx, m.up); err != nil {
+			if _, err := tx.ExecContext(ctx, s.q.sql(m.up)); err != nil {
 				return s.fail(fmt.Sprintf("applying SQLite migration %s", m.name), err)
 			}
 		}
@@ -139,8 +150,91 @@ func (s *Store) Migrate(ctx context.Context, cfg *store.MigrateConfig) error {
 	return err
 }
 
-// requiredTables are the tables the store's operations use.
-var requiredTables = []string{"events", "outbox", "feed_floor", "leases", "partitions"}
+// requiredTables are the tables the store's operations use, besides the
+// events and outbox tables.
+var requiredTables = []string{"feed_floor", "leases", "partitions"}
+
+// signatures are columns the events and outbox tables have had since the
+// first migration: a table of that name without one of them is not
+// outboxd's.
+var signatures = [2][]string{
+	{"id", "idempotency_key", "source_key", "device_key", "payload", "content_hash", "created_at", "synced_at"},
+	{"seq", "event_id", "stream", "message", "created_at", "dispatched_at"},
+}
+
+// schemaReader is what *sql.DB and *sql.Tx share for checkOwnTables.
+type schemaReader interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// columnsOf returns the lower-case names of the columns of table (none
+// when there is no such table or view), or of SQLite's tables and views
+// with table "".
+func columnsOf(ctx context.Context, q schemaReader, table string) (map[string]bool, error) {
+	query, args := `SELECT lower(name) FROM sqlite_master WHERE type IN ('table', 'view')`, []any(nil)
+	if table != "" {
+		query, args = `SELECT lower(name) FROM pragma_table_info(?)`, []any{table}
+	}
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			_ = rows.Close()
+			return nil, err
+		}
+		out[name] = true
+	}
+	return out, errors.Join(rows.Err(), rows.Close())
+}
+
+// checkOwnTables returns an error wrapping store.ErrForeign, naming the
+// option, when the events or outbox table in the file is not outboxd's: one
+// present at schema version 0 (when migrating: outboxd is about to create
+// it), one without outboxd's columns; when migrating, a version above 0
+// with either table missing is one too (the tables have other names, or the
+// version is another program's).
+func (s *Store) checkOwnTables(ctx context.Context, q schemaReader, doing string, version int, migrating bool) error {
+	present, err := columnsOf(ctx, q, "")
+	if err != nil {
+		return s.fail(doing+" SQLite store", err)
+	}
+	for i, t := range []struct{ field, name string }{{"EventsTable", s.q.events}, {"OutboxTable", s.q.outbox}} {
+		var why string
+		switch {
+		case !present[t.name] && migrating && version > 0:
+			why = fmt.Sprintf("PRAGMA user_version is %d but there is no table %s: outboxd's tables were created under other names "+
+				"(name them with Options.EventsTable and Options.OutboxTable), or another program versions this file with user_version "+
+				"(give outboxd a file of its own)", version, t.name)
+		case !present[t.name]:
+			continue
+		case version == 0 && migrating:
+			why = fmt.Sprintf("the table %s exists and outboxd did not create it (PRAGMA user_version is 0); "+
+				"choose a table of outboxd's own with Options.%s", t.name, t.field)
+		default:
+			cols, err := columnsOf(ctx, q, t.name)
+			if err != nil {
+				return s.fail(doing+" SQLite store", err)
+			}
+			var missing []string
+			for _, c := range signatures[i] {
+				if !cols[c] {
+					missing = append(missing, c)
+				}
+			}
+			if len(missing) == 0 {
+				continue
+			}
+			why = fmt.Sprintf("the table %s lacks outboxd's columns %s: it is not outboxd's; choose a table of outboxd's own with Options.%s",
+				t.name, strings.Join(missing, ", "), t.field)
+		}
+		return fmt.Errorf("error %s SQLite store %s: %w: %s", doing, s.path, store.ErrForeign, why)
+	}
+	return nil
+}
 
 // CheckSchema returns an error wrapping store.ErrSchema, naming what is
 // missing and saying to run Store.Migrate, when the tables are absent or
@@ -154,24 +248,12 @@ func (s *Store) CheckSchema(ctx context.Context) error {
 	if err := s.read.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&version); err != nil {
 		return s.fail("checking schema", err)
 	}
-	rows, err := s.read.QueryContext(ctx, `SELECT name FROM sqlite_master WHERE type = 'table'`)
+	present, err := columnsOf(ctx, s.read, "")
 	if err != nil {
 		return s.fail("checking schema", err)
 	}
-	present := map[string]bool{}
-	for rows.Next() {
-		var name string
-		if err := rows.Scan(&name); err != nil {
-			_ = rows.Close()
-			return s.fail("checking schema", err)
-		}
-		present[name] = true
-	}
-	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-		return s.fail("checking schema", err)
-	}
 	var missing []string
-	for _, t := range requiredTables {
+	for _, t := range append([]string{s.q.events, s.q.outbox}, requiredTables...) {
 		if !present[t] {
 			missing = append(missing, t)
 		}
@@ -187,5 +269,5 @@ func (s *Store) CheckSchema(ctx context.Context) error {
 		return fmt.Errorf("error checking schema of SQLite store %s: %w: schema version %d is newer than this outboxd knows (%d); use a newer outboxd",
 			s.path, store.ErrSchema, version, latest(all))
 	}
-	return nil
+	return s.checkOwnTables(ctx, s.read, "checking schema of", version, false)
 }

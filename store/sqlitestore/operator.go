@@ -10,20 +10,21 @@ import (
 	"github.com/outboxd/outboxd/store"
 )
 
-// The indexes of the operator queries (migration 00002). Each query names
-// its index with INDEXED BY, so the plan does not depend on SQLite's
-// guesses (the store runs no ANALYZE): a range of the window's time, in
-// (time, id) order, with the other conditions filtered from the range.
+// The indexes of the operator queries (migration 00002), after the events
+// table's name (events_occurred with the default). Each query names its
+// index with INDEXED BY, so the plan does not depend on SQLite's guesses
+// (the store runs no ANALYZE): a range of the window's time, in (time, id)
+// order, with the other conditions filtered from the range.
 const (
-	indexOccurred = "events_occurred"
-	indexCreated  = "events_created"
-	indexDevice   = "events_device"
+	indexOccurred = "occurred"
+	indexCreated  = "created"
+	indexDevice   = "device"
 )
 
 // eventQuery returns the FROM … WHERE part of q's statements and its
 // arguments, and the time column of q's order. A cursor (q.After) is used
 // when withCursor is set.
-func eventQuery(q store.EventQuery, withCursor bool) (string, []any, string) {
+func (t tables) eventQuery(q store.EventQuery, withCursor bool) (string, []any, string) {
 	col, index := "occurred_at", indexOccurred
 	if q.By == store.ByCreated {
 		col, index = "created_at", indexCreated
@@ -69,18 +70,18 @@ func eventQuery(q store.EventQuery, withCursor bool) (string, []any, string) {
 	case outbox.StateSynced:
 		conds = append(conds, "synced_at IS NOT NULL")
 	}
-	return "FROM events INDEXED BY " + index + " WHERE " + strings.Join(conds, " AND "), args, col
+	return t.sql(`FROM "{events}" INDEXED BY "{events}_`+index+`" WHERE `) + strings.Join(conds, " AND "), args, col
 }
 
 // listEventsSQL returns ListEvents' statement for q and its arguments.
-func listEventsSQL(q store.EventQuery) (string, []any) {
-	from, args, col := eventQuery(q, true)
+func (t tables) listEventsSQL(q store.EventQuery) (string, []any) {
+	from, args, col := t.eventQuery(q, true)
 	return `SELECT ` + eventColumnsNoPayload + ` ` + from + ` ORDER BY ` + col + `, id LIMIT ?`, append(args, q.Limit)
 }
 
 // countEventsSQL returns CountEvents' statement for q and its arguments.
-func countEventsSQL(q store.EventQuery) (string, []any) {
-	from, args, _ := eventQuery(q, false)
+func (t tables) countEventsSQL(q store.EventQuery) (string, []any) {
+	from, args, _ := t.eventQuery(q, false)
 	return `SELECT count(*) ` + from, args
 }
 
@@ -96,7 +97,7 @@ func (s *Store) ListEvents(ctx context.Context, q store.EventQuery) ([]*outbox.E
 	if q.Limit <= 0 {
 		return nil, fmt.Errorf("invalid EventQuery.Limit %d: must be positive", q.Limit)
 	}
-	query, args := listEventsSQL(q)
+	query, args := s.q.listEventsSQL(q)
 	rows, err := s.read.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, s.fail("listing originals", err)
@@ -127,7 +128,7 @@ func (s *Store) CountEvents(ctx context.Context, q store.EventQuery) (int64, err
 	if err := q.Validate(); err != nil {
 		return 0, err
 	}
-	query, args := countEventsSQL(q)
+	query, args := s.q.countEventsSQL(q)
 	var n int64
 	if err := s.read.QueryRowContext(ctx, query, args...).Scan(&n); err != nil {
 		return 0, s.fail("counting originals", err)
@@ -137,12 +138,12 @@ func (s *Store) CountEvents(ctx context.Context, q store.EventQuery) (int64, err
 
 // qRedrive makes parked originals of a JSON array of ids pending again.
 // Index events_id, one probe per id.
-const qRedrive = `UPDATE events SET sync_failure = NULL, failure_category = NULL, last_requeued_at = NULL, requeue_count = 0
+const qRedrive = `UPDATE "{events}" SET sync_failure = NULL, failure_category = NULL, last_requeued_at = NULL, requeue_count = 0
 	WHERE id IN (SELECT value FROM json_each(?)) AND sync_failure IS NOT NULL AND synced_at IS NULL`
 
 // Redrive clears sync_failure and last_requeued_at and zeroes requeue_count
 // on those of ids that are parked and not synced, in one transaction, and
 // returns how many it changed.
 func (s *Store) Redrive(ctx context.Context, ids []string) (int64, error) {
-	return s.updateByIDs(ctx, "re-driving parked originals", qRedrive, ids)
+	return s.updateByIDs(ctx, "re-driving parked originals", s.q.redrive, ids)
 }

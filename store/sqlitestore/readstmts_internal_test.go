@@ -40,15 +40,15 @@ func TestReadStmt(t *testing.T) {
 		})
 		return qs
 	}
-	require.ElementsMatch(t, []string{qFloor, qFeed}, prepared(), "160 reads, two statements")
-	first, err := s.readStmt(ctx, qFeed)
+	require.ElementsMatch(t, []string{qFloor, s.q.feed}, prepared(), "160 reads, two statements")
+	first, err := s.readStmt(ctx, s.q.feed)
 	require.NoError(t, err)
-	again, err := s.readStmt(ctx, qFeed)
+	again, err := s.readStmt(ctx, s.q.feed)
 	require.NoError(t, err)
 	require.Same(t, first, again)
 
 	require.NoError(t, s.Close(ctx))
 	require.Empty(t, prepared(), "closed with the Store")
-	_, err = s.readStmt(ctx, qFeed)
+	_, err = s.readStmt(ctx, s.q.feed)
 	require.Error(t, err)
 }

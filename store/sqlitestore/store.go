@@ -2,6 +2,7 @@ package sqlitestore
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"database/sql"
 	"database/sql/driver"
@@ -40,6 +41,18 @@ const (
 
 // Options tune a Store. A nil *Options means all defaults.
 type Options struct {
+	// EventsTable names the originals' table, so outboxd can sit beside a
+	// service's own tables in its file; its indexes are named after it
+	// (EventsTable_id, …). An SQL identifier (letters, digits and _),
+	// compared without case as SQLite does, not one of the store's other
+	// tables (feed_floor, leases, partitions, events_removed) and not
+	// OutboxTable. It must be a table of outboxd's own: Migrate refuses one
+	// it did not create (store.ErrForeign). Every process on the file must
+	// name the same. Defaults to EventsTable ("events").
+	EventsTable string
+	// OutboxTable names the outbox entries' table, with the same rules;
+	// its indexes are named after it. Defaults to OutboxTable ("outbox").
+	OutboxTable string
 	// BusyTimeout is how long a statement waits for a lock held by another
 	// connection, typically another process's write transaction, before it
 	// fails with an error wrapping store.ErrUnavailable. Defaults to
@@ -78,10 +91,22 @@ func (o *Options) withDefaults() Options {
 	if out.CheckpointInterval == 0 {
 		out.CheckpointInterval = CheckpointIntervalDefault
 	}
+	out.EventsTable = cmp.Or(out.EventsTable, EventsTable)
+	out.OutboxTable = cmp.Or(out.OutboxTable, OutboxTable)
 	return out
 }
 
+// Validate reports the first field of the options that cannot work,
+// naming it, with the defaults of the fields left zero: a caller (the CLI)
+// checks its settings before it opens anything.
+func (o *Options) Validate() error {
+	return o.withDefaults().validate()
+}
+
 func (o Options) validate() error {
+	if _, err := tablesOf(o); err != nil {
+		return err
+	}
 	if o.BusyTimeout < time.Millisecond {
 		return fmt.Errorf("invalid Options.BusyTimeout %s: must be at least 1ms", o.BusyTimeout)
 	}
@@ -107,6 +132,9 @@ type Store struct {
 	ckpt *checkpointer
 	// observe is Options.ObserveWriter.
 	observe func(role string, waited, held time.Duration)
+	// q are the statements on the events and outbox tables, with the
+	// names of Options.EventsTable and Options.OutboxTable.
+	q *queries
 
 	// stmts are outbox.Tx's statements, prepared on first use (Open does
 	// not need the schema); stmtsMu serialises their preparation only, so
@@ -148,7 +176,8 @@ func Open(ctx context.Context, path string, opts *Options) (*Store, error) {
 		return nil, err
 	}
 
-	s := &Store{path: abs, wake: make(chan struct{}), observe: o.ObserveWriter}
+	names, _ := tablesOf(o) // validated above
+	s := &Store{path: abs, q: newQueries(names), wake: make(chan struct{}), observe: o.ObserveWriter}
 	s.write, err = sql.Open(driverName, writeDSN(abs, o.BusyTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("error opening SQLite store %s: %w", path, err)

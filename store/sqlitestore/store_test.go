@@ -858,3 +858,157 @@ func TestObserveWriter(t *testing.T) {
 	defer mu.Unlock()
 	require.Equal(t, []string{store.RoleIngest, store.RoleWorker, "other"}, roles)
 }
+
+// TestTableNames: Options.EventsTable and Options.OutboxTable are checked
+// before anything is opened or created; a table of those names that
+// outboxd did not create fails Migrate with store.ErrForeign naming the
+// option, and changes nothing in the file.
+func TestTableNames(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("Invalid", func(t *testing.T) {
+		t.Parallel()
+		for _, c := range []struct {
+			opts sqlitestore.Options
+			want []string
+		}{
+			{sqlitestore.Options{EventsTable: "svc-events"}, []string{"Options.EventsTable", "not an SQL identifier"}},
+			{sqlitestore.Options{OutboxTable: "1outbox"}, []string{"Options.OutboxTable", "not an SQL identifier"}},
+			{sqlitestore.Options{EventsTable: `a"b`}, []string{"Options.EventsTable", "not an SQL identifier"}},
+			{sqlitestore.Options{OutboxTable: "SQLite_x"}, []string{"Options.OutboxTable", "sqlite_"}},
+			{sqlitestore.Options{EventsTable: "leases"}, []string{"Options.EventsTable", "its own leases table"}},
+			{sqlitestore.Options{OutboxTable: "Events_Removed"}, []string{"Options.OutboxTable", "its own events_removed table"}},
+			{sqlitestore.Options{EventsTable: "x", OutboxTable: "X"}, []string{"Options.OutboxTable", "the same table as Options.EventsTable"}},
+			{sqlitestore.Options{EventsTable: "OUTBOX"}, []string{"Options.OutboxTable", "the same table as Options.EventsTable"}},
+			{sqlitestore.Options{EventsTable: "x", OutboxTable: "x_id"}, []string{"Options.OutboxTable", "the index x_id of Options.EventsTable"}},
+			{sqlitestore.Options{EventsTable: "x_undispatched", OutboxTable: "x"}, []string{"Options.OutboxTable", "its index x_undispatched would take the name of Options.EventsTable"}},
+		} {
+			require.Error(t, c.opts.Validate(), "%+v", c.opts)
+			path := filepath.Join(t.TempDir(), "data", "outboxd.db")
+			_, err := sqlitestore.Open(ctx, path, &c.opts)
+			for _, w := range c.want {
+				require.ErrorContains(t, err, w, "%+v", c.opts)
+			}
+			require.NoDirExists(t, filepath.Dir(path), "nothing created")
+		}
+		require.NoError(t, (&sqlitestore.Options{EventsTable: "Order", OutboxTable: "outboxd_outbox"}).Validate(), "a keyword: the store quotes names")
+		require.NoError(t, (*sqlitestore.Options)(nil).Validate())
+	})
+
+	t.Run("KeywordAndCase", func(t *testing.T) {
+		t.Parallel()
+		path := filepath.Join(t.TempDir(), "outboxd.db")
+		s := open(t, path, &sqlitestore.Options{EventsTable: "Order", OutboxTable: "Select"})
+		write(t, s, "s", 3)
+		f, err := s.OpenFeed(ctx, "s", store.Position("0"), store.FeedOptions{})
+		require.NoError(t, err)
+		require.Len(t, drain(t, f, 3, 5*time.Second), 3)
+		// Another process naming them in other case finds the same tables.
+		again := open(t, path, &sqlitestore.Options{EventsTable: "ORDER", OutboxTable: "select"})
+		require.NoError(t, again.CheckSchema(ctx))
+		c, err := again.Counts(ctx)
+		require.NoError(t, err)
+		require.Equal(t, int64(3), c.Total)
+		require.Equal(t, int64(3), c.Undispatched)
+		require.ElementsMatch(t, []string{"order", "select"}, tablesLike(t, s.DB(), "order", "select"))
+	})
+
+	t.Run("ForeignTable", func(t *testing.T) {
+		t.Parallel()
+		for _, c := range []struct{ table, field string }{{"events", "Options.EventsTable"}, {"outbox", "Options.OutboxTable"}} {
+			path := filepath.Join(t.TempDir(), "outboxd.db")
+			s, err := sqlitestore.Open(ctx, path, nil)
+			require.NoError(t, err)
+			defer s.Close(ctx)
+			_, err = s.DB().ExecContext(ctx, `CREATE TABLE `+c.table+` (id INTEGER PRIMARY KEY, sku TEXT); INSERT INTO `+c.table+` (sku) VALUES ('a')`)
+			require.NoError(t, err)
+			err = s.Migrate(ctx, nil)
+			require.ErrorIs(t, err, store.ErrForeign)
+			require.ErrorContains(t, err, "table "+c.table+" exists and outboxd did not create it")
+			require.ErrorContains(t, err, c.field)
+			require.Equal(t, 0, userVersion(t, s.DB()), "nothing migrated")
+			require.Empty(t, tablesLike(t, s.DB(), "feed_floor", "leases", "outboxd_events", "outboxd_outbox"))
+			require.ErrorIs(t, s.CheckSchema(ctx), store.ErrSchema)
+
+			other := open(t, path, &sqlitestore.Options{EventsTable: "outboxd_events", OutboxTable: "outboxd_outbox"})
+			require.NoError(t, other.CheckSchema(ctx))
+			write(t, other, "s", 2)
+			var sku string
+			require.NoError(t, other.DB().QueryRowContext(ctx, `SELECT group_concat(sku) FROM `+c.table).Scan(&sku))
+			require.Equal(t, "a", sku, "the service's table is left as it was")
+		}
+	})
+
+	t.Run("ForeignColumns", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		_, err := b.store.DB().ExecContext(ctx, `CREATE TABLE orders (id INTEGER PRIMARY KEY, sku TEXT)`)
+		require.NoError(t, err)
+		s, err := sqlitestore.Open(ctx, b.path, &sqlitestore.Options{EventsTable: "orders"})
+		require.NoError(t, err)
+		defer s.Close(ctx)
+		for _, err := range []error{s.Migrate(ctx, nil), s.CheckSchema(ctx)} {
+			require.ErrorIs(t, err, store.ErrForeign)
+			require.ErrorContains(t, err, "orders lacks outboxd's columns idempotency_key, source_key")
+			require.ErrorContains(t, err, "Options.EventsTable")
+		}
+	})
+
+	t.Run("RenamedAfterMigrate", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		s, err := sqlitestore.Open(ctx, b.path, &sqlitestore.Options{OutboxTable: "outboxd_outbox"})
+		require.NoError(t, err)
+		defer s.Close(ctx)
+		err = s.CheckSchema(ctx)
+		require.ErrorIs(t, err, store.ErrSchema)
+		require.ErrorContains(t, err, "outboxd_outbox missing")
+		err = s.Migrate(ctx, nil)
+		require.ErrorIs(t, err, store.ErrForeign)
+		require.ErrorContains(t, err, "no table outboxd_outbox")
+		require.ErrorContains(t, err, "Options.OutboxTable")
+		require.Empty(t, tablesLike(t, s.DB(), "outboxd_outbox"))
+	})
+
+	t.Run("ServiceUserVersion", func(t *testing.T) {
+		t.Parallel()
+		path := filepath.Join(t.TempDir(), "outboxd.db")
+		s, err := sqlitestore.Open(ctx, path, nil)
+		require.NoError(t, err)
+		defer s.Close(ctx)
+		_, err = s.DB().ExecContext(ctx, `CREATE TABLE orders (id INTEGER PRIMARY KEY); PRAGMA user_version = 3`)
+		require.NoError(t, err)
+		err = s.Migrate(ctx, nil)
+		require.ErrorIs(t, err, store.ErrForeign)
+		require.ErrorContains(t, err, "PRAGMA user_version is 3")
+		require.ErrorContains(t, err, "another program versions this file")
+		require.Equal(t, 3, userVersion(t, s.DB()))
+		require.Empty(t, tablesLike(t, s.DB(), "events", "outbox", "leases"))
+	})
+}
+
+// userVersion returns the file's PRAGMA user_version.
+func userVersion(t testing.TB, db *sql.DB) int {
+	t.Helper()
+	var v int
+	require.NoError(t, db.QueryRow(`PRAGMA user_version`).Scan(&v))
+	return v
+}
+
+// tablesLike returns those of names that are tables of db, in lower case.
+func tablesLike(t testing.TB, db *sql.DB, names ...string) []string {
+	t.Helper()
+	list, err := json.Marshal(names)
+	require.NoError(t, err)
+	rows, err := db.Query(`SELECT lower(name) FROM sqlite_master WHERE type = 'table' AND lower(name) IN (SELECT value FROM json_each(?))`, string(list))
+	require.NoError(t, err)
+	var out []string
+	for rows.Next() {
+		var n string
+		require.NoError(t, rows.Scan(&n))
+		out = append(out, n)
+	}
+	require.NoError(t, errors.Join(rows.Err(), rows.Close()))
+	return out
+}

@@ -45,11 +45,11 @@ const rowsN = 6
 // back as a whole after any failure of either INSERT anyway (outbox.Tx), so
 // nothing of the partial statement is ever committed.
 const (
-	insertEventHead = `INSERT OR FAIL INTO events (id, idempotency_key, source_key, device_key, type, occurred_at,
+	insertEventHead = `INSERT OR FAIL INTO "{events}" (id, idempotency_key, source_key, device_key, type, occurred_at,
 		payload, content_hash, created_at, synced_at, last_requeued_at, requeue_count, sync_failure, failure_category,
 		traceparent) VALUES `
 	insertEventArgs = 15
-	insertEntryHead = `INSERT OR FAIL INTO outbox (event_id, stream, message, created_at, dispatched_at, traceparent, partition) VALUES `
+	insertEntryHead = `INSERT OR FAIL INTO "{outbox}" (event_id, stream, message, created_at, dispatched_at, traceparent, partition) VALUES `
 	insertEntryArgs = 7
 )
 
@@ -70,12 +70,14 @@ func valuesList(rows, n int) string {
 	return strings.TrimSuffix(strings.Repeat(row+", ", rows), ", ")
 }
 
+// txQueries are the statements of outbox.Tx, with {events} and {outbox}
+// for the tables' names (queries.tx has them with the names).
 var txQueries = func() (q [stmtCount]string) {
 	// Index events_idempotency_key, one probe per key of the list.
-	q[stmtLookupKeys] = `SELECT idempotency_key, id, content_hash FROM events
+	q[stmtLookupKeys] = `SELECT idempotency_key, id, content_hash FROM "{events}"
 		WHERE idempotency_key IN (SELECT value FROM json_each(?))`
 	// Index events_idempotency_key.
-	q[stmtKeyExists] = `SELECT 1 FROM events WHERE idempotency_key = ? AND id <> ?`
+	q[stmtKeyExists] = `SELECT 1 FROM "{events}" WHERE idempotency_key = ? AND id <> ?`
 	for i, n := range insertRows {
 		q[stmtInsertEvents+i] = insertEventHead + valuesList(n, insertEventArgs)
 		q[stmtInsertEntries+i] = insertEntryHead + valuesList(n, insertEntryArgs)
@@ -112,7 +114,7 @@ func (s *Store) prepared(ctx context.Context) (*writeStmts, error) {
 		return nil, s.fail("preparing statements", errors.New("sql: database is closed"))
 	}
 	st := &writeStmts{}
-	for i, q := range txQueries {
+	for i, q := range s.q.tx {
 		p, err := s.write.PrepareContext(ctx, q)
 		if err != nil {
 			st.close()
@@ -261,7 +263,7 @@ func (w *txWriter) stmt(ctx context.Context, i int) (*sql.Stmt, error) {
 		w.bound[i] = w.tx.StmtContext(ctx, w.stmts.list[i])
 		return w.bound[i], nil
 	}
-	p, err := w.tx.PrepareContext(ctx, txQueries[i]) // closed with the transaction
+	p, err := w.tx.PrepareContext(ctx, w.s.q.tx[i]) // closed with the transaction
 	if err != nil {
 		return nil, w.s.fail("preparing statement", err)
 	}

@@ -5,13 +5,13 @@
 -- +goose Up
 
 -- A window of occurredAt, any source (replay --by occurred, verify).
-CREATE INDEX events_occurred ON events (occurred_at, id);
+CREATE INDEX "{events}_occurred" ON "{events}" (occurred_at, id);
 -- A window of createdAt, any source (replay --by created).
-CREATE INDEX events_created ON events (created_at, id);
+CREATE INDEX "{events}_created" ON "{events}" (created_at, id);
 -- One device's window of occurredAt (replay --source S --device D).
-CREATE INDEX events_device ON events (source_key, device_key, occurred_at, id);
+CREATE INDEX "{events}_device" ON "{events}" (source_key, device_key, occurred_at, id);
 
 -- +goose Down
-DROP INDEX events_device;
-DROP INDEX events_created;
-DROP INDEX events_occurred;
+DROP INDEX "{events}_device";
+DROP INDEX "{events}_created";
+DROP INDEX "{events}_occurred";

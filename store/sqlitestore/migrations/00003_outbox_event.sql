@@ -3,7 +3,7 @@
 -- the entries of one event come in seq order without a sort.
 
 -- +goose Up
-CREATE INDEX outbox_event ON outbox (event_id);
+CREATE INDEX "{outbox}_event" ON "{outbox}" (event_id);
 
 -- +goose Down
-DROP INDEX outbox_event;
+DROP INDEX "{outbox}_event";

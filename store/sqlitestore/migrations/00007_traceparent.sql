@@ -5,9 +5,9 @@
 -- while tracing is off.
 
 -- +goose Up
-ALTER TABLE events ADD COLUMN traceparent TEXT;
-ALTER TABLE outbox ADD COLUMN traceparent TEXT;
+ALTER TABLE "{events}" ADD COLUMN traceparent TEXT;
+ALTER TABLE "{outbox}" ADD COLUMN traceparent TEXT;
 
 -- +goose Down
-ALTER TABLE outbox DROP COLUMN traceparent;
-ALTER TABLE events DROP COLUMN traceparent;
+ALTER TABLE "{outbox}" DROP COLUMN traceparent;
+ALTER TABLE "{events}" DROP COLUMN traceparent;

@@ -9,12 +9,12 @@
 -- start (store.EnsurePartitions).
 
 -- +goose Up
-ALTER TABLE outbox ADD COLUMN partition INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE "{outbox}" ADD COLUMN partition INTEGER NOT NULL DEFAULT 0;
 -- The feed of one partition: equality on stream and partition, range and
 -- order on seq.
-CREATE INDEX outbox_partition_seq ON outbox (stream, partition, seq);
+CREATE INDEX "{outbox}_partition_seq" ON "{outbox}" (stream, partition, seq);
 -- The catch-up of one partition: its undispatched entries only.
-CREATE INDEX outbox_partition_undispatched ON outbox (stream, partition, seq)
+CREATE INDEX "{outbox}_partition_undispatched" ON "{outbox}" (stream, partition, seq)
     WHERE dispatched_at IS NULL;
 CREATE TABLE partitions (
     stream TEXT    PRIMARY KEY,
@@ -23,6 +23,6 @@ CREATE TABLE partitions (
 
 -- +goose Down
 DROP TABLE partitions;
-DROP INDEX outbox_partition_undispatched;
-DROP INDEX outbox_partition_seq;
-ALTER TABLE outbox DROP COLUMN partition;
+DROP INDEX "{outbox}_partition_undispatched";
+DROP INDEX "{outbox}_partition_seq";
+ALTER TABLE "{outbox}" DROP COLUMN partition;
