@@ -207,9 +207,10 @@ func namedFields(err error, name func(outbox.FieldError) string) error {
 func itemField(i int, field string) string { return fmt.Sprintf("events[%d].%s", i, field) }
 
 // decodeEvent decodes and validates the body of POST /v1/events. headerKey is
-// the Idempotency-Key header ("" when absent). It returns the one Input and
+// the Idempotency-Key header ("" when absent), client the caller's ingest
+// client (Input.Client). It returns the one Input and
 // its Batch from w.Prepare, a *requestError (400) or a *validationError (422).
-func decodeEvent(w *outbox.Writer, body []byte, headerKey string) ([]outbox.Input, *outbox.Batch, error) {
+func decodeEvent(w *outbox.Writer, body []byte, headerKey, client string) ([]outbox.Input, *outbox.Batch, error) {
 	d, err := decodeBody(body, shapeEvent, 1)
 	if err != nil {
 		return nil, nil, err
@@ -224,6 +225,7 @@ func decodeEvent(w *outbox.Writer, body []byte, headerKey string) ([]outbox.Inpu
 		}
 		in.IdempotencyKey = headerKey
 	}
+	in.Client = client
 	inputs := []outbox.Input{in}
 	batch, err := w.Prepare(inputs)
 	if err != nil {
@@ -239,10 +241,10 @@ func decodeEvent(w *outbox.Writer, body []byte, headerKey string) ([]outbox.Inpu
 }
 
 // decodeBatch decodes and validates the body of POST /v1/events:batch
-// ({"events":[…]}, 1 to maxBatch items). It returns the Inputs in request
+// ({"events":[…]}, 1 to maxBatch items) of client (Input.Client). It returns the Inputs in request
 // order and their Batch from w.Prepare, a *requestError (400) or a
 // *validationError (422) whose fields are named events[i].field.
-func decodeBatch(w *outbox.Writer, body []byte, maxBatch int) ([]outbox.Input, *outbox.Batch, error) {
+func decodeBatch(w *outbox.Writer, body []byte, maxBatch int, client string) ([]outbox.Input, *outbox.Batch, error) {
 	d, err := decodeBody(body, shapeBatch, maxBatch)
 	if err != nil {
 		return nil, nil, err
@@ -257,6 +259,9 @@ func decodeBatch(w *outbox.Writer, body []byte, maxBatch int) ([]outbox.Input, *
 		return nil, nil, invalidField("events", fmt.Sprintf("must hold at most %d events (got %d)", maxBatch, d.items))
 	case len(d.fields) > 0:
 		return nil, nil, &validationError{Fields: d.fields}
+	}
+	for i := range d.inputs {
+		d.inputs[i].Client = client
 	}
 	batch, err := w.Prepare(d.inputs)
 	if err != nil {

@@ -72,7 +72,7 @@ func (h *handler) postEvent(w http.ResponseWriter, r *http.Request) {
 	if !h.decodeTurn(w, r) {
 		return
 	}
-	inputs, batch, err := decodeEvent(h.writer, body, r.Header.Get(IdempotencyKeyHeader))
+	inputs, batch, err := decodeEvent(h.writer, body, r.Header.Get(IdempotencyKeyHeader), clientOf(r))
 	<-h.decodes
 	if err != nil {
 		h.fail(w, r, err, "")
@@ -126,7 +126,7 @@ func (h *handler) postBatch(w http.ResponseWriter, r *http.Request) {
 	if !h.decodeTurn(w, r) {
 		return
 	}
-	inputs, batch, err := decodeBatch(h.writer, body, h.cfg.MaxBatch)
+	inputs, batch, err := decodeBatch(h.writer, body, h.cfg.MaxBatch, clientOf(r))
 	<-h.decodes
 	if err != nil {
 		h.fail(w, r, err, "")

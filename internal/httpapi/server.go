@@ -57,6 +57,15 @@ type Config struct {
 	// IngestToken is the ingest token (ScopeIngest: POST /v1/events,
 	// POST /v1/events:batch). Defaults to "" (none).
 	IngestToken string
+	// IngestClients are named ingest clients, token by name (ScopeIngest
+	// each; --ingest-client). The events of each are recorded with its
+	// name and their idempotency keys, given or derived, are its own
+	// (outbox.ClientKey), so that no client can take, or make a 422 of,
+	// another's key. IngestToken is the client named outbox.ClientDefault,
+	// whose keys stay bare, and so is the operator token when it posts.
+	// Names are outbox.ClientNameProblem's, ClientDefault excepted.
+	// Defaults to none.
+	IngestClients map[string]string
 	// ViewerToken is the viewer token (ScopeViewer: every read, and the
 	// admin requests that change nothing). Defaults to "" (none).
 	//
