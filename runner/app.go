@@ -756,7 +756,7 @@ func (a *app) listen(ctx context.Context) (*httpapi.Server, <-chan error, error)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	a.log.Info("listening", zap.String("addr", ln.Addr().String()), zap.Bool("tls", a.o.tls != nil),
-		zap.Int("max_conns", a.o.httpMaxConns), zap.Bool("auth", a.o.operator() != "" || a.o.viewerToken.value != "" || a.o.ingestToken.value != ""))
+		zap.Int("max_conns", a.o.httpMaxConns), zap.Bool("auth", a.o.operator() != "" || a.o.viewerToken.value != "" || a.o.ingestToken.value != "" || len(a.o.clients.tokens) > 0))
 	return srv, errc, nil
 }
 
@@ -767,6 +767,7 @@ func (a *app) httpHandler() (http.Handler, error) {
 	cfg := &httpapi.Config{
 		AuthToken:      a.o.operator(),
 		IngestToken:    a.o.ingestToken.value,
+		IngestClients:  a.o.clients.tokens,
 		ViewerToken:    a.o.viewerToken.value,
 		LoopbackHosts:  !a.o.allowNoAuth,
 		Profiles:       a.o.pprof, // the harness in cmd/outboxd-bench takes CPU profiles of a stage this way

@@ -99,6 +99,8 @@ type options struct {
 	// the token the operator commands send).
 	authToken, operatorToken, viewerToken, ingestToken tokenFlag
 	allowNoAuth                                        bool
+	// clients are the named ingest clients (--ingest-client).
+	clients clientList
 
 	// ingest
 	maxBody  int64
@@ -236,7 +238,8 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 			o.authToken.register(fs, "auth-token", "the operator token (the same as --operator-token)", false)
 			o.operatorToken.register(fs, "operator-token", "bearer token of every route, the admin actions included", true)
 			o.viewerToken.register(fs, "viewer-token", "bearer token of every read (the status, the admin listings, the journey, the console without actions)", true)
-			o.ingestToken.register(fs, "ingest-token", "bearer token of POST /v1/events, POST /v1/events:batch and GET /v1/events/{id}", true)
+			o.ingestToken.register(fs, "ingest-token", "bearer token of POST /v1/events and POST /v1/events:batch (the ingest client \"default\")", true)
+			o.clientFlags(fs)
 			fs.BoolVar(&o.allowNoAuth, "allow-no-auth", false, "serve the API without a token on an address other than loopback, and to any Host (by default a role with no token refuses a non-loopback --http-addr and answers only a Host naming a loopback address)")
 		case gIngest:
 			if fs.Lookup("stream") == nil { // the stream the outbox entries are for
