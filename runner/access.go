@@ -142,8 +142,64 @@ func (o *options) accessWarnings() []string {
 	if o.tlsKey != "" {
 		out = append(out, readableByOthers("tls-key", o.tlsKey)...)
 	}
+	out = append(out, o.secretArgs()...)
 	if o.pprof && o.allowNoAuth && o.operator() == "" {
 		out = append(out, "--pprof with --allow-no-auth and no operator token serves the process's profiles to anyone who reaches --http-addr")
+	}
+	return out
+}
+
+// secretFlags are the flags whose value is a secret, and where else to
+// give it.
+var secretFlags = []struct{ name, instead string }{
+	{"auth-token", "--auth-token-file or " + config.EnvName("auth-token")},
+	{"operator-token", "--operator-token-file or " + config.EnvName("operator-token")},
+	{"viewer-token", "--viewer-token-file or " + config.EnvName("viewer-token")},
+	{"ingest-token", "--ingest-token-file or " + config.EnvName("ingest-token")},
+	{"ingest-client", "--ingest-clients-file or " + config.EnvName("ingest-client")},
+}
+
+// urlFlags are the flags whose URL may hold a password.
+var urlFlags = []string{"store", "postgres-url", "redis-url", "server"}
+
+// secretArgs warns about the secrets given as arguments (o.args), which
+// any process listing shows (ps, /proc/PID/cmdline): tokens, and URLs
+// with a password.
+func (o *options) secretArgs() []string {
+	var out []string
+	for _, f := range secretFlags {
+		if o.args[f.name] {
+			out = append(out, fmt.Sprintf("--%s is given on the command line, which any process listing shows: use %s", f.name, f.instead))
+		}
+	}
+	values := map[string]string{"store": o.store, "postgres-url": o.postgresURL, "redis-url": o.redisURL, "server": o.server}
+	for _, name := range urlFlags {
+		if v := values[name]; o.args[name] && redact.DSN(v) != v {
+			out = append(out, fmt.Sprintf("--%s holds a secret on the command line, which any process listing shows: use %s", name, config.EnvName(name)))
+		}
+	}
+	return out
+}
+
+// argFlags returns the names of the flags of fs that args (a command
+// line without the program and role) sets, read as flag.FlagSet.Parse
+// reads them: not those an OUTBOXD_* variable sets.
+func argFlags(fs *flag.FlagSet, args []string) map[string]bool {
+	out := map[string]bool{}
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if len(a) < 2 || a[0] != '-' || a == "--" {
+			break
+		}
+		name, _, hasValue := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-"), "=")
+		f := fs.Lookup(name)
+		if f == nil {
+			break
+		}
+		out[name] = true
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); !hasValue && (!ok || !b.IsBoolFlag()) {
+			i++ // the value
+		}
 	}
 	return out
 }

@@ -101,6 +101,8 @@ type options struct {
 	allowNoAuth                                        bool
 	// clients are the named ingest clients (--ingest-client).
 	clients clientList
+	// args are the flags given as arguments (argFlags), not by a variable.
+	args map[string]bool
 
 	// ingest
 	maxBody  int64
