@@ -736,6 +736,7 @@ func (a *app) listen(ctx context.Context) (*httpapi.Server, <-chan error, error)
 		IdleTimeout:       a.o.httpIdleTimeout,
 		WriteTimeout:      a.o.httpWriteTimeout,
 		MaxInFlightBodies: a.o.httpMaxBodies,
+		MaxClientBodies:   a.o.httpMaxClientBodies,
 		MaxConns:          a.o.httpMaxConns,
 		TLS:               a.o.tls,
 		Registerer:        a.reg,
@@ -773,6 +774,8 @@ func (a *app) httpHandler() (http.Handler, error) {
 		Profiles:       a.o.pprof, // the harness in cmd/outboxd-bench takes CPU profiles of a stage this way
 		MaxBody:        a.o.maxBody,
 		MaxBatch:       a.o.maxBatch,
+		MaxValues:      a.o.maxValues,
+		MaxDecodes:     a.o.httpMaxDecodes,
 		RequestTimeout: a.o.requestTimeout,
 		Metrics:        promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}),
 		Registerer:     a.reg,

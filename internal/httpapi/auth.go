@@ -241,6 +241,7 @@ func (h *handler) admit(w http.ResponseWriter, r *http.Request) (*http.Request, 
 	ctx := context.WithValue(r.Context(), scopeKey{}, t.scope)
 	if t.client != "" {
 		ctx = context.WithValue(ctx, clientKey{}, t.client)
+		nameClient(r, t.client) // its share of the bodies is its own, wherever it connects from
 	}
 	return r.WithContext(ctx), true
 }

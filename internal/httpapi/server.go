@@ -40,6 +40,9 @@ const (
 	RequestTimeoutDefault = 10 * time.Second
 )
 
+// MaxValuesDefault is the default Config.MaxValues.
+const MaxValuesDefault = 1_000_000
+
 // MaxDecodesDefault is the default Config.MaxDecodes: one decode per core
 // (decoding only uses the CPU, so more at once would only hold more
 // memory).
@@ -99,6 +102,11 @@ type Config struct {
 	// (the canonical payload each builds is about its body's size; the
 	// others wait their turn). Defaults to MaxDecodesDefault (GOMAXPROCS).
 	MaxDecodes int
+	// MaxValues bounds the JSON values of one ingest body (every object,
+	// array, string, number and literal, the payloads' included); a body
+	// with more is answered 413 before anything is built of it. Defaults
+	// to MaxValuesDefault (1,000,000).
+	MaxValues int
 	// RetryAfter is sent, rounded up to whole seconds, in the Retry-After
 	// header of a 503. It is also how long GET /readyz says "store:
 	// refusing writes" after the store refused an ingest write, unless a
@@ -178,6 +186,7 @@ func (c *Config) withDefaults() Config {
 	out.RetryAfter = cmp.Or(out.RetryAfter, RetryAfterDefault)
 	out.RequestTimeout = cmp.Or(out.RequestTimeout, RequestTimeoutDefault)
 	out.MaxDecodes = cmp.Or(out.MaxDecodes, MaxDecodesDefault)
+	out.MaxValues = cmp.Or(out.MaxValues, MaxValuesDefault)
 	return out
 }
 
@@ -189,6 +198,9 @@ func (c *Config) validate() error {
 	}
 	if c.MaxDecodes < 1 {
 		errs = append(errs, fmt.Errorf("MaxDecodes must be positive (got %d)", c.MaxDecodes))
+	}
+	if c.MaxValues < 1 {
+		errs = append(errs, fmt.Errorf("MaxValues must be positive (got %d)", c.MaxValues))
 	}
 	if c.MaxBatch < 1 {
 		errs = append(errs, fmt.Errorf("MaxBatch must be positive (got %d)", c.MaxBatch))
