@@ -34,12 +34,17 @@ const (
 // UTC at millisecond precision (MongoDB's), in every store.
 type Event struct {
 	// ID is a 24-hex-digit ObjectID, chosen by the writer.
-	ID             string
+	ID string
+	// IdempotencyKey is the key as stored: for a named Client, under its
+	// namespace (ClientKey).
 	IdempotencyKey string
-	SourceKey      string
-	DeviceKey      string
-	Type           string
-	OccurredAt     time.Time
+	// Client is the name of the ingest client that sent the original, ""
+	// for the default client (a single --ingest-token, or none).
+	Client     string
+	SourceKey  string
+	DeviceKey  string
+	Type       string
+	OccurredAt time.Time
 	// Payload is the canonical JSON object (sorted keys) the client sent,
 	// "{}" when it sent none. A store may hold it in another form (BSON) and
 	// gives it back as equivalent JSON.

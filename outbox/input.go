@@ -43,6 +43,53 @@ type Input struct {
 	Type string `json:"type,omitempty"`
 	// Payload is an optional JSON object.
 	Payload json.RawMessage `json:"payload,omitempty"`
+	// Client is the name of the ingest client that sent the input (the
+	// server sets it from the caller's token, never from the body): its
+	// idempotency key, given or derived, is stored under the client's
+	// namespace (ClientKey), so that no client can take another's key.
+	// "" and ClientDefault keep bare keys.
+	Client string `json:"-"`
+}
+
+// ClientDefault is the ingest client of the single --ingest-token (and of
+// a caller of another scope): its keys are stored bare, as before clients
+// had names.
+const ClientDefault = "default"
+
+// ClientKeyPrefix starts every key stored for a named client (ClientKey).
+// Keys a client gives may not start with it, so that the default client
+// cannot take a named client's key.
+const ClientKeyPrefix = "client:"
+
+// ClientKey is the idempotency key stored for key sent by client: key
+// itself for "" and ClientDefault, ClientKeyPrefix + client + "/" + key
+// otherwise (a client name holds no "/", see ClientNameProblem).
+func ClientKey(client, key string) string {
+	if client == "" || client == ClientDefault {
+		return key
+	}
+	return ClientKeyPrefix + client + "/" + key
+}
+
+// MaxClientNameLength bounds an ingest client's name.
+const MaxClientNameLength = 64
+
+// ClientNameProblem returns why name cannot name an ingest client, or ""
+// when it can: 1 to MaxClientNameLength ASCII letters, digits, '.', '_'
+// and '-'.
+func ClientNameProblem(name string) string {
+	switch {
+	case name == "":
+		return "is empty"
+	case len(name) > MaxClientNameLength:
+		return fmt.Sprintf("is longer than %d bytes", MaxClientNameLength)
+	}
+	for _, r := range name {
+		if !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || r == '.' || r == '_' || r == '-') {
+			return fmt.Sprintf("may hold only ASCII letters, digits, '.', '_' and '-' (holds %q)", r)
+		}
+	}
+	return ""
 }
 
 // FieldError is one invalid field of one input. It names the field the
@@ -85,7 +132,11 @@ func (e *ValidationError) Is(target error) bool { return target == ErrInvalid }
 
 // prepared is a validated input ready to be written.
 type prepared struct {
+	// key is the idempotency key as stored (ClientKey); clientKey as the
+	// client knows it (given or derived).
 	key        string
+	clientKey  string
+	client     string
 	sourceKey  string
 	deviceKey  string
 	typ        string
@@ -116,11 +167,16 @@ func prepare(in Input, now time.Time, index int) (prepared, []FieldError) {
 	checkKey("deviceKey", in.DeviceKey, true)
 	checkKey("type", in.Type, false)
 	checkKey("idempotencyKey", in.IdempotencyKey, false)
-	if strings.HasPrefix(in.IdempotencyKey, DerivedKeyPrefix) {
-		bad("idempotencyKey", fmt.Sprintf("must not start with %q, which is reserved for keys the server derives", DerivedKeyPrefix))
+	for _, prefix := range []string{DerivedKeyPrefix, ClientKeyPrefix} {
+		if strings.HasPrefix(in.IdempotencyKey, prefix) {
+			bad("idempotencyKey", fmt.Sprintf("must not start with %q, which is reserved for keys the server makes", prefix))
+		}
 	}
 
-	p := prepared{sourceKey: in.SourceKey, deviceKey: in.DeviceKey, typ: cmp.Or(in.Type, TypeDefault)}
+	p := prepared{sourceKey: in.SourceKey, deviceKey: in.DeviceKey, typ: cmp.Or(in.Type, TypeDefault), client: in.Client}
+	if p.client == ClientDefault {
+		p.client = ""
+	}
 	if in.OccurredAt == "" {
 		bad("occurredAt", "is required")
 	} else if t, err := ParseTime(in.OccurredAt); err != nil {
@@ -144,7 +200,8 @@ func prepare(in Input, now time.Time, index int) (prepared, []FieldError) {
 	if p.payload == nil {
 		p.payload = json.RawMessage("{}")
 	}
-	p.key = cmp.Or(in.IdempotencyKey, DeriveKey(p.sourceKey, p.deviceKey, p.occurredAt))
+	p.clientKey = cmp.Or(in.IdempotencyKey, DeriveKey(p.sourceKey, p.deviceKey, p.occurredAt))
+	p.key = ClientKey(p.client, p.clientKey)
 	p.hash = contentHash(p)
 	return p, nil
 }

@@ -232,8 +232,9 @@ type Batch struct {
 // Len returns the number of inputs in b.
 func (b *Batch) Len() int { return len(b.prep) }
 
-// Key returns the idempotency key of input i (given or derived).
-func (b *Batch) Key(i int) string { return b.prep[i].key }
+// Key returns the idempotency key of input i (given or derived) as the
+// client knows it; the store holds ClientKey of it.
+func (b *Batch) Key(i int) string { return b.prep[i].clientKey }
 
 // ContentHash returns the content hash of input i: two inputs with the same
 // key and hash are the same event.
@@ -287,7 +288,7 @@ func (w *Writer) size(p prepared) (int, error) {
 			return 0, err
 		}
 	}
-	return n + 2*(len(p.key)+len(p.sourceKey)+len(p.deviceKey)) + len(p.typ) + recordOverhead, nil
+	return n + 2*(len(p.key)+len(p.sourceKey)+len(p.deviceKey)) + len(p.typ) + len(p.client) + recordOverhead, nil
 }
 
 // Write validates inputs and stores them, with their outbox entries, in one
@@ -435,23 +436,23 @@ func (w *Writer) plan(prep []prepared, known map[string]KeyRecord, now time.Time
 	for i, p := range prep {
 		if j, ok := mine[p.key]; ok {
 			if prep[j].hash != p.hash {
-				return nil, nil, nil, &MismatchError{Key: p.key, Index: i, OtherIndex: j}
+				return nil, nil, nil, &MismatchError{Key: p.clientKey, Index: i, OtherIndex: j}
 			}
-			results[i] = Result{ID: results[j].ID, IdempotencyKey: p.key, Duplicate: true}
+			results[i] = Result{ID: results[j].ID, IdempotencyKey: p.clientKey, Duplicate: true}
 			continue
 		}
 		if k, ok := known[p.key]; ok {
 			if k.ContentHash != p.hash {
-				return nil, nil, nil, &MismatchError{Key: p.key, ExistingID: k.ID, Index: i, OtherIndex: -1}
+				return nil, nil, nil, &MismatchError{Key: p.clientKey, ExistingID: k.ID, Index: i, OtherIndex: -1}
 			}
-			results[i] = Result{ID: k.ID, IdempotencyKey: p.key, Duplicate: true}
+			results[i] = Result{ID: k.ID, IdempotencyKey: p.clientKey, Duplicate: true}
 			continue
 		}
 		ev, entry := w.record(p, now, traceParent)
 		mine[p.key] = i
 		events = append(events, ev)
 		entries = append(entries, entry)
-		results[i] = Result{ID: ev.ID, IdempotencyKey: p.key}
+		results[i] = Result{ID: ev.ID, IdempotencyKey: p.clientKey}
 	}
 	for _, ev := range events {
 		known[ev.IdempotencyKey] = KeyRecord{ID: ev.ID, ContentHash: ev.ContentHash}
@@ -463,7 +464,7 @@ func (w *Writer) plan(prep []prepared, known map[string]KeyRecord, now time.Time
 // both with the trace context of its request.
 func (w *Writer) record(p prepared, now time.Time, traceParent string) (Event, Entry) {
 	ev := Event{
-		ID: NewEventID(), IdempotencyKey: p.key, SourceKey: p.sourceKey, DeviceKey: p.deviceKey,
+		ID: NewEventID(), IdempotencyKey: p.key, Client: p.client, SourceKey: p.sourceKey, DeviceKey: p.deviceKey,
 		Type: p.typ, OccurredAt: p.occurredAt, Payload: p.payload, ContentHash: p.hash, CreatedAt: now,
 		TraceParent: traceParent,
 	}

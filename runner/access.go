@@ -7,9 +7,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/outboxd/outboxd/internal/config"
@@ -81,7 +83,10 @@ const MinTokenLength = 16
 // secret's link to one included) of at most MaxSecretFile bytes. A FIFO,
 // a device or a directory is refused before it is opened, so none can
 // block the start.
-func readSecretFile(path string) ([]byte, error) {
+func readSecretFile(path string) ([]byte, error) { return readSecretFileUpTo(path, MaxSecretFile) }
+
+// readSecretFileUpTo is readSecretFile for a file of at most limit bytes.
+func readSecretFileUpTo(path string, limit int64) ([]byte, error) {
 	info, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("cannot be read: %w", err)
@@ -89,8 +94,8 @@ func readSecretFile(path string) ([]byte, error) {
 	if !info.Mode().IsRegular() {
 		return nil, fmt.Errorf("%s is not a regular file (%s): it must be a file holding the secret", path, info.Mode().Type())
 	}
-	if info.Size() > MaxSecretFile {
-		return nil, fmt.Errorf("%s holds %d bytes, more than the %d a secret may: is it the right file?", path, info.Size(), MaxSecretFile)
+	if info.Size() > limit {
+		return nil, fmt.Errorf("%s holds %d bytes, more than the %d a secret may: is it the right file?", path, info.Size(), limit)
 	}
 	f, err := os.Open(path)
 	if err != nil {
@@ -100,12 +105,12 @@ func readSecretFile(path string) ([]byte, error) {
 	if opened, err := f.Stat(); err != nil || !os.SameFile(info, opened) {
 		return nil, fmt.Errorf("%s changed while it was read", path)
 	}
-	b, err := io.ReadAll(io.LimitReader(f, MaxSecretFile+1))
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
 	switch {
 	case err != nil:
 		return nil, fmt.Errorf("cannot be read: %w", err)
-	case len(b) > MaxSecretFile:
-		return nil, fmt.Errorf("%s holds more than the %d bytes a secret may", path, MaxSecretFile)
+	case int64(len(b)) > limit:
+		return nil, fmt.Errorf("%s holds more than the %d bytes a secret may", path, limit)
 	}
 	return b, nil
 }
@@ -126,11 +131,75 @@ func (o *options) accessWarnings() []string {
 			out = append(out, readableByOthers(t.name+"-file", t.file)...)
 		}
 	}
+	for _, name := range slices.Sorted(maps.Keys(o.clients.tokens)) {
+		if len(o.clients.tokens[name]) < MinTokenLength {
+			out = append(out, fmt.Sprintf("the token of ingest client %q is shorter than %d bytes: use a long random token (openssl rand -hex 16)", name, MinTokenLength))
+		}
+	}
+	if o.clients.file != "" {
+		out = append(out, readableByOthers("ingest-clients-file", o.clients.file)...)
+	}
 	if o.tlsKey != "" {
 		out = append(out, readableByOthers("tls-key", o.tlsKey)...)
 	}
+	out = append(out, o.secretArgs()...)
 	if o.pprof && o.allowNoAuth && o.operator() == "" {
 		out = append(out, "--pprof with --allow-no-auth and no operator token serves the process's profiles to anyone who reaches --http-addr")
+	}
+	return out
+}
+
+// secretFlags are the flags whose value is a secret, and where else to
+// give it.
+var secretFlags = []struct{ name, instead string }{
+	{"auth-token", "--auth-token-file or " + config.EnvName("auth-token")},
+	{"operator-token", "--operator-token-file or " + config.EnvName("operator-token")},
+	{"viewer-token", "--viewer-token-file or " + config.EnvName("viewer-token")},
+	{"ingest-token", "--ingest-token-file or " + config.EnvName("ingest-token")},
+	{"ingest-client", "--ingest-clients-file or " + config.EnvName("ingest-client")},
+}
+
+// urlFlags are the flags whose URL may hold a password.
+var urlFlags = []string{"store", "postgres-url", "redis-url", "server"}
+
+// secretArgs warns about the secrets given as arguments (o.args), which
+// any process listing shows (ps, /proc/PID/cmdline): tokens, and URLs
+// with a password.
+func (o *options) secretArgs() []string {
+	var out []string
+	for _, f := range secretFlags {
+		if o.args[f.name] {
+			out = append(out, fmt.Sprintf("--%s is given on the command line, which any process listing shows: use %s", f.name, f.instead))
+		}
+	}
+	values := map[string]string{"store": o.store, "postgres-url": o.postgresURL, "redis-url": o.redisURL, "server": o.server}
+	for _, name := range urlFlags {
+		if v := values[name]; o.args[name] && redact.DSN(v) != v {
+			out = append(out, fmt.Sprintf("--%s holds a secret on the command line, which any process listing shows: use %s", name, config.EnvName(name)))
+		}
+	}
+	return out
+}
+
+// argFlags returns the names of the flags of fs that args (a command
+// line without the program and role) sets, read as flag.FlagSet.Parse
+// reads them: not those an OUTBOXD_* variable sets.
+func argFlags(fs *flag.FlagSet, args []string) map[string]bool {
+	out := map[string]bool{}
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if len(a) < 2 || a[0] != '-' || a == "--" {
+			break
+		}
+		name, _, hasValue := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-"), "=")
+		f := fs.Lookup(name)
+		if f == nil {
+			break
+		}
+		out[name] = true
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); !hasValue && (!ok || !b.IsBoolFlag()) {
+			i++ // the value
+		}
 	}
 	return out
 }
@@ -179,6 +248,9 @@ func (o *options) validateAccess() error {
 	if !has["operator-token"] { // an operator command: it sends --auth-token
 		return nil
 	}
+	if err := o.validateClients(); err != nil {
+		return err
+	}
 	if o.authToken.value != "" && o.operatorToken.value != "" {
 		return config.Invalid("auth-token", "is the operator token: give --auth-token or --operator-token, not both")
 	}
@@ -195,6 +267,13 @@ func (o *options) validateAccess() error {
 			return config.Invalid(t.flag(), "is the same token as --%s: each scope needs a token of its own", first.flag())
 		}
 		seen[t.value] = t
+	}
+	for _, name := range slices.Sorted(maps.Keys(o.clients.tokens)) {
+		token := o.clients.tokens[name]
+		if first, ok := seen[token]; ok {
+			return config.Invalid("ingest-client", "the token of client %q is the same as --%s's: each scope and client needs a token of its own", name, first.flag())
+		}
+		seen[token] = &tokenFlag{name: "ingest-client " + name}
 	}
 	if len(seen) == 0 && !o.allowNoAuth && o.serves() {
 		if host, _, err := net.SplitHostPort(o.httpAddr); err == nil && (host == "" || !httpapi.LoopbackHost(host)) {

@@ -736,6 +736,7 @@ func (a *app) listen(ctx context.Context) (*httpapi.Server, <-chan error, error)
 		IdleTimeout:       a.o.httpIdleTimeout,
 		WriteTimeout:      a.o.httpWriteTimeout,
 		MaxInFlightBodies: a.o.httpMaxBodies,
+		MaxClientBodies:   a.o.httpMaxClientBodies,
 		MaxConns:          a.o.httpMaxConns,
 		TLS:               a.o.tls,
 		Registerer:        a.reg,
@@ -756,7 +757,7 @@ func (a *app) listen(ctx context.Context) (*httpapi.Server, <-chan error, error)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	a.log.Info("listening", zap.String("addr", ln.Addr().String()), zap.Bool("tls", a.o.tls != nil),
-		zap.Int("max_conns", a.o.httpMaxConns), zap.Bool("auth", a.o.operator() != "" || a.o.viewerToken.value != "" || a.o.ingestToken.value != ""))
+		zap.Int("max_conns", a.o.httpMaxConns), zap.Bool("auth", a.o.operator() != "" || a.o.viewerToken.value != "" || a.o.ingestToken.value != "" || len(a.o.clients.tokens) > 0))
 	return srv, errc, nil
 }
 
@@ -767,11 +768,14 @@ func (a *app) httpHandler() (http.Handler, error) {
 	cfg := &httpapi.Config{
 		AuthToken:      a.o.operator(),
 		IngestToken:    a.o.ingestToken.value,
+		IngestClients:  a.o.clients.tokens,
 		ViewerToken:    a.o.viewerToken.value,
 		LoopbackHosts:  !a.o.allowNoAuth,
 		Profiles:       a.o.pprof, // the harness in cmd/outboxd-bench takes CPU profiles of a stage this way
 		MaxBody:        a.o.maxBody,
 		MaxBatch:       a.o.maxBatch,
+		MaxValues:      a.o.maxValues,
+		MaxDecodes:     a.o.httpMaxDecodes,
 		RequestTimeout: a.o.requestTimeout,
 		Metrics:        promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}),
 		Registerer:     a.reg,

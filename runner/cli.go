@@ -56,6 +56,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, s *se
 		fmt.Fprintf(stderr, "outboxd %s: %v\n", r.name, err)
 		return ExitUsage
 	}
+	o.args = argFlags(fs, rest)
 	if err := o.validate(); err != nil {
 		fmt.Fprintf(stderr, "outboxd %s: %v\n", r.name, err)
 		return ExitUsage

@@ -102,10 +102,18 @@ type options struct {
 	// the token the operator commands send).
 	authToken, operatorToken, viewerToken, ingestToken tokenFlag
 	allowNoAuth                                        bool
+	// clients are the named ingest clients (--ingest-client).
+	clients clientList
+	// args are the flags given as arguments (argFlags), not by a variable.
+	args map[string]bool
 
 	// ingest
 	maxBody  int64
 	maxBatch int
+	// maxValues, httpMaxDecodes and httpMaxClientBodies are --max-values,
+	// --http-max-decodes and --http-max-client-bodies (0: half of
+	// httpMaxBodies).
+	maxValues, httpMaxDecodes, httpMaxClientBodies int
 	// requestTimeout bounds the store work of one ingest request.
 	requestTimeout time.Duration
 	// ingestGroupWait, ingestGroupMax and ingestGroupMaxBytes bound the
@@ -228,6 +236,7 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 			fs.DurationVar(&o.httpBodyTimeout, "http-body-timeout", httpapi.BodyTimeoutDefault, "longest a client may take to send a request body (then 408)")
 			fs.DurationVar(&o.httpIdleTimeout, "http-idle-timeout", httpapi.IdleTimeoutDefault, "close keep-alive connections idle this long")
 			fs.IntVar(&o.httpMaxBodies, "http-max-bodies", httpapi.MaxInFlightBodiesDefault, "most request bodies read at once (more get 503), which bounds their memory to this × --max-body")
+			fs.IntVar(&o.httpMaxClientBodies, "http-max-client-bodies", 0, "most of --http-max-bodies one client may hold at once (more get 503): a named ingest client by its name, others by their address (0: half of --http-max-bodies; behind a proxy, give --http-max-bodies or name the clients)")
 			fs.DurationVar(&o.httpWriteTimeout, "http-write-timeout", httpapi.WriteTimeoutDefault, "longest the writing of one answer may take once it starts: a client that reads it slower is cut off")
 			fs.IntVar(&o.httpMaxConns, "http-max-conns", httpapi.MaxConnsDefault(), fmt.Sprintf("most open HTTP connections, by default half the open-file limit (at most %d): at the cap the longest-idle one is closed to make room, and with every one busy /healthz and /readyz are still answered on %d more", httpapi.MaxConnsCeiling, httpapi.ProbeReserve))
 			fs.StringVar(&o.tlsCert, "tls-cert", "", "serve HTTPS (TLS 1.2 or later) with this PEM certificate (chain), with --tls-key")
@@ -239,7 +248,8 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 			o.authToken.register(fs, "auth-token", "the operator token (the same as --operator-token)", false)
 			o.operatorToken.register(fs, "operator-token", "bearer token of every route, the admin actions included", true)
 			o.viewerToken.register(fs, "viewer-token", "bearer token of every read (the status, the admin listings, the journey, the console without actions)", true)
-			o.ingestToken.register(fs, "ingest-token", "bearer token of POST /v1/events, POST /v1/events:batch and GET /v1/events/{id}", true)
+			o.ingestToken.register(fs, "ingest-token", "bearer token of POST /v1/events and POST /v1/events:batch (the ingest client \"default\")", true)
+			o.clientFlags(fs)
 			fs.BoolVar(&o.allowNoAuth, "allow-no-auth", false, "serve the API without a token on an address other than loopback, and to any Host (by default a role with no token refuses a non-loopback --http-addr and answers only a Host naming a loopback address)")
 		case gIngest:
 			if fs.Lookup("stream") == nil { // the stream the outbox entries are for
@@ -250,6 +260,8 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 			o.routeFlag(fs)
 			fs.Int64Var(&o.maxBody, "max-body", httpapi.MaxBodyDefault, fmt.Sprintf("request body limit in bytes (at most %d: no body may become a MongoDB document over 16 MiB)", httpapi.MaxBodyMax))
 			fs.IntVar(&o.maxBatch, "max-batch", httpapi.MaxBatchDefault, "most events in one batch request")
+			fs.IntVar(&o.maxValues, "max-values", httpapi.MaxValuesDefault, "most JSON values in one ingest body, the payloads' included (more get 413)")
+			fs.IntVar(&o.httpMaxDecodes, "http-max-decodes", httpapi.MaxDecodesDefault, "most ingest bodies decoded and validated at once (others wait their turn); by default one per core")
 			fs.DurationVar(&o.requestTimeout, "request-timeout", httpapi.RequestTimeoutDefault, "longest an ingest request may wait for the store (503 with Retry-After beyond)")
 			fs.DurationVar(&o.ingestGroupWait, "ingest-group-wait", outbox.GroupWaitDefault, "longest a POST /v1/events waits for concurrent ones to share its store transaction (0: each request its own transaction)")
 			fs.IntVar(&o.ingestGroupMax, "ingest-group-max", outbox.GroupMaxDefault, "most events in one shared ingest transaction")
@@ -609,6 +621,9 @@ func (o *options) validate() error {
 		{"http-body-timeout", o.httpBodyTimeout < time.Millisecond, "must be at least 1ms"},
 		{"http-idle-timeout", o.httpIdleTimeout < time.Millisecond, "must be at least 1ms"},
 		{"http-max-bodies", o.httpMaxBodies <= 0, "must be positive"},
+		{"http-max-client-bodies", o.httpMaxClientBodies < 0 || o.httpMaxClientBodies > o.httpMaxBodies, "must be between 0 (half of --http-max-bodies) and --http-max-bodies"},
+		{"max-values", o.maxValues <= 0, "must be positive"},
+		{"http-max-decodes", o.httpMaxDecodes <= 0, "must be positive"},
 		{"http-max-conns", o.httpMaxConns <= 0, "must be positive"},
 		{"http-write-timeout", o.httpWriteTimeout < time.Millisecond, "must be at least 1ms"},
 		{"ui-sample-every", o.uiSampleEvery < 100*time.Millisecond, "must be at least 100ms"},

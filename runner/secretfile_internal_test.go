@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outboxd/internal/config"
 )
 
 // TestReadSecretFile: a token file must be a regular file of at most
@@ -66,4 +68,36 @@ func TestAccessWarnings(t *testing.T) {
 	o = &options{}
 	o.ingestToken = tokenFlag{name: "ingest-token", value: "0123456789abcdef0123", file: shared, fromFile: true}
 	require.Empty(t, o.accessWarnings())
+}
+
+// TestSecretArgsWarned: a token, a named client's token or a URL with a
+// password given as an argument is warned about, naming the flag and the
+// file flag or variable to use instead; the same from OUTBOXD_* variables,
+// or a URL without a password, is not.
+func TestSecretArgsWarned(t *testing.T) {
+	t.Parallel()
+	warnings := func(env map[string]string, args ...string) string {
+		t.Helper()
+		r, rest, ok := lookupRole(args)
+		require.True(t, ok)
+		fs, o := newFlagSet(r)
+		require.NoError(t, config.Parse(fs, rest, func(k string) (string, bool) { v, ok := env[k]; return v, ok }))
+		o.args = argFlags(fs, rest)
+		require.NoError(t, o.validate())
+		return strings.Join(o.accessWarnings(), "\n")
+	}
+	got := warnings(nil, "dev", "--store", "sqlite:/tmp/x.db", "--operator-token", "0123456789abcdef0123", "--allow-no-auth",
+		"--ingest-client", "acme=0123456789abcdef0124", "--postgres-url", "postgres://u:pw-9f8e@db/x",
+		"--redis-url", "redis://localhost:6379/0")
+	require.Contains(t, got, "--operator-token is given on the command line")
+	require.Contains(t, got, "use --operator-token-file or OUTBOXD_OPERATOR_TOKEN")
+	require.Contains(t, got, "--ingest-client is given on the command line")
+	require.Contains(t, got, "--postgres-url holds a secret on the command line, which any process listing shows: use OUTBOXD_POSTGRES_URL")
+	require.NotContains(t, got, "pw-9f8e")
+	require.NotContains(t, got, "--redis-url", "no password in it")
+	require.NotContains(t, got, "--store")
+
+	got = warnings(map[string]string{"OUTBOXD_OPERATOR_TOKEN": "0123456789abcdef0123", "OUTBOXD_POSTGRES_URL": "postgres://u:pw@db/x"},
+		"dev", "--store", "sqlite:/tmp/x.db", "--log-level", "warn", "--allow-no-auth")
+	require.Empty(t, got, "secrets from the environment")
 }

@@ -6,10 +6,14 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"unicode"
+
+	"github.com/outboxd/outboxd/outbox"
 )
 
 // Scope is what a bearer token may do (README.md, "Access"). Every token is
@@ -92,42 +96,64 @@ func (a access) needs() Scope {
 }
 
 // tokenOf is one configured token: its scope, the Config field that holds
-// it, and its hash.
+// it, the ingest client it names ("" for the default one) and its hash.
 type tokenOf struct {
-	scope Scope
-	field string
-	hash  [sha256.Size]byte
+	scope  Scope
+	field  string
+	client string
+	value  string
+	hash   [sha256.Size]byte
 }
 
-// tokens lists the configured tokens of c.
-func (c *Config) tokens() []tokenOf {
+// tokenList lists the configured tokens of c, the named ingest clients in
+// name order, without their hashes.
+func (c *Config) tokenList() []tokenOf {
 	var out []tokenOf
-	for _, t := range []struct {
-		scope Scope
-		field string
-		value string
-	}{{ScopeIngest, "IngestToken", c.IngestToken}, {ScopeViewer, "ViewerToken", c.ViewerToken}, {ScopeOperator, "AuthToken", c.AuthToken}} {
+	add := func(t tokenOf) {
 		if t.value != "" {
-			out = append(out, tokenOf{scope: t.scope, field: t.field, hash: sha256.Sum256([]byte(t.value))})
+			out = append(out, t)
 		}
+	}
+	add(tokenOf{scope: ScopeIngest, field: "IngestToken", value: c.IngestToken})
+	for _, name := range slices.Sorted(maps.Keys(c.IngestClients)) {
+		add(tokenOf{scope: ScopeIngest, field: fmt.Sprintf("IngestClients[%s]", name), client: name, value: c.IngestClients[name]})
+	}
+	add(tokenOf{scope: ScopeViewer, field: "ViewerToken", value: c.ViewerToken})
+	add(tokenOf{scope: ScopeOperator, field: "AuthToken", value: c.AuthToken})
+	return out
+}
+
+// tokens lists the configured tokens of c with their hashes.
+func (c *Config) tokens() []tokenOf {
+	out := c.tokenList()
+	for i := range out {
+		out[i].hash, out[i].value = sha256.Sum256([]byte(out[i].value)), ""
 	}
 	return out
 }
 
-// validateTokens checks the tokens: no spaces or control characters, and
-// no token for two scopes. The errors name the fields.
+// validateTokens checks the tokens: no spaces or control characters, no
+// token for two scopes or clients, and the clients' names. The errors name
+// the fields.
 func (c *Config) validateTokens() error {
 	var errs []error
-	seen := map[string]string{}
-	for _, t := range []struct{ field, value string }{{"IngestToken", c.IngestToken}, {"ViewerToken", c.ViewerToken}, {"AuthToken", c.AuthToken}} {
-		if t.value == "" {
-			continue
+	for name, token := range c.IngestClients {
+		if reason := outbox.ClientNameProblem(name); reason != "" {
+			errs = append(errs, fmt.Errorf("IngestClients: the name %q %s", name, reason))
+		} else if name == outbox.ClientDefault {
+			errs = append(errs, fmt.Errorf("IngestClients: the name %q is IngestToken's", name))
 		}
+		if token == "" {
+			errs = append(errs, fmt.Errorf("IngestClients[%s] is empty", name))
+		}
+	}
+	seen := map[string]string{}
+	for _, t := range c.tokenList() {
 		if err := CheckToken(t.value); err != nil {
 			errs = append(errs, fmt.Errorf("%s %w", t.field, err))
 		}
 		if other, ok := seen[t.value]; ok {
-			errs = append(errs, fmt.Errorf("%s is the same token as %s: each scope needs a token of its own", t.field, other))
+			errs = append(errs, fmt.Errorf("%s is the same token as %s: each scope and client needs a token of its own", t.field, other))
 		}
 		seen[t.value] = t.field
 	}
@@ -149,6 +175,17 @@ func CheckToken(token string) error {
 // scopeKey is the context key of the caller's scope.
 type scopeKey struct{}
 
+// clientKey is the context key of the caller's ingest client name (absent
+// for the default client).
+type clientKey struct{}
+
+// clientOf returns the name of the ingest client of r's token, "" for the
+// default client (IngestToken, another scope's token, or none).
+func clientOf(r *http.Request) string {
+	c, _ := r.Context().Value(clientKey{}).(string)
+	return c
+}
+
 // scopeOf returns the scope ServeHTTP found for r ("" for none: a request
 // outside /v1/ on an instance with tokens).
 func scopeOf(r *http.Request) Scope {
@@ -156,22 +193,22 @@ func scopeOf(r *http.Request) Scope {
 	return s
 }
 
-// authenticate returns the scope of r's bearer token, ok false when it
-// carries none or an unknown one. Every configured token is compared, each
-// in constant time (hashed first, so that the length does not show).
-func (h *handler) authenticate(r *http.Request) (Scope, bool) {
+// authenticate returns the token r's bearer token is, nil when it carries
+// none or an unknown one. Every configured token is compared, each in
+// constant time (hashed first, so that the length does not show).
+func (h *handler) authenticate(r *http.Request) *tokenOf {
 	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return "", false
+		return nil
 	}
 	got := sha256.Sum256([]byte(strings.TrimSpace(token)))
-	var found Scope
-	for _, t := range h.tokens {
-		if subtle.ConstantTimeCompare(got[:], t.hash[:]) == 1 {
-			found = t.scope
+	var found *tokenOf
+	for i := range h.tokens {
+		if subtle.ConstantTimeCompare(got[:], h.tokens[i].hash[:]) == 1 {
+			found = &h.tokens[i]
 		}
 	}
-	return found, found != ""
+	return found
 }
 
 // admit checks a request before it is routed: with tokens, a request under
@@ -192,16 +229,21 @@ func (h *handler) admit(w http.ResponseWriter, r *http.Request) (*http.Request, 
 	if !protected(r) {
 		return r, true
 	}
-	scope, ok := h.authenticate(r)
-	if !ok {
+	t := h.authenticate(r)
+	if t == nil {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="outboxd"`)
 		writeProblem(w, r, newProblem(http.StatusUnauthorized, "", "", "a valid bearer token is required"))
 		return nil, false
 	}
-	if scope != ScopeIngest {
+	if t.scope != ScopeIngest {
 		privilege(r) // the reserve of bodies is the operator's and viewer's
 	}
-	return r.WithContext(context.WithValue(r.Context(), scopeKey{}, scope)), true
+	ctx := context.WithValue(r.Context(), scopeKey{}, t.scope)
+	if t.client != "" {
+		ctx = context.WithValue(ctx, clientKey{}, t.client)
+		nameClient(r, t.client) // its share of the bodies is its own, wherever it connects from
+	}
+	return r.WithContext(ctx), true
 }
 
 // guard serves next to the callers whose scope allows a; others get 403
@@ -282,6 +324,9 @@ type Whoami struct {
 	// Scope is "ingest", "viewer", "operator", or "open" when the instance
 	// has no token.
 	Scope Scope `json:"scope"`
+	// Client is the name of the caller's ingest client, absent for the
+	// default one (--ingest-token, or another scope's token).
+	Client string `json:"client,omitempty"`
 	// AuthRequired is true when the instance has a token.
 	AuthRequired bool `json:"authRequired"`
 	// Ingest: may write events. Read: may read the status and the admin
@@ -294,7 +339,7 @@ type Whoami struct {
 
 func (h *handler) whoami(w http.ResponseWriter, r *http.Request) {
 	s := scopeOf(r)
-	writeJSON(w, r, http.StatusOK, Whoami{Scope: s, AuthRequired: len(h.tokens) > 0,
+	writeJSON(w, r, http.StatusOK, Whoami{Scope: s, Client: clientOf(r), AuthRequired: len(h.tokens) > 0,
 		Ingest: h.writer != nil && accessIngest.allows(s), Read: accessView.allows(s),
 		Act: !h.cfg.ReadOnly && h.cfg.Admin != nil && accessOperate.allows(s)})
 }

@@ -157,6 +157,8 @@ func isJSON(contentType string) bool {
 
 // requestError is a body that is not the JSON the route expects (400).
 type requestError struct {
+	// status is the answer's status, 0 for 400.
+	status int
 	detail string
 	// field names the offending member, if any, and reason says what is
 	// wrong with it.
@@ -206,11 +208,19 @@ func namedFields(err error, name func(outbox.FieldError) string) error {
 // itemField names field of item i of a batch request: events[3].deviceKey.
 func itemField(i int, field string) string { return fmt.Sprintf("events[%d].%s", i, field) }
 
+// decodeOptions are what decodeEvent and decodeBatch take of the request
+// and the config: the caller's ingest client (outbox.Input.Client) and
+// Config.MaxValues (0: no bound).
+type decodeOptions struct {
+	client    string
+	maxValues int
+}
+
 // decodeEvent decodes and validates the body of POST /v1/events. headerKey is
 // the Idempotency-Key header ("" when absent). It returns the one Input and
 // its Batch from w.Prepare, a *requestError (400) or a *validationError (422).
-func decodeEvent(w *outbox.Writer, body []byte, headerKey string) ([]outbox.Input, *outbox.Batch, error) {
-	d, err := decodeBody(body, shapeEvent, 1)
+func decodeEvent(w *outbox.Writer, body []byte, headerKey string, o decodeOptions) ([]outbox.Input, *outbox.Batch, error) {
+	d, err := decodeBody(body, shapeEvent, 1, o.maxValues)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -224,6 +234,7 @@ func decodeEvent(w *outbox.Writer, body []byte, headerKey string) ([]outbox.Inpu
 		}
 		in.IdempotencyKey = headerKey
 	}
+	in.Client = o.client
 	inputs := []outbox.Input{in}
 	batch, err := w.Prepare(inputs)
 	if err != nil {
@@ -242,8 +253,8 @@ func decodeEvent(w *outbox.Writer, body []byte, headerKey string) ([]outbox.Inpu
 // ({"events":[…]}, 1 to maxBatch items). It returns the Inputs in request
 // order and their Batch from w.Prepare, a *requestError (400) or a
 // *validationError (422) whose fields are named events[i].field.
-func decodeBatch(w *outbox.Writer, body []byte, maxBatch int) ([]outbox.Input, *outbox.Batch, error) {
-	d, err := decodeBody(body, shapeBatch, maxBatch)
+func decodeBatch(w *outbox.Writer, body []byte, maxBatch int, o decodeOptions) ([]outbox.Input, *outbox.Batch, error) {
+	d, err := decodeBody(body, shapeBatch, maxBatch, o.maxValues)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -257,6 +268,9 @@ func decodeBatch(w *outbox.Writer, body []byte, maxBatch int) ([]outbox.Input, *
 		return nil, nil, invalidField("events", fmt.Sprintf("must hold at most %d events (got %d)", maxBatch, d.items))
 	case len(d.fields) > 0:
 		return nil, nil, &validationError{Fields: d.fields}
+	}
+	for i := range d.inputs {
+		d.inputs[i].Client = o.client
 	}
 	batch, err := w.Prepare(d.inputs)
 	if err != nil {
@@ -275,7 +289,7 @@ func isObject(data []byte) bool {
 // in one pass (decodeInputs): valid UTF-8, member names exactly the
 // fields' and each once, no unknown fields, nothing after the object. The
 // values of the wrong JSON type are in the result's fields (422).
-func decodeBody(data []byte, sh shape, maxItems int) (decoded, error) {
+func decodeBody(data []byte, sh shape, maxItems, maxValues int) (decoded, error) {
 	// encoding/json would replace invalid UTF-8 with U+FFFD silently.
 	if !utf8.Valid(data) {
 		return decoded{}, &requestError{detail: "the body is not valid UTF-8"}
@@ -286,8 +300,11 @@ func decodeBody(data []byte, sh shape, maxItems int) (decoded, error) {
 	if !isObject(data) {
 		return decoded{}, &requestError{detail: "the body must be a JSON object"}
 	}
-	d, end, err := decodeInputs(data, sh, maxItems)
+	d, end, err := decodeInputs(data, sh, maxItems, maxValues)
 	switch {
+	case errors.Is(err, errTooManyValues):
+		return decoded{}, &requestError{status: http.StatusRequestEntityTooLarge,
+			detail: fmt.Sprintf("the body holds more than the %d JSON values a body may (max-values)", maxValues)}
 	case errors.Is(err, errSyntax) && end >= len(data):
 		return decoded{}, &requestError{detail: "malformed JSON: the body ends inside a value"}
 	case errors.Is(err, errSyntax):

@@ -32,7 +32,7 @@ func BenchmarkDecodeBatch(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(int64(len(body)))
 	for b.Loop() {
-		if _, _, err := decodeBatch(w, body, MaxBatchDefault); err != nil {
+		if _, _, err := decodeBatch(w, body, MaxBatchDefault, decodeOptions{}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -46,7 +46,7 @@ func BenchmarkDecodeNumbers(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(int64(len(body)))
 	for b.Loop() {
-		if _, _, err := decodeEvent(w, body, ""); err != nil {
+		if _, _, err := decodeEvent(w, body, "", decodeOptions{}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -19,9 +19,9 @@ func decodeRequest(w *outbox.Writer, body []byte, key string, batch bool) ([]out
 	var inputs []outbox.Input
 	var err error
 	if batch {
-		inputs, _, err = decodeBatch(w, body, fuzzBatchMax)
+		inputs, _, err = decodeBatch(w, body, fuzzBatchMax, decodeOptions{})
 	} else {
-		inputs, _, err = decodeEvent(w, body, key)
+		inputs, _, err = decodeEvent(w, body, key, decodeOptions{})
 	}
 	return inputs, err
 }

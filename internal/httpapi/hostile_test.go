@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -263,4 +264,28 @@ func TestHostileInputRules(t *testing.T) {
 		{name: "ThirtyTwoLevelsStringLeaf", body: event(`"deviceKey":"deep2"`, `"payload":`+nested(32, `{"x":"s"}`)), status: 201},
 		{name: "PrintableKeys", body: event(`"sourceKey":"Gerät 7 / Halle ü"`, `"deviceKey":"センサー"`), status: 201},
 	})
+}
+
+// TestMaxValues: a body with more JSON values than Config.MaxValues (the
+// payload's, the event's own members and the batch's array counted) is
+// answered 413 naming the bound, and nothing is stored; one at the bound
+// goes in.
+func TestMaxValues(t *testing.T) {
+	t.Parallel()
+	b := setupHandler(t, &httpapi.Config{MaxValues: 20})
+	payload := func(n int) string {
+		return `{"sourceKey":"s","deviceKey":"d` + strconv.Itoa(n) + `","occurredAt":"2026-11-01T10:00:00Z","payload":{"a":[` +
+			strings.TrimSuffix(strings.Repeat("1,", n), ",") + `]}}`
+	}
+	// The event object, its 3 strings, the payload object and its array:
+	// 6 values besides the array's n.
+	r := b.do(t, http.MethodPost, "/v1/events", payload(15))
+	p := r.problem(t, http.StatusRequestEntityTooLarge)
+	require.Contains(t, p.Detail, "20 JSON values")
+	require.Contains(t, p.Detail, "max-values")
+	r = b.do(t, http.MethodPost, "/v1/events:batch", `{"events":[`+payload(1)+`,`+payload(2)+`,`+payload(3)+`]}`)
+	r.problem(t, http.StatusRequestEntityTooLarge)
+	b.requireStored(t, 0)
+	require.Equal(t, http.StatusCreated, b.do(t, http.MethodPost, "/v1/events", payload(14)).status)
+	b.requireStored(t, 1)
 }

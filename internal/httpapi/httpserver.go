@@ -77,6 +77,16 @@ type ServerConfig struct {
 	// client's slow bodies never lock the operator out. Defaults to
 	// BodyReserveDefault (8).
 	BodyReserve int
+	// MaxClientBodies bounds the bodies one client may have read at once
+	// among MaxInFlightBodies: a named ingest client's (Config.IngestClients)
+	// by its name, every other caller's by its connection's remote IP, so
+	// that one client's slow bodies leave the others places (beyond it a
+	// body is answered 503 with Retry-After, as beyond MaxInFlightBodies).
+	// The operator's and viewer's bodies are not counted. Behind a proxy
+	// every unnamed client has the proxy's address: give it
+	// MaxInFlightBodies, or name the clients. Defaults to half of
+	// MaxInFlightBodies (at least 1); at most MaxInFlightBodies.
+	MaxClientBodies int
 	// MaxHeaderBytes bounds a request line and its headers; a larger one is
 	// answered 431. Defaults to MaxHeaderBytesDefault (64 KiB).
 	MaxHeaderBytes int
@@ -117,6 +127,7 @@ func (c *ServerConfig) withDefaults() ServerConfig {
 	out.IdleTimeout = cmp.Or(out.IdleTimeout, IdleTimeoutDefault)
 	out.MaxInFlightBodies = cmp.Or(out.MaxInFlightBodies, MaxInFlightBodiesDefault)
 	out.BodyReserve = cmp.Or(out.BodyReserve, BodyReserveDefault)
+	out.MaxClientBodies = cmp.Or(out.MaxClientBodies, max(out.MaxInFlightBodies/2, 1))
 	out.MaxHeaderBytes = cmp.Or(out.MaxHeaderBytes, MaxHeaderBytesDefault)
 	out.ShutdownBodyTimeout = cmp.Or(out.ShutdownBodyTimeout, ShutdownBodyTimeoutDefault)
 	out.WriteTimeout = cmp.Or(out.WriteTimeout, WriteTimeoutDefault)
@@ -160,6 +171,9 @@ func (c *ServerConfig) validate() error {
 	if c.MaxInFlightBodies < 1 {
 		errs = append(errs, fmt.Errorf("MaxInFlightBodies must be positive (got %d)", c.MaxInFlightBodies))
 	}
+	if c.MaxClientBodies < 1 || c.MaxClientBodies > c.MaxInFlightBodies {
+		errs = append(errs, fmt.Errorf("MaxClientBodies must be between 1 and MaxInFlightBodies (%d) (got %d)", c.MaxInFlightBodies, c.MaxClientBodies))
+	}
 	if c.MaxHeaderBytes < 1 {
 		errs = append(errs, fmt.Errorf("MaxHeaderBytes must be positive (got %d)", c.MaxHeaderBytes))
 	}
@@ -200,6 +214,9 @@ type Server struct {
 	mu sync.Mutex
 	// reading are the bodies being read, for Shutdown to cut short.
 	reading map[*limitedBody]struct{}
+	// byClient counts the places held by each client's bodies
+	// (MaxClientBodies), by limitedBody.client.
+	byClient map[string]int
 	// closing is set when Shutdown begins; cutAt is then the latest
 	// deadline of any body.
 	closing bool
@@ -216,7 +233,7 @@ func NewServer(handler http.Handler, cfg *ServerConfig, logger *zap.Logger) (*Se
 		logger = zap.NewNop()
 	}
 	s := &Server{cfg: c, logger: logger.Named("http"), slots: make(chan struct{}, c.MaxInFlightBodies),
-		reserve: make(chan struct{}, c.BodyReserve), reading: map[*limitedBody]struct{}{}}
+		reserve: make(chan struct{}, c.BodyReserve), reading: map[*limitedBody]struct{}{}, byClient: map[string]int{}}
 	var err error
 	if s.conns, err = newConns(&c, s.logger); err != nil {
 		return nil, err
@@ -316,7 +333,7 @@ func (s *Server) wrap(next http.Handler) http.Handler {
 			next.ServeHTTP(dw, r)
 			return
 		}
-		b := &limitedBody{ReadCloser: r.Body, s: s, rc: rc}
+		b := &limitedBody{ReadCloser: r.Body, s: s, rc: rc, client: "ip:" + remoteIP(r)}
 		defer b.abandon()
 		r.Body = b
 		// The handler marks a body of the operator's or viewer's scope
@@ -324,6 +341,14 @@ func (s *Server) wrap(next http.Handler) http.Handler {
 		// the body.
 		next.ServeHTTP(dw, r.WithContext(context.WithValue(r.Context(), bodyKey{}, b)))
 	})
+}
+
+// remoteIP is the address of r's connection without its port.
+func remoteIP(r *http.Request) string {
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		return host
+	}
+	return r.RemoteAddr
 }
 
 // deadlineWriter sets the connection's write deadline, WriteTimeout ahead,

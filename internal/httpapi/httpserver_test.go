@@ -207,7 +207,7 @@ func TestServer(t *testing.T) {
 
 	t.Run("BodiesInFlightAreBounded", func(t *testing.T) {
 		t.Parallel()
-		b := setupServer(t, &httpapi.ServerConfig{MaxInFlightBodies: 2, BodyTimeout: time.Minute})
+		b := setupServer(t, &httpapi.ServerConfig{MaxInFlightBodies: 2, MaxClientBodies: 2, BodyTimeout: time.Minute})
 		stalled := []*rawConn{b.dial(t), b.dial(t)}
 		for _, c := range stalled {
 			c.postHead(t, "/v1/events", len(event), event[:10])
@@ -366,7 +366,7 @@ func TestSlowBodiesLeaveTheOperatorAPlace(t *testing.T) {
 	h, err := httpapi.New(&httpapi.Config{Writer: outbox.NewWriter(st, nil), Store: st, Registerer: reg,
 		IngestToken: ingestToken, AuthToken: operatorToken}, testkit.Logger(t))
 	require.NoError(t, err)
-	b := serve(t, h, &httpapi.ServerConfig{MaxInFlightBodies: 3, BodyReserve: 1, BodyTimeout: time.Minute}, reg, testkit.Logger(t))
+	b := serve(t, h, &httpapi.ServerConfig{MaxInFlightBodies: 3, MaxClientBodies: 3, BodyReserve: 1, BodyTimeout: time.Minute}, reg, testkit.Logger(t))
 	b.st = st
 	event := `{"sourceKey":"s","deviceKey":"d","occurredAt":"2026-11-01T10:00:00Z"}`
 	for range 3 {
@@ -386,4 +386,53 @@ func TestSlowBodiesLeaveTheOperatorAPlace(t *testing.T) {
 	op.postHead(t, "/v1/events", len(event), event, "Authorization", "Bearer "+operatorToken)
 	require.Equal(t, http.StatusCreated, op.answer(t, 5*time.Second).status, "the operator's body is read from the reserve")
 	testkit.RequireStored(t, st, 1)
+}
+
+// TestSlowBodiesOfOneClientLeaveOthersAPlace: one client's trickling
+// bodies take at most ServerConfig.MaxClientBodies places: its next body
+// is 503 busy while another named client's, from the same address, is
+// read and stored; an unnamed client's share is its address's.
+func TestSlowBodiesOfOneClientLeaveOthersAPlace(t *testing.T) {
+	t.Parallel()
+	st := testkit.NewSQLite(t)
+	reg := prometheus.NewRegistry()
+	const acme, globex, ingest = "acme-token-0123456789", "globex-token-0123456789", "ingest-token-0123456789"
+	h, err := httpapi.New(&httpapi.Config{Writer: outbox.NewWriter(st, nil), Store: st, Registerer: reg,
+		IngestToken: ingest, IngestClients: map[string]string{"acme": acme, "globex": globex}}, testkit.Logger(t))
+	require.NoError(t, err)
+	b := serve(t, h, &httpapi.ServerConfig{MaxInFlightBodies: 6, MaxClientBodies: 2, BodyTimeout: time.Minute}, reg, testkit.Logger(t))
+	event := func(device string) string {
+		return `{"sourceKey":"s","deviceKey":"` + device + `","occurredAt":"2026-11-01T10:00:00Z"}`
+	}
+	busy := func(token string) {
+		t.Helper()
+		c := b.dial(t)
+		c.postHead(t, "/v1/events", len(event("x")), event("x"), "Authorization", "Bearer "+token)
+		p := c.answer(t, 5*time.Second).problem(t, http.StatusServiceUnavailable)
+		require.Equal(t, httpapi.ProblemBusy, p.Type)
+	}
+	for range 2 {
+		b.dial(t).postHead(t, "/v1/events", len(event("a")), event("a")[:10], "Authorization", "Bearer "+acme)
+	}
+	require.Eventually(t, func() bool { return httpapi.BodiesInFlight(b.srv) == 2 },
+		10*time.Second, 5*time.Millisecond, "the trickling bodies never took their places")
+	busy(acme)
+	for i, token := range []string{globex, ingest} {
+		c := b.dial(t)
+		c.postHead(t, "/v1/events", len(event(token)), event(token), "Authorization", "Bearer "+token)
+		require.Equal(t, http.StatusCreated, c.answer(t, 5*time.Second).status, "another client's body is read")
+		testkit.RequireStored(t, st, int64(i+1))
+	}
+
+	// The unnamed clients of one address share its places.
+	for range 2 {
+		b.dial(t).postHead(t, "/v1/events", len(event("i")), event("i")[:10], "Authorization", "Bearer "+ingest)
+	}
+	require.Eventually(t, func() bool { return httpapi.BodiesInFlight(b.srv) == 4 },
+		10*time.Second, 5*time.Millisecond, "the trickling bodies never took their places")
+	busy(ingest)
+	c := b.dial(t)
+	c.postHead(t, "/v1/events", len(event("g")), event("g"), "Authorization", "Bearer "+globex)
+	require.Equal(t, http.StatusCreated, c.answer(t, 5*time.Second).status)
+	testkit.RequireStored(t, st, 3)
 }

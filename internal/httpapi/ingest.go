@@ -72,7 +72,7 @@ func (h *handler) postEvent(w http.ResponseWriter, r *http.Request) {
 	if !h.decodeTurn(w, r) {
 		return
 	}
-	inputs, batch, err := decodeEvent(h.writer, body, r.Header.Get(IdempotencyKeyHeader))
+	inputs, batch, err := decodeEvent(h.writer, body, r.Header.Get(IdempotencyKeyHeader), h.decodeOptions(r))
 	<-h.decodes
 	if err != nil {
 		h.fail(w, r, err, "")
@@ -126,7 +126,7 @@ func (h *handler) postBatch(w http.ResponseWriter, r *http.Request) {
 	if !h.decodeTurn(w, r) {
 		return
 	}
-	inputs, batch, err := decodeBatch(h.writer, body, h.cfg.MaxBatch)
+	inputs, batch, err := decodeBatch(h.writer, body, h.cfg.MaxBatch, h.decodeOptions(r))
 	<-h.decodes
 	if err != nil {
 		h.fail(w, r, err, "")
@@ -142,6 +142,11 @@ func (h *handler) postBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, r, http.StatusOK, batchResponse{Results: res})
+}
+
+// decodeOptions are the decoding options of r.
+func (h *handler) decodeOptions(r *http.Request) decodeOptions {
+	return decodeOptions{client: clientOf(r), maxValues: h.cfg.MaxValues}
 }
 
 // decodeTurn waits for a place among the bodies decoded at once
@@ -196,6 +201,8 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error, keyFie
 		me *outbox.MismatchError
 	)
 	switch {
+	case errors.As(err, &re) && re.status == http.StatusRequestEntityTooLarge:
+		writeProblem(w, r, newProblem(re.status, "", "", re.detail))
 	case errors.As(err, &re):
 		p := newProblem(http.StatusBadRequest, ProblemMalformed, "Malformed request", re.detail)
 		if re.field != "" {

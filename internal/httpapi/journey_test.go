@@ -155,7 +155,10 @@ func TestAdminJourneyErrors(t *testing.T) {
 	auth := []string{"Authorization", "Bearer " + testToken}
 	hb.do(t, http.MethodGet, "/v1/admin/events/nobody/journey", "", auth...).problem(t, http.StatusNotFound)
 	hb.do(t, http.MethodGet, "/v1/admin/events/"+outbox.NewEventID()+"/journey", "", auth...).problem(t, http.StatusNotFound)
-	p := hb.do(t, http.MethodGet, "/v1/admin/events/"+strings.Repeat("k", 201)+"/journey", "", auth...).problem(t, http.StatusUnprocessableEntity)
+	// Longer than any stored key: a named client's longest (outbox.ClientKey).
+	longest := len(outbox.ClientKeyPrefix) + outbox.MaxClientNameLength + 1 + outbox.MaxKeyLength
+	hb.do(t, http.MethodGet, "/v1/admin/events/"+strings.Repeat("k", longest)+"/journey", "", auth...).problem(t, http.StatusNotFound)
+	p := hb.do(t, http.MethodGet, "/v1/admin/events/"+strings.Repeat("k", longest+1)+"/journey", "", auth...).problem(t, http.StatusUnprocessableEntity)
 	require.Equal(t, []string{"ref"}, fields(p))
 	hb.do(t, http.MethodGet, "/v1/admin/events/nobody/journey", "").problem(t, http.StatusUnauthorized)
 

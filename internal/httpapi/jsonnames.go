@@ -75,6 +75,10 @@ func fieldIndex(fields []string, name string) int {
 // errSyntax is a body that is not JSON; encoding/json then says why.
 var errSyntax = errors.New("malformed JSON")
 
+// errTooManyValues: the body holds more JSON values than
+// Config.MaxValues (413).
+var errTooManyValues = errors.New("too many JSON values")
+
 // nameScanner reads a request body once, without decoding it, to make sure
 // that every JSON reader reads it as encoding/json does: the members of the
 // request objects (the body, each batch item) are named exactly as the
@@ -112,6 +116,9 @@ type nameScanner struct {
 	// value of the wrong type of each event, events not an array).
 	curErr *ProblemField
 	fields []ProblemField
+	// values counts the JSON values read; beyond maxValues (when
+	// positive) the read stops with errTooManyValues.
+	values, maxValues int
 }
 
 // pathStep is a member name, or an array index when name is nil.
@@ -167,11 +174,12 @@ type decoded struct {
 // event's values into an outbox.Input whose Payload is the payload's bytes
 // in body (no copy). A batch keeps maxItems events at most and counts the
 // others. It returns errSyntax for what is not JSON, a *requestError for a
-// name, and, after the value, the index of the byte after it.
-func decodeInputs(body []byte, sh shape, maxItems int) (decoded, int, error) {
+// name, errTooManyValues past maxValues values (0: no bound), and, after
+// the value, the index of the byte after it.
+func decodeInputs(body []byte, sh shape, maxItems, maxValues int) (decoded, int, error) {
 	s := scanners.Get().(*nameScanner)
 	defer s.release()
-	*s = nameScanner{data: body, item: -1, keys: s.keys[:0], path: s.path[:0], decode: true, maxItems: maxItems}
+	*s = nameScanner{data: body, item: -1, keys: s.keys[:0], path: s.path[:0], decode: true, maxItems: maxItems, maxValues: maxValues}
 	if sh == shapeEvent {
 		s.inputs = make([]outbox.Input, 1)
 		s.cur = &s.inputs[0]
@@ -242,6 +250,9 @@ func (s *nameScanner) assign(k int, v []byte, escaped bool) {
 }
 
 func (s *nameScanner) value(sh shape) error {
+	if s.values++; s.maxValues > 0 && s.values > s.maxValues {
+		return errTooManyValues
+	}
 	s.space()
 	if s.i >= len(s.data) {
 		return errSyntax

@@ -117,7 +117,7 @@ func BenchmarkDecodeBody(b *testing.B) {
 		b.ReportAllocs()
 		b.SetBytes(int64(len(body)))
 		for b.Loop() {
-			_, _ = decodeBody(body, shapeEvent, 1)
+			_, _ = decodeBody(body, shapeEvent, 1, 0)
 		}
 	})
 }

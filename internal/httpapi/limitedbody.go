@@ -41,10 +41,24 @@ type limitedBody struct {
 	// (ServerConfig.BodyReserve); slot is the place it holds.
 	privileged bool
 	slot       chan struct{}
+	// client is whose share of the places the body takes
+	// (ServerConfig.MaxClientBodies): "ip:" and its connection's remote
+	// address, or "client:" and a named ingest client's name; counted
+	// says it holds one.
+	client  string
+	counted bool
 }
 
 // bodyKey is the context key of a request's *limitedBody.
 type bodyKey struct{}
+
+// nameClient counts the body of r, read under a Server, in the share of
+// the named ingest client name rather than its remote address's.
+func nameClient(r *http.Request, name string) {
+	if b, ok := r.Context().Value(bodyKey{}).(*limitedBody); ok {
+		b.client = "client:" + name
+	}
+}
 
 // privilege lets the body of r, read under a Server, take a place of the
 // reserve when every other is taken.
@@ -94,6 +108,10 @@ func (b *limitedBody) start() error {
 	s := b.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if !b.privileged && s.byClient[b.client] >= s.cfg.MaxClientBodies {
+		b.state, b.err = bodyDone, errTooManyBodies
+		return errTooManyBodies
+	}
 	select {
 	case s.slots <- struct{}{}:
 		b.slot = s.slots
@@ -112,6 +130,10 @@ func (b *limitedBody) start() error {
 	}
 	b.state = bodyReading
 	s.reading[b] = struct{}{}
+	if !b.privileged {
+		s.byClient[b.client]++
+		b.counted = true
+	}
 	deadline, cut := time.Now().Add(s.cfg.BodyTimeout), false
 	if s.closing && s.cutAt.Before(deadline) {
 		deadline, cut = s.cutAt, true
@@ -145,6 +167,11 @@ func (b *limitedBody) finish() {
 	b.state = bodyDone
 	delete(s.reading, b)
 	<-b.slot
+	if b.counted {
+		if s.byClient[b.client]--; s.byClient[b.client] <= 0 {
+			delete(s.byClient, b.client)
+		}
+	}
 	if errors.Is(b.err, io.EOF) {
 		_ = b.rc.SetReadDeadline(time.Time{})
 	}

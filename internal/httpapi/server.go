@@ -40,6 +40,9 @@ const (
 	RequestTimeoutDefault = 10 * time.Second
 )
 
+// MaxValuesDefault is the default Config.MaxValues.
+const MaxValuesDefault = 1_000_000
+
 // MaxDecodesDefault is the default Config.MaxDecodes: one decode per core
 // (decoding only uses the CPU, so more at once would only hold more
 // memory).
@@ -57,6 +60,15 @@ type Config struct {
 	// IngestToken is the ingest token (ScopeIngest: POST /v1/events,
 	// POST /v1/events:batch). Defaults to "" (none).
 	IngestToken string
+	// IngestClients are named ingest clients, token by name (ScopeIngest
+	// each; --ingest-client). The events of each are recorded with its
+	// name and their idempotency keys, given or derived, are its own
+	// (outbox.ClientKey), so that no client can take, or make a 422 of,
+	// another's key. IngestToken is the client named outbox.ClientDefault,
+	// whose keys stay bare, and so is the operator token when it posts.
+	// Names are outbox.ClientNameProblem's, ClientDefault excepted.
+	// Defaults to none.
+	IngestClients map[string]string
 	// ViewerToken is the viewer token (ScopeViewer: every read, and the
 	// admin requests that change nothing). Defaults to "" (none).
 	//
@@ -90,6 +102,11 @@ type Config struct {
 	// (the canonical payload each builds is about its body's size; the
 	// others wait their turn). Defaults to MaxDecodesDefault (GOMAXPROCS).
 	MaxDecodes int
+	// MaxValues bounds the JSON values of one ingest body (every object,
+	// array, string, number and literal, the payloads' included); a body
+	// with more is answered 413 before anything is built of it. Defaults
+	// to MaxValuesDefault (1,000,000).
+	MaxValues int
 	// RetryAfter is sent, rounded up to whole seconds, in the Retry-After
 	// header of a 503. It is also how long GET /readyz says "store:
 	// refusing writes" after the store refused an ingest write, unless a
@@ -169,6 +186,7 @@ func (c *Config) withDefaults() Config {
 	out.RetryAfter = cmp.Or(out.RetryAfter, RetryAfterDefault)
 	out.RequestTimeout = cmp.Or(out.RequestTimeout, RequestTimeoutDefault)
 	out.MaxDecodes = cmp.Or(out.MaxDecodes, MaxDecodesDefault)
+	out.MaxValues = cmp.Or(out.MaxValues, MaxValuesDefault)
 	return out
 }
 
@@ -180,6 +198,9 @@ func (c *Config) validate() error {
 	}
 	if c.MaxDecodes < 1 {
 		errs = append(errs, fmt.Errorf("MaxDecodes must be positive (got %d)", c.MaxDecodes))
+	}
+	if c.MaxValues < 1 {
+		errs = append(errs, fmt.Errorf("MaxValues must be positive (got %d)", c.MaxValues))
 	}
 	if c.MaxBatch < 1 {
 		errs = append(errs, fmt.Errorf("MaxBatch must be positive (got %d)", c.MaxBatch))

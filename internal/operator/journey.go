@@ -27,8 +27,9 @@ const (
 	// original's createdAt: the writer's clock and Redis's may differ.
 	journeySkew = time.Minute
 	// journeyRefMax bounds the reference: an id is 24 characters, a key at
-	// most 200 bytes.
-	journeyRefMax = 200
+	// most 200 bytes, under a named client's namespace (outbox.ClientKey)
+	// some more.
+	journeyRefMax = len(outbox.ClientKeyPrefix) + outbox.MaxClientNameLength + 1 + outbox.MaxKeyLength
 )
 
 // The statuses of a JourneyStreamEntry.
@@ -210,7 +211,7 @@ func (o *Operator) resolve(ctx context.Context, ref string) (*outbox.Event, stri
 
 // summaryOf returns the summary of ev (an item of ListEvents).
 func summaryOf(ev *outbox.Event) EventSummary {
-	return EventSummary{ID: ev.ID, IdempotencyKey: ev.IdempotencyKey, SourceKey: ev.SourceKey,
+	return EventSummary{ID: ev.ID, IdempotencyKey: ev.IdempotencyKey, Client: ev.Client, SourceKey: ev.SourceKey,
 		DeviceKey: ev.DeviceKey, Type: ev.Type, OccurredAt: ev.OccurredAt.UTC(), CreatedAt: ev.CreatedAt.UTC(),
 		State: ev.State(), SyncedAt: utc(ev.SyncedAt), LastRequeuedAt: utc(ev.LastRequeuedAt),
 		RequeueCount: ev.RequeueCount, SyncFailure: ev.SyncFailure}

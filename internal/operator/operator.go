@@ -310,24 +310,27 @@ func (o *Operator) publish(ctx context.Context, events []*outbox.Event, origin o
 // Event is an original with its payload, as GET /v1/events/{id} shows it
 // and a dead letter's detail (DeadLetter.Event). Times are UTC.
 type Event struct {
-	ID             string              `json:"id"`
-	IdempotencyKey string              `json:"idempotencyKey"`
-	SourceKey      string              `json:"sourceKey"`
-	DeviceKey      string              `json:"deviceKey"`
-	Type           string              `json:"type"`
-	OccurredAt     time.Time           `json:"occurredAt"`
-	Payload        json.RawMessage     `json:"payload"`
-	CreatedAt      time.Time           `json:"createdAt"`
-	State          string              `json:"state"`
-	SyncedAt       *time.Time          `json:"syncedAt"`
-	RequeueCount   int64               `json:"requeueCount"`
-	SyncFailure    *outbox.SyncFailure `json:"syncFailure"`
+	ID             string `json:"id"`
+	IdempotencyKey string `json:"idempotencyKey"`
+	// Client is the ingest client that sent the original (absent: the
+	// default client).
+	Client       string              `json:"client,omitempty"`
+	SourceKey    string              `json:"sourceKey"`
+	DeviceKey    string              `json:"deviceKey"`
+	Type         string              `json:"type"`
+	OccurredAt   time.Time           `json:"occurredAt"`
+	Payload      json.RawMessage     `json:"payload"`
+	CreatedAt    time.Time           `json:"createdAt"`
+	State        string              `json:"state"`
+	SyncedAt     *time.Time          `json:"syncedAt"`
+	RequeueCount int64               `json:"requeueCount"`
+	SyncFailure  *outbox.SyncFailure `json:"syncFailure"`
 }
 
 // EventOf returns the view of ev.
 func EventOf(ev *outbox.Event) Event {
 	return Event{
-		ID: ev.ID, IdempotencyKey: ev.IdempotencyKey, SourceKey: ev.SourceKey, DeviceKey: ev.DeviceKey,
+		ID: ev.ID, IdempotencyKey: ev.IdempotencyKey, Client: ev.Client, SourceKey: ev.SourceKey, DeviceKey: ev.DeviceKey,
 		Type: ev.Type, OccurredAt: ev.OccurredAt.UTC(), Payload: payloadOrEmpty(ev.Payload), CreatedAt: ev.CreatedAt.UTC(),
 		State: ev.State(), SyncedAt: utc(ev.SyncedAt), RequeueCount: ev.RequeueCount, SyncFailure: ev.SyncFailure,
 	}

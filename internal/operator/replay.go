@@ -232,8 +232,11 @@ func (o *Operator) Replay(ctx context.Context, r ReplayQuery) (*ReplayResult, er
 // EventSummary is an original without its payload (Event has it), with
 // the reconciler's stamp: an item of ListEvents.
 type EventSummary struct {
-	ID             string              `json:"id"`
-	IdempotencyKey string              `json:"idempotencyKey"`
+	ID             string `json:"id"`
+	IdempotencyKey string `json:"idempotencyKey"`
+	// Client is the ingest client that sent the original (absent: the
+	// default client).
+	Client         string              `json:"client,omitempty"`
 	SourceKey      string              `json:"sourceKey"`
 	DeviceKey      string              `json:"deviceKey"`
 	Type           string              `json:"type"`

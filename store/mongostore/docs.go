@@ -36,6 +36,9 @@ type eventDoc struct {
 	// TraceParent is the ingest request's W3C traceparent; absent when it
 	// was not traced.
 	TraceParent string `bson:"traceparent,omitempty"`
+	// Client is the name of the ingest client that sent the original;
+	// absent for the default client.
+	Client string `bson:"client,omitempty"`
 }
 
 // failureDoc is outbox.SyncFailure in BSON.
@@ -78,7 +81,7 @@ func toEventDoc(e *outbox.Event) (*eventDoc, error) {
 		ID: id, IdempotencyKey: e.IdempotencyKey, SourceKey: e.SourceKey, DeviceKey: e.DeviceKey, Type: e.Type,
 		OccurredAt: e.OccurredAt.UTC(), Payload: payload, ContentHash: e.ContentHash, CreatedAt: e.CreatedAt.UTC(),
 		SyncedAt: utcp(e.SyncedAt), LastRequeuedAt: utcp(e.LastRequeuedAt), RequeueCount: e.RequeueCount,
-		TraceParent: e.TraceParent,
+		TraceParent: e.TraceParent, Client: e.Client,
 	}
 	if f := e.SyncFailure; f != nil {
 		d.SyncFailure = &failureDoc{Category: f.Category, Code: f.Code, Message: f.Message, At: f.At.UTC(), Deliveries: f.Deliveries}
@@ -101,7 +104,7 @@ func (d *eventDoc) event() (*outbox.Event, error) {
 		ID: d.ID.Hex(), IdempotencyKey: d.IdempotencyKey, SourceKey: d.SourceKey, DeviceKey: d.DeviceKey, Type: d.Type,
 		OccurredAt: d.OccurredAt.UTC(), Payload: payload, ContentHash: d.ContentHash, CreatedAt: d.CreatedAt.UTC(),
 		SyncedAt: utcp(d.SyncedAt), LastRequeuedAt: utcp(d.LastRequeuedAt), RequeueCount: d.RequeueCount,
-		TraceParent: d.TraceParent,
+		TraceParent: d.TraceParent, Client: d.Client,
 	}
 	if f := d.SyncFailure; f != nil {
 		e.SyncFailure = &outbox.SyncFailure{Category: f.Category, Code: f.Code, Message: f.Message, At: f.At.UTC(), Deliveries: f.Deliveries}

@@ -20,16 +20,16 @@ const idChunk = 500
 
 // eventColumns are the columns decodeEvent reads, in its order.
 const eventColumns = `id, idempotency_key, source_key, device_key, type, occurred_at, payload,
-	content_hash, created_at, synced_at, last_requeued_at, requeue_count, sync_failure, traceparent`
+	content_hash, created_at, synced_at, last_requeued_at, requeue_count, sync_failure, traceparent, client`
 
 // eventColumnsNoPayload are eventColumns with the payload left out (NULL).
 const eventColumnsNoPayload = `id, idempotency_key, source_key, device_key, type, occurred_at, NULL,
-	content_hash, created_at, synced_at, last_requeued_at, requeue_count, sync_failure, traceparent`
+	content_hash, created_at, synced_at, last_requeued_at, requeue_count, sync_failure, traceparent, client`
 
 // rawEvent holds a row of eventColumns as the driver gave it, so that a row
 // with a value of the wrong kind is reported as corrupt (with its id) rather
 // than failing the whole read.
-type rawEvent [14]any
+type rawEvent [15]any
 
 func (r *rawEvent) dest() []any {
 	d := make([]any, len(r))
@@ -74,6 +74,9 @@ func (r *rawEvent) decode() (*outbox.Event, error) {
 	}
 	if r[13] != nil {
 		ev.TraceParent = d.text(r[13], "traceparent")
+	}
+	if r[14] != nil {
+		ev.Client = d.text(r[14], "client")
 	}
 	if d.err != nil {
 		return nil, fmt.Errorf("error decoding original %s: %w: %w", ev.ID, store.ErrCorrupt, d.err)

@@ -28,7 +28,7 @@ const (
 // insertRows are the row counts of the multi-row INSERTs, largest first: a
 // batch is inserted in the fewest statements of these sizes (a group of 5
 // events: 4 + 1). One statement per row costs database/sql's and the
-// driver's round trip each time; 32 rows of 15 columns stay far below
+// driver's round trip each time; 32 rows of 16 columns stay far below
 // SQLite's 32,766 parameters.
 var insertRows = [rowsN]int{32, 16, 8, 4, 2, 1}
 
@@ -47,8 +47,8 @@ const rowsN = 6
 const (
 	insertEventHead = `INSERT OR FAIL INTO "{events}" (id, idempotency_key, source_key, device_key, type, occurred_at,
 		payload, content_hash, created_at, synced_at, last_requeued_at, requeue_count, sync_failure, failure_category,
-		traceparent) VALUES `
-	insertEventArgs = 15
+		traceparent, client) VALUES `
+	insertEventArgs = 16
 	insertEntryHead = `INSERT OR FAIL INTO "{outbox}" (event_id, stream, message, created_at, dispatched_at, traceparent, partition) VALUES `
 	insertEntryArgs = 7
 )
@@ -328,7 +328,7 @@ func (w *txWriter) InsertEvents(ctx context.Context, events []outbox.Event) erro
 			args = append(args, ev.ID, ev.IdempotencyKey, ev.SourceKey, ev.DeviceKey, ev.Type,
 				millis(ev.OccurredAt), payload, ev.ContentHash, millis(ev.CreatedAt),
 				nullMillis(ev.SyncedAt), nullMillis(ev.LastRequeuedAt), ev.RequeueCount, failure, category,
-				nullText(ev.TraceParent))
+				nullText(ev.TraceParent), nullText(ev.Client))
 		}
 		if _, err := st.ExecContext(ctx, args...); err != nil {
 			return w.insertFailed(ctx, events[:n], err)

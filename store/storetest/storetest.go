@@ -100,6 +100,7 @@ func Checks() []Check {
 		{"DeleteSyncedOldestFirstKeepsTheUnfinished", checkDeleteSynced},
 		{"OutboxEntriesOfOneOriginal", checkOutboxEntries},
 		{"TraceParentReadsBackWithOriginalAndEntry", checkTraceParent},
+		{"ClientKeysApartAndClientReadsBack", checkClient},
 		{"ListEventsByOccurredWindowInOrderWithPaging", checkListByOccurred},
 		{"ListEventsByCreatedWindow", checkListByCreated},
 		{"ListEventsSameTimePagesByID", checkListSameTime},
@@ -1256,6 +1257,51 @@ func checkTraceParent(t testing.TB, h Harness) {
 	claimed := b.claim(traced, b.clock.Now(), b.clock.Now())
 	require.NotNil(t, claimed)
 	require.Equal(t, tp, claimed.TraceParent, "Claim")
+}
+
+// checkClient: two named clients and the default one write the same key
+// (given and derived): three originals, each with its client (none for the
+// default one), read back by every read; each client's retry is its own
+// original's duplicate.
+func checkClient(t testing.TB, h Harness) {
+	b := setup(t, h, Options{})
+	ctx := context.Background()
+	var inputs []outbox.Input
+	for _, client := range []string{"acme", "globex", ""} {
+		given, derived := b.input("shared"), b.input("derived")
+		given.IdempotencyKey, given.Client, derived.Client = "k-1", client, client
+		inputs = append(inputs, given, derived)
+	}
+	res, err := b.w.Write(ctx, inputs)
+	require.NoError(t, err)
+	ids := map[string]bool{}
+	for i, r := range res {
+		require.False(t, r.Duplicate, "input %d", i)
+		ids[r.ID] = true
+		ev := b.event(r.ID)
+		require.Equal(t, inputs[i].Client, ev.Client, "LoadEvents %d", i)
+		require.Equal(t, outbox.ClientKey(inputs[i].Client, r.IdempotencyKey), ev.IdempotencyKey, "the key stored")
+		byKey, err := b.s.EventByKey(ctx, ev.IdempotencyKey)
+		require.NoError(t, err)
+		require.Equal(t, r.ID, byKey.ID, "EventByKey %d", i)
+		require.Equal(t, inputs[i].Client, byKey.Client, "EventByKey %d", i)
+	}
+	require.Len(t, ids, 6, "every client its own originals")
+	require.Equal(t, "k-1", res[0].IdempotencyKey, "the result names the client's key")
+	again, err := b.w.Write(ctx, inputs)
+	require.NoError(t, err)
+	for i, r := range again {
+		require.True(t, r.Duplicate, "retry %d", i)
+		require.Equal(t, res[i].ID, r.ID, "retry %d", i)
+	}
+	listed, err := b.s.ListEvents(ctx, store.EventQuery{By: store.ByCreated, Limit: 10})
+	require.NoError(t, err)
+	require.Len(t, listed, 6)
+	clients := map[string]int{}
+	for _, ev := range listed {
+		clients[ev.Client]++
+	}
+	require.Equal(t, map[string]int{"acme": 2, "globex": 2, "": 2}, clients, "ListEvents")
 }
 
 func checkMigrate(t testing.TB, h Harness) {

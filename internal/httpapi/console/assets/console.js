@@ -247,6 +247,8 @@ const outboxd = (() => {
       ['Last requeued', ev.lastRequeuedAt ? timeEl(ev.lastRequeuedAt, true) : 'never'],
       ['Sync failure', failure(ev.syncFailure)],
     ];
+    // The ingest client that sent it; none for the default client.
+    if (ev.client) pairs.splice(3, 0, ['Client', ev.client]);
     return 'lastRequeuedAt' in ev ? pairs : pairs.filter(([label]) => label !== 'Last requeued');
   }
 
