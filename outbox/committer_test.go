@@ -556,3 +556,37 @@ func TestCommitterLifecycle(t *testing.T) {
 		require.Equal(t, []int{3}, sizes)
 	})
 }
+
+// TestCommitterLoneRequest: under a light load, where the last group held
+// one request and nothing else came within GroupWait, a request goes
+// without waiting GroupWait; one that follows another within GroupWait
+// waits, and they share a transaction.
+func TestCommitterLoneRequest(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const wait = outbox.GroupWaitMax
+	b := setupCommitter(t, "SQLite", &outbox.CommitterConfig{GroupWait: wait})
+	write := func(device string) time.Duration {
+		started := time.Now()
+		_, err := b.committer.Write(ctx, b.prepare(t, input(device)))
+		require.NoError(t, err)
+		return time.Since(started)
+	}
+	first := time.Now()
+	require.GreaterOrEqual(t, write("d1"), wait, "the first request waits: nothing is known yet")
+	// Nothing more within GroupWait of the first request.
+	require.Eventually(t, func() bool { return time.Since(first) > 2*wait }, 3*wait, 10*time.Millisecond)
+	txs := b.st.txs.Load()
+	require.Less(t, write("d2"), wait, "a lone request after a lone group goes at once")
+	require.Equal(t, txs+1, b.st.txs.Load())
+
+	// Two requests close together: the second follows the first within
+	// GroupWait, so it waits for company, and a third joins it.
+	second := b.queue(ctx, t, input("d3"))
+	third := b.queue(ctx, t, input("d4"))
+	for _, c := range []<-chan answer{second, third} {
+		require.NoError(t, await(t, c).err)
+	}
+	require.Equal(t, txs+2, b.st.txs.Load(), "one transaction for the two")
+	testkit.RequireStored(t, b.st, 4)
+}

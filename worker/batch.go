@@ -228,8 +228,10 @@ func (w *Worker) handle(ctx context.Context, g *stream.Group, msgs []stream.Entr
 // its writes is idempotent, and one done is not done again.
 type tail struct {
 	g *stream.Group
-	// spans are the batch's spans, which end with the tail.
-	spans *tracing.Items
+	// spans are the batch's spans, which end with the tail; gathered
+	// those of the batches whose tails were added to it (addGather).
+	spans    *tracing.Items
+	gathered []*tracing.Items
 	// firstSync are the originals projected and not synced before (nil
 	// once their syncedAt is written); origins the origin of each event.
 	firstSync []*outbox.Event
@@ -239,6 +241,14 @@ type tail struct {
 	ack    []string
 	charge map[string]int64
 	out    outcome
+}
+
+// endSpans ends the spans of the tail's batches with err.
+func (t *tail) endSpans(err error) {
+	t.spans.End(err)
+	for _, s := range t.gathered {
+		s.End(err)
+	}
 }
 
 // writeTail writes the tail of a batch: syncedAt of its projected

@@ -56,6 +56,8 @@ const (
 	StatementTimeoutDefault = 30 * time.Second
 	// LeaseTTLDefault is the default Config.LeaseTTL.
 	LeaseTTLDefault = 15 * time.Second
+	// TailGatherDefault is the default Config.TailGather.
+	TailGatherDefault = 5 * time.Millisecond
 )
 
 // TimeoutOff is the Config.LockTimeout or Config.StatementTimeout that
@@ -82,6 +84,8 @@ const (
 	ProjectionTargetLongest  = time.Minute
 	// LeaseTTLShortest is the shortest accepted Config.LeaseTTL.
 	LeaseTTLShortest = 30 * time.Millisecond
+	// TailGatherMax is the longest accepted Config.TailGather.
+	TailGatherMax = time.Second
 )
 
 // Config configures a Worker. A nil config means all defaults.
@@ -195,6 +199,21 @@ type Config struct {
 	// outboxd_worker_batch_size shows the size. Defaults to false: every
 	// batch is BatchSize.
 	AutoBatch bool
+	// TailGather is how long the tail of a batch smaller than the batch
+	// size (the syncedAt of its originals, then the XACK of its entries)
+	// waits for the tails of the batches after it, so that under a light
+	// load the batches of a few milliseconds are marked synced with one
+	// store write and acknowledged with one MULTI/EXEC. The order of the
+	// writes is kept: every gathered entry's syncedAt is written, then
+	// the entries acknowledged. Only batches of the live stream or the
+	// replay lane whose every event was projected gather (one with a held
+	// entry or a dead letter is written at once, the gathered tails first);
+	// a full batch, a pause, a reclaim or a stop writes the gathered tails
+	// first. It adds at most this long to an event's syncedAt, and never
+	// more than a tenth of ClaimIdle. Not with Ordered. Defaults to
+	// TailGatherDefault (5ms); negative: none (each batch's tail written
+	// at once); at most TailGatherMax.
+	TailGather time.Duration
 	// ProjectionTarget is the projection time AutoBatch keeps the p95
 	// under; exported as outboxd_worker_projection_target_seconds either
 	// way. Defaults to ProjectionTargetDefault (1s); between
@@ -293,6 +312,7 @@ func (c *Config) withDefaults() *Config {
 	out.StatementTimeout = cmp.Or(out.StatementTimeout, StatementTimeoutDefault)
 	out.ReplayRate = cmp.Or(out.ReplayRate, ReplayRateDefault)
 	out.LeaseTTL = cmp.Or(out.LeaseTTL, LeaseTTLDefault)
+	out.TailGather = cmp.Or(out.TailGather, TailGatherDefault)
 	if out.ReplayLimiter == nil {
 		out.ReplayLimiter = NewReplayLimiter(out.ReplayRate)
 	}
@@ -352,6 +372,9 @@ func (c *Config) validate() error {
 	}
 	if c.LeaseTTL < LeaseTTLShortest {
 		errs = append(errs, fmt.Errorf("LeaseTTL must be at least %s (got %s)", LeaseTTLShortest, c.LeaseTTL))
+	}
+	if c.TailGather > TailGatherMax {
+		errs = append(errs, fmt.Errorf("TailGather must be at most %s, or negative for none (got %s)", TailGatherMax, c.TailGather))
 	}
 	if c.ProjectionRate < 0 {
 		errs = append(errs, fmt.Errorf("ProjectionRate must be 0 (no bound) or positive (got %v)", c.ProjectionRate))

@@ -32,6 +32,14 @@
 // entries stay pending. An Ordered worker, a batch of the replay lane and
 // a batch of less than Config.BatchSize run their steps in turn.
 //
+// Under a light load the batches are small, and their tails are gathered
+// (Config.TailGather, 5ms): the tail of a batch of less than
+// Config.BatchSize whose events were all projected waits for the tails of
+// the batches of the next few milliseconds, and step 3 then runs once for
+// all of them, step 4 after it once for all. A batch with a held entry or
+// a dead letter, a full batch, a pause, a reclaim and a stop write the
+// gathered tails first.
+//
 // On start a worker first drains its own pending entries (a restart under
 // the same Config.Consumer name), and every Config.ClaimInterval it takes
 // over, with XAUTOCLAIM, entries that other consumers left pending longer

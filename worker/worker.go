@@ -25,6 +25,7 @@ import (
 	"github.com/outboxd/outboxd/internal/pause"
 	"github.com/outboxd/outboxd/internal/startstop"
 	"github.com/outboxd/outboxd/internal/stream"
+	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store"
 )
 
@@ -113,6 +114,11 @@ type Worker struct {
 	// next batch's PostgreSQL transaction (process), or nil; only the run
 	// goroutine touches it.
 	behind *behindTail
+	// gather is the tails of small batches gathered to be written as one
+	// (Config.TailGather) until gatherUntil, or nil; only the run
+	// goroutine touches them.
+	gather      *tail
+	gatherUntil time.Time
 	// laneTurn is set when the last read of the stream found no backlog:
 	// the replay lane gets the next turn. Only the run goroutine touches
 	// it.
@@ -338,10 +344,13 @@ func (w *Worker) run(fetchCtx, workCtx context.Context) error {
 	} else {
 		err = w.loop(fetchCtx, workCtx)
 	}
-	if w.behind != nil && unlessStopped(err) != nil {
-		w.behind.cancel()
+	if unlessStopped(err) != nil {
+		if w.behind != nil {
+			w.behind.cancel()
+		}
+		w.dropGather(err) // pending, as after a crash
 	}
-	if berr := w.settleBehind(); err == nil {
+	if berr := w.settle(fetchCtx, workCtx); err == nil {
 		err = berr
 	}
 	if a, ok := w.takeAhead(); ok {
@@ -432,10 +441,15 @@ func (w *Worker) loop(fetchCtx, workCtx context.Context) error {
 		default:
 		}
 		w.readPauses(fetchCtx)
+		if w.gather != nil && !time.Now().Before(w.gatherUntil) {
+			if err := w.flushGather(fetchCtx, workCtx); err != nil {
+				return err
+			}
+		}
 		if w.liveOff && w.laneOff {
 			// Both lanes paused by an operator: project nothing (what was
 			// read is held, touched, until the resume).
-			if err := w.settleBehind(); err != nil {
+			if err := w.settle(fetchCtx, workCtx); err != nil {
 				return err
 			}
 			w.holdAhead()
@@ -449,7 +463,7 @@ func (w *Worker) loop(fetchCtx, workCtx context.Context) error {
 			continue
 		}
 		if w.paused() {
-			if err := w.settleBehind(); err != nil {
+			if err := w.settle(fetchCtx, workCtx); err != nil {
 				return err
 			}
 			w.holdAhead()
@@ -458,7 +472,7 @@ func (w *Worker) loop(fetchCtx, workCtx context.Context) error {
 		}
 		if !time.Now().Before(nextClaim) {
 			// Entries the tail behind holds are not reclaimed.
-			if err := w.settleBehind(); err != nil {
+			if err := w.settle(fetchCtx, workCtx); err != nil {
 				return err
 			}
 			if err := w.reclaim(fetchCtx, workCtx); err != nil {
@@ -467,6 +481,9 @@ func (w *Worker) loop(fetchCtx, workCtx context.Context) error {
 			nextClaim = time.Now().Add(w.cfg.ClaimInterval)
 		}
 		if !time.Now().Before(nextRecover) {
+			if err := w.flushGather(fetchCtx, workCtx); err != nil {
+				return err
+			}
 			if err := w.recoverOwn(fetchCtx); err != nil {
 				return err
 			}
@@ -480,6 +497,9 @@ func (w *Worker) loop(fetchCtx, workCtx context.Context) error {
 		block := min(w.cfg.Block, max(time.Until(nextClaim), time.Millisecond))
 		if next, ok := w.nextDue(); ok {
 			block = min(block, max(time.Until(next), time.Millisecond))
+		}
+		if w.gather != nil {
+			block = min(block, max(time.Until(w.gatherUntil), time.Millisecond))
 		}
 		g, msgs, pre, err := w.next(fetchCtx, block)
 		if err != nil {
@@ -1058,6 +1078,16 @@ func (w *Worker) process(fetchCtx, workCtx context.Context, g *stream.Group, msg
 	if err := w.settleBehind(); err != nil {
 		return err
 	}
+	if w.gathers(fetchCtx, t, len(msgs)) {
+		w.addGather(t)
+		if len(w.gather.ack) < w.batchSize() {
+			return nil
+		}
+		return w.flushGather(fetchCtx, workCtx)
+	}
+	if err := w.flushGather(fetchCtx, workCtx); err != nil {
+		return err
+	}
 	if w.ahead != nil && !w.cfg.Ordered {
 		done := make(chan error, 1)
 		tailCtx, cancel := context.WithCancel(fetchCtx)
@@ -1129,7 +1159,7 @@ type behindTail struct {
 // infrastructure failures like process, then ends the batch's spans.
 func (w *Worker) writeTailRetrying(fetchCtx, workCtx context.Context, t *tail) error {
 	err := w.retry(fetchCtx, "finishing a batch", func() error { return w.writeTail(workCtx, t) })
-	t.spans.End(err)
+	t.endSpans(err)
 	return err
 }
 
@@ -1148,6 +1178,67 @@ func (w *Worker) settleBehind() error {
 	}
 	w.apply(b.t.g, b.t.out)
 	return nil
+}
+
+// settle writes the gathered tails and waits for the tail written behind
+// the loop, applying their outcomes (flushGather, settleBehind).
+func (w *Worker) settle(fetchCtx, workCtx context.Context) error {
+	if err := w.flushGather(fetchCtx, workCtx); err != nil {
+		return err
+	}
+	return w.settleBehind()
+}
+
+// gathers says whether the tail t of a batch of n entries waits for the
+// tails after it (Config.TailGather): a batch smaller than the batch size
+// whose every event was projected, read by the same consumer as the tails
+// gathered already, while the worker is not stopping.
+func (w *Worker) gathers(fetchCtx context.Context, t *tail, n int) bool {
+	return w.cfg.TailGather > 0 && !w.cfg.Ordered && n < w.batchSize() && fetchCtx.Err() == nil &&
+		len(t.parked) == 0 && len(t.charge) == 0 && len(t.out.hold) == 0 && len(t.out.dead) == 0 &&
+		len(t.out.failures) == 0 && (w.gather == nil || w.gather.g == t.g)
+}
+
+// addGather adds t to the gathered tails; the first starts the wait.
+func (w *Worker) addGather(t *tail) {
+	if w.gather == nil {
+		w.gather = t
+		w.gatherUntil = time.Now().Add(min(w.cfg.TailGather, w.cfg.ClaimIdle/10))
+		return
+	}
+	g := w.gather
+	g.firstSync = append(g.firstSync, t.firstSync...)
+	if g.origins == nil {
+		g.origins = map[string]outbox.Origin{}
+	}
+	maps.Copy(g.origins, t.origins)
+	g.ack = append(g.ack, t.ack...)
+	g.out.synced += t.out.synced
+	g.gathered = append(g.gathered, t.spans)
+}
+
+// flushGather writes the gathered tails, if any, as one (writeTail) and
+// applies their outcome.
+func (w *Worker) flushGather(fetchCtx, workCtx context.Context) error {
+	t := w.gather
+	if t == nil {
+		return nil
+	}
+	w.gather = nil
+	if err := w.writeTailRetrying(fetchCtx, workCtx, t); err != nil {
+		return unlessStopped(err)
+	}
+	w.apply(t.g, t.out)
+	return nil
+}
+
+// dropGather forgets the gathered tails after an abrupt stop (err): their
+// entries stay pending, as after a crash.
+func (w *Worker) dropGather(err error) {
+	if w.gather != nil {
+		w.gather.endSpans(err)
+		w.gather = nil
+	}
 }
 
 // unlessStopped returns nil for an error that only says the worker was

@@ -56,7 +56,9 @@ const (
 
 // SVG renders the results as one SVG picture (bench-results.svg): each
 // stage's rate beside the rate of the limit it is bound by (both on one
-// scale per row: the longer of the two spans the plot), with its ratio; then the latency stage's
+// scale per row: the longer of the two spans the plot), with its ratio and
+// its CPU per event (the stage's processes, PostgreSQL, Redis, the whole
+// machine) where it was measured; then the latency stage's
 // distribution of ingest → syncedAt, with its p50 and p99. The standard
 // library writes it; any browser shows it.
 func (r *Results) SVG() []byte {
@@ -72,7 +74,7 @@ func (r *Results) SVG() []byte {
 		chartWidth, height, chartWidth, height, fontFamily)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
 	text(&b, 10, 22, "start", "bold", 15, fmt.Sprintf("outboxd benchmark: %d events, %s, %s", r.Events, r.Machine, r.StartedAt.Format("2006-01-02 15:04 MST")))
-	text(&b, 10, 44, "start", "normal", 12, "each stage's events/s (blue) beside the raw limit it is bound by (grey), measured in the same run")
+	text(&b, 10, 44, "start", "normal", 12, "each stage's events/s (blue) beside the raw limit it is bound by (grey), measured in the same run; under it the CPU per event")
 	for i, s := range r.Stages {
 		y := float64(stagesTop + i*rowHeight)
 		top := math.Max(s.EventsPerSecond, s.LimitEventsPerSecond)
@@ -88,12 +90,22 @@ func (r *Results) SVG() []byte {
 			label = thousands(s.EventsPerSecond) + " ev/s"
 		}
 		text(&b, chartLeft+plot+8, y+barHeight+4, "start", "normal", 11, label)
+		if c := s.CPU; c != nil {
+			text(&b, chartLeft+plot+8, y+barHeight+17, "start", "normal", 10, cpuLabel(c))
+		}
 	}
 	if l := r.Latency; l != nil && len(l.Histogram) > 0 {
 		r.latencyPanel(&b, float64(histTop), plot+float64(chartRight)-20)
 	}
 	b.WriteString("</svg>\n")
 	return b.Bytes()
+}
+
+// cpuLabel is a stage's CPU per event, as the chart shows it under the
+// stage's rate.
+func cpuLabel(c *CPUPerEvent) string {
+	return fmt.Sprintf("CPU µs/event: process %s · PostgreSQL %s · Redis %s · machine %s",
+		thousands(c.Process), thousands(c.Postgres), thousands(c.Redis), thousands(c.Machine))
 }
 
 // latencyPanel draws the latency histogram at top, width wide.

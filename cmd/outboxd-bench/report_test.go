@@ -241,6 +241,7 @@ func TestSVG(t *testing.T) {
 	r.addLimit(&out, limitXAdd, 1000, 100*time.Millisecond)
 	r.addStage(&out, Stage{Name: stageDispatcher, Events: 1000, LimitName: limitXAdd}, span{wall: time.Second})
 	r.addStage(&out, Stage{Name: stageWorker1, Events: 1000, LimitName: "not-measured"}, span{wall: 2 * time.Second})
+	r.Stages[len(r.Stages)-1].CPU = &CPUPerEvent{Process: 812.4, Postgres: 402, Redis: 71, Machine: 4005}
 	lat := []time.Duration{500 * time.Microsecond, 3 * time.Millisecond, 4 * time.Millisecond, 40 * time.Millisecond, 9 * time.Second}
 	hist := latencyHistogram(lat)
 	require.Len(t, hist, len(latencyBucketsMs)+1)
@@ -268,6 +269,8 @@ func TestSVG(t *testing.T) {
 	require.Contains(t, all, stageDispatcher)
 	require.Contains(t, all, "1,000 of 10,000 ev/s (redis-xadd), ratio 0.10")
 	require.Contains(t, all, stageWorker1)
+	require.Contains(t, all, "CPU µs/event: process 812 · PostgreSQL 402 · Redis 71 · machine 4,005")
+	require.Equal(t, 1, strings.Count(all, "CPU µs/event:"), "only the stage whose CPU was measured")
 	require.Contains(t, all, "p50 4.0 ms")
 	require.Contains(t, all, "p99 9000.0 ms")
 	require.Contains(t, all, ">5s")
