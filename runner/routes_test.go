@@ -239,7 +239,8 @@ func TestDevRoutes(t *testing.T) {
 // serves replays as ingest would: a replay of a window sends each original
 // to the replay lane of its type's stream, so the originals of a routed
 // type go to the routed stream (read by another deployment) and those of
-// the others to this instance's --stream, whose worker projects them.
+// the others to this instance's --stream, whose worker projects them;
+// --rebuild removes the rows of its projection file first.
 func TestWorkRoutesReplays(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -298,4 +299,17 @@ func TestWorkRoutesReplays(t *testing.T) {
 	var routed int
 	require.NoError(t, pg.Pool.QueryRow(ctx, `SELECT count(*) FROM projected WHERE type = 'c'`).Scan(&routed))
 	require.Zero(t, routed, "not its stream's")
+
+	// --rebuild on the projection file: the rows it holds (the a's) are
+	// removed through its key line, and the worker projects them again.
+	code, out, errOut = cli("replay", "--server", "http://"+addr, "--from", "2026-11-03T00:00:00Z", "--to", "2026-11-04T00:00:00Z",
+		"--rebuild", "--yes")
+	require.Equal(t, ExitOK, code, out+errOut)
+	require.Contains(t, out, "6 of the window's 6 originals re-published")
+	require.Contains(t, out, ", 3 rows removed from the read model first")
+	require.Equal(t, []string{"c", "c", "c", "c", "c", "c"}, lane(s2))
+	require.Eventually(t, func() bool {
+		var n int
+		return pg.Pool.QueryRow(ctx, `SELECT count(*) FROM projected WHERE type = 'a'`).Scan(&n) == nil && n == 3
+	}, 30*time.Second, 20*time.Millisecond, "projected again")
 }
