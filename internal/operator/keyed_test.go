@@ -2,6 +2,7 @@ package operator_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -140,7 +141,8 @@ func (c checkerOnly) Projected(ctx context.Context, tx pgx.Tx, ids []string) (ma
 // deviceCounters is deviceOrders with what replay --rebuild and repair
 // need to keep its counter per device exact: an -- unproject: statement
 // that takes the removed rows' count out of it, and -- recompute:
-// statements that lock a device's counter, then set it to its rows.
+// statements that lock a device's counter, then set it to its rows (the
+// device read from the payload: repair binds the whole original).
 const deviceCounters = deviceOrders + `;
 
 -- unproject:
@@ -149,9 +151,9 @@ FROM (SELECT device, count(*) AS n FROM orders WHERE event_id = ANY(:eventIds) G
 WHERE d.device = o.device;
 
 -- recompute:
-SELECT FROM device_orders WHERE device = :deviceKey FOR UPDATE;
+SELECT FROM device_orders WHERE device = :payload.device FOR UPDATE;
 -- recompute:
-UPDATE device_orders d SET n = (SELECT count(*) FROM orders o WHERE o.device = d.device) WHERE d.device = :deviceKey;
+UPDATE device_orders d SET n = (SELECT count(*) FROM orders o WHERE o.device = d.device) WHERE d.device = :payload.device;
 `
 
 // TestRebuildAndRepairCounters: on a projection file with a counter per
@@ -179,7 +181,8 @@ func TestRebuildAndRepairCounters(t *testing.T) {
 
 	var inputs []outbox.Input
 	for i, d := range []string{"a", "b", "c", "a", "b", "b", "d"} { // on 2026-11-01
-		inputs = append(inputs, outbox.Input{SourceKey: "src", DeviceKey: d, OccurredAt: fmt.Sprintf("2026-11-01T10:%02d:00Z", i)})
+		inputs = append(inputs, outbox.Input{SourceKey: "src", DeviceKey: d, OccurredAt: fmt.Sprintf("2026-11-01T10:%02d:00Z", i),
+			Payload: json.RawMessage(fmt.Sprintf(`{"device":%q}`, d))})
 	}
 	inputs = append(inputs, outbox.Input{SourceKey: "src", DeviceKey: "a", OccurredAt: "2026-11-05T10:00:00Z"}) // outside the window
 	res, err := b.w.Write(ctx, inputs)

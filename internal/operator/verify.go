@@ -231,7 +231,11 @@ func (o *Operator) verifyOriginals(ctx context.Context, w verifyWindow, repair b
 			slices.SortFunc(keys, readmodel.StatsKey.Compare)
 			res.StatsRecomputed = len(slices.Compact(keys))
 		case RecomputeReadModel:
-			if res.StatsRecomputed, err = rm.Recompute(ctx, missing); err != nil {
+			full, err := o.withPayloads(ctx, missing)
+			if err != nil {
+				return err
+			}
+			if res.StatsRecomputed, err = rm.Recompute(ctx, full); err != nil {
 				return pgErr("recomputing derived rows", err)
 			}
 		}
@@ -324,6 +328,24 @@ func (o *Operator) verifyStats(ctx context.Context, w verifyWindow, repair bool,
 			Day: d.Day.Format(time.DateOnly), Counted: &counted, Rows: &rows, Repaired: repair})
 	}
 	return nil
+}
+
+// withPayloads returns events (as ListEvents gives them: without their
+// payloads) loaded whole from the store, in their order; one the store no
+// longer has or cannot decode stays as it was.
+func (o *Operator) withPayloads(ctx context.Context, events []*outbox.Event) ([]*outbox.Event, error) {
+	loaded, err := o.cfg.Store.LoadEvents(ctx, eventIDs(events))
+	if err != nil {
+		return nil, storeErr(fmt.Sprintf("reading %d originals", len(events)), err)
+	}
+	out := make([]*outbox.Event, len(events))
+	for i, ev := range events {
+		out[i] = ev
+		if l, ok := loaded[ev.ID]; ok && l.Err == nil && l.Event != nil {
+			out[i] = l.Event
+		}
+	}
+	return out, nil
 }
 
 // eventIDs returns the ids of events, in their order.
