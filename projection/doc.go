@@ -9,6 +9,9 @@
 // PostgreSQL and learns the type it infers for each parameter; the File is
 // then a worker.PipelinedProjector, and with a `-- key: TABLE.COLUMN` line
 // a worker.Checker, so verify, the audit and repair work on its read
-// model. Demo is the demo read model (the events and device_daily_stats
+// model, a worker.Unprojector (replay --rebuild; `-- unproject:`
+// statements take the removed originals' share out of derived rows) and a
+// worker.Recomputer (repair; `-- recompute:` statements set derived rows
+// to what the rows say). Demo is the demo read model (the events and device_daily_stats
 // tables of the migrations) as such a file.
 package projection

@@ -25,8 +25,11 @@ import (
 // File is a SQL projection: the statements of one file that together
 // project an original, run for a whole batch in the worker's transaction.
 // It is a worker.PipelinedProjector once Prepare has checked it against
-// PostgreSQL, and a worker.Checker when the file has a `-- key:` line. It
-// keeps no state between batches: one value serves any number of workers.
+// PostgreSQL, and with a `-- key:` line a worker.Checker, a
+// worker.Unprojector (replay --rebuild: its `-- unproject:` statements,
+// then the key rows' delete) and a worker.Recomputer (verify --repair: its
+// `-- recompute:` statements). It keeps no state between batches: one
+// value serves any number of workers.
 type File struct {
 	// Name is the file's name, as errors name it.
 	Name string
@@ -35,8 +38,13 @@ type File struct {
 	Key *Key
 
 	stmts    []*statement
-	prepared atomic.Pointer[[]*prepared]
+	prepared atomic.Pointer[preparedFile]
 	mu       sync.Mutex // held by Prepare
+}
+
+// preparedFile is a File's statements as they run, by kind, in file order.
+type preparedFile struct {
+	project, unproject, recompute []*prepared
 }
 
 // Key names the table and column holding the event id of every original
@@ -141,20 +149,34 @@ func (f *File) Prepare(ctx context.Context, pool *pgxpool.Pool) error {
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	conn := tx.Conn().PgConn()
-	var out []*prepared
+	out := &preparedFile{}
 	for _, s := range f.stmts {
+		if s.kind == kindUnproject {
+			sql := s.sql(func(int) string { return "($1::text[])" })
+			if _, err := conn.Prepare(ctx, "", sql, nil); err != nil {
+				return f.statementError(s, sql, err)
+			}
+			out.unproject = append(out.unproject, &prepared{stmt: s, perEvent: sql})
+			continue
+		}
 		p, err := f.prepare(ctx, tx, conn, s)
 		if err != nil {
 			return err
 		}
-		out = append(out, p)
-	}
-	if f.Key != nil {
-		if _, err := conn.Prepare(ctx, "", f.projectedSQL(), nil); err != nil {
-			return f.pgError(err, "-- key: "+f.Key.String())
+		if s.kind == kindRecompute {
+			out.recompute = append(out.recompute, p)
+		} else {
+			out.project = append(out.project, p)
 		}
 	}
-	f.prepared.Store(&out)
+	if f.Key != nil {
+		for _, sql := range []string{f.projectedSQL(), f.keyLockSQL(), f.keyDeleteSQL()} {
+			if _, err := conn.Prepare(ctx, "", sql, nil); err != nil {
+				return f.pgError(err, "-- key: "+f.Key.String())
+			}
+		}
+	}
+	f.prepared.Store(out)
 	return nil
 }
 
@@ -301,10 +323,40 @@ func (f *File) Project(ctx context.Context, tx pgx.Tx, events []*outbox.Event) e
 // array of values per parameter, else once per event; statement by
 // statement, events in event id order.
 func (f *File) QueueProject(b *pgx.Batch, events []*outbox.Event) error {
-	stmts := f.prepared.Load()
-	if stmts == nil {
+	pf := f.prepared.Load()
+	if pf == nil {
 		return ErrNotPrepared
 	}
+	_, err := queue(b, pf.project, events)
+	return err
+}
+
+// Recompute runs the file's `-- recompute:` statements for events in tx,
+// as one pipeline, bound from each original as the projecting statements
+// are (worker.Recomputer): verify --repair runs them for the originals it
+// is about to re-publish, so that what the file derives from their rows
+// (counters) is set to what the rows left say and each is counted once
+// when projected again. It returns how many of events a statement ran
+// for: 0 when the file declares none.
+func (f *File) Recompute(ctx context.Context, tx pgx.Tx, events []*outbox.Event) (int, error) {
+	pf := f.prepared.Load()
+	if pf == nil {
+		return 0, ErrNotPrepared
+	}
+	b := &pgx.Batch{}
+	n, err := queue(b, pf.recompute, events)
+	if err != nil || n == 0 {
+		return 0, err
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return 0, fmt.Errorf("error recomputing the derived rows of %d originals with %s: %w", n, f.Name, err)
+	}
+	return n, nil
+}
+
+// queue queues stmts for events on b (see QueueProject) and returns how
+// many distinct events a statement was queued for.
+func queue(b *pgx.Batch, stmts []*prepared, events []*outbox.Event) (int, error) {
 	sorted := slices.Clone(events)
 	slices.SortFunc(sorted, func(a, b *outbox.Event) int { return strings.Compare(a.ID, b.ID) })
 	sorted = slices.CompactFunc(sorted, func(a, b *outbox.Event) bool { return a.ID == b.ID })
@@ -312,11 +364,12 @@ func (f *File) QueueProject(b *pgx.Batch, events []*outbox.Event) error {
 	for i, ev := range sorted {
 		docs[i] = &document{ev: ev}
 	}
-	for _, p := range *stmts {
+	for _, p := range stmts {
 		var mine []*document
 		for _, d := range docs {
 			if len(p.stmt.types) == 0 || slices.Contains(p.stmt.types, d.ev.Type) {
 				mine = append(mine, d)
+				d.queued = true
 			}
 		}
 		if len(mine) == 0 {
@@ -334,7 +387,7 @@ func (f *File) QueueProject(b *pgx.Batch, events []*outbox.Event) error {
 				for i, d := range mine {
 					v, err := d.value(pr, p.jsonish[k])
 					if err != nil {
-						return err
+						return 0, err
 					}
 					col[i] = v
 				}
@@ -348,14 +401,20 @@ func (f *File) QueueProject(b *pgx.Batch, events []*outbox.Event) error {
 			for k, pr := range p.stmt.params {
 				v, err := d.value(pr, p.jsonish[k])
 				if err != nil {
-					return err
+					return 0, err
 				}
 				args[k] = v
 			}
 			b.Queue(p.perEvent, args...)
 		}
 	}
-	return nil
+	n := 0
+	for _, d := range docs {
+		if d.queued {
+			n++
+		}
+	}
+	return n, nil
 }
 
 // document is an original being bound: its payload decoded once, on
@@ -365,6 +424,8 @@ type document struct {
 	payload map[string]json.RawMessage
 	decoded bool
 	err     error
+	// queued is set once a statement is queued for it.
+	queued bool
 }
 
 // value returns the text a parameter binds for the original (nil: NULL):
@@ -455,8 +516,24 @@ func jsonText(raw json.RawMessage, jsonish bool) (*string, error) {
 
 // projectedSQL selects those of the ids $1 that have a key row.
 func (f *File) projectedSQL() string {
-	return fmt.Sprintf("SELECT %s::text FROM %s WHERE %[1]s::text = ANY($1::text[])",
-		pgx.Identifier{f.Key.Column}.Sanitize(), pgx.Identifier(strings.Split(f.Key.Table, ".")).Sanitize())
+	return fmt.Sprintf("SELECT %s::text FROM %s WHERE %[1]s::text = ANY($1::text[])", f.keyColumn(), f.keyTable())
+}
+
+// keyLockSQL selects, and locks in key order, those of the ids $1 that
+// have a key row: the originals replay --rebuild removes.
+func (f *File) keyLockSQL() string {
+	return f.projectedSQL() + fmt.Sprintf(" ORDER BY %s FOR UPDATE", f.keyColumn())
+}
+
+// keyDeleteSQL deletes the key rows of the ids $1.
+func (f *File) keyDeleteSQL() string {
+	return fmt.Sprintf("DELETE FROM %s WHERE %s::text = ANY($1::text[])", f.keyTable(), f.keyColumn())
+}
+
+func (f *File) keyColumn() string { return pgx.Identifier{f.Key.Column}.Sanitize() }
+
+func (f *File) keyTable() string {
+	return pgx.Identifier(strings.Split(f.Key.Table, ".")).Sanitize()
 }
 
 // ErrNoKey is returned by Projected when the file has no `-- key:` line.
@@ -481,4 +558,41 @@ func (f *File) Projected(ctx context.Context, tx pgx.Tx, ids []string) (map[stri
 		out[id] = true
 	}
 	return out, nil
+}
+
+// Unproject removes the rows of those of ids that have a key row, in tx,
+// for replay --rebuild (worker.Unprojector): it locks their key rows (in
+// key order), runs the file's `-- unproject:` statements with :eventIds
+// bound to their ids (the key rows still there, so a statement can take
+// their share out of what the file derives from them), then deletes their
+// key rows. It returns how many originals had a key row. An original
+// projected meanwhile by a worker is not among them, and keeps its rows.
+func (f *File) Unproject(ctx context.Context, tx pgx.Tx, ids []string) (int64, error) {
+	if f.Key == nil {
+		return 0, ErrNoKey
+	}
+	pf := f.prepared.Load()
+	if pf == nil {
+		return 0, ErrNotPrepared
+	}
+	rows, err := tx.Query(ctx, f.keyLockSQL(), ids)
+	if err != nil {
+		return 0, fmt.Errorf("error locking the rows of %d originals in %s: %w", len(ids), f.Key, err)
+	}
+	held, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(held) == 0 {
+		if err != nil {
+			err = fmt.Errorf("error locking the rows of %d originals in %s: %w", len(ids), f.Key, err)
+		}
+		return 0, err
+	}
+	b := &pgx.Batch{}
+	for _, p := range pf.unproject {
+		b.Queue(p.perEvent, held)
+	}
+	b.Queue(f.keyDeleteSQL(), held)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return 0, fmt.Errorf("error removing the rows of %d originals with %s: %w", len(held), f.Name, err)
+	}
+	return int64(len(held)), nil
 }

@@ -23,6 +23,8 @@ var (
 	_ worker.PipelinedProjector = (*projection.File)(nil)
 	_ worker.Preparer           = (*projection.File)(nil)
 	_ worker.Checker            = (*projection.File)(nil)
+	_ worker.Unprojector        = (*projection.File)(nil)
+	_ worker.Recomputer         = (*projection.File)(nil)
 )
 
 func TestMain(m *testing.M) { testkit.Main(m) }
@@ -155,6 +157,84 @@ func TestOwnReadModel(t *testing.T) {
 	})
 }
 
+// ordersRebuildSQL is ordersSQL with what replay --rebuild and repair
+// need to keep the customers' counters exact.
+const ordersRebuildSQL = ordersSQL + `
+-- unproject:
+UPDATE customer_totals c SET orders = c.orders - o.n, spent = c.spent - o.s
+FROM (SELECT customer, count(*) AS n, coalesce(sum(total), 0) AS s FROM orders WHERE event_id = ANY(:eventIds) GROUP BY 1) o
+WHERE c.customer = o.customer;
+
+-- types: order.created, order.paid
+-- recompute:
+SELECT FROM customer_totals WHERE customer = :payload.customer FOR UPDATE;
+-- types: order.created, order.paid
+-- recompute:
+UPDATE customer_totals c SET orders = o.n, spent = o.s
+FROM (SELECT count(*) AS n, coalesce(sum(total), 0) AS s FROM orders WHERE customer = :payload.customer) o
+WHERE c.customer = :payload.customer;
+`
+
+// TestUnprojectAndRecompute: Unproject removes the key rows of the ids
+// that have one (and counts those only) after its -- unproject: statement
+// took their share out of the counters; Recompute sets the counters of
+// the originals of its types to their rows; projecting again after either
+// leaves every counter exact.
+func TestUnprojectAndRecompute(t *testing.T) {
+	t.Parallel()
+	b := setup(t, ordersSchema, ordersRebuildSQL)
+	a := event("order.created", `{"customer":"ann","order":{"total":12.5}}`)
+	c := event("order.paid", `{"customer":"ann","order":{"total":7}}`)
+	d := event("order.created", `{"customer":"bob","order":{"total":3}}`)
+	other := event("device.reading", `{"customer":"ann"}`)
+	all := []*outbox.Event{a, c, d, other}
+	totals := func() map[string]string {
+		rows, err := b.pg.Pool.Query(b.ctx, `SELECT customer, orders || '/' || spent::float8 FROM customer_totals`)
+		require.NoError(t, err)
+		out := map[string]string{}
+		for rows.Next() {
+			var k, v string
+			require.NoError(t, rows.Scan(&k, &v))
+			out[k] = v
+		}
+		require.NoError(t, rows.Err())
+		return out
+	}
+	inTx := func(fn func(tx pgx.Tx) error) { require.NoError(t, pgx.BeginFunc(b.ctx, b.pg.Pool, fn)) }
+	exact := map[string]string{"ann": "2/19.5", "bob": "1/3"}
+	project(t, b, b.file, true, all)
+	require.Equal(t, exact, totals())
+
+	inTx(func(tx pgx.Tx) error {
+		n, err := b.file.Unproject(b.ctx, tx, []string{a.ID, d.ID, other.ID, "unknown"})
+		require.Equal(t, int64(2), n, "the originals with a key row")
+		return err
+	})
+	require.Equal(t, map[string]string{"ann": "1/7", "bob": "0/0"}, totals(), "their share taken out")
+	project(t, b, b.file, false, all)
+	require.Equal(t, exact, totals(), "projected again, counted once")
+
+	_, err := b.pg.Pool.Exec(b.ctx, `DELETE FROM orders WHERE event_id = $1`, c.ID) // by hand: its count stays
+	require.NoError(t, err)
+	inTx(func(tx pgx.Tx) error {
+		n, err := b.file.Recompute(b.ctx, tx, []*outbox.Event{c, other})
+		require.Equal(t, 1, n, "the statements' types only")
+		return err
+	})
+	require.Equal(t, map[string]string{"ann": "1/12.5", "bob": "1/3"}, totals(), "ann's counter is its rows")
+	project(t, b, b.file, true, all)
+	require.Equal(t, exact, totals())
+
+	t.Run("NothingToRecompute", func(t *testing.T) {
+		plain := setup(t, ordersSchema, ordersSQL)
+		inTx(func(tx pgx.Tx) error {
+			n, err := plain.file.Recompute(b.ctx, tx, all)
+			require.Zero(t, n)
+			return err
+		})
+	})
+}
+
 // TestDemoMatchesTheGoProjector projects the same batches, redeliveries
 // included, with the demo file and with readmodel's Projector into two
 // databases, and compares their tables.
@@ -219,6 +299,13 @@ func TestBadStatement(t *testing.T) {
 	b := &pgx.Batch{}
 	require.ErrorIs(t, f.QueueProject(b, nil), projection.ErrNotPrepared)
 
+	t.Run("BadUnproject", func(t *testing.T) {
+		f, err := projection.Parse("u.sql", "-- key: orders.event_id\nSELECT :eventId::text;\n\n-- unproject:\nDELETE FROM orders\n WHERE nope = ANY(:eventIds)")
+		require.NoError(t, err)
+		require.ErrorContains(t, f.Prepare(ctx, pg.Pool), `u.sql:6: column "nope" does not exist`)
+		_, err = f.Unproject(ctx, nil, nil)
+		require.ErrorIs(t, err, projection.ErrNotPrepared)
+	})
 	t.Run("BadKey", func(t *testing.T) {
 		f, err := projection.Parse("k.sql", "-- key: orders.nope\nSELECT :eventId::text")
 		require.NoError(t, err)

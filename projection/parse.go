@@ -10,6 +10,36 @@ import (
 // The named parameters a statement may use besides :payload.<path>.
 var originParams = []string{"eventId", "idempotencyKey", "sourceKey", "deviceKey", "type", "occurredAt", "createdAt", "payload"}
 
+// eventIDsParam is the one parameter of an -- unproject: statement: the
+// ids of the originals whose rows replay --rebuild removes (text[]).
+const eventIDsParam = "eventIds"
+
+// The kinds of statement: what a file's statement runs for.
+type kind int
+
+const (
+	// kindProject projects originals (the worker's batches).
+	kindProject kind = iota
+	// kindUnproject takes originals' share out of derived rows before
+	// replay --rebuild removes their key rows (-- unproject:).
+	kindUnproject
+	// kindRecompute sets derived rows to what the rows say, for the
+	// originals verify --repair re-publishes (-- recompute:).
+	kindRecompute
+)
+
+// directive returns the comment line that marks a statement of k.
+func (k kind) directive() string {
+	switch k {
+	case kindUnproject:
+		return "-- unproject:"
+	case kindRecompute:
+		return "-- recompute:"
+	default:
+		return ""
+	}
+}
+
 // statement is one statement of a file: its text cut at its parameters.
 // Its SQL with each parameter reference refs[i] between parts[i] and
 // parts[i+1] is what the file says.
@@ -26,6 +56,8 @@ type statement struct {
 	// types restricts the statement to these event types; empty: every
 	// type.
 	types []string
+	// kind is what the statement runs for.
+	kind kind
 	// values is the index of the part that holds the statement's one
 	// single-row VALUES list, and valuesOpen, valuesClose the offsets of its
 	// parentheses in that part and in the part closing it; -1 when the
@@ -43,8 +75,9 @@ type param struct {
 }
 
 // parse cuts src (the file's text) into statements and reads its
-// directives: `-- key: TABLE.COLUMN` once per file, `-- types: A, B` before
-// a statement. Errors name the line.
+// directives: `-- key: TABLE.COLUMN` once per file; before a statement
+// `-- types: A, B`, and `-- unproject:` or `-- recompute:` for a statement
+// that does not project (see kind). Errors name the line.
 func parse(src string) ([]*statement, *Key, error) {
 	p := &parser{src: src, line: 1}
 	return p.run()
@@ -57,7 +90,11 @@ type parser struct {
 
 	key   *Key
 	types []string
-	out   []*statement
+	// kind is the kind the next statement has (its directive's), and
+	// kindLine that directive's line.
+	kind     kind
+	kindLine int
+	out      []*statement
 
 	cur      *statement
 	buf      strings.Builder
@@ -166,8 +203,18 @@ func (p *parser) run() ([]*statement, *Key, error) {
 	if len(p.types) > 0 {
 		return nil, nil, p.errorf(p.line, "a -- types: line with no statement after it")
 	}
-	if len(p.out) == 0 {
-		return nil, nil, p.errorf(1, "no statement")
+	if p.kind != kindProject {
+		return nil, nil, p.errorf(p.kindLine, "a %s line with no statement after it", p.kind.directive())
+	}
+	if !slices.ContainsFunc(p.out, func(s *statement) bool { return s.kind == kindProject }) {
+		return nil, nil, p.errorf(1, "no statement that projects")
+	}
+	if p.key == nil {
+		for _, s := range p.out {
+			if s.kind != kindProject {
+				return nil, nil, p.errorf(s.line, "a %s statement needs the file's -- key: TABLE.COLUMN line", s.kind.directive())
+			}
+		}
 	}
 	return p.out, p.key, nil
 }
@@ -206,7 +253,17 @@ func (p *parser) end() error {
 	if p.valuesState < 3 || p.valuesSeen != 1 || p.outside {
 		p.cur.values = -1
 	}
+	if p.kind == kindUnproject && len(p.types) > 0 {
+		return p.errorf(p.kindLine, "an -- unproject: statement runs for every original removed: -- types: does not apply to it")
+	}
+	if p.kind == kindUnproject && len(p.cur.params) == 0 {
+		return p.errorf(p.cur.line, "an -- unproject: statement must use :%s (the ids of the originals removed)", eventIDsParam)
+	}
+	if p.kind == kindUnproject && p.cur.values >= 0 {
+		p.cur.values = -1 // it runs once, with the ids as one array
+	}
 	p.cur.types, p.types = p.types, nil
+	p.cur.kind, p.kind = p.kind, kindProject
 	p.out = append(p.out, p.cur)
 	return nil
 }
@@ -243,6 +300,17 @@ func (p *parser) comment() error {
 		if len(p.types) == 0 {
 			return p.errorf(p.line, "a -- types: line with no type")
 		}
+	case ok && (name == "unproject" || name == "recompute"):
+		k := map[string]kind{"unproject": kindUnproject, "recompute": kindRecompute}[name]
+		switch {
+		case p.cur.line != 0:
+			return p.errorf(p.line, "a %s line inside a statement (put it before the statement)", k.directive())
+		case value != "":
+			return p.errorf(p.line, "%s takes nothing after the colon: the statement follows on the next lines", k.directive())
+		case p.kind != kindProject:
+			return p.errorf(p.line, "two directives for one statement (%s, then %s)", p.kind.directive(), k.directive())
+		}
+		p.kind, p.kindLine = k, p.line
 	}
 	p.i += j // the newline is read by run
 	return nil
@@ -341,6 +409,12 @@ func (p *parser) param() error {
 	name := p.src[p.i+1 : j]
 	var pr param
 	switch {
+	case p.kind == kindUnproject && name != eventIDsParam:
+		return p.errorf(p.line, "an -- unproject: statement takes only :%s (the ids of the originals removed), not :%s", eventIDsParam, name)
+	case name == eventIDsParam && p.kind != kindUnproject:
+		return p.errorf(p.line, ":%s is the parameter of -- unproject: statements only", eventIDsParam)
+	case name == eventIDsParam:
+		pr = param{name: name}
 	case slices.Contains(originParams, name):
 		pr = param{name: name}
 	case strings.HasPrefix(name, "payload."):

@@ -43,6 +43,21 @@ func TestParse(t *testing.T) {
 		_, ok := stmts[0].batchSQL(make([]string, len(stmts[0].params)))
 		require.True(t, ok)
 	})
+	t.Run("Kinds", func(t *testing.T) {
+		stmts, _, err := parse("-- key: t.id\nINSERT INTO t VALUES (:eventId);\n" +
+			"-- unproject:\nDELETE FROM u WHERE id = ANY(:eventIds) AND id <> ALL(:eventIds);\n" +
+			"-- types: a\n-- recompute:\nINSERT INTO v VALUES (:deviceKey);\n-- recompute:\n-- types: b\nUPDATE v SET n = 0 WHERE d = :deviceKey")
+		require.NoError(t, err)
+		require.Len(t, stmts, 4)
+		require.Equal(t, []kind{kindProject, kindUnproject, kindRecompute, kindRecompute},
+			[]kind{stmts[0].kind, stmts[1].kind, stmts[2].kind, stmts[3].kind})
+		require.Equal(t, []param{{name: "eventIds"}}, stmts[1].params, "one parameter, used twice")
+		require.Equal(t, []string{"a"}, stmts[2].types)
+		require.Equal(t, []string{"b"}, stmts[3].types)
+		require.Equal(t, 4, stmts[1].line, "the line after its directive")
+		_, batch := stmts[2].batchSQL([]string{"text"})
+		require.True(t, batch, "a recompute statement has a batch form too")
+	})
 	t.Run("Errors", func(t *testing.T) {
 		for src, want := range map[string]string{
 			"SELECT 1;\nSELECT :nope":            "line 2: unknown parameter :nope",
@@ -51,6 +66,16 @@ func TestParse(t *testing.T) {
 			"-- key: a.b\n-- key: a.c\nSELECT 1": "line 2: a second -- key: line",
 			"SELECT 'x":                          "line 1: an unterminated ' quote",
 			"-- nothing":                         "line 1: no statement",
+			"-- key: t.id\n-- unproject:\nDELETE FROM u WHERE id = ANY(:eventIds)":             "line 1: no statement that projects",
+			"SELECT :eventId;\n-- unproject:\nDELETE FROM u WHERE id = ANY(:eventIds)":         "line 3: a -- unproject: statement needs the file's -- key:",
+			"-- key: t.id\nSELECT :eventId;\n-- unproject:\nDELETE FROM u WHERE id = :eventId": "line 4: an -- unproject: statement takes only :eventIds",
+			"-- key: t.id\nSELECT :eventId;\n-- unproject:\nDELETE FROM u":                     "line 4: an -- unproject: statement must use :eventIds",
+			"-- key: t.id\nSELECT :eventIds":                                                   "line 2: :eventIds is the parameter of -- unproject: statements only",
+			"-- key: t.id\nSELECT :eventId;\n-- types: a\n-- unproject:\nSELECT :eventIds":     "line 4: an -- unproject: statement runs for every original removed",
+			"-- key: t.id\nSELECT :eventId;\n-- recompute:\n-- unproject:\nSELECT :eventIds":   "line 4: two directives for one statement (-- recompute:, then -- unproject:)",
+			"-- key: t.id\nSELECT :eventId;\n-- recompute: now\nSELECT :eventId":               "line 3: -- recompute: takes nothing after the colon",
+			"-- key: t.id\nSELECT :eventId\n-- recompute:\n, 1":                                "line 3: a -- recompute: line inside a statement",
+			"-- key: t.id\nSELECT :eventId;\n-- recompute:\n":                                  "line 3: a -- recompute: line with no statement after it",
 		} {
 			_, _, err := parse(src)
 			require.ErrorContains(t, err, want, src)

@@ -280,6 +280,7 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 		case gWork:
 			o.eventRetentionFlag(fs)
 			o.messageFlags(fs)
+			o.routeFlag(fs) // the replays this instance serves
 			fs.BoolVar(&o.ownsSynced, "owns-synced", true, "this worker's group owns the originals' syncedAt and syncFailure (what the reconciler re-drives); with several read models on one stream (each its own --group), give it to exactly one: the others project and acknowledge only (docs/projections.md)")
 			fs.StringVar(&o.projection, "projection", "", "a SQL projection file the worker projects with instead of the demo read model (docs/projections.md); its statements are prepared at start, and a bad one exits 2 naming its line")
 			fs.StringVar(&o.consumer, "consumer", "", "consumer name (default: host-pid)")

@@ -49,7 +49,7 @@ func (l *routeList) Set(v string) error {
 func (o *options) routeFlag(fs *flag.FlagSet) {
 	if fs.Lookup("route") == nil {
 		fs.Var(&o.routes, "route", "TYPE=STREAM (repeatable): the events of TYPE go to STREAM, a stream of its own like --stream, instead of --stream; "+
-			"give every role that writes or publishes (ingest, dispatch, reconcile, dev) the same routes (docs/projections.md)")
+			"give every role that writes or publishes (ingest, dispatch, reconcile, dev, and work for the replays it serves) the same routes (docs/projections.md)")
 	}
 }
 

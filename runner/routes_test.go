@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -17,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/httpapi"
+	"github.com/outboxd/outboxd/internal/stream"
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store"
@@ -183,11 +185,11 @@ func TestRouteFlag(t *testing.T) {
 		require.Equal(t, ExitUsage, code, out.String())
 		require.Contains(t, out.String(), "route", bad)
 	}
-	for _, r := range []string{"ingest", "dispatch", "reconcile", "dev"} {
+	for _, r := range []string{"ingest", "dispatch", "reconcile", "dev", "work"} {
 		fs, _ := newFlagSet(mustRole(t, r))
 		require.NotNil(t, fs.Lookup("route"), r)
 	}
-	for _, r := range []string{"work", "migrate"} {
+	for _, r := range []string{"migrate", "status"} {
 		fs, _ := newFlagSet(mustRole(t, r))
 		require.Nil(t, fs.Lookup("route"), r)
 	}
@@ -231,4 +233,83 @@ func TestDevRoutes(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, s.RoutedStreams, 1)
 	require.Equal(t, other, s.RoutedStreams[0].Name)
+}
+
+// TestWorkRoutesReplays: a `work` instance given the writer's --route
+// serves replays as ingest would: a replay of a window sends each original
+// to the replay lane of its type's stream, so the originals of a routed
+// type go to the routed stream (read by another deployment) and those of
+// the others to this instance's --stream, whose worker projects them;
+// --rebuild removes the rows of its projection file first.
+func TestWorkRoutesReplays(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb, prefix := testkit.NewRedis(t)
+	s1, s2 := prefix+"-s1", prefix+"-s2"
+	routes := outbox.Routes{"c": s2}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "outboxd.db")
+	st, err := sqlitestore.Open(ctx, path, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close(context.Background()) })
+	require.NoError(t, st.Migrate(ctx, nil))
+	var inputs []outbox.Input
+	for i := range 6 {
+		inputs = append(inputs, outbox.Input{SourceKey: "s", DeviceKey: fmt.Sprintf("d%d", i), Type: []string{"a", "c"}[i%2],
+			OccurredAt: fmt.Sprintf("2026-11-03T10:%02d:00Z", i)})
+	}
+	_, err = outbox.NewWriter(st, &outbox.WriterConfig{Stream: s1, Routes: routes}).Write(ctx, inputs)
+	require.NoError(t, err)
+
+	pg := testkit.NewPostgres(t)
+	_, err = pg.Pool.Exec(ctx, `CREATE TABLE projected (event_id text PRIMARY KEY, type text NOT NULL)`)
+	require.NoError(t, err)
+	file := filepath.Join(dir, "projected.sql")
+	require.NoError(t, os.WriteFile(file, []byte("-- key: projected.event_id\nINSERT INTO projected VALUES (:eventId, :type) ON CONFLICT DO NOTHING"), 0o600))
+	addr := freeAddr(t)
+	startRole(t, addr, "work", "--store", "sqlite:"+path, "--redis-url", testkit.RedisURL(), "--postgres-url", pg.URL,
+		"--stream", s1, "--route", "c="+s2, "--projection", file)
+	require.Eventually(t, func() bool {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil && resp.StatusCode == http.StatusOK
+	}, 30*time.Second, 20*time.Millisecond)
+
+	code, out, errOut := cli("replay", "--server", "http://"+addr, "--from", "2026-11-03T00:00:00Z", "--to", "2026-11-04T00:00:00Z")
+	require.Equal(t, ExitOK, code, out+errOut)
+	lane := func(s string) []string {
+		msgs, err := rdb.XRange(ctx, stream.NewKeys(s, "").Replay(), "-", "+").Result()
+		require.NoError(t, err)
+		var types []string
+		for _, m := range msgs {
+			msg, err := outbox.DecodeMessage(m.Values)
+			require.NoError(t, err)
+			types = append(types, msg.Type)
+		}
+		return types
+	}
+	require.Equal(t, []string{"c", "c", "c"}, lane(s2), "the routed type's replays on its stream's lane")
+	require.Equal(t, []string{"a", "a", "a"}, lane(s1))
+	require.Eventually(t, func() bool {
+		var n int
+		return pg.Pool.QueryRow(ctx, `SELECT count(*) FROM projected WHERE type = 'a'`).Scan(&n) == nil && n == 3
+	}, 30*time.Second, 20*time.Millisecond, "the work instance projects its stream's replays")
+	var routed int
+	require.NoError(t, pg.Pool.QueryRow(ctx, `SELECT count(*) FROM projected WHERE type = 'c'`).Scan(&routed))
+	require.Zero(t, routed, "not its stream's")
+
+	// --rebuild on the projection file: the rows it holds (the a's) are
+	// removed through its key line, and the worker projects them again.
+	code, out, errOut = cli("replay", "--server", "http://"+addr, "--from", "2026-11-03T00:00:00Z", "--to", "2026-11-04T00:00:00Z",
+		"--rebuild", "--yes")
+	require.Equal(t, ExitOK, code, out+errOut)
+	require.Contains(t, out, "6 of the window's 6 originals re-published")
+	require.Contains(t, out, ", 3 rows removed from the read model first")
+	require.Equal(t, []string{"c", "c", "c", "c", "c", "c"}, lane(s2))
+	require.Eventually(t, func() bool {
+		var n int
+		return pg.Pool.QueryRow(ctx, `SELECT count(*) FROM projected WHERE type = 'a'`).Scan(&n) == nil && n == 3
+	}, 30*time.Second, 20*time.Millisecond, "projected again")
 }

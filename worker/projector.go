@@ -77,7 +77,22 @@ type Checker interface {
 // Unprojector is a Checker that can also remove the rows of originals
 // (and fix what was derived from them), for replay --rebuild; it returns
 // how many originals had rows. Optional: without it --rebuild is refused.
+// A SQL projection file with a `-- key:` line is one.
 type Unprojector interface {
 	Checker
 	Unproject(ctx context.Context, tx pgx.Tx, ids []string) (int64, error)
+}
+
+// Recomputer is a Checker that can also set what its read model derives
+// from originals' rows (counters, totals) to what the rows say, for the
+// given originals: verify --repair calls it, for the synced originals
+// without rows it is about to re-publish, before it re-publishes them,
+// so that each is counted once when projected again (a row deleted by hand
+// left its count behind). Recompute returns how many of events it
+// recomputed for; 0 when it has nothing to recompute. Optional: without
+// it repair only re-publishes. A SQL projection file is one (its
+// `-- recompute:` statements).
+type Recomputer interface {
+	Checker
+	Recompute(ctx context.Context, tx pgx.Tx, events []*outbox.Event) (int, error)
 }

@@ -2,9 +2,12 @@ package operator_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/operator"
@@ -104,7 +107,11 @@ func TestVerifyAnyReadModel(t *testing.T) {
 	require.Empty(t, verify(false))
 
 	t.Run("RebuildNeedsUnproject", func(t *testing.T) {
-		_, err := op.Replay(ctx, operator.ReplayQuery{EventsQuery: operator.EventsQuery{From: time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC),
+		onlyChecks := readmodel.NewKeyed(b.pg.Pool, checkerOnly{file}) // a Go projector that can tell, not remove
+		op, err := operator.New(&operator.Config{Store: b.st, Redis: b.rc, ReadModel: onlyChecks, Stream: b.keys.Name(), Group: b.keys.Group()},
+			testkit.Logger(t))
+		require.NoError(t, err)
+		_, err = op.Replay(ctx, operator.ReplayQuery{EventsQuery: operator.EventsQuery{From: time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC),
 			To: time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC)}, Rebuild: true})
 		require.ErrorIs(t, err, operator.ErrNotAvailable)
 		require.ErrorContains(t, err, "cannot remove rows")
@@ -120,5 +127,129 @@ func TestVerifyAnyReadModel(t *testing.T) {
 		j, err := op.Journey(ctx, events[0].ID)
 		require.NoError(t, err, "the journey leaves the read model out")
 		require.Nil(t, j.ReadModel.Row)
+	})
+}
+
+// checkerOnly is a projector that tells which originals its read model
+// holds, and nothing more.
+type checkerOnly struct{ c worker.Checker }
+
+func (c checkerOnly) Projected(ctx context.Context, tx pgx.Tx, ids []string) (map[string]bool, error) {
+	return c.c.Projected(ctx, tx, ids)
+}
+
+// deviceCounters is deviceOrders with what replay --rebuild and repair
+// need to keep its counter per device exact: an -- unproject: statement
+// that takes the removed rows' count out of it, and -- recompute:
+// statements that lock a device's counter, then set it to its rows (the
+// device read from the payload: repair binds the whole original).
+const deviceCounters = deviceOrders + `;
+
+-- unproject:
+UPDATE device_orders d SET n = d.n - o.n
+FROM (SELECT device, count(*) AS n FROM orders WHERE event_id = ANY(:eventIds) GROUP BY 1) o
+WHERE d.device = o.device;
+
+-- recompute:
+SELECT FROM device_orders WHERE device = :payload.device FOR UPDATE;
+-- recompute:
+UPDATE device_orders d SET n = (SELECT count(*) FROM orders o WHERE o.device = d.device) WHERE d.device = :payload.device;
+`
+
+// TestRebuildAndRepairCounters: on a projection file with a counter per
+// device, replay --rebuild of a window removes each original's row and
+// its count (RemovedRows exact), and the worker projects each again
+// exactly once; repair of a row deleted by hand recomputes its device's
+// counter from the rows before re-publishing it, so it is counted once.
+func TestRebuildAndRepairCounters(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	_, err := b.pg.Pool.Exec(ctx, `CREATE TABLE orders (event_id text PRIMARY KEY, device text NOT NULL);
+		CREATE TABLE device_orders (device text PRIMARY KEY, n bigint NOT NULL)`)
+	require.NoError(t, err)
+	file, err := projection.Parse("counters.sql", deviceCounters)
+	require.NoError(t, err)
+	op, err := operator.New(&operator.Config{Store: b.st, Redis: b.rc, ReadModel: readmodel.NewKeyed(b.pg.Pool, file),
+		Stream: b.keys.Name(), Group: b.keys.Group(), Role: "work"}, testkit.Logger(t))
+	require.NoError(t, err)
+	w, err := worker.New(b.st, b.rdb, b.pg.Pool, &worker.Config{Stream: b.keys.Name(), Group: b.keys.Group(), Consumer: "c",
+		Block: 50 * time.Millisecond, Projector: file}, testkit.Logger(t))
+	require.NoError(t, err)
+	require.NoError(t, w.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, w.Stop(context.Background())) })
+
+	var inputs []outbox.Input
+	for i, d := range []string{"a", "b", "c", "a", "b", "b", "d"} { // on 2026-11-01
+		inputs = append(inputs, outbox.Input{SourceKey: "src", DeviceKey: d, OccurredAt: fmt.Sprintf("2026-11-01T10:%02d:00Z", i),
+			Payload: json.RawMessage(fmt.Sprintf(`{"device":%q}`, d))})
+	}
+	inputs = append(inputs, outbox.Input{SourceKey: "src", DeviceKey: "a", OccurredAt: "2026-11-05T10:00:00Z"}) // outside the window
+	res, err := b.w.Write(ctx, inputs)
+	require.NoError(t, err)
+	var all []*outbox.Event
+	for _, r := range res {
+		all = append(all, testkit.Event(t, b.st, r.ID))
+	}
+	events := all[:7]
+	require.NoError(t, b.rc.Publisher(b.keys, nil, nil).PublishEvents(ctx, all, outbox.OriginOutbox))
+	want := map[string]int64{"a": 3, "b": 3, "c": 1, "d": 1}
+	rows := func() int {
+		var n int
+		require.NoError(t, b.pg.Pool.QueryRow(ctx, `SELECT count(*) FROM orders`).Scan(&n))
+		return n
+	}
+	counters := func() map[string]int64 {
+		r, err := b.pg.Pool.Query(ctx, `SELECT device, n FROM device_orders`)
+		require.NoError(t, err)
+		out, err := pgx.CollectRows(r, func(r pgx.CollectableRow) (kv struct {
+			d string
+			n int64
+		}, err error) {
+			return kv, r.Scan(&kv.d, &kv.n)
+		})
+		require.NoError(t, err)
+		m := map[string]int64{}
+		for _, kv := range out {
+			m[kv.d] = kv.n
+		}
+		return m
+	}
+	// A row is inserted with its count in one transaction: once every row
+	// is there, every count is in.
+	require.Eventually(t, func() bool { return rows() == len(all) }, waitFor, 10*time.Millisecond)
+	require.Equal(t, want, counters())
+
+	// Rebuild the window of 2026-11-01 in chunks of 3.
+	q := operator.ReplayQuery{EventsQuery: operator.EventsQuery{From: time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC),
+		To: time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC), Limit: 3}, Rebuild: true}
+	var removed int64
+	var published int
+	for {
+		res, err := op.Replay(ctx, q)
+		require.NoError(t, err)
+		removed += res.RemovedRows
+		published += res.Published
+		if res.Done {
+			break
+		}
+		q.After, q.Started = res.Next, *res.Started
+	}
+	require.Equal(t, int64(len(events)), removed, "every original of the window had its row")
+	require.Equal(t, len(events), published)
+	require.Eventually(t, func() bool { return rows() == len(all) }, waitFor, 10*time.Millisecond, "the worker projects the window again")
+	require.Equal(t, want, counters(), "each original of the window counted once again")
+
+	t.Run("RepairRecomputes", func(t *testing.T) {
+		_, err := b.pg.Pool.Exec(ctx, `DELETE FROM orders WHERE event_id = $1`, events[1].ID) // a row of b, by hand
+		require.NoError(t, err)
+		res, err := op.Verify(ctx, operator.VerifyQuery{Repair: true})
+		require.NoError(t, err)
+		require.Len(t, res.Drift, 1)
+		require.True(t, res.Drift[0].Repaired)
+		require.Equal(t, 1, res.Republished)
+		require.Equal(t, 1, res.StatsRecomputed, "the counter of b recomputed for the one original re-published")
+		require.Eventually(t, func() bool { return rows() == len(all) }, waitFor, 10*time.Millisecond, "repair restored the row")
+		require.Equal(t, want, counters(), "the restored row counted once")
 	})
 }

@@ -53,6 +53,15 @@ type StatsReadModel interface {
 	StatsDrift(ctx context.Context, from, to *time.Time, limit int) ([]readmodel.StatsDrift, error)
 }
 
+// RecomputeReadModel recomputes what a read model derives from the rows
+// of originals (readmodel.Keyed: a projection file's -- recompute:
+// statements): repair runs it for the originals it re-publishes, before it
+// does, so that each is counted once when projected again. It returns how
+// many of events it recomputed for (0: nothing to recompute).
+type RecomputeReadModel interface {
+	Recompute(ctx context.Context, events []*outbox.Event) (int, error)
+}
+
 // UnprojectReadModel removes originals' rows (replay --rebuild). A read
 // model that also has CanUnproject is asked first.
 type UnprojectReadModel interface {

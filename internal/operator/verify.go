@@ -21,7 +21,8 @@ type VerifyQuery struct {
 	// From and To bound the window; a zero time leaves that side open.
 	From, To time.Time
 	// Repair re-publishes the synced originals that have no row (after
-	// recomputing their days' statistics from the rows, so the row
+	// recomputing their days' statistics from the rows, or what another
+	// read model derives from them (RecomputeReadModel), so the row
 	// projected again is counted once) and recomputes drifted statistics
 	// rows from their rows. Rows without an original are only reported.
 	Repair bool
@@ -75,7 +76,10 @@ type VerifyResult struct {
 	// how many the whole phase will compare (for progress and its ETA).
 	Total *int64  `json:"total,omitempty"`
 	Drift []Drift `json:"drift"`
-	// Republished originals and StatsRecomputed rows (repair).
+	// Republished originals and StatsRecomputed rows (repair): the demo
+	// tables' statistics rows; for a read model that recomputes its own
+	// derived rows (a projection file's -- recompute: statements), the
+	// originals it recomputed them for.
 	Republished     int `json:"republished"`
 	StatsRecomputed int `json:"statsRecomputed"`
 	// Expired counts the rows without an original that were created
@@ -219,12 +223,21 @@ func (o *Operator) verifyOriginals(ctx context.Context, w verifyWindow, repair b
 	if repair && len(missing) > 0 {
 		// Statistics first: a row deleted by hand left its count behind,
 		// and the row projected again must be counted once.
-		if stats, isStats := o.cfg.ReadModel.(StatsReadModel); isStats {
-			if err := stats.RecomputeStats(ctx, keys); err != nil {
+		switch rm := o.cfg.ReadModel.(type) {
+		case StatsReadModel:
+			if err := rm.RecomputeStats(ctx, keys); err != nil {
 				return pgErr("recomputing statistics", err)
 			}
 			slices.SortFunc(keys, readmodel.StatsKey.Compare)
 			res.StatsRecomputed = len(slices.Compact(keys))
+		case RecomputeReadModel:
+			full, err := o.withPayloads(ctx, missing)
+			if err != nil {
+				return err
+			}
+			if res.StatsRecomputed, err = rm.Recompute(ctx, full); err != nil {
+				return pgErr("recomputing derived rows", err)
+			}
 		}
 		if ok, err = o.publish(ctx, missing, outbox.OriginReplay); err != nil {
 			return err
@@ -315,6 +328,24 @@ func (o *Operator) verifyStats(ctx context.Context, w verifyWindow, repair bool,
 			Day: d.Day.Format(time.DateOnly), Counted: &counted, Rows: &rows, Repaired: repair})
 	}
 	return nil
+}
+
+// withPayloads returns events (as ListEvents gives them: without their
+// payloads) loaded whole from the store, in their order; one the store no
+// longer has or cannot decode stays as it was.
+func (o *Operator) withPayloads(ctx context.Context, events []*outbox.Event) ([]*outbox.Event, error) {
+	loaded, err := o.cfg.Store.LoadEvents(ctx, eventIDs(events))
+	if err != nil {
+		return nil, storeErr(fmt.Sprintf("reading %d originals", len(events)), err)
+	}
+	out := make([]*outbox.Event, len(events))
+	for i, ev := range events {
+		out[i] = ev
+		if l, ok := loaded[ev.ID]; ok && l.Err == nil && l.Event != nil {
+			out[i] = l.Event
+		}
+	}
+	return out, nil
 }
 
 // eventIDs returns the ids of events, in their order.

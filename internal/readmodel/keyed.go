@@ -7,6 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxd/outboxd/outbox"
 )
 
 // Checker is what Keyed needs of a projector: which of ids its read model
@@ -20,6 +22,12 @@ type Checker interface {
 // (worker.Unprojector).
 type unprojector interface {
 	Unproject(ctx context.Context, tx pgx.Tx, ids []string) (int64, error)
+}
+
+// recomputer is a Checker that can also recompute what it derives from
+// originals' rows (worker.Recomputer).
+type recomputer interface {
+	Recompute(ctx context.Context, tx pgx.Tx, events []*outbox.Event) (int, error)
 }
 
 // Keyed is a read model other than the demo tables as the operator actions
@@ -73,6 +81,26 @@ func (k *Keyed) Unproject(ctx context.Context, ids []string) (int64, error) {
 	err := k.db.inTx(ctx, pgx.ReadWrite, func(tx pgx.Tx) error {
 		var err error
 		n, err = u.Unproject(ctx, tx, ids)
+		return err
+	})
+	return n, err
+}
+
+// Recompute sets what the read model derives from the rows of events to
+// what its rows say, through the projector, in one transaction (retried
+// after a serialization failure or deadlock), and returns how many of
+// events it recomputed for: 0 when the projector has nothing to recompute
+// (it is no worker.Recomputer, or a projection file without -- recompute:
+// statements).
+func (k *Keyed) Recompute(ctx context.Context, events []*outbox.Event) (int, error) {
+	r, ok := k.checker.(recomputer)
+	if !ok || len(events) == 0 {
+		return 0, nil
+	}
+	var n int
+	err := k.db.inTx(ctx, pgx.ReadWrite, func(tx pgx.Tx) error {
+		var err error
+		n, err = r.Recompute(ctx, tx, events)
 		return err
 	})
 	return n, err
