@@ -284,13 +284,15 @@ func TestWorkerFaults(t *testing.T) {
 func TestWorkerErrorStreak(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	setupBroken := func(t *testing.T, probe time.Duration, batch int) (*testBundle, *prometheus.Registry, *atomic.Bool, *worker.Worker) {
+	// setupBroken starts a worker whose projector fails with an unknown
+	// error until broken is cleared, with a delivery budget of maxDeliveries.
+	setupBroken := func(t *testing.T, probe time.Duration, batch, maxDeliveries int) (*testBundle, *prometheus.Registry, *atomic.Bool, *worker.Worker) {
 		b := setup(t)
 		reg := prometheus.NewRegistry()
 		broken := &atomic.Bool{}
 		broken.Store(true)
 		cfg := b.config("c")
-		cfg.Registerer, cfg.StreakLimit, cfg.MaxDeliveries, cfg.BreakerTimeout, cfg.BatchSize = reg, 5, 3, probe, batch
+		cfg.Registerer, cfg.StreakLimit, cfg.MaxDeliveries, cfg.BreakerTimeout, cfg.BatchSize = reg, 5, maxDeliveries, probe, batch
 		cfg.Projector = failOn(func(*outbox.Event, bool) error {
 			if broken.Load() {
 				return errors.New("something nobody recognises")
@@ -313,7 +315,7 @@ func TestWorkerErrorStreak(t *testing.T) {
 
 	t.Run("HaltsThenClearsOnSuccess", func(t *testing.T) {
 		t.Parallel()
-		b, reg, broken, _ := setupBroken(t, 100*time.Millisecond, 0)
+		b, reg, broken, _ := setupBroken(t, 100*time.Millisecond, 0, 3)
 		// Held and probed for ten probe intervals: nothing dead-lettered,
 		// nothing charged beyond the deliveries before the halt.
 		testkit.Never(t, func() bool { return b.rdb.XLen(ctx, b.keys().DLQ()).Val() > 0 },
@@ -337,7 +339,10 @@ func TestWorkerErrorStreak(t *testing.T) {
 	// others, not left unread (and untouched) until they resume.
 	t.Run("BatchReadAheadIsHeld", func(t *testing.T) {
 		t.Parallel()
-		b, reg, broken, _ := setupBroken(t, time.Hour, 2)
+		// A budget no entry can spend before the streak of 5 halts: with
+		// batches of 2 read ahead, the first batch may be retried while the
+		// next fails, so a budget of 3 could dead-letter it first.
+		b, reg, broken, _ := setupBroken(t, time.Hour, 2, 20)
 		require.Eventually(t, func() bool {
 			return testkit.Metric(t, reg, "outboxd_worker_held_entries") == 8
 		}, waitFor, 5*time.Millisecond, "every pending entry is held")
@@ -347,7 +352,7 @@ func TestWorkerErrorStreak(t *testing.T) {
 
 	t.Run("OperatorResumes", func(t *testing.T) {
 		t.Parallel()
-		b, reg, broken, w := setupBroken(t, time.Hour, 0) // no probe within the test
+		b, reg, broken, w := setupBroken(t, time.Hour, 0, 3) // no probe within the test
 		broken.Store(false)
 		w.ResumeRetries()
 		require.Zero(t, testkit.Metric(t, reg, "outboxd_retries_halted", "component", "worker", "class", "unknown"))

@@ -5,7 +5,7 @@
 -- idempotency_key keeps each client's keys apart without a change.
 
 -- +goose Up
-ALTER TABLE events ADD COLUMN client TEXT;
+ALTER TABLE "{events}" ADD COLUMN client TEXT;
 
 -- +goose Down
-ALTER TABLE events DROP COLUMN client;
+ALTER TABLE "{events}" DROP COLUMN client;
