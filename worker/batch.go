@@ -70,7 +70,7 @@ func (w *Worker) prepare(ctx context.Context, msgs []stream.Entry) (*batch, erro
 	keys := map[string]string{} // the messages' idempotency keys, a hint for the store's read
 	for _, m := range msgs {
 		if m.Values == nil { // trimmed or deleted while pending
-			b.dead = append(b.dead, deadLetter{msg: m, err: fmt.Errorf("%w: entry %s", errTrimmed, m.ID), category: outbox.CategoryNonRetryable})
+			b.dead = append(b.dead, deadLetter{msg: m, err: fmt.Errorf("%w: entry %s", errTrimmed, m.ID), category: outbox.CategoryInfrastructure})
 			continue
 		}
 		msg, err := m.Message()
@@ -631,7 +631,7 @@ func (w *Worker) judge(ctx context.Context, g *stream.Group, failures map[string
 			dlqd = true
 			dl := deadLetter{msg: m, eventID: id, err: ferr, category: outbox.CategoryPoison, deliveries: n}
 			if errors.Is(ferr, errMissingOriginal) {
-				dl.category = outbox.CategoryNonRetryable
+				dl.category = outbox.CategoryInfrastructure
 			}
 			j.dead = append(j.dead, dl)
 			if dl.category == outbox.CategoryPoison && originals[id] != nil && !parked {
