@@ -48,7 +48,7 @@ func newMetrics(reg prometheus.Registerer, stream string) (*metrics, error) {
 		processed: f.CounterVec("processed_total",
 			"Stream entries acknowledged by the worker, by result (synced, dead_lettered, poisoned).", "result"),
 		deadLetters: f.CounterVec("dead_letters_total",
-			"Entries moved to the dead-letter stream, by syncFailure category (non_retryable, poison) and code (bad_message, trimmed, original_missing, invalid_original, postgres_<SQLSTATE>, projection_failed, …).",
+			"Entries moved to the dead-letter stream, by category (non_retryable, poison, infrastructure) and code (bad_message, trimmed, original_missing, invalid_original, postgres_<SQLSTATE>, projection_failed, …).",
 			"category", "code"),
 		trimmed: f.Counter("trimmed_total",
 			"Pending entries whose data the stream no longer held (trimmed or deleted): dead-lettered with reason trimmed; the reconciler re-publishes their originals."),

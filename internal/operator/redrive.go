@@ -133,7 +133,8 @@ func (o *Operator) Redrive(ctx context.Context, p RedrivePolicy) (*RedriveResult
 	out := &RedriveResult{Redriven: map[string]int{}}
 	now := o.cfg.Now()
 	for _, r := range p.Rules {
-		dls, _, err := o.scan(ctx, DLQQuery{Category: r.Category, Until: now.Add(-r.After)}, dlqScanMax)
+		// Until is exclusive: a dead letter exactly After old is due.
+		dls, _, err := o.scan(ctx, DLQQuery{Category: r.Category, Until: now.Add(-r.After + time.Nanosecond)}, dlqScanMax)
 		if err != nil {
 			return out, err
 		}
