@@ -172,6 +172,9 @@ type options struct {
 	// reconciler runs as a service (0: off).
 	auditEvery  time.Duration
 	auditSample int
+	// redrive is --redrive and --hold-category: the dead letters that
+	// re-drive themselves, where the reconciler runs as a service.
+	redrive operator.RedrivePolicy
 
 	// operator commands
 	server          string
@@ -299,6 +302,7 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 				o.eventRetentionFlag(fs)
 				fs.DurationVar(&o.auditEvery, "audit-every", operator.AuditEveryDefault, "where the reconciler runs as a service (reconcile --every, dev): compare a sample of synced originals with the read model this often (0: no audit)")
 				fs.IntVar(&o.auditSample, "audit-sample", operator.AuditSampleDefault, "most synced originals one audit run compares (the newest first, then older windows in turn)")
+				o.redriveFlags(fs)
 			}
 			if r.once != nil {
 				fs.StringVar(&o.metricsFile, "metrics-file", "", "one sweep: write the metrics to this file at the end (Prometheus text format, for node_exporter's textfile collector)")
@@ -560,6 +564,9 @@ func (o *options) validate() error {
 	}
 	if has["stream"] && o.stream == "" {
 		return config.Invalid("stream", "must not be empty")
+	}
+	if err := o.validateRedrive(); err != nil {
+		return err
 	}
 	if err := o.validateRoutes(); err != nil {
 		return err
