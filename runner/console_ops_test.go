@@ -80,6 +80,9 @@ func TestConsoleStagesAndDLQSearch(t *testing.T) {
 		d.waitStatus(t, token, func(s httpapi.Snapshot) bool {
 			return s.Events.Synced > 4 && s.Events.Synced < 12 && s.Outbox != nil && s.Outbox.Undispatched > 0
 		})
+		b.open("/ui/") // the figures of now: the outbox holds partition 1's events
+		b.untilText(`#stages tr[data-stage="relay:1"]`, "paused by console")
+		b.until(`Number(document.querySelector('[data-field="undispatched"]').textContent) > 0`)
 		b.screenshot("stages-paused-partition", false)
 
 		b.click(`#stages tr[data-stage="relay:1"] button[data-action="resume"]`)
