@@ -142,7 +142,7 @@ func TestMetricsOfEveryRole(t *testing.T) {
 			"outboxd_error_streak", "outboxd_retries_halted", "outboxd_worker_breaker_state",
 			"outboxd_reconciler_requeue_to_synced_seconds", "outboxd_worker_batch_size", "outboxd_worker_projection_target_seconds",
 			"outboxd_worker_pg_timeouts_total", "outboxd_worker_replay_acked_total", "outboxd_worker_replay_rate_limit", "outboxd_paused",
-			"outboxd_replay_duration_seconds"}),
+			"outboxd_replay_duration_seconds", "outboxd_worker_lock_wait_seconds_total"}),
 		"reconcile": slices.Concat(status, stream3, []string{"outboxd_reconciler_sweeps_total", "outboxd_reconciler_leader",
 			"outboxd_reconciler_requeue_count", "outboxd_reconciler_requeue_exhausted_total",
 			"outboxd_reconciler_last_sweep_timestamp_seconds", "outboxd_reconciler_min_age_seconds",

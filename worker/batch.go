@@ -437,6 +437,9 @@ func (w *Worker) projectTx(ctx context.Context, events []*outbox.Event) error {
 			err = w.projectOnce(ctx, events)
 			if kind := timeoutOf(ctx, err); kind != "" {
 				w.metrics.pgTimeouts.WithLabelValues(kind).Inc()
+				if kind == timeoutLock {
+					w.metrics.lockWait.Add(w.cfg.LockTimeout.Seconds())
+				}
 				w.logger.Warn("projection transaction timed out; retrying", zap.String("timeout", kind),
 					zap.Int("events", len(events)), zap.Error(err))
 			}
