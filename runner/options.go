@@ -313,7 +313,7 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 			o.authToken.register(fs, "auth-token", "bearer token of the running outboxd: the operator token, or the viewer token for the commands that change nothing (status, dlq list, replay --dry-run, verify)", true)
 			fs.BoolVar(&o.jsonOut, "json", false, "print JSON instead of a table")
 		case gDLQFilter:
-			fs.StringVar(&o.category, "category", "", "only dead letters of this category (non_retryable, poison, …)")
+			fs.StringVar(&o.category, "category", "", "only dead letters of this category (non_retryable, poison, infrastructure)")
 			fs.StringVar(&o.code, "code", "", "only dead letters with this code")
 		case gDLQList:
 			fs.IntVar(&o.limit, "limit", dlqListDefault, "most dead letters to list")
