@@ -17,10 +17,18 @@ const (
 	OriginDLQReplay  Origin = "dlq-replay"
 )
 
-// Failure categories of SyncFailure.
+// Failure categories of SyncFailure and of dead letters.
 const (
+	// CategoryNonRetryable: the record can never succeed as it is (an
+	// unreadable message, a structurally invalid original).
 	CategoryNonRetryable = "non_retryable"
-	CategoryPoison       = "poison"
+	// CategoryPoison: the record kept failing its projection.
+	CategoryPoison = "poison"
+	// CategoryInfrastructure: the record was given up for a cause outside
+	// it (its stream entry trimmed while pending, its original not found:
+	// a lagging secondary, a commit not visible yet); a later try may
+	// succeed, which is what a redrive policy of this category is for.
+	CategoryInfrastructure = "infrastructure"
 )
 
 // States of an original, as GET /v1/events/{id} reports them.

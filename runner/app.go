@@ -72,6 +72,8 @@ type app struct {
 	// rec is the periodic reconciler of this process, if any: the status
 	// shows its last report.
 	rec *reconciler.Reconciler
+	// admin is this process's operator actions (newAdmin), made once.
+	admin *operator.Operator
 	// history samples the status for the console's charts while the HTTP
 	// server runs.
 	history *httpapi.History
@@ -867,6 +869,9 @@ func (a *app) newCommitter(w *outbox.Writer) (*outbox.Committer, error) {
 // newAdmin returns the operator actions over the backends this role has
 // (the admin API answers 501 for an action that needs one it lacks).
 func (a *app) newAdmin() (*operator.Operator, error) {
+	if a.admin != nil { // one per process: its metrics are registered once
+		return a.admin, nil
+	}
 	cfg := &operator.Config{Store: a.st, Stream: a.o.stream, Group: a.o.group, Partitions: a.partitions(), Routes: a.o.routes.routes,
 		Role: a.role.name, EventRetention: a.o.eventRetention, Registerer: a.reg, Message: &a.o.message}
 	if a.rc != nil {
@@ -877,7 +882,9 @@ func (a *app) newAdmin() (*operator.Operator, error) {
 	} else {
 		cfg.Unchecked = unchecked
 	}
-	return operator.New(cfg, a.log)
+	admin, err := operator.New(cfg, a.log)
+	a.admin = admin
+	return admin, err
 }
 
 // readyChecks are the dependencies of the role. Redis is not on the

@@ -91,6 +91,9 @@ func TestUsageErrors(t *testing.T) {
 		{"RetriesResumeWithoutClass", nil, []string{"retries", "resume"}, []string{"--class is required", "infrastructure, record, unknown"}},
 		{"RetriesResumeUnknownClass", nil, []string{"retries", "resume", "--class", "poison"}, []string{"--class"}},
 		{"ResumeWithDryRun", nil, []string{"replay", "--from", "2026-11-01T00:00:00Z", "--to", "2026-11-02T00:00:00Z", "--dry-run", "--resume", "x"}, []string{"--resume", "--dry-run"}},
+		{"BadRedriveRule", nil, []string{"reconcile", "--store", "mongodb://h", "--every", "1m", "--redrive", "infrastructure=soon"}, []string{"redrive", "infrastructure=soon"}},
+		{"RedriveUncapped", nil, []string{"dev", "--redrive", "poison=1m:0"}, []string{"redrive", "Max must be at least 1"}},
+		{"RedriveOfAHeldCategory", map[string]string{"OUTBOXD_HOLD_CATEGORY": "poison"}, []string{"reconcile", "--store", "mongodb://h", "--every", "1m", "--redrive", "infrastructure=10m:3,poison=1h"}, []string{"--redrive", `category "poison" is held`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, out := runCLI(t, tc.env, tc.args...)

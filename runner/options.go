@@ -183,6 +183,9 @@ type options struct {
 	// reconciler runs as a service (0: off).
 	auditEvery  time.Duration
 	auditSample int
+	// redrive is --redrive and --hold-category: the dead letters that
+	// re-drive themselves, where the reconciler runs as a service.
+	redrive operator.RedrivePolicy
 
 	// operator commands
 	server          string
@@ -315,6 +318,7 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 				o.eventRetentionFlag(fs)
 				fs.DurationVar(&o.auditEvery, "audit-every", operator.AuditEveryDefault, "where the reconciler runs as a service (reconcile --every, dev): compare a sample of synced originals with the read model this often (0: no audit)")
 				fs.IntVar(&o.auditSample, "audit-sample", operator.AuditSampleDefault, "most synced originals one audit run compares (the newest first, then older windows in turn)")
+				o.redriveFlags(fs)
 			}
 			if r.once != nil {
 				fs.StringVar(&o.metricsFile, "metrics-file", "", "one sweep: write the metrics to this file at the end (Prometheus text format, for node_exporter's textfile collector)")
@@ -325,7 +329,7 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 			o.authToken.register(fs, "auth-token", "bearer token of the running outboxd: the operator token, or the viewer token for the commands that change nothing (status, dlq list, replay --dry-run, verify)", true)
 			fs.BoolVar(&o.jsonOut, "json", false, "print JSON instead of a table")
 		case gDLQFilter:
-			fs.StringVar(&o.category, "category", "", "only dead letters of this category (non_retryable, poison, …)")
+			fs.StringVar(&o.category, "category", "", "only dead letters of this category (non_retryable, poison, infrastructure)")
 			fs.StringVar(&o.code, "code", "", "only dead letters with this code")
 		case gDLQList:
 			fs.IntVar(&o.limit, "limit", dlqListDefault, "most dead letters to list")
@@ -574,6 +578,9 @@ func (o *options) validate() error {
 	}
 	if has["stream"] && o.stream == "" {
 		return config.Invalid("stream", "must not be empty")
+	}
+	if err := o.validateRedrive(); err != nil {
+		return err
 	}
 	if err := o.validateRoutes(); err != nil {
 		return err

@@ -75,7 +75,7 @@ var roles = []*role{
 		store: true, redis: true, postgres: true, migrate: true, serve: true, api: true,
 		services: func(a *app) ([]service, error) {
 			return a.build(withRole(store.RoleAudit, a.newAudit), withRole(store.RoleReconciler, a.newReconciler),
-				withRole(store.RoleDispatcher, a.newDispatcher), withRole(store.RoleWorker, a.newWorker))
+				withRole(store.RoleReconciler, a.newRedriver), withRole(store.RoleDispatcher, a.newDispatcher), withRole(store.RoleWorker, a.newWorker))
 		}},
 	{name: "ingest", summary: "HTTP API that writes originals and outbox entries in one store transaction",
 		flags: []flagGroup{gStore, gHTTP, gAuth, gIngest}, store: true, serve: true, api: true},
@@ -88,7 +88,8 @@ var roles = []*role{
 	{name: "reconcile", summary: "re-publish old originals that never reached syncedAt (one sweep, or --every as a service, with the read model's audit)",
 		flags: []flagGroup{gStore, gRedis, gPostgres, gHTTP, gAuth, gReconcile}, store: true, redis: true, postgres: true, postgresAside: true, serve: true,
 		services: func(a *app) ([]service, error) {
-			return a.build(withRole(store.RoleAudit, a.newAudit), withRole(store.RoleReconciler, a.newReconciler))
+			return a.build(withRole(store.RoleAudit, a.newAudit), withRole(store.RoleReconciler, a.newReconciler),
+				withRole(store.RoleReconciler, a.newRedriver))
 		},
 		once:     func(ctx context.Context, a *app) error { return a.reconcileOnce(ctx) },
 		onceWhen: func(o *options) bool { return o.every == 0 }},

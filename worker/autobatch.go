@@ -1,6 +1,9 @@
 package worker
 
 import (
+	"math"
+	"runtime/debug"
+	rtmetrics "runtime/metrics"
 	"slices"
 	"time"
 )
@@ -19,8 +22,12 @@ const (
 	growStep  = 1.25
 	growBelow = 0.8
 	// timeoutShrink is the factor a lock or statement timeout applies at
-	// once.
+	// once, and memory pressure at the end of a window.
 	timeoutShrink = 0.5
+	// memoryHigh is the share of the Go memory limit (GOMEMLIMIT) above
+	// which the process is under memory pressure: the batch halves at the
+	// end of each window and never grows.
+	memoryHigh = 0.8
 )
 
 // autoBatch is the tuning loop as code (Config.AutoBatch): it keeps
@@ -33,12 +40,33 @@ type autoBatch struct {
 	target time.Duration
 	size   int
 	window []time.Duration
+	// pressure reports memory pressure (memoryPressure).
+	pressure func() bool
 }
 
 // newAutoBatch returns the loop between lo and hi, starting at start
 // (clamped).
 func newAutoBatch(lo, hi, start int, target time.Duration) *autoBatch {
-	return &autoBatch{lo: lo, hi: hi, target: target, size: min(max(start, lo), hi)}
+	return &autoBatch{lo: lo, hi: hi, target: target, size: min(max(start, lo), hi), pressure: memoryPressure}
+}
+
+// memoryPressure reports whether the memory the Go runtime counts against
+// its limit (GOMEMLIMIT, debug.SetMemoryLimit: everything it mapped, less
+// what it released) is above memoryHigh of that limit; never without a
+// limit. A batch's entries and originals are most of a worker's memory,
+// so a smaller batch is the relief before the GC starts running flat out.
+func memoryPressure() bool {
+	limit := debug.SetMemoryLimit(-1)
+	if limit <= 0 || limit == math.MaxInt64 {
+		return false
+	}
+	s := []rtmetrics.Sample{{Name: "/memory/classes/total:bytes"}, {Name: "/memory/classes/heap/released:bytes"}}
+	rtmetrics.Read(s)
+	if s[0].Value.Kind() != rtmetrics.KindUint64 || s[1].Value.Kind() != rtmetrics.KindUint64 {
+		return false
+	}
+	used := s[0].Value.Uint64() - s[1].Value.Uint64()
+	return float64(used) > memoryHigh*float64(limit)
 }
 
 // observe records one projection of a batch of entries that took d
@@ -58,6 +86,8 @@ func (a *autoBatch) observe(entries int, d time.Duration, timedOut bool) int {
 	}
 	p95 := percentile(a.window, 0.95)
 	switch {
+	case a.pressure():
+		a.resize(int(float64(a.size) * timeoutShrink))
 	case float64(p95) > shrinkAbove*float64(a.target):
 		// The time grows about linearly with the batch: aim at the target.
 		a.resize(int(float64(a.size) * float64(a.target) / float64(p95)))

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"runtime/debug"
 	"testing"
 	"time"
 
@@ -66,6 +67,17 @@ func TestAutoBatch(t *testing.T) {
 		require.Equal(t, AutoBatchMin, a.observe(500, 5*time.Second, true))
 	})
 
+	t.Run("MemoryPressureHalvesAndStopsGrowth", func(t *testing.T) {
+		t.Parallel()
+		a := newAutoBatch(AutoBatchMin, AutoBatchMax, 1000, target)
+		pressed := true
+		a.pressure = func() bool { return pressed }
+		require.Equal(t, 500, window(a, 100*time.Millisecond), "fast projections, but memory is short: halved, not grown")
+		require.Equal(t, AutoBatchMin, window(a, 100*time.Millisecond))
+		pressed = false
+		require.Equal(t, 625, window(a, 100*time.Millisecond), "grows again once the pressure is gone")
+	})
+
 	t.Run("SmallBatchesSayNothing", func(t *testing.T) {
 		t.Parallel()
 		a := newAutoBatch(AutoBatchMin, AutoBatchMax, 1000, target)
@@ -74,6 +86,16 @@ func TestAutoBatch(t *testing.T) {
 		}
 		require.Empty(t, a.window)
 	})
+}
+
+// TestMemoryPressure: with GOMEMLIMIT (debug.SetMemoryLimit) far below
+// what the process uses there is pressure; without a limit there is none.
+// Not parallel: the limit is the process's.
+func TestMemoryPressure(t *testing.T) {
+	require.False(t, memoryPressure(), "no limit")
+	old := debug.SetMemoryLimit(1 << 20)
+	defer debug.SetMemoryLimit(old)
+	require.True(t, memoryPressure(), "1 MiB limit")
 }
 
 func TestBeginSQL(t *testing.T) {

@@ -70,7 +70,7 @@ func (w *Worker) prepare(ctx context.Context, msgs []stream.Entry) (*batch, erro
 	keys := map[string]string{} // the messages' idempotency keys, a hint for the store's read
 	for _, m := range msgs {
 		if m.Values == nil { // trimmed or deleted while pending
-			b.dead = append(b.dead, deadLetter{msg: m, err: fmt.Errorf("%w: entry %s", errTrimmed, m.ID), category: outbox.CategoryNonRetryable})
+			b.dead = append(b.dead, deadLetter{msg: m, err: fmt.Errorf("%w: entry %s", errTrimmed, m.ID), category: outbox.CategoryInfrastructure})
 			continue
 		}
 		msg, err := m.Message()
@@ -447,6 +447,9 @@ func (w *Worker) projectTx(ctx context.Context, events []*outbox.Event) error {
 			err = w.projectOnce(ctx, events)
 			if kind := timeoutOf(ctx, err); kind != "" {
 				w.metrics.pgTimeouts.WithLabelValues(kind).Inc()
+				if kind == timeoutLock {
+					w.metrics.lockWait.Add(w.cfg.LockTimeout.Seconds())
+				}
 				w.logger.Warn("projection transaction timed out; retrying", zap.String("timeout", kind),
 					zap.Int("events", len(events)), zap.Error(err))
 			}
@@ -641,7 +644,7 @@ func (w *Worker) judge(ctx context.Context, g *stream.Group, failures map[string
 			dlqd = true
 			dl := deadLetter{msg: m, eventID: id, err: ferr, category: outbox.CategoryPoison, deliveries: n}
 			if errors.Is(ferr, errMissingOriginal) {
-				dl.category = outbox.CategoryNonRetryable
+				dl.category = outbox.CategoryInfrastructure
 			}
 			j.dead = append(j.dead, dl)
 			if dl.category == outbox.CategoryPoison && originals[id] != nil && !parked {

@@ -184,7 +184,7 @@ func TestWorkerFaults(t *testing.T) {
 	// Row "original missing or structurally invalid", the missing half: an
 	// original the worker cannot find yet (a secondary behind, a commit not
 	// visible) stays pending for a few deliveries, and is projected once it
-	// appears; one that never appears is dead-lettered as non_retryable
+	// appears; one that never appears is dead-lettered as infrastructure
 	// after MaxDeliveries. On both stores: the lag is MongoDB's.
 	t.Run("MissingOriginalRetriedBeforeDeadLetter", func(t *testing.T) {
 		t.Parallel()
@@ -209,7 +209,7 @@ func TestWorkerFaults(t *testing.T) {
 					return tx.InsertEvents(ctx, []outbox.Event{late})
 				}))
 				dl := b.waitDeadLetters(t, 1)
-				requireDeadLetter(t, reg, dl[0], ghost.ID, outbox.CategoryNonRetryable, "original_missing", 3)
+				requireDeadLetter(t, reg, dl[0], ghost.ID, outbox.CategoryInfrastructure, "original_missing", 3)
 				b.events = append(b.events, b.event(t, late.ID))
 				b.waitConverged(t)
 			})

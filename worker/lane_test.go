@@ -254,6 +254,8 @@ func TestWorkerPostgresTimeouts(t *testing.T) {
 		require.NoError(t, locker.Commit(ctx))
 		b.waitConverged(t)
 		require.Zero(t, b.rdb.XLen(ctx, b.keys().DLQ()).Val())
+		require.InDelta(t, 0.05*timeouts(reg, "lock"), testkit.Metric(t, reg, "outboxd_worker_lock_wait_seconds_total"), 1e-9,
+			"each lock timeout waited lock_timeout")
 	})
 
 	t.Run("Statement", func(t *testing.T) {

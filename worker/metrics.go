@@ -34,6 +34,7 @@ type metrics struct {
 	batchSizeNow     *prometheus.GaugeVec
 	projectionTarget prometheus.Gauge
 	pgTimeouts       *prometheus.CounterVec
+	lockWait         prometheus.Counter
 	replayAcked      prometheus.Counter
 	replayRateLimit  prometheus.Gauge
 	throttled        prometheus.Counter
@@ -48,7 +49,7 @@ func newMetrics(reg prometheus.Registerer, stream string) (*metrics, error) {
 		processed: f.CounterVec("processed_total",
 			"Stream entries acknowledged by the worker, by result (synced, dead_lettered, poisoned).", "result"),
 		deadLetters: f.CounterVec("dead_letters_total",
-			"Entries moved to the dead-letter stream, by syncFailure category (non_retryable, poison) and code (bad_message, trimmed, original_missing, invalid_original, postgres_<SQLSTATE>, projection_failed, …).",
+			"Entries moved to the dead-letter stream, by category (non_retryable, poison, infrastructure) and code (bad_message, trimmed, original_missing, invalid_original, postgres_<SQLSTATE>, projection_failed, …).",
 			"category", "code"),
 		trimmed: f.Counter("trimmed_total",
 			"Pending entries whose data the stream no longer held (trimmed or deleted): dead-lettered with reason trimmed; the reconciler re-publishes their originals."),
@@ -82,6 +83,8 @@ func newMetrics(reg prometheus.Registerer, stream string) (*metrics, error) {
 			"The projection time whose p95 --batch-size auto keeps under it (--projection-target)."),
 		pgTimeouts: f.CounterVec("pg_timeouts_total",
 			"Projection transactions that ended on a PostgreSQL timeout, by kind: lock (lock_timeout, 55P03) or statement (statement_timeout, 57014); retried as infrastructure failures.", "kind"),
+		lockWait: f.Counter("lock_wait_seconds_total",
+			"Time projection transactions waited for row or table locks before PostgreSQL's lock_timeout ended them (LockTimeout per lock timeout): a lower bound of the lock wait, whose share of outboxd_worker_projection_seconds_sum is outboxd:worker_lock_wait_share:rate10m."),
 		replayAcked: f.Counter("replay_acked_total",
 			"Entries of the replay lane acknowledged (synced or dead-lettered): its rate is the lane's."),
 		replayRateLimit: f.Gauge("replay_rate_limit",

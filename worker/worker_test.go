@@ -562,11 +562,11 @@ func TestWorkerDeadLetters(t *testing.T) {
 		b.start(t, cfg)
 		for _, m := range b.waitDeadLetters(t, 3) {
 			require.Equal(t, "trimmed", m.Values["code"])
-			require.Equal(t, outbox.CategoryNonRetryable, m.Values["category"])
+			require.Equal(t, outbox.CategoryInfrastructure, m.Values["category"])
 		}
 		requireMetric(t, 3.0, func() float64 { return testkit.Metric(t, reg, "outboxd_worker_trimmed_total") })
 		requireMetric(t, 3.0, func() float64 {
-			return testkit.Metric(t, reg, "outboxd_worker_dead_letters_total", "category", outbox.CategoryNonRetryable, "code", "trimmed")
+			return testkit.Metric(t, reg, "outboxd_worker_dead_letters_total", "category", outbox.CategoryInfrastructure, "code", "trimmed")
 		})
 		// Their originals stay pending, not parked: the reconciler's
 		// backstop (reconciler.TestReconcilerFaults/StreamTrimmed shows it).

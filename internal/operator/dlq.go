@@ -54,6 +54,10 @@ type DeadLetter struct {
 	Group      string `json:"group"`
 	Consumer   string `json:"consumer"`
 	Deliveries int64  `json:"deliveries"`
+	// Redrives counts how often the redrive policy re-drove this event's
+	// dead letters (stream.Keys.Redrives); an operator's replay or drop of
+	// it starts the count again.
+	Redrives int64 `json:"redrives"`
 	// At is when it was dead-lettered, AgeSeconds how long ago.
 	At         time.Time `json:"at"`
 	AgeSeconds float64   `json:"ageSeconds"`
@@ -293,6 +297,13 @@ func (o *Operator) deleteDeadLetters(ctx context.Context, dls []DeadLetter) erro
 // the last id read when more may follow. With partitions it reads every
 // partition's dead-letter stream, merged in id order.
 func (o *Operator) scan(ctx context.Context, q DLQQuery, limit int) (out []DeadLetter, next string, err error) {
+	defer func() {
+		if err == nil {
+			if rerr := o.redriveCounts(ctx, out); rerr != nil {
+				out, next, err = nil, "", redisErr("reading the redrive counts", rerr)
+			}
+		}
+	}()
 	out = []DeadLetter{}
 	if q.After != "" {
 		if err := checkEntryID("after", q.After); err != nil {
@@ -521,6 +532,24 @@ func (o *Operator) ReplayDLQ(ctx context.Context, act DLQAction) (*DLQActionResu
 	if err != nil {
 		return nil, err
 	}
+	done, err := o.replayLetters(ctx, dls, res, nil)
+	if ferr := o.forgetRedrives(ctx, done); ferr != nil && err == nil {
+		err = redisErr("removing the redrive counts of replayed dead letters", ferr)
+	}
+	o.logger.Info("dead letters replayed", zap.Int("replayed", res.Replayed), zap.Int("original_missing", res.OriginalMissing),
+		zap.Int("not_found", res.NotFound), zap.Int("failed", res.Failed))
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// replayLetters replays dls (ReplayDLQ), adding each one's outcome to res,
+// and returns those replayed and removed. Before anything is published,
+// before(ctx, replayable) is called when not nil (the redrive policy
+// counts the redrives there): an error of it stops the replay.
+func (o *Operator) replayLetters(ctx context.Context, dls []DeadLetter, res *DLQActionResult,
+	before func(context.Context, []DeadLetter) error) ([]DeadLetter, error) {
 	events, err := o.originals(ctx, dls)
 	if err != nil {
 		return nil, err
@@ -538,6 +567,11 @@ func (o *Operator) ReplayDLQ(ctx context.Context, act DLQAction) (*DLQActionResu
 		originals = append(originals, ev)
 		if ev.State() == outbox.StateFailed {
 			parked = append(parked, ev.ID)
+		}
+	}
+	if before != nil && len(replay) > 0 {
+		if err := before(ctx, replay); err != nil {
+			return nil, err
 		}
 	}
 	if len(parked) > 0 {
@@ -562,12 +596,7 @@ func (o *Operator) ReplayDLQ(ctx context.Context, act DLQAction) (*DLQActionResu
 			return nil, redisErr(fmt.Sprintf("removing %d replayed dead letters (they were re-published)", len(done)), err)
 		}
 	}
-	o.logger.Info("dead letters replayed", zap.Int("replayed", res.Replayed), zap.Int("original_missing", res.OriginalMissing),
-		zap.Int("not_found", res.NotFound), zap.Int("failed", res.Failed))
-	if perr != nil {
-		return nil, perr
-	}
-	return res, nil
+	return done, perr
 }
 
 // DropDLQ removes dead letters without replaying them (their originals stay
@@ -582,6 +611,9 @@ func (o *Operator) DropDLQ(ctx context.Context, act DLQAction) (*DLQActionResult
 	}
 	if err := o.deleteDeadLetters(ctx, dls); err != nil {
 		return nil, redisErr(fmt.Sprintf("removing %d dead letters", len(dls)), err)
+	}
+	if err := o.forgetRedrives(ctx, dls); err != nil {
+		return nil, redisErr("removing the redrive counts of dropped dead letters", err)
 	}
 	for _, dl := range dls {
 		res.add(DLQResult{ID: dl.ID, EventID: dl.EventID, Outcome: OutcomeDropped})
@@ -604,4 +636,44 @@ func checkEntryID(field, id string) error {
 		return Invalid(field, "%q is not a stream entry id (<milliseconds>-<sequence>, the id or the next of a previous answer)", id)
 	}
 	return nil
+}
+
+// eachPartition calls fn with the event ids of dls of each partition
+// (the partition whose dead-letter stream holds them).
+func (o *Operator) eachPartition(ctx context.Context, dls []DeadLetter,
+	fn func(context.Context, stream.Keys, []string) error) error {
+	ids := map[stream.Keys][]string{}
+	for _, dl := range dls {
+		if dl.EventID != "" {
+			ids[dl.dlq] = append(ids[dl.dlq], dl.EventID)
+		}
+	}
+	for keys, ids := range ids {
+		if err := fn(ctx, keys, ids); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// redriveCounts fills the Redrives of dls, one read per partition.
+func (o *Operator) redriveCounts(ctx context.Context, dls []DeadLetter) error {
+	got := map[string]int64{}
+	err := o.eachPartition(ctx, dls, func(ctx context.Context, keys stream.Keys, ids []string) error {
+		counts, err := o.cfg.Redis.Redrives(ctx, keys, ids)
+		for i := range counts {
+			got[ids[i]] = counts[i]
+		}
+		return err
+	})
+	for i := range dls {
+		dls[i].Redrives = got[dls[i].EventID]
+	}
+	return err
+}
+
+// forgetRedrives removes the redrive counts of dls' events: an operator
+// replayed or dropped them, so the policy counts from 0 again.
+func (o *Operator) forgetRedrives(ctx context.Context, dls []DeadLetter) error {
+	return o.eachPartition(ctx, dls, o.cfg.Redis.ForgetRedrives)
 }

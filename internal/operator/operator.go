@@ -29,6 +29,11 @@ const (
 	ChunkMax = 5000
 )
 
+// ReplayDurationBuckets are the buckets of outboxd_replay_duration_seconds:
+// 1 second to 2 hours, with the 30-minute recovery target (1800) a bound
+// of its own.
+var ReplayDurationBuckets = []float64{1, 5, 15, 30, 60, 120, 300, 600, 900, 1200, 1800, 2700, 3600, 7200}
+
 // ReadModel is what the actions need of any read model: which originals
 // it holds (readmodel.DB for the demo tables, readmodel.Keyed for a read
 // model whose projector answers that). What else a read model offers is
@@ -136,6 +141,8 @@ type Operator struct {
 	publisher *stream.Publisher // nil without Redis
 	logger    *zap.Logger
 	published *prometheus.CounterVec
+	// replayDuration is outboxd_replay_duration_seconds.
+	replayDuration prometheus.Observer
 }
 
 // New returns the operator actions over cfg's backends. A nil logger logs
@@ -159,10 +166,14 @@ func New(cfg *Config, logger *zap.Logger) (*Operator, error) {
 	}
 	f := ometrics.NewFactory(c.Registerer, "admin", c.Stream)
 	published := f.CounterVec("published_total", "Originals re-published by operator actions, by origin (replay, dlq-replay).", "origin")
-	if err := f.Err(); err != nil {
+	rf := ometrics.NewFactory(c.Registerer, "replay", c.Stream)
+	replayDuration := rf.Histogram("duration_seconds",
+		"Duration of each replay (outboxd replay, the console's), from its first chunk to the publish of its last; the replay lane's drain follows (outboxd_replay_lag).",
+		ReplayDurationBuckets)
+	if err := cmp.Or(f.Err(), rf.Err()); err != nil {
 		return nil, fmt.Errorf("error registering operator metrics: %w", err)
 	}
-	o := &Operator{cfg: c, keys: stream.NewKeys(c.Stream, c.Group), published: published,
+	o := &Operator{cfg: c, keys: stream.NewKeys(c.Stream, c.Group), published: published, replayDuration: replayDuration,
 		logger: logger.Named("admin").With(zap.String("stream", c.Stream))}
 	if c.Redis != nil {
 		// Replays go into the replay lane, which the workers read only when

@@ -36,6 +36,10 @@ type PauseResult struct {
 // PausesResult lists the stages paused now (GET /v1/admin/pauses).
 type PausesResult struct {
 	Paused []store.PauseState `json:"paused"`
+	// Stages are every stage that may be paused, as Stage names them: the
+	// relay of all partitions and of each, the group's live projection and
+	// its replay lane.
+	Stages []string `json:"stages"`
 }
 
 // stage reads q's stage; "projection" and "replay" are the Config.Group's.
@@ -96,9 +100,10 @@ func (o *Operator) Pauses(ctx context.Context) (*PausesResult, error) {
 		stages = append(stages, store.Stage{Kind: store.StageRelay, Partition: p})
 	}
 	stages = append(stages, store.Stage{Kind: store.StageProjection, Group: o.cfg.Group}, store.Stage{Kind: store.StageReplay, Group: o.cfg.Group})
-	res := &PausesResult{Paused: []store.PauseState{}}
+	res := &PausesResult{Paused: []store.PauseState{}, Stages: make([]string, len(stages))}
 	now := o.cfg.Now()
-	for _, s := range stages {
+	for i, s := range stages {
+		res.Stages[i] = s.String()
 		p, err := store.Paused(ctx, o.cfg.Store, o.cfg.Stream, s, now)
 		if err != nil {
 			return nil, storeErr("reading the pauses", err)

@@ -140,10 +140,26 @@ func parseCursor(s string) (*store.EventCursor, error) {
 // normal path computes them again; should the publish then fail, the rows
 // stay missing (verify reports them) until the same replay runs again.
 // A dry run counts the window and changes nothing.
+//
+// The last chunk of a replay (Done, not a dry run) observes the replay's
+// duration, from its first chunk (Started) to now, in
+// outboxd_replay_duration_seconds.
 func (o *Operator) Replay(ctx context.Context, r ReplayQuery) (*ReplayResult, error) {
+	var res *ReplayResult
+	var err error
 	if len(r.Entities) > 0 {
-		return o.replayEntities(ctx, r)
+		res, err = o.replayEntities(ctx, r)
+	} else {
+		res, err = o.replayWindow(ctx, r)
 	}
+	if err == nil && res.Done && !res.DryRun && res.Started != nil {
+		o.replayDuration.Observe(max(0, o.cfg.Now().Sub(*res.Started).Seconds()))
+	}
+	return res, err
+}
+
+// replayWindow is Replay of one chunk of a window without Entities.
+func (o *Operator) replayWindow(ctx context.Context, r ReplayQuery) (*ReplayResult, error) {
 	q, err := r.store()
 	if err != nil {
 		return nil, err
@@ -313,7 +329,7 @@ func (o *Operator) replayEntities(ctx context.Context, r ReplayQuery) (*ReplayRe
 	one := func(i int, after string) (*ReplayResult, error) {
 		q := r
 		q.Entities, q.SourceKey, q.DeviceKey, q.After = nil, refs[i][0], refs[i][1], after
-		return o.Replay(ctx, q)
+		return o.replayWindow(ctx, q)
 	}
 	if r.DryRun {
 		var total int64

@@ -36,8 +36,9 @@ type DeadLetter struct {
 	// ID is the dead letter's own id in the dead-letter stream (set by
 	// Decode; Redis chooses it when the worker writes it).
 	ID string
-	// Category is outbox.CategoryPoison (the record kept failing) or
-	// outbox.CategoryNonRetryable (it can never succeed).
+	// Category is outbox.CategoryPoison (the record kept failing),
+	// outbox.CategoryNonRetryable (it can never succeed) or
+	// outbox.CategoryInfrastructure (given up for a cause outside it).
 	Category string
 	// Code is the failure's code, from a bounded set: the code of the
 	// original's syncFailure and the label of

@@ -87,6 +87,14 @@ type pageData struct {
 	// ID is the dead letter of the dead-letter page; Ref the reference of
 	// the journey page; Category, Code and After the DLQ page's filter.
 	ID, Ref, Category, Code, After string
+	// Filter is the rest of the DLQ page's search form, as the query gave
+	// it (GET /v1/admin/dlq checks it).
+	Filter dlqFilter
+}
+
+// dlqFilter is the DLQ search form's fields beside the category and code.
+type dlqFilter struct {
+	Error, SourceKey, DeviceKey, Type, Since, Until, Payload string
 }
 
 // New returns the console's handler, to be mounted at Prefix.
@@ -176,7 +184,9 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, p page, status 
 	q := r.URL.Query()
 	data := pageData{Page: p.name, Title: p.title, Nav: p.nav, Instance: c.cfg.Instance, ReadOnly: c.cfg.ReadOnly,
 		AuthRequired: c.cfg.AuthRequired, Refresh: c.cfg.Refresh, ID: r.PathValue("id"), Ref: q.Get("ref"),
-		Category: q.Get("category"), Code: q.Get("code"), After: q.Get("after")}
+		Category: q.Get("category"), Code: q.Get("code"), After: q.Get("after"),
+		Filter: dlqFilter{Error: q.Get("error"), SourceKey: q.Get("sourceKey"), DeviceKey: q.Get("deviceKey"), Type: q.Get("type"),
+			Since: q.Get("since"), Until: q.Get("until"), Payload: q.Get("payload")}}
 	if p != notFound {
 		s, err := c.assetURL(p.name + ".js")
 		if err != nil {

@@ -6,7 +6,16 @@
   const o = outboxd;
   const { h } = o;
   const params = new URLSearchParams(location.search);
-  const filter = { category: params.get('category') || '', code: params.get('code') || '' };
+  // The search form's fields, as GET /v1/admin/dlq names them. Only
+  // category and code also select an --all action; with any other field
+  // set, the bulk actions go by the ids of the matches instead.
+  const fields = ['category', 'code', 'error', 'sourceKey', 'deviceKey', 'type', 'since', 'until', 'payload'];
+  const words = {
+    category: 'category', code: 'code', error: 'error containing', sourceKey: 'source', deviceKey: 'device', type: 'type',
+    since: 'dead-lettered since', until: 'until', payload: 'payload field',
+  };
+  const filter = Object.fromEntries(fields.map((f) => [f, params.get(f) || '']));
+  const byIDs = fields.some((f) => f !== 'category' && f !== 'code' && filter[f]);
   const after = params.get('after') || '';
   const summary = document.getElementById('dlq-summary');
   const loadError = document.getElementById('load-error');
@@ -16,10 +25,15 @@
   const pageSize = 100;
 
   function filterWords() {
-    const parts = [];
-    if (filter.category) parts.push(`category ${filter.category}`);
-    if (filter.code) parts.push(`code ${filter.code}`);
+    const parts = fields.filter((f) => filter[f]).map((f) => `${words[f]} ${filter[f]}`);
     return parts.length ? parts.join(', ') : 'no filter';
+  }
+
+  // filterQuery returns the filter's fields that are set, as a query.
+  function filterQuery() {
+    const q = new URLSearchParams();
+    for (const f of fields) if (filter[f]) q.set(f, filter[f]);
+    return q;
   }
 
   // describe sums up the answer of a replay or a drop.
@@ -42,7 +56,19 @@
     const total = { replayed: 0, dropped: 0, originalMissing: 0, notFound: 0, failed: 0 };
     let cursor = '';
     for (let i = 0; i < 1000; i++) {
-      const r = await act(kind, { all: true, category: filter.category || undefined, code: filter.code || undefined, after: cursor || undefined });
+      let r;
+      if (byIDs) {
+        // A listing of the matches, then the action on their ids.
+        const q = filterQuery();
+        q.set('limit', '1000');
+        if (cursor) q.set('after', cursor);
+        const page = await o.api('GET', '/v1/admin/dlq?' + q);
+        r = page.entries.length ? await act(kind, { ids: page.entries.map((dl) => dl.id) }) : { done: true };
+        r.done = !page.next;
+        r.next = page.next;
+      } else {
+        r = await act(kind, { all: true, category: filter.category || undefined, code: filter.code || undefined, after: cursor || undefined });
+      }
       for (const k of Object.keys(total)) total[k] += r[k] || 0;
       result.textContent = `Working… ${describe(kind === 'replay' ? 'Replayed' : 'Dropped', total)}`;
       if (r.done || !r.next) break;
@@ -68,6 +94,7 @@
       dl.category || '–',
       dl.code ? o.code(dl.code) : '–',
       o.fmtNum(dl.deliveries),
+      o.fmtNum(dl.redrives || 0),
       o.fmtAge(dl.ageSeconds),
       o.state(dl.original),
     ];
@@ -88,9 +115,8 @@
   }
 
   async function load() {
-    const q = new URLSearchParams({ limit: String(pageSize) });
-    if (filter.category) q.set('category', filter.category);
-    if (filter.code) q.set('code', filter.code);
+    const q = filterQuery();
+    q.set('limit', String(pageSize));
     if (after) q.set('after', after);
     let page;
     try {
@@ -119,9 +145,7 @@
     }
     o.clear(more);
     if (page.next) {
-      const nq = new URLSearchParams();
-      if (filter.category) nq.set('category', filter.category);
-      if (filter.code) nq.set('code', filter.code);
+      const nq = filterQuery();
       nq.set('after', page.next);
       more.append(h('a', { href: '/ui/dlq?' + nq, text: 'Next page' }));
     }

@@ -257,8 +257,70 @@
       + 'and has gaps where none was synced.';
   }
 
+  const stageWords = {
+    relay: 'Relay, every partition', projection: 'Live projection', replay: 'Replay lane',
+  };
+
+  // stageName says what a stage is: "relay", "relay:3", "projection:g"…
+  function stageName(stage) {
+    const [kind, arg] = stage.split(':');
+    if (kind === 'relay' && arg !== undefined) return `Relay, partition ${arg}`;
+    return stageWords[kind] + (arg ? ` (group ${arg})` : '');
+  }
+
+  async function stageAction(path, stage, verb) {
+    const result = document.getElementById('stage-result');
+    try {
+      const r = await o.api('POST', path, { stage, by: 'console' });
+      o.announce(result, `${stageName(r.stage)}: ${verb}${r.changed ? '' : ' already'}.`);
+    } catch (err) {
+      o.announce(result, err.message, true);
+    }
+    load();
+  }
+
+  // showStages lists every stage that may be paused with its state; one
+  // partition's relay is listed when the stream has partitions (or it is
+  // paused).
+  function showStages(p) {
+    const tbody = o.clear(document.querySelector('#stages tbody'));
+    const paused = new Map((p.paused || []).map((x) => [x.stage, x]));
+    const partitioned = (p.stages || []).includes('relay:1');
+    for (const stage of p.stages || []) {
+      if (/^relay:\d+$/.test(stage) && !partitioned && !paused.has(stage)) continue;
+      const pp = paused.get(stage);
+      const stateCell = pp
+        ? h('span', {}, o.state('paused'), ` by ${pp.by} since `, o.timeEl(pp.since))
+        : o.state('running');
+      const tr = h('tr', { 'data-stage': stage }, h('th', { scope: 'row' }, stageName(stage), ' ', o.code(stage)), h('td', {}, stateCell));
+      if (o.canAct()) {
+        const b = pp
+          ? h('button', { type: 'button', 'data-action': 'resume', 'aria-label': `Resume ${stageName(stage)}`, text: 'Resume' })
+          : h('button', { type: 'button', 'data-action': 'pause', class: 'danger', 'aria-label': `Pause ${stageName(stage)}`, text: 'Pause…' });
+        b.addEventListener('click', async () => {
+          if (pp) {
+            stageAction('/v1/admin/resume', stage, 'resumed');
+          } else if (await o.confirm(`Pause ${stageName(stage).toLowerCase()}?`, 'Every replica stops this stage within a second, '
+            + 'until someone resumes it; its work waits (nothing is lost). An hour paused raises OutboxdPausedLong.', 'Pause')) {
+            stageAction('/v1/admin/pause', stage, 'paused');
+          }
+        });
+        tr.append(h('td', { class: 'actions' }, b));
+      }
+      tbody.append(tr);
+    }
+  }
+
   async function load() {
-    const [status, history] = await Promise.allSettled([o.api('GET', '/v1/status'), o.api('GET', '/v1/status/history')]);
+    const [status, history, pauses] = await Promise.allSettled([o.api('GET', '/v1/status'), o.api('GET', '/v1/status/history'),
+      o.api('GET', '/v1/admin/pauses')]);
+    if (pauses.status === 'fulfilled') {
+      showStages(pauses.value);
+    } else {
+      const tbody = o.clear(document.querySelector('#stages tbody'));
+      const cols = document.querySelectorAll('#stages thead th').length;
+      tbody.append(h('tr', {}, h('td', { colspan: cols, class: 'empty', text: 'Not available here: ' + pauses.reason.message })));
+    }
     if (status.status === 'rejected') {
       o.showError(loadError, status.reason);
       if (status.reason.status === 401) return; // entering the token loads again
