@@ -29,6 +29,7 @@ import (
 	"github.com/outboxd/outboxd/internal/operator"
 	"github.com/outboxd/outboxd/internal/readmodel"
 	"github.com/outboxd/outboxd/internal/redact"
+	ostatus "github.com/outboxd/outboxd/internal/status"
 	"github.com/outboxd/outboxd/internal/storetrace"
 	"github.com/outboxd/outboxd/internal/stream"
 	"github.com/outboxd/outboxd/internal/tracing"
@@ -74,7 +75,7 @@ type app struct {
 	rec *reconciler.Reconciler
 	// history samples the status for the console's charts while the HTTP
 	// server runs.
-	history *httpapi.History
+	history *ostatus.History
 	// presentOnce looks up once whether the default read model's tables
 	// exist (present).
 	presentOnce sync.Once
@@ -785,7 +786,7 @@ func (a *app) httpHandler() (http.Handler, error) {
 		}
 	}
 	if a.st != nil {
-		status := &httpapi.Status{Store: a.st, Stream: a.o.stream, Group: a.o.group, Gatherer: a.reg,
+		status := &ostatus.Status{Store: a.st, Stream: a.o.stream, Group: a.o.group, Gatherer: a.reg,
 			DispatcherLease: dispatcher.LeaseName(a.o.stream), ReconcilerLease: reconciler.LeaseName(a.o.stream), RoutedStreams: a.streams()[1:]}
 		if n := a.partitions(); n > 1 {
 			for p := range n {
@@ -806,7 +807,7 @@ func (a *app) httpHandler() (http.Handler, error) {
 			status.Unchecked = unchecked
 		}
 		cfg.Status, cfg.Store = status, a.st
-		if err := a.reg.Register(httpapi.NewCollector(status)); err != nil {
+		if err := a.reg.Register(ostatus.NewCollector(status)); err != nil {
 			return nil, err
 		}
 		admin, err := a.newAdmin()
@@ -815,7 +816,7 @@ func (a *app) httpHandler() (http.Handler, error) {
 		}
 		cfg.Admin = admin
 		status.Pauses = admin.Pauses
-		if a.history, err = httpapi.NewHistory(status, &httpapi.HistoryConfig{Every: a.o.uiSampleEvery}, a.log); err != nil {
+		if a.history, err = ostatus.NewHistory(status, &ostatus.HistoryConfig{Every: a.o.uiSampleEvery}, a.log); err != nil {
 			return nil, err
 		}
 		cfg.History, cfg.Console = a.history, true
