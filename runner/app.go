@@ -546,7 +546,7 @@ func (a *app) newDispatcher() (service, error) {
 	var group serviceGroup
 	for i, s := range a.streams() {
 		cfg := &dispatcher.Config{
-			Stream: s, Partitions: a.partitions(), BatchSize: a.o.relayBatch, FeedGather: gatherOrOff(a.o.relayGather), LeaseTTL: a.o.leaseTTL, Retention: a.o.outboxRetention,
+			Stream: s, Partitions: a.partitions(), BatchSize: a.o.relayBatch, FeedGather: gatherOrOff(a.o.relayGather), LeaseTTL: a.o.leaseTTL, OutboxRetention: a.o.outboxRetention,
 			BreakerFailures: a.o.breakerFailures, BreakerTimeout: a.o.breakerTimeout, StreakLimit: a.o.streakLimit,
 			StreamRetention: a.o.streamRetention, MemoryHigh: a.o.memoryHigh, Registerer: a.reg,
 		}
@@ -613,7 +613,7 @@ func (a *app) reconcileOnce(ctx context.Context) error {
 	}
 	rep, err := r.Sweep(ctx)
 	if err == nil {
-		if _, rerr := r.RecordSweep(ctx); rerr != nil {
+		if rerr := r.RecordSweep(ctx); rerr != nil {
 			a.log.Warn("error recording the sweep for the status", zap.Error(rerr))
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/outboxd/outboxd/internal/readmodel"
 	"github.com/outboxd/outboxd/internal/stream"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/store"
 )
 
 // Defaults of Config.
@@ -377,5 +378,5 @@ func NewReplayLimiter(r rate.Limit) *rate.Limiter {
 // OrderedLeaseName is the store lease an Ordered Worker holds on
 // partition p of stream's group: "work:<stream>:<group>:<p>".
 func OrderedLeaseName(stream, group string, p int) string {
-	return fmt.Sprintf("work:%s:%s:%d", stream, group, p)
+	return store.OrderedLeaseName(stream, group, p)
 }

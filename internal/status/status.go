@@ -490,8 +490,18 @@ func (s *Status) leases(ctx context.Context, now time.Time) leaseParts {
 		}
 	}
 	if st := read(s.ReconcilerLease, "reconciler"); st != nil {
-		r = &ReconcilerState{Leader: st.Owner, LeaderAlive: alive(st), LeaseExpiresAt: st.Expires.UTC(),
-			LastSweepAt: utc(st.CheckpointAt), LastSweepAgeSeconds: ageOf(st.CheckpointAt, now)}
+		r = &ReconcilerState{Leader: st.Owner, LeaderAlive: alive(st), LeaseExpiresAt: st.Expires.UTC()}
+	}
+	if s.ReconcilerLease != "" {
+		// The end of the last sweep is a mark of its own: a reconciler
+		// without the lease records it too.
+		switch at, err := store.LastMark(ctx, s.Store, store.SweepMarkName(s.Stream), s.ReconcilerLease); {
+		case err != nil:
+			failed = append(failed, "reconciler")
+		case at != nil:
+			r = cmp.Or(r, &ReconcilerState{})
+			r.LastSweepAt, r.LastSweepAgeSeconds = utc(at), ageOf(at, now)
+		}
 	}
 	return leaseParts{dispatcher: d, reconciler: r, failed: failed}
 }
