@@ -12,6 +12,7 @@ import (
 	"github.com/outboxd/outboxd/dispatcher"
 	"github.com/outboxd/outboxd/internal/fault"
 	"github.com/outboxd/outboxd/internal/mongoseam"
+	"github.com/outboxd/outboxd/internal/startstop"
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store/mongostore"
@@ -322,7 +323,7 @@ func testDispatcher(t *testing.T, kind string) {
 	t.Run("StartStopStress", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, nil)
-		testkit.StartStopStress(t, 5, 3, func() testkit.StartStopper {
+		testkit.StartStopStress(t, 5, 3, func() startstop.Service {
 			d, err := dispatcher.New(b.st, b.rdb, b.config(), testkit.Logger(t))
 			if err != nil {
 				t.Error(err)

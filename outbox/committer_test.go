@@ -510,7 +510,7 @@ func TestCommitterLifecycle(t *testing.T) {
 	t.Run("StartStopStress", func(t *testing.T) {
 		t.Parallel()
 		b := setupCommitter(t, "SQLite", nil)
-		testkit.StartStopStress(t, 4, 20, func() testkit.StartStopper { return b.committer })
+		testkit.StartStopStress(t, 4, 20, func() startstop.Service { return b.committer })
 	})
 
 	t.Run("StopsWhenStartContextEnds", func(t *testing.T) {

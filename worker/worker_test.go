@@ -18,6 +18,7 @@ import (
 
 	"github.com/outboxd/outboxd/internal/fault"
 	"github.com/outboxd/outboxd/internal/readmodel"
+	"github.com/outboxd/outboxd/internal/startstop"
 	"github.com/outboxd/outboxd/internal/stream"
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
@@ -247,7 +248,7 @@ func TestWorker(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		var n atomic.Int64
-		testkit.StartStopStress(t, 1, 5, func() testkit.StartStopper {
+		testkit.StartStopStress(t, 1, 5, func() startstop.Service {
 			w, err := worker.New(b.st, b.rdb, b.pg.Pool, b.config(fmt.Sprint("c", n.Add(1))), nil)
 			if !assert.NoError(t, err) {
 				return nil

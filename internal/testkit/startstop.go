@@ -8,15 +8,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-)
 
-// StartStopper is a component with package startstop's lifecycle: the
-// worker, the dispatcher, the reconciler, the committer, the history.
-type StartStopper interface {
-	Start(ctx context.Context) error
-	Stop(ctx context.Context) error
-	Stopped() <-chan struct{}
-}
+	"github.com/outboxd/outboxd/internal/startstop"
+)
 
 // stressStopTimeout bounds each Stop of StartStopStress.
 const stressStopTimeout = 10 * time.Second
@@ -27,10 +21,10 @@ const stressStopTimeout = 10 * time.Second
 // and stops three times and must end stopped. get may return one shared
 // component or a new one each time; it reports its own errors (with
 // t.Error: it runs in goroutines) and returns nil to end its goroutine.
-func StartStopStress(t testing.TB, goroutines, rounds int, get func() StartStopper) {
+func StartStopStress(t testing.TB, goroutines, rounds int, get func() startstop.Service) {
 	t.Helper()
 	ctx := context.Background()
-	stop := func(s StartStopper) error {
+	stop := func(s startstop.Service) error {
 		stopCtx, cancel := context.WithTimeout(ctx, stressStopTimeout)
 		defer cancel()
 		return s.Stop(stopCtx)
