@@ -639,7 +639,7 @@ func (o *options) validate() error {
 		{"concurrency", o.concurrency < 1 || o.concurrency > ConcurrencyMax, fmt.Sprintf("must be between 1 and %d", ConcurrencyMax)},
 		{"class", !slices.Contains(failpolicy.Classes, o.class), "is required: one of " + strings.Join(failpolicy.Classes, ", ")},
 		{"max-deliveries", o.maxDeliveries <= 0, "must be positive"},
-		{"claim-idle", o.claimIdle <= 0, "must be positive"},
+		{"claim-idle", o.claimIdle < worker.ClaimIdleShortest, fmt.Sprintf("must be at least %s", worker.ClaimIdleShortest)},
 		{"retry-backoff", o.retryBackoff < time.Millisecond, "must be at least 1ms"},
 		{"consumer-expiry", o.consumerExpiry < time.Millisecond, "must be at least 1ms"},
 		{"breaker-failures", o.breakerFailures <= 0, "must be positive"},

@@ -27,6 +27,9 @@ const (
 	BlockDefault = 2 * time.Second
 	// ClaimIdleDefault is the default Config.ClaimIdle.
 	ClaimIdleDefault = 30 * time.Second
+	// ClaimIdleShortest is the shortest Config.ClaimIdle (and
+	// --claim-idle).
+	ClaimIdleShortest = time.Millisecond
 	// ClaimIntervalMax caps the default Config.ClaimInterval.
 	ClaimIntervalMax = 15 * time.Second
 	// MaxDeliveriesDefault is the default Config.MaxDeliveries.
@@ -319,8 +322,8 @@ func (c *Config) validate() error {
 	if c.Block < time.Millisecond || c.Block > BlockMax {
 		errs = append(errs, fmt.Errorf("Block must be between 1ms and %s (got %s)", BlockMax, c.Block))
 	}
-	if c.ClaimIdle < time.Millisecond {
-		errs = append(errs, fmt.Errorf("ClaimIdle must be at least 1ms (got %s)", c.ClaimIdle))
+	if c.ClaimIdle < ClaimIdleShortest {
+		errs = append(errs, fmt.Errorf("ClaimIdle must be at least %s (got %s)", ClaimIdleShortest, c.ClaimIdle))
 	}
 	if c.ClaimInterval < time.Millisecond {
 		errs = append(errs, fmt.Errorf("ClaimInterval must be at least 1ms (got %s)", c.ClaimInterval))
