@@ -45,8 +45,13 @@ const (
 	// relay is never held up for long).
 	EventPurgeChunk = 1000
 	EventPurgeMax   = 10 * EventPurgeChunk
-	// RetentionDefault is the default Config.Retention.
-	RetentionDefault = 24 * time.Hour
+	// OutboxRetentionDefault is the default Config.OutboxRetention.
+	OutboxRetentionDefault = 24 * time.Hour
+	// RetentionDefault is OutboxRetentionDefault.
+	//
+	// Deprecated: use OutboxRetentionDefault; RetentionDefault goes in the
+	// next version.
+	RetentionDefault = OutboxRetentionDefault
 	// BreakerFailuresDefault is the default Config.BreakerFailures.
 	BreakerFailuresDefault = failpolicy.BreakerFailuresDefault
 	// BreakerTimeoutDefault is the default Config.BreakerTimeout.
@@ -134,8 +139,15 @@ type Config struct {
 	// SweepMinAge keeps the periodic sweep away from entries the feed is
 	// about to deliver. Defaults to SweepMinAgeDefault (5s).
 	SweepMinAge time.Duration
-	// Retention is how long a dispatched entry is kept; the leader deletes
-	// older ones every SweepInterval. Defaults to RetentionDefault (24h).
+	// OutboxRetention is how long a dispatched outbox entry is kept; the
+	// leader deletes older ones every SweepInterval (--outbox-retention).
+	// Defaults to Retention when that is set, else OutboxRetentionDefault
+	// (24h).
+	OutboxRetention time.Duration
+	// Retention is OutboxRetention's former name, read when
+	// OutboxRetention is 0.
+	//
+	// Deprecated: set OutboxRetention; Retention goes in the next version.
 	Retention time.Duration
 	// EventRetention is how long a synced original is kept after its
 	// createdAt (--event-retention); every SweepInterval the leader deletes
@@ -226,7 +238,8 @@ func (c *Config) withDefaults() *Config {
 	out.MarkInterval = cmp.Or(out.MarkInterval, MarkIntervalDefault)
 	out.SweepInterval = cmp.Or(out.SweepInterval, SweepIntervalDefault)
 	out.SweepMinAge = cmp.Or(out.SweepMinAge, SweepMinAgeDefault)
-	out.Retention = cmp.Or(out.Retention, RetentionDefault)
+	out.OutboxRetention = cmp.Or(out.OutboxRetention, out.Retention, OutboxRetentionDefault)
+	out.Retention = out.OutboxRetention //nolint:staticcheck // the deprecated alias reads the same
 	out.BackoffMax = cmp.Or(out.BackoffMax, BackoffMaxDefault)
 	out.BreakerFailures = cmp.Or(out.BreakerFailures, BreakerFailuresDefault)
 	out.BreakerTimeout = cmp.Or(out.BreakerTimeout, BreakerTimeoutDefault)
@@ -254,7 +267,7 @@ func (c *Config) validate() error {
 		errs = append(errs, fmt.Errorf("LeaseTTL must be at least %s (got %s)", MinLeaseTTL, c.LeaseTTL))
 	}
 	for name, d := range map[string]time.Duration{"IdleCheckpoint": c.IdleCheckpoint, "IdleCheckpointMax": c.IdleCheckpointMax, "PollInterval": c.PollInterval, "MarkInterval": c.MarkInterval,
-		"SweepInterval": c.SweepInterval, "BackoffMax": c.BackoffMax, "Retention": c.Retention,
+		"SweepInterval": c.SweepInterval, "BackoffMax": c.BackoffMax, "OutboxRetention": c.OutboxRetention,
 		"BreakerTimeout": c.BreakerTimeout, "StreamRetention": c.StreamRetention, "TrimInterval": c.TrimInterval} {
 		if d < time.Millisecond {
 			errs = append(errs, fmt.Errorf("%s must be at least 1ms (got %s)", name, d))

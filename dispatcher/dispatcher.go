@@ -217,7 +217,7 @@ const component = stream.ComponentDispatcher
 
 // LeaseName is the name of the dispatcher's lease of stream, which also
 // holds its checkpoint: the stream's name.
-func LeaseName(stream string) string { return stream }
+func LeaseName(stream string) string { return store.DispatcherLeaseName(stream) }
 
 // Config returns the configuration in effect, defaults applied.
 func (d *Dispatcher) Config() Config { return *d.cfg }

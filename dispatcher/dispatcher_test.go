@@ -2,7 +2,6 @@ package dispatcher_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/outboxd/outboxd/dispatcher"
 	"github.com/outboxd/outboxd/internal/fault"
 	"github.com/outboxd/outboxd/internal/mongoseam"
+	"github.com/outboxd/outboxd/internal/startstop"
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store/mongostore"
@@ -323,30 +323,14 @@ func testDispatcher(t *testing.T, kind string) {
 	t.Run("StartStopStress", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, nil)
-		var wg sync.WaitGroup
-		for range 5 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for range 3 {
-					d, err := dispatcher.New(b.st, b.rdb, b.config(), testkit.Logger(t))
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					if err := d.Start(ctx); err != nil {
-						t.Error(err)
-						return
-					}
-					stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-					if err := d.Stop(stopCtx); err != nil {
-						t.Error(err)
-					}
-					cancel()
-				}
-			}()
-		}
-		wg.Wait()
+		testkit.StartStopStress(t, 5, 3, func() startstop.Service {
+			d, err := dispatcher.New(b.st, b.rdb, b.config(), testkit.Logger(t))
+			if err != nil {
+				t.Error(err)
+				return nil
+			}
+			return d
+		})
 		ids := b.write(5, 5)
 		b.start(b.config())
 		b.waitRelayed(ids, 10*time.Second)

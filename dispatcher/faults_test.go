@@ -134,7 +134,7 @@ func TestDispatcherFaults(t *testing.T) {
 				t.Parallel()
 				b := setup(t, &setupOpts{kind: kind})
 				cfg := b.config()
-				cfg.Retention, cfg.SweepInterval = 200*time.Millisecond, 50*time.Millisecond
+				cfg.OutboxRetention, cfg.SweepInterval = 200*time.Millisecond, 50*time.Millisecond
 				b.start(cfg)
 				ids := b.write(3, 3)
 				b.waitRelayed(ids, 10*time.Second)

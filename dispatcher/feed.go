@@ -349,7 +349,7 @@ func (d *Dispatcher) sweep(ctx, workCtx context.Context, lease store.Lease, m *m
 // logged, never returned: relaying does not wait for housekeeping (the next
 // sweep tries again, and MongoDB's TTL indexes remove the same documents).
 func (d *Dispatcher) housekeep(ctx context.Context, now time.Time) {
-	deleted, err := d.st.DeleteDispatched(ctx, now.Add(-d.cfg.Retention))
+	deleted, err := d.st.DeleteDispatched(ctx, now.Add(-d.cfg.OutboxRetention))
 	if err != nil && ctx.Err() == nil {
 		d.logger.Warn("deleting dispatched entries past the retention failed; relaying goes on, the next sweep tries again",
 			zap.Int64("entries", deleted), zap.Error(err))

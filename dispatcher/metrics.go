@@ -10,6 +10,25 @@ import (
 	"github.com/outboxd/outboxd/store"
 )
 
+// Names of the dispatcher's metrics that other packages read from a
+// registry (package status): each is registered under its name here, and
+// only here.
+const (
+	// BreakerStateMetric is the gauge of the circuit breaker around Redis
+	// (label stream): 0 closed, 1 half-open, 2 open.
+	BreakerStateMetric = ometrics.Namespace + "_" + metricsSubsystem + "_" + breakerStateName
+	// BackpressureMetric is 1 while the relay holds because Redis is full
+	// (label stream).
+	BackpressureMetric = ometrics.Namespace + "_" + metricsSubsystem + "_" + backpressureName
+)
+
+// The parts of the names above.
+const (
+	metricsSubsystem = "dispatcher"
+	breakerStateName = "breaker_state"
+	backpressureName = "backpressure"
+)
+
 // metrics of the Dispatchers of one stream registered on one Registerer are
 // shared; each Dispatcher keeps its own counts for Stats.
 type metrics struct {
@@ -42,7 +61,7 @@ func partitionRegisterer(reg prometheus.Registerer, part store.Partition) promet
 // labels them with its partition when it is one of several; the streak's
 // are the whole stream's, shared with the workers' on one Registerer).
 func newMetrics(reg prometheus.Registerer, stream string, part store.Partition) (*metrics, error) {
-	f := ometrics.NewFactory(partitionRegisterer(reg, part), "dispatcher", stream)
+	f := ometrics.NewFactory(partitionRegisterer(reg, part), metricsSubsystem, stream)
 	m := &metrics{
 		relayed:      f.Counter("relayed_total", "Outbox entries added to the stream (XADD), duplicates after a crash included."),
 		batches:      f.Counter("batches_total", "Batches relayed: one pipelined XADD each, then marked dispatched and checkpointed by a store write."),
@@ -56,7 +75,7 @@ func newMetrics(reg prometheus.Registerer, stream string, part store.Partition) 
 		leader:       f.Gauge("leader", "1 while this process holds the stream's lease and relays."),
 		term:         f.Gauge("term", "Fencing term of the lease held most recently."),
 		checkpoint:   f.Gauge("checkpoint_timestamp_seconds", "Time of the last checkpoint written (Unix seconds)."),
-		breaker:      f.Gauge("breaker_state", "State of the circuit breaker around Redis: 0 closed, 1 half-open, 2 open."),
+		breaker:      f.Gauge(breakerStateName, "State of the circuit breaker around Redis: 0 closed, 1 half-open, 2 open."),
 	}
 	if err := f.Err(); err != nil {
 		return nil, err

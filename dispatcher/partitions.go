@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
@@ -18,19 +17,14 @@ import (
 // stream: LeaseName(stream) for the whole stream, so that one partition
 // keeps today's lease and position, else "<stream>:<index>".
 func PartitionLeaseName(stream string, part store.Partition) string {
-	if part.Whole() {
-		return LeaseName(stream)
-	}
-	return stream + ":" + strconv.Itoa(part.Index)
+	return store.PartitionLeaseName(stream, part)
 }
 
 // MemberLeaseName is the name of member slot i of the dispatchers of a
 // partitioned stream: each running Dispatcher holds one slot, and the
 // number of slots held is the number of live dispatchers that the fair
 // share divides the partitions by.
-func MemberLeaseName(stream string, i int) string {
-	return stream + ":dispatchers:" + strconv.Itoa(i)
-}
+func MemberLeaseName(stream string, i int) string { return store.MemberLeaseName(stream, i) }
 
 // sharing runs the Dispatcher of a partitioned stream: one Dispatcher per
 // partition (each with its lease, fencing term, checkpoint, feed and

@@ -51,14 +51,14 @@ type watchMetrics struct {
 func newWatchMetrics(reg prometheus.Registerer, name string) (*watchMetrics, error) {
 	sf := ometrics.NewFactory(reg, "stream", name)
 	rf := ometrics.NewFactory(reg, "redis", name)
-	df := ometrics.NewFactory(reg, "dispatcher", name)
+	df := ometrics.NewFactory(reg, metricsSubsystem, name)
 	m := &watchMetrics{
 		lag:          sf.GaugeVec("lag", "Entries of the stream a consumer group has not read yet (XINFO GROUPS lag; absent when Redis cannot tell).", "group"),
 		read:         sf.GaugeVec("entries_read", "Entries of the stream a consumer group has read since it was created (XINFO GROUPS entries-read).", "group"),
 		trimmed:      sf.Counter("trimmed_total", "Acknowledged entries trimmed from the stream and its replay lane (below the lowest id any consumer group still needs, past --stream-retention)."),
 		used:         rf.Gauge("used_memory_bytes", "Redis's used_memory (INFO memory), as the dispatcher's leader last read it."),
 		max:          rf.Gauge("maxmemory_bytes", "Redis's maxmemory (0: no limit)."),
-		backpressure: df.Gauge("backpressure", "1 while the relay holds because Redis is full (used_memory above --redis-memory-high of maxmemory, or an OOM reply): nothing is added, marked or checkpointed."),
+		backpressure: df.Gauge(backpressureName, "1 while the relay holds because Redis is full (used_memory above --redis-memory-high of maxmemory, or an OOM reply): nothing is added, marked or checkpointed."),
 	}
 	return m, errors.Join(sf.Err(), rf.Err(), df.Err())
 }

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/fault"
@@ -511,16 +510,7 @@ func TestCommitterLifecycle(t *testing.T) {
 	t.Run("StartStopStress", func(t *testing.T) {
 		t.Parallel()
 		b := setupCommitter(t, "SQLite", nil)
-		var wg sync.WaitGroup
-		for range 4 {
-			wg.Go(func() {
-				for range 20 {
-					assert.NoError(t, b.committer.Start(ctx))
-					assert.NoError(t, b.committer.Stop(ctx))
-				}
-			})
-		}
-		wg.Wait()
+		testkit.StartStopStress(t, 4, 20, func() startstop.Service { return b.committer })
 	})
 
 	t.Run("StopsWhenStartContextEnds", func(t *testing.T) {

@@ -67,9 +67,8 @@
 // worker: each original published once, the read model exact. With
 // Config.Lease (--lease) only the replica that holds the lease
 // "reconciler:<stream>" sweeps, one at a time. The end of each sweep is
-// written into that lease's checkpoint time (by the holder, or briefly
-// taking the free lease: RecordSweep), where GET /v1/status of every
-// process reads it.
+// recorded as the store's mark "sweep:<stream>" (RecordSweep,
+// store.LastSweep), where GET /v1/status of every process reads it.
 //
 // Times come from Config.Now and are truncated to the millisecond, the
 // stores' precision, so a claim stamp compares equal when read back.

@@ -259,7 +259,7 @@ func (r *Reconciler) Stopped() <-chan struct{} { return r.life.Stopped() }
 func (r *Reconciler) Err() error { return r.life.Err() }
 
 // LeaseName is the name of the periodic reconciler's lease of stream.
-func LeaseName(stream string) string { return "reconciler:" + stream }
+func LeaseName(stream string) string { return store.ReconcilerLeaseName(stream) }
 
 func (r *Reconciler) preflight(ctx context.Context) error {
 	if err := r.rc.Ping(ctx); err != nil {
@@ -288,15 +288,11 @@ func (r *Reconciler) run(fetchCtx, workCtx context.Context) error {
 	r.logger.Debug("reconciler started", zap.Duration("every", r.cfg.Every), zap.Bool("lease", r.cfg.Lease))
 	defer r.logger.Debug("reconciler stopped")
 	if !r.cfg.Lease {
-		r.schedule(fetchCtx, func(ctx context.Context) {
-			if _, err := r.RecordSweep(ctx); err != nil && ctx.Err() == nil {
-				r.logger.Warn("error recording the sweep in the reconciler lease", zap.Error(err))
-			}
-		})
+		r.schedule(fetchCtx, r.record)
 		return nil
 	}
-	return r.elector.Run(fetchCtx, workCtx, func(ctx context.Context, lease store.Lease) error {
-		r.schedule(ctx, func(ctx context.Context) { r.record(ctx, lease) })
+	return r.elector.Run(fetchCtx, workCtx, func(ctx context.Context, _ store.Lease) error {
+		r.schedule(ctx, r.record)
 		return ctx.Err()
 	})
 }
@@ -336,37 +332,27 @@ func (r *Reconciler) sweepAndLog(ctx context.Context) Report {
 	return rep
 }
 
-// record writes the end of the last sweep into the reconciler's lease (its
-// checkpoint time), where the status of every process reads it. A failure
-// is only logged: the next sweep writes it again.
-func (r *Reconciler) record(ctx context.Context, lease store.Lease) {
+// record writes the end of the last sweep (RecordSweep), where the status
+// of every process reads it. A failure is only logged: the next sweep
+// writes it again.
+func (r *Reconciler) record(ctx context.Context) {
 	if ctx.Err() != nil {
 		return
 	}
-	if err := r.st.SaveCheckpoint(ctx, lease, store.Checkpoint{At: r.now()}); err != nil && ctx.Err() == nil {
-		r.logger.Warn("error recording the sweep in the reconciler lease", zap.Error(err))
+	if err := r.RecordSweep(ctx); err != nil && ctx.Err() == nil {
+		r.logger.Warn("error recording the sweep", zap.Error(err))
 	}
 }
 
-// RecordSweep records, for the status of every process, that a sweep run
-// with Sweep just ended (one sweep, or the service without Config.Lease):
-// it takes the reconciler's lease when no replica holds it, writes the
-// time as its checkpoint and gives it back. It reports whether it recorded
-// anything; when another replica holds the lease at that moment, that
-// replica records its own sweeps.
-func (r *Reconciler) RecordSweep(ctx context.Context) (bool, error) {
-	lease, err := r.st.AcquireLease(ctx, LeaseName(r.cfg.Stream), r.cfg.Owner, r.cfg.Now(), r.cfg.LeaseTTL)
-	if err != nil || !lease.Held() {
-		return false, err
+// RecordSweep records, for the status of every process, that a sweep just
+// ended: the mark store.SweepMarkName, read by store.LastSweep. Any
+// replica may record, with or without the lease; the mark keeps the latest
+// time.
+func (r *Reconciler) RecordSweep(ctx context.Context) error {
+	if err := r.st.SetMark(ctx, store.SweepMarkName(r.cfg.Stream), r.now()); err != nil {
+		return fmt.Errorf("error recording the sweep: %w", err)
 	}
-	err = r.st.SaveCheckpoint(ctx, lease, store.Checkpoint{At: r.now()})
-	if _, rerr := r.st.ReleaseLease(ctx, lease); rerr != nil {
-		err = errors.Join(err, rerr)
-	}
-	if err != nil {
-		return false, fmt.Errorf("error recording the sweep: %w", err)
-	}
-	return true, nil
+	return nil
 }
 
 // now returns the clock's time at the stores' millisecond precision, so a

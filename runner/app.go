@@ -29,6 +29,7 @@ import (
 	"github.com/outboxd/outboxd/internal/operator"
 	"github.com/outboxd/outboxd/internal/readmodel"
 	"github.com/outboxd/outboxd/internal/redact"
+	ostatus "github.com/outboxd/outboxd/internal/status"
 	"github.com/outboxd/outboxd/internal/storetrace"
 	"github.com/outboxd/outboxd/internal/stream"
 	"github.com/outboxd/outboxd/internal/tracing"
@@ -76,7 +77,7 @@ type app struct {
 	admin *operator.Operator
 	// history samples the status for the console's charts while the HTTP
 	// server runs.
-	history *httpapi.History
+	history *ostatus.History
 	// presentOnce looks up once whether the default read model's tables
 	// exist (present).
 	presentOnce sync.Once
@@ -547,7 +548,7 @@ func (a *app) newDispatcher() (service, error) {
 	var group serviceGroup
 	for i, s := range a.streams() {
 		cfg := &dispatcher.Config{
-			Stream: s, Partitions: a.partitions(), BatchSize: a.o.relayBatch, FeedGather: gatherOrOff(a.o.relayGather), LeaseTTL: a.o.leaseTTL, Retention: a.o.outboxRetention,
+			Stream: s, Partitions: a.partitions(), BatchSize: a.o.relayBatch, FeedGather: gatherOrOff(a.o.relayGather), LeaseTTL: a.o.leaseTTL, OutboxRetention: a.o.outboxRetention,
 			BreakerFailures: a.o.breakerFailures, BreakerTimeout: a.o.breakerTimeout, StreakLimit: a.o.streakLimit,
 			StreamRetention: a.o.streamRetention, MemoryHigh: a.o.memoryHigh, Registerer: a.reg,
 		}
@@ -614,7 +615,7 @@ func (a *app) reconcileOnce(ctx context.Context) error {
 	}
 	rep, err := r.Sweep(ctx)
 	if err == nil {
-		if _, rerr := r.RecordSweep(ctx); rerr != nil {
+		if rerr := r.RecordSweep(ctx); rerr != nil {
 			a.log.Warn("error recording the sweep for the status", zap.Error(rerr))
 		}
 	}
@@ -791,7 +792,7 @@ func (a *app) httpHandler() (http.Handler, error) {
 		}
 	}
 	if a.st != nil {
-		status := &httpapi.Status{Store: a.st, Stream: a.o.stream, Group: a.o.group, Gatherer: a.reg,
+		status := &ostatus.Status{Store: a.st, Stream: a.o.stream, Group: a.o.group, Gatherer: a.reg,
 			DispatcherLease: dispatcher.LeaseName(a.o.stream), ReconcilerLease: reconciler.LeaseName(a.o.stream), RoutedStreams: a.streams()[1:]}
 		if n := a.partitions(); n > 1 {
 			for p := range n {
@@ -812,7 +813,7 @@ func (a *app) httpHandler() (http.Handler, error) {
 			status.Unchecked = unchecked
 		}
 		cfg.Status, cfg.Store = status, a.st
-		if err := a.reg.Register(httpapi.NewCollector(status)); err != nil {
+		if err := a.reg.Register(ostatus.NewCollector(status)); err != nil {
 			return nil, err
 		}
 		admin, err := a.newAdmin()
@@ -821,7 +822,7 @@ func (a *app) httpHandler() (http.Handler, error) {
 		}
 		cfg.Admin = admin
 		status.Pauses = admin.Pauses
-		if a.history, err = httpapi.NewHistory(status, &httpapi.HistoryConfig{Every: a.o.uiSampleEvery}, a.log); err != nil {
+		if a.history, err = ostatus.NewHistory(status, &ostatus.HistoryConfig{Every: a.o.uiSampleEvery}, a.log); err != nil {
 			return nil, err
 		}
 		cfg.History, cfg.Console = a.history, true

@@ -9,8 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/outboxd/outboxd/internal/httpapi"
 	"github.com/outboxd/outboxd/internal/operator"
+	ostatus "github.com/outboxd/outboxd/internal/status"
 	"github.com/outboxd/outboxd/internal/testkit"
 )
 
@@ -29,8 +29,8 @@ func TestAuditInDev(t *testing.T) {
 		require.Equal(t, http.StatusCreated, code, string(body))
 		keys = append(keys, key)
 	}
-	audited := func(cond func(*operator.AuditReport) bool) *httpapi.Snapshot {
-		var last httpapi.Snapshot
+	audited := func(cond func(*operator.AuditReport) bool) *ostatus.Snapshot {
+		var last ostatus.Snapshot
 		require.Eventually(t, func() bool {
 			s, err := b.status()
 			if err != nil || s.Audit == nil {
@@ -94,7 +94,7 @@ func TestAuditOffWithoutItsReadModel(t *testing.T) {
 	startRole(t, addr, "reconcile", "--store", storeURI, "--postgres-url", pg.URL, "--redis-url", testkit.RedisURL(),
 		"--stream", prefix+"-stream", "--group", prefix+"-group", "--every", "1s", "--audit-every", "1s")
 	b := &devBundle{base: "http://" + addr}
-	var last httpapi.Snapshot
+	var last ostatus.Snapshot
 	require.Eventually(t, func() bool {
 		s, err := b.status()
 		if err != nil || s.Reconciler == nil || s.Reconciler.LastReport == nil {

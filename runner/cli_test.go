@@ -70,6 +70,7 @@ func TestUsageErrors(t *testing.T) {
 		{"ReservedCollection", nil, []string{"work", "--store", "mongodb://h", "--outbox-collection", "leases"}, []string{"--outbox-collection", "keeps its own leases"}},
 		{"BadCollectionName", nil, []string{"work", "--store", "mongodb://h", "--events-collection", "a$b"}, []string{"--events-collection", "not a collection name"}},
 		{"OneCollectionForBoth", nil, []string{"work", "--store", "mongodb://h", "--events-collection", "x", "--outbox-collection", "x"}, []string{"--outbox-collection", "the same collection"}},
+		{"ClaimIdleUnderTheWorkersBound", nil, []string{"work", "--store", "mongodb://h", "--claim-idle", "500us"}, []string{"--claim-idle must be at least 1ms"}},
 		{"ZeroMongoPool", nil, []string{"work", "--store", "mongodb://h", "--mongo-max-pool", "0"}, []string{"--mongo-max-pool must be positive"}},
 		{"UISampleTooOften", nil, []string{"work", "--store", "mongodb://h", "--ui-sample-every", "1ms"}, []string{"--ui-sample-every", "at least 100ms"}},
 		{"NegativeEventRetention", nil, []string{"dispatch", "--store", "mongodb://h", "--event-retention", "-24h"}, []string{"--event-retention", "0 (keep originals forever) or at least 1h"}},

@@ -10,8 +10,8 @@ import (
 	"github.com/chromedp/chromedp/kb"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outboxd/outboxd/internal/httpapi"
 	"github.com/outboxd/outboxd/internal/operator"
+	ostatus "github.com/outboxd/outboxd/internal/status"
 )
 
 // TestConsoleStagesAndDLQSearch drives the console's stage controls and
@@ -43,7 +43,7 @@ func TestConsoleStagesAndDLQSearch(t *testing.T) {
 	for i := range 4 {
 		post(fmt.Sprintf("sensor-%d", i), "C", 3+i)
 	}
-	d.waitStatus(t, token, func(s httpapi.Snapshot) bool {
+	d.waitStatus(t, token, func(s ostatus.Snapshot) bool {
 		return s.Events.Synced == 4 && s.Events.Failed == 2 && s.DLQ.Length == 2
 	})
 
@@ -77,7 +77,7 @@ func TestConsoleStagesAndDLQSearch(t *testing.T) {
 		for i := range 8 {
 			post(fmt.Sprintf("paused-%d", i), "C", 10+i)
 		}
-		d.waitStatus(t, token, func(s httpapi.Snapshot) bool {
+		d.waitStatus(t, token, func(s ostatus.Snapshot) bool {
 			return s.Events.Synced > 4 && s.Events.Synced < 12 && s.Outbox != nil && s.Outbox.Undispatched > 0
 		})
 		b.open("/ui/") // the figures of now: the outbox holds partition 1's events
@@ -88,7 +88,7 @@ func TestConsoleStagesAndDLQSearch(t *testing.T) {
 		b.click(`#stages tr[data-stage="relay:1"] button[data-action="resume"]`)
 		b.untilText("#stage-result", "Relay, partition 1: resumed.")
 		b.untilText(`#stages tr[data-stage="relay:1"]`, "running")
-		d.waitStatus(t, token, func(s httpapi.Snapshot) bool { return s.Events.Synced == 12 && s.Outbox.Undispatched == 0 })
+		d.waitStatus(t, token, func(s ostatus.Snapshot) bool { return s.Events.Synced == 12 && s.Outbox.Undispatched == 0 })
 	})
 
 	t.Run("SearchAndReplayTheMatches", func(t *testing.T) {
@@ -114,7 +114,7 @@ func TestConsoleStagesAndDLQSearch(t *testing.T) {
 		b.until(`document.getElementById('confirm').open`)
 		b.click("#confirm-ok")
 		b.untilText("#action-result", "Replayed 1")
-		d.waitStatus(t, token, func(s httpapi.Snapshot) bool {
+		d.waitStatus(t, token, func(s ostatus.Snapshot) bool {
 			return s.Events.Synced == 13 && s.Events.Failed == 1 && s.DLQ.Length == 1
 		})
 		var page operator.DLQPage

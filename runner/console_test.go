@@ -22,6 +22,7 @@ import (
 
 	"github.com/outboxd/outboxd/internal/httpapi"
 	"github.com/outboxd/outboxd/internal/operator"
+	ostatus "github.com/outboxd/outboxd/internal/status"
 	"github.com/outboxd/outboxd/internal/testkit"
 )
 
@@ -238,10 +239,10 @@ func (b *devBundle) apiCall(t *testing.T, token, method, path, body string, out 
 }
 
 // waitStatus waits until the status satisfies ok.
-func (b *devBundle) waitStatus(t *testing.T, token string, ok func(s httpapi.Snapshot) bool) {
+func (b *devBundle) waitStatus(t *testing.T, token string, ok func(s ostatus.Snapshot) bool) {
 	t.Helper()
 	require.Eventually(t, func() bool {
-		var s httpapi.Snapshot
+		var s ostatus.Snapshot
 		req, _ := http.NewRequest(http.MethodGet, b.base+"/v1/status", nil)
 		req.Header.Set("Authorization", "Bearer "+token)
 		res, err := http.DefaultClient.Do(req)
@@ -280,7 +281,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	var poison struct{ ID string }
 	require.Equal(t, http.StatusCreated, d.apiCall(t, token, http.MethodPost, "/v1/events",
 		`{"sourceKey":"plant-a","deviceKey":"bad-sensor","occurredAt":"2026-11-01T07:30:00Z","payload":{"t":99}}`, &poison))
-	d.waitStatus(t, token, func(s httpapi.Snapshot) bool {
+	d.waitStatus(t, token, func(s ostatus.Snapshot) bool {
 		return s.Events.Synced == 6 && s.Events.Failed == 1 && s.DLQ.Length == 3
 	})
 
@@ -349,7 +350,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		b.untilText("#dlq-summary", "2 dead letters")
 		b.untilText("#dlq-table tbody", "No dead letter matches")
 		b.untilText("#nav-dlq-count", "(2)")
-		d.waitStatus(t, token, func(s httpapi.Snapshot) bool { return s.Events.Synced == 7 && s.Events.Failed == 0 })
+		d.waitStatus(t, token, func(s ostatus.Snapshot) bool { return s.Events.Synced == 7 && s.Events.Failed == 0 })
 
 		b.open("/ui/journey?ref=" + poison.ID)
 		b.until(`!document.getElementById('journey').hidden`)

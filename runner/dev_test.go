@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outboxd/outboxd/internal/httpapi"
+	ostatus "github.com/outboxd/outboxd/internal/status"
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/store"
 	"github.com/outboxd/outboxd/store/mongostore"
@@ -133,8 +133,8 @@ func (b *devBundle) post(t *testing.T, path, key, body string) (int, []byte) {
 }
 
 // status reads GET /v1/status; safe inside require.Eventually's goroutine.
-func (b *devBundle) status() (httpapi.Snapshot, error) {
-	var s httpapi.Snapshot
+func (b *devBundle) status() (ostatus.Snapshot, error) {
+	var s ostatus.Snapshot
 	resp, err := http.Get(b.base + "/v1/status")
 	if err != nil {
 		return s, err
@@ -151,7 +151,7 @@ func (b *devBundle) status() (httpapi.Snapshot, error) {
 // entry marked dispatched. The dispatcher marks what it relayed in a write
 // of its own after the XADD, so an event can be synced before its entry is
 // marked, and a checker run then would find it undispatched.
-func converged(s httpapi.Snapshot, n int64) bool {
+func converged(s ostatus.Snapshot, n int64) bool {
 	return s.Events != nil && s.Events.Total == n && s.Events.Synced == n &&
 		(s.Stream == nil || s.Stream.Pending == 0) && s.Outbox != nil && s.Outbox.Undispatched == 0
 }

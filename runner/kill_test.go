@@ -16,7 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/outboxd/outboxd/internal/httpapi"
+	ostatus "github.com/outboxd/outboxd/internal/status"
 	"github.com/outboxd/outboxd/internal/testkit"
 )
 
@@ -151,7 +151,7 @@ func TestDevSurvivesSIGKILL(t *testing.T) {
 			return false
 		}
 		defer resp.Body.Close()
-		var s httpapi.Snapshot
+		var s ostatus.Snapshot
 		return json.NewDecoder(resp.Body).Decode(&s) == nil && converged(s, events)
 	}, 2*time.Minute, 100*time.Millisecond, "pipeline did not converge after the kill: %s", proc.stderr)
 

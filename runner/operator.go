@@ -18,6 +18,7 @@ import (
 	"github.com/outboxd/outboxd/internal/httpapi"
 	"github.com/outboxd/outboxd/internal/operator"
 	"github.com/outboxd/outboxd/internal/redact"
+	ostatus "github.com/outboxd/outboxd/internal/status"
 )
 
 // dlqListDefault is how many dead letters dlq list shows unless told.
@@ -45,7 +46,7 @@ func ago(seconds float64) string {
 // printStatus prints the pipeline at a glance from GET /v1/status.
 func (a *app) printStatus(ctx context.Context) error {
 	var raw []byte
-	var s httpapi.Snapshot
+	var s ostatus.Snapshot
 	if err := a.client().do(ctx, http.MethodGet, "/v1/status", nil, &s, &raw); err != nil {
 		return err
 	}

@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/failpolicy"
-	"github.com/outboxd/outboxd/internal/httpapi"
 	"github.com/outboxd/outboxd/internal/operator"
+	ostatus "github.com/outboxd/outboxd/internal/status"
 	"github.com/outboxd/outboxd/internal/stream"
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
@@ -69,7 +69,7 @@ func TestOperatorCommands(t *testing.T) {
 		post(fmt.Sprintf("k%d", i), fmt.Sprintf("2026-11-01T%02d:00:00Z", i))
 	}
 	b.deadLetters(t)
-	var snap httpapi.Snapshot
+	var snap ostatus.Snapshot
 	require.Eventually(t, func() bool {
 		code, out, _ := op("status", "--json")
 		return code == ExitOK && json.Unmarshal([]byte(out), &snap) == nil && snap.Events != nil && snap.Events.Synced == 6

@@ -21,6 +21,7 @@ import (
 	"github.com/outboxd/outboxd/internal/httpapi"
 	"github.com/outboxd/outboxd/internal/operator"
 	"github.com/outboxd/outboxd/internal/redact"
+	ostatus "github.com/outboxd/outboxd/internal/status"
 	"github.com/outboxd/outboxd/internal/stream"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/projection"
@@ -245,7 +246,7 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 			fs.StringVar(&o.tlsCert, "tls-cert", "", "serve HTTPS (TLS 1.2 or later) with this PEM certificate (chain), with --tls-key")
 			fs.StringVar(&o.tlsKey, "tls-key", "", "the PEM private key of --tls-cert")
 			fs.BoolVar(&o.uiReadOnly, "ui-read-only", false, "the console at /ui shows no action, and the admin API refuses those that change something (403)")
-			fs.DurationVar(&o.uiSampleEvery, "ui-sample-every", httpapi.HistoryEveryDefault, "how often the console's charts sample the status (GET /v1/status/history keeps 120 samples)")
+			fs.DurationVar(&o.uiSampleEvery, "ui-sample-every", ostatus.HistoryEveryDefault, "how often the console's charts sample the status (GET /v1/status/history keeps 120 samples)")
 			fs.BoolVar(&o.pprof, "pprof", false, "serve Go's profiles (net/http/pprof) under /debug/pprof/ on --http-addr to the operator token (to anyone when no token is set), never the command line: for benchmarks and debugging")
 		case gAuth:
 			o.authToken.register(fs, "auth-token", "the operator token (the same as --operator-token)", false)
@@ -662,7 +663,7 @@ func (o *options) validate() error {
 		{"concurrency", o.concurrency < 1 || o.concurrency > ConcurrencyMax, fmt.Sprintf("must be between 1 and %d", ConcurrencyMax)},
 		{"class", !slices.Contains(failpolicy.Classes, o.class), "is required: one of " + strings.Join(failpolicy.Classes, ", ")},
 		{"max-deliveries", o.maxDeliveries <= 0, "must be positive"},
-		{"claim-idle", o.claimIdle <= 0, "must be positive"},
+		{"claim-idle", o.claimIdle < worker.ClaimIdleShortest, fmt.Sprintf("must be at least %s", worker.ClaimIdleShortest)},
 		{"retry-backoff", o.retryBackoff < time.Millisecond, "must be at least 1ms"},
 		{"consumer-expiry", o.consumerExpiry < time.Millisecond, "must be at least 1ms"},
 		{"breaker-failures", o.breakerFailures <= 0, "must be positive"},

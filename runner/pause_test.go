@@ -16,6 +16,7 @@ import (
 	"github.com/outboxd/outboxd/internal/httpapi"
 	"github.com/outboxd/outboxd/internal/operator"
 	"github.com/outboxd/outboxd/internal/pause"
+	ostatus "github.com/outboxd/outboxd/internal/status"
 	"github.com/outboxd/outboxd/internal/stream"
 	"github.com/outboxd/outboxd/internal/testkit"
 )
@@ -44,10 +45,10 @@ func TestPauseAndCancelAcrossReplicas(t *testing.T) {
 	on := func(base string, args ...string) (int, string, string) {
 		return cli(append(args, "--server", base, "--auth-token", token)...)
 	}
-	status := func(base string) httpapi.Snapshot {
+	status := func(base string) ostatus.Snapshot {
 		code, out, errOut := on(base, "status", "--json")
 		require.Contains(t, []int{ExitOK, ExitFailure}, code, errOut)
-		var s httpapi.Snapshot
+		var s ostatus.Snapshot
 		require.NoError(t, json.Unmarshal([]byte(out), &s))
 		return s
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outboxd/outboxd/internal/httpapi"
+	ostatus "github.com/outboxd/outboxd/internal/status"
 	"github.com/outboxd/outboxd/internal/stream"
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
@@ -113,15 +113,15 @@ func TestRoutes(t *testing.T) {
 		}
 		return ids
 	}
-	status := func() httpapi.Snapshot {
+	status := func() ostatus.Snapshot {
 		resp, err := http.Get("http://" + dispatchAddr + "/v1/status")
 		require.NoError(t, err)
 		defer resp.Body.Close()
-		var s httpapi.Snapshot
+		var s ostatus.Snapshot
 		require.NoError(t, json.NewDecoder(resp.Body).Decode(&s))
 		return s
 	}
-	pyLag := func(s httpapi.Snapshot) *httpapi.GroupCounts {
+	pyLag := func(s ostatus.Snapshot) *ostatus.GroupCounts {
 		for _, r := range s.RoutedStreams {
 			for _, g := range r.Groups {
 				if r.Name == s2 && g.Name == "py" {

@@ -7,8 +7,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/dispatcher"
-	"github.com/outboxd/outboxd/internal/httpapi"
 	"github.com/outboxd/outboxd/internal/startstop"
+	ostatus "github.com/outboxd/outboxd/internal/status"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/reconciler"
 	"github.com/outboxd/outboxd/worker"
@@ -19,7 +19,7 @@ var (
 	_ startstop.Service = (*dispatcher.Dispatcher)(nil)
 	_ startstop.Service = (*reconciler.Reconciler)(nil)
 	_ startstop.Service = (*outbox.Committer)(nil)
-	_ startstop.Service = (*httpapi.History)(nil)
+	_ startstop.Service = (*ostatus.History)(nil)
 )
 
 // TestServicesLifecycleAPI: the services this binary runs hold their
@@ -33,7 +33,7 @@ func TestServicesLifecycleAPI(t *testing.T) {
 		reflect.TypeFor[dispatcher.Dispatcher](),
 		reflect.TypeFor[reconciler.Reconciler](),
 		reflect.TypeFor[outbox.Committer](),
-		reflect.TypeFor[httpapi.History](),
+		reflect.TypeFor[ostatus.History](),
 	} {
 		t.Run(typ.Name(), func(t *testing.T) {
 			t.Parallel()

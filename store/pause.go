@@ -72,15 +72,6 @@ func ParseStage(s string, partitions int) (Stage, error) {
 	return Stage{}, fmt.Errorf("stage %q: must be relay, relay:<partition>, projection:<group> or replay:<group>", s)
 }
 
-// PauseLeaseName names the lease that records a pause of stage on stream:
-// "pause:<stream>:<stage>". The lease is held (by the operator who
-// paused, PausedBy) while the stage is paused, for PauseTTL, and released
-// when it resumes; its checkpoint time is when the pause began. Every
-// replica reads it, and it survives restarts as the store does.
-func PauseLeaseName(stream string, stage Stage) string {
-	return "pause:" + stream + ":" + stage.String()
-}
-
 // PauseTTL is how long a pause lease lasts: until an operator resumes.
 const PauseTTL = 100 * 365 * 24 * time.Hour
 

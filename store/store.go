@@ -180,6 +180,15 @@ type Store interface {
 	// which every entry is in the stream, only while lease is held with its
 	// term (else ErrFenced).
 	SaveCheckpoint(ctx context.Context, lease Lease, cp Checkpoint) error
+
+	// SetMark records at as the time of the named mark (ResetMarkName,
+	// SweepMarkName, ReplayCancelMarkName), unless a later time is
+	// recorded: a mark never moves back. Any process may set one; it is
+	// not a lease and holds no feed position.
+	SetMark(ctx context.Context, name string, at time.Time) error
+	// Mark returns the time of the named mark, or nil when it was never
+	// set.
+	Mark(ctx context.Context, name string) (*time.Time, error)
 }
 
 // Loaded is one original read by LoadEvents.

@@ -16,6 +16,7 @@ import (
 	"github.com/outboxd/outboxd/internal/readmodel"
 	"github.com/outboxd/outboxd/internal/stream"
 	"github.com/outboxd/outboxd/outbox"
+	"github.com/outboxd/outboxd/store"
 )
 
 // Defaults of Config.
@@ -26,6 +27,9 @@ const (
 	BlockDefault = 2 * time.Second
 	// ClaimIdleDefault is the default Config.ClaimIdle.
 	ClaimIdleDefault = 30 * time.Second
+	// ClaimIdleShortest is the shortest Config.ClaimIdle (and
+	// --claim-idle).
+	ClaimIdleShortest = time.Millisecond
 	// ClaimIntervalMax caps the default Config.ClaimInterval.
 	ClaimIntervalMax = 15 * time.Second
 	// MaxDeliveriesDefault is the default Config.MaxDeliveries.
@@ -338,8 +342,8 @@ func (c *Config) validate() error {
 	if c.Block < time.Millisecond || c.Block > BlockMax {
 		errs = append(errs, fmt.Errorf("Block must be between 1ms and %s (got %s)", BlockMax, c.Block))
 	}
-	if c.ClaimIdle < time.Millisecond {
-		errs = append(errs, fmt.Errorf("ClaimIdle must be at least 1ms (got %s)", c.ClaimIdle))
+	if c.ClaimIdle < ClaimIdleShortest {
+		errs = append(errs, fmt.Errorf("ClaimIdle must be at least %s (got %s)", ClaimIdleShortest, c.ClaimIdle))
 	}
 	if c.ClaimInterval < time.Millisecond {
 		errs = append(errs, fmt.Errorf("ClaimInterval must be at least 1ms (got %s)", c.ClaimInterval))
@@ -400,5 +404,5 @@ func NewReplayLimiter(r rate.Limit) *rate.Limiter {
 // OrderedLeaseName is the store lease an Ordered Worker holds on
 // partition p of stream's group: "work:<stream>:<group>:<p>".
 func OrderedLeaseName(stream, group string, p int) string {
-	return fmt.Sprintf("work:%s:%s:%d", stream, group, p)
+	return store.OrderedLeaseName(stream, group, p)
 }

@@ -7,6 +7,25 @@ import (
 	ometrics "github.com/outboxd/outboxd/internal/metrics"
 )
 
+// Names of the worker's metrics that other packages read from a registry
+// (package status): each is registered under its name here, and only here.
+const (
+	// BreakerStateMetric is the gauge of the worker's circuit breakers
+	// (labels stream, breaker: postgres, store): 0 closed, 1 half-open,
+	// 2 open.
+	BreakerStateMetric = ometrics.Namespace + "_" + metricsSubsystem + "_" + breakerStateName
+	// LatencyMetric is the histogram of the ingest → syncedAt latency
+	// (labels stream, origin), in LatencyBuckets.
+	LatencyMetric = ometrics.Namespace + "_" + latencyName
+)
+
+// The parts of the names above.
+const (
+	metricsSubsystem = "worker"
+	breakerStateName = "breaker_state"
+	latencyName      = "pipeline_latency_seconds"
+)
+
 // LatencyBuckets are the buckets of outboxd_pipeline_latency_seconds, in
 // seconds: fine below a second (the p99 ≤ 100 ms target) and with a bucket
 // at 300 s exactly, the completion SLO's "synced within 5 minutes" that the
@@ -42,7 +61,7 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer, stream string) (*metrics, error) {
-	f := ometrics.NewFactory(reg, "worker", stream)
+	f := ometrics.NewFactory(reg, metricsSubsystem, stream)
 	pipeline := ometrics.NewFactory(reg, "", stream)
 	backstop := ometrics.NewFactory(reg, "reconciler", stream)
 	m := &metrics{
@@ -56,7 +75,7 @@ func newMetrics(reg prometheus.Registerer, stream string) (*metrics, error) {
 		projection: f.Histogram("projection_seconds",
 			"Latency of one batch's PostgreSQL projection transaction, retries included.",
 			prometheus.ExponentialBucketsRange(0.0005, 10, 20)),
-		latency: pipeline.HistogramVec("pipeline_latency_seconds",
+		latency: pipeline.HistogramVec(latencyName,
 			"Time from ingest (createdAt) to syncedAt, per original synced for the first time, by the origin of the message that synced it (outbox, reconciler, replay, dlq-replay): the end-to-end latency whose p95/p99 matter.",
 			LatencyBuckets, "origin"),
 		// The worker observes it (it sets syncedAt); it is named for the
@@ -75,7 +94,7 @@ func newMetrics(reg prometheus.Registerer, stream string) (*metrics, error) {
 		groupsCreated: f.Counter("groups_created_total", "Consumer groups created, at start or after Redis lost them (NOGROUP)."),
 		consumersDeleted: f.Counter("consumers_deleted_total",
 			"Consumers removed from the group (XGROUP DELCONSUMER) after ConsumerExpiry idle with nothing pending."),
-		breakerState: f.GaugeVec("breaker_state",
+		breakerState: f.GaugeVec(breakerStateName,
 			"State of the worker's circuit breakers (breaker: postgres, store): 0 closed, 1 half-open, 2 open.", "breaker"),
 		batchSizeNow: f.GaugeVec("batch_size",
 			"The batch size each worker (consumer) reads with now: --batch-size, or with --batch-size auto the size the tuning loop chose (500 to 2,000).", "consumer"),

@@ -76,7 +76,7 @@ func TestWorkerDropsCancelledReplay(t *testing.T) {
 	b := setup(t)
 	old := b.write(t, "old", 4)
 	b.publishLane(t, old...)
-	require.NoError(t, store.RecordReplayCancel(ctx, b.st, b.stream, "test", time.Now().Add(time.Millisecond)))
+	require.NoError(t, store.RecordReplayCancel(ctx, b.st, b.stream, time.Now().Add(time.Millisecond)))
 	reg := prometheus.NewRegistry()
 	rec := &recorder{}
 	cfg := b.config("w")

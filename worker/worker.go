@@ -1320,7 +1320,7 @@ func (w *Worker) ensureGroup(ctx context.Context) error {
 			if g == w.group {
 				// Redis may have lost entries with the group: the
 				// reconciler takes the unsynced originals at once.
-				if err := store.RecordReset(ctx, w.st, w.cfg.Stream, w.cfg.Consumer, w.cfg.Now()); err != nil {
+				if err := store.RecordReset(ctx, w.st, w.cfg.Stream, w.cfg.Now()); err != nil {
 					w.logger.Warn("error recording the consumer group's reset in the store", zap.Error(err))
 				}
 			}

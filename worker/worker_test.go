@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,10 +13,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/fault"
 	"github.com/outboxd/outboxd/internal/readmodel"
+	"github.com/outboxd/outboxd/internal/startstop"
 	"github.com/outboxd/outboxd/internal/stream"
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
@@ -244,25 +247,14 @@ func TestWorker(t *testing.T) {
 	t.Run("StartStopStress", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		for i := range 5 {
-			w, err := worker.New(b.st, b.rdb, b.pg.Pool, b.config(fmt.Sprint("c", i)), nil)
-			require.NoError(t, err)
-			require.NoError(t, w.Start(ctx))
-			var wg sync.WaitGroup
-			for range 3 {
-				wg.Go(func() { require.NoError(t, w.Stop(ctx)) })
+		var n atomic.Int64
+		testkit.StartStopStress(t, 1, 5, func() startstop.Service {
+			w, err := worker.New(b.st, b.rdb, b.pg.Pool, b.config(fmt.Sprint("c", n.Add(1))), nil)
+			if !assert.NoError(t, err) {
+				return nil
 			}
-			wg.Wait()
-			<-w.Stopped()
-			require.NoError(t, w.Err())
-		}
-		// A stopped worker starts again.
-		w, err := worker.New(b.st, b.rdb, b.pg.Pool, b.config("again"), nil)
-		require.NoError(t, err)
-		for range 3 {
-			require.NoError(t, w.Start(ctx))
-			require.NoError(t, w.Stop(ctx))
-		}
+			return w
+		})
 	})
 
 	t.Run("RespectsContextCancellation", func(t *testing.T) {

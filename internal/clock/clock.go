@@ -4,6 +4,7 @@ package clock
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 )
@@ -67,5 +68,30 @@ func Sleep(ctx context.Context, d time.Duration) error {
 		return ctx.Err()
 	case <-t.C:
 		return nil
+	}
+}
+
+// Within runs read with a context bounded by timeout and waits for it no
+// longer than that. A read that does not heed its context (go-redis does
+// not, unless its ContextTimeoutEnabled option is set) is left to end on
+// its client's own timeouts, and its result is dropped.
+func Within[T any](ctx context.Context, timeout time.Duration, read func(context.Context) (T, error)) (T, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := read(ctx)
+		done <- result{v, err}
+	}()
+	select {
+	case r := <-done:
+		return r.v, r.err
+	case <-ctx.Done():
+		var zero T
+		return zero, fmt.Errorf("error reading within %s: %w", timeout, ctx.Err())
 	}
 }

@@ -220,6 +220,14 @@ func (m *StreakMetrics) halt(component, class string, delta int) {
 	m.halted.WithLabelValues(component, class).Set(v)
 }
 
+// RetriesHaltedMetric is the gauge of halted retries (labels stream,
+// component, class): 1 while a class's automatic retries are halted. Other
+// packages read it from a registry by this name (package status).
+const RetriesHaltedMetric = ometrics.Namespace + "_" + retriesHaltedName
+
+// retriesHaltedName is RetriesHaltedMetric within the namespace.
+const retriesHaltedName = "retries_halted"
+
 // NewStreakMetrics registers outboxd_error_streak{stream,component,code}
 // and outboxd_retries_halted{stream,component,class} on reg (nil: kept, not
 // exported).
@@ -230,7 +238,7 @@ func NewStreakMetrics(reg prometheus.Registerer, stream string) (*StreakMetrics,
 		streak: f.GaugeVec("error_streak",
 			"Current run of one identical error code in a component (reset by a success of what failed); at the streak limit (50) automatic retries of its class halt.",
 			"component", "code"),
-		halted: f.GaugeVec("retries_halted",
+		halted: f.GaugeVec(retriesHaltedName,
 			"1 while a component's automatic retries of a class are halted because one error code repeated streak-limit times in a row, else 0.",
 			"component", "class"),
 	}

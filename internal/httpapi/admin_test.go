@@ -23,6 +23,7 @@ import (
 	"github.com/outboxd/outboxd/internal/httpapi"
 	"github.com/outboxd/outboxd/internal/operator"
 	"github.com/outboxd/outboxd/internal/readmodel"
+	ostatus "github.com/outboxd/outboxd/internal/status"
 	"github.com/outboxd/outboxd/internal/stream"
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
@@ -59,7 +60,7 @@ func setupAdmin(t *testing.T, st store.Store, mods ...func(*httpapi.Config)) *ad
 		Group: b.group, Registerer: prometheus.NewRegistry()}, testkit.Logger(t))
 	require.NoError(t, err)
 	cfg := &httpapi.Config{AuthToken: testToken, Store: st, Admin: admin,
-		Status: &httpapi.Status{Store: st, Redis: rc, Stream: b.stream, Group: b.group}}
+		Status: &ostatus.Status{Store: st, Redis: rc, Stream: b.stream, Group: b.group}}
 	for _, m := range mods {
 		m(cfg)
 	}
@@ -698,10 +699,10 @@ func TestAdminRetriesResume(t *testing.T) {
 	require.NoError(t, err)
 	_, err = b.rc.Streak(keys, stream.ComponentDispatcher).Fail(ctx, storeDown, 1)
 	require.NoError(t, err)
-	var snap httpapi.Snapshot
+	var snap ostatus.Snapshot
 	code, body := b.call(t, http.MethodGet, "/v1/status", nil, &snap)
 	require.Equal(t, http.StatusOK, code, string(body))
-	require.ElementsMatch(t, []httpapi.HaltedRetries{
+	require.ElementsMatch(t, []ostatus.HaltedRetries{
 		{Component: stream.ComponentWorker, Class: failpolicy.ClassInfrastructure, Code: pgDown.Code},
 		{Component: stream.ComponentDispatcher, Class: failpolicy.ClassInfrastructure, Code: storeDown.Code},
 	}, snap.RetriesHalted)

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/httpapi"
+	ostatus "github.com/outboxd/outboxd/internal/status"
 	"github.com/outboxd/outboxd/internal/stream"
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
@@ -35,7 +36,7 @@ func TestScopes(t *testing.T) {
 	t.Parallel()
 	b := setupAdmin(t, testkit.NewStore(t), func(c *httpapi.Config) {
 		c.AuthToken, c.IngestToken, c.ViewerToken = operatorToken, ingestToken, viewerToken
-		c.Writer = outbox.NewWriter(c.Store, &outbox.WriterConfig{Stream: c.Status.Stream})
+		c.Writer = outbox.NewWriter(c.Store, &outbox.WriterConfig{Stream: c.Status.(*ostatus.Status).Stream})
 		c.Metrics = promhttp.HandlerFor(prometheus.NewRegistry(), promhttp.HandlerOpts{})
 		c.Profiles, c.Console = true, true
 	})
@@ -206,9 +207,9 @@ func TestTokensConfig(t *testing.T) {
 func TestLoopbackHosts(t *testing.T) {
 	t.Parallel()
 	st := testkit.NewStore(t)
-	open := setupHandlerOn(t, st, &httpapi.Config{LoopbackHosts: true, Status: &httpapi.Status{Store: st, Stream: "s"},
+	open := setupHandlerOn(t, st, &httpapi.Config{LoopbackHosts: true, Status: &ostatus.Status{Store: st, Stream: "s"},
 		Metrics: promhttp.HandlerFor(prometheus.NewRegistry(), promhttp.HandlerOpts{})})
-	guarded := setupHandlerOn(t, st, &httpapi.Config{LoopbackHosts: true, ViewerToken: viewerToken, Status: &httpapi.Status{Store: st, Stream: "s"}})
+	guarded := setupHandlerOn(t, st, &httpapi.Config{LoopbackHosts: true, ViewerToken: viewerToken, Status: &ostatus.Status{Store: st, Stream: "s"}})
 	get := func(b *handlerBundle, path, host string, header ...string) reply {
 		t.Helper()
 		return b.do(t, http.MethodGet, path, "", append([]string{"Host", host}, header...)...)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/outboxd/outboxd/internal/httpapi"
 	"github.com/outboxd/outboxd/internal/operator"
+	ostatus "github.com/outboxd/outboxd/internal/status"
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
 )
@@ -102,7 +103,7 @@ func TestIngestClients(t *testing.T) {
 
 // writerOf is a writer on the config's store and stream.
 func writerOf(c *httpapi.Config) *outbox.Writer {
-	return outbox.NewWriter(c.Store, &outbox.WriterConfig{Stream: c.Status.Stream})
+	return outbox.NewWriter(c.Store, &outbox.WriterConfig{Stream: c.Status.(*ostatus.Status).Stream})
 }
 
 // TestIngestClientsConfig: a client's name must be a name and not

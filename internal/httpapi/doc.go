@@ -1,6 +1,7 @@
 // Package httpapi is the HTTP surface of outboxd: the ingest API
 // (POST /v1/events, POST /v1/events:batch, GET /v1/events/{id}), the status
-// (GET /v1/status and its Prometheus gauges), the probes (/healthz,
+// (GET /v1/status and /v1/status/history, read by package status and served
+// through a JSONSource), the probes (/healthz,
 // /readyz) and /metrics, and the routes of the operator actions under
 // /v1/admin/ (package operator: dead letters, replay by boundary, verify,
 // the journey; see docs/operations.md), with RFC 9457 problem documents for

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/httpapi"
+	ostatus "github.com/outboxd/outboxd/internal/status"
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store"
@@ -471,7 +472,7 @@ func TestHandler(t *testing.T) {
 		b := setupHandlerOn(t, st, &httpapi.Config{
 			Registerer: reg,
 			Metrics:    promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
-			Status:     &httpapi.Status{Store: st, Stream: "s", Group: "g"},
+			Status:     &ostatus.Status{Store: st, Stream: "s", Group: "g"},
 		})
 		r := b.do(t, http.MethodGet, "/healthz", "")
 		require.Equal(t, http.StatusOK, r.status)

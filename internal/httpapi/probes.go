@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/outboxd/outboxd/internal/clock"
 )
 
 // readyTimeout bounds each readiness check, even one whose client does not
@@ -36,7 +38,7 @@ func (h *handler) readyz(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, c := range checks {
 		wg.Go(func() {
-			_, err := within(r.Context(), readyTimeout, func(ctx context.Context) (struct{}, error) {
+			_, err := clock.Within(r.Context(), readyTimeout, func(ctx context.Context) (struct{}, error) {
 				return struct{}{}, c.Func(ctx)
 			})
 			mu.Lock()

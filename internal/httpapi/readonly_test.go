@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/httpapi"
+	ostatus "github.com/outboxd/outboxd/internal/status"
 	"github.com/outboxd/outboxd/internal/testkit"
 )
 
@@ -57,7 +58,7 @@ func TestConsoleRoutes(t *testing.T) {
 	t.Parallel()
 	st := testkit.NewStore(t)
 	hb := setupHandlerOn(t, st, &httpapi.Config{AuthToken: testToken, Console: true, ReadOnly: true,
-		Status: &httpapi.Status{Store: st, Stream: "s"}})
+		Status: &ostatus.Status{Store: st, Stream: "s"}})
 	client := *hb.server.Client()
 	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	res, err := client.Get(hb.server.URL + "/ui")

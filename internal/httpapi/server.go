@@ -51,6 +51,22 @@ var MaxDecodesDefault = runtime.GOMAXPROCS(0)
 // IdempotencyKeyHeader carries the idempotency key of POST /v1/events.
 const IdempotencyKeyHeader = "Idempotency-Key"
 
+// JSONSource is what a read-only route serves: a document read at each
+// request and encoded as JSON (package status: Status for GET /v1/status,
+// History for GET /v1/status/history). It keeps this package apart from
+// what the status reads.
+type JSONSource interface {
+	JSON(ctx context.Context) any
+}
+
+func (h *handler) status(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, r, http.StatusOK, h.cfg.Status.JSON(r.Context()))
+}
+
+func (h *handler) history(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, r, http.StatusOK, h.cfg.History.JSON(r.Context()))
+}
+
 // Config configures the HTTP surface. A nil config serves only /healthz.
 type Config struct {
 	// AuthToken is the operator token (ScopeOperator: every route, the
@@ -127,8 +143,8 @@ type Config struct {
 	Committer *outbox.Committer
 	// Store, when set, serves GET /v1/events/{id}.
 	Store store.Store
-	// Status, when set, serves GET /v1/status.
-	Status *Status
+	// Status, when set, serves GET /v1/status (a status.Status).
+	Status JSONSource
 	// Admin, when set, serves the operator actions under /v1/admin/
 	// (package operator, docs/operations.md): the routes parse requests
 	// into its queries and answer its errors as problems.
@@ -140,8 +156,8 @@ type Config struct {
 	// to false.
 	ReadOnly bool
 	// History, when set, serves GET /v1/status/history: the figures of
-	// the last minutes, sampled in this process (see History).
-	History *History
+	// the last minutes, sampled in this process (a status.History).
+	History JSONSource
 	// Console serves the operator console at /ui/ (package
 	// httpapi/console): pages that read this API with the bearer token.
 	// Defaults to false.

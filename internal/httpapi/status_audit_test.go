@@ -9,8 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/outboxd/outboxd/internal/httpapi"
 	"github.com/outboxd/outboxd/internal/operator"
+	ostatus "github.com/outboxd/outboxd/internal/status"
 	"github.com/outboxd/outboxd/internal/testkit"
 )
 
@@ -43,7 +43,7 @@ func TestStatusShowsTheAudit(t *testing.T) {
 			t.Parallel()
 			// A read timeout that a loaded machine still meets for the store's
 			// part; the frozen audit waits it out.
-			s := &httpapi.Status{Store: st, Stream: "s", Audit: tc.read, ReadTimeout: 2 * time.Second}
+			s := &ostatus.Status{Store: st, Stream: "s", Audit: tc.read, ReadTimeout: 2 * time.Second}
 			began := time.Now()
 			snap := s.Snapshot(context.Background())
 			require.Less(t, time.Since(began), 5*time.Second)

@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outboxd/outboxd/internal/httpapi"
+	ostatus "github.com/outboxd/outboxd/internal/status"
 	"github.com/outboxd/outboxd/internal/stream"
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/reconciler"
@@ -30,7 +30,7 @@ func TestStatusLeasesBreakersAndDLQ(t *testing.T) {
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	rc, err := stream.NewClient(rdb, nil)
 	require.NoError(t, err)
-	status := &httpapi.Status{Store: st, Redis: rc, Stream: name, Group: "g",
+	status := &ostatus.Status{Store: st, Redis: rc, Stream: name, Group: "g",
 		DispatcherLease: "dispatch:" + name, ReconcilerLease: "reconcile:" + name, Now: func() time.Time { return now }}
 
 	snap := status.Snapshot(ctx)
@@ -73,8 +73,8 @@ func TestStatusLeasesBreakersAndDLQ(t *testing.T) {
 	require.False(t, rec.LeaderAlive, "its lease expired")
 	require.InDelta(t, 50, *rec.LastSweepAgeSeconds, 0.001)
 	require.Equal(t, 3, rec.LastReport.Scanned)
-	require.Equal(t, []httpapi.Breaker{{Component: "worker", Name: "postgres", State: "open"}}, snap.Breakers, "only this stream's")
-	require.Equal(t, []httpapi.HaltedRetries{{Component: "worker", Class: "record"}}, snap.RetriesHalted)
+	require.Equal(t, []ostatus.Breaker{{Component: "worker", Name: "postgres", State: "open"}}, snap.Breakers, "only this stream's")
+	require.Equal(t, []ostatus.HaltedRetries{{Component: "worker", Class: "record"}}, snap.RetriesHalted)
 	require.Equal(t, int64(1), snap.DLQ.Length)
 	require.InDelta(t, 90, *snap.DLQ.OldestAgeSeconds, 0.001)
 }

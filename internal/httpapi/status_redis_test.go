@@ -8,7 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outboxd/outboxd/internal/httpapi"
+	ostatus "github.com/outboxd/outboxd/internal/status"
 	"github.com/outboxd/outboxd/internal/stream"
 	"github.com/outboxd/outboxd/internal/testkit"
 )
@@ -33,10 +33,10 @@ func TestStatusRedisMemory(t *testing.T) {
 	require.NoError(t, rdb.XGroupCreate(ctx, keys.Stream(), "audit", "0").Err())
 	_, err = rc.Group(keys, "c").Read(ctx, ">", 4, -1)
 	require.NoError(t, err)
-	status := &httpapi.Status{Store: testkit.NewStore(t), Redis: rc, Stream: keys.Name(), Group: keys.Group()}
+	status := &ostatus.Status{Store: testkit.NewStore(t), Redis: rc, Stream: keys.Name(), Group: keys.Group()}
 
 	snap := status.Snapshot(ctx)
-	require.Equal(t, []httpapi.GroupCounts{
+	require.Equal(t, []ostatus.GroupCounts{
 		{Name: "audit", Lag: ptr(int64(10))},
 		{Name: "g", Pending: 4, Lag: ptr(int64(6)), EntriesRead: 4},
 	}, snap.Stream.Groups)
@@ -79,15 +79,15 @@ func TestStatusRoutedStreams(t *testing.T) {
 	require.NoError(t, err)
 	_, err = rc.Group(routed, "c").Read(ctx, ">", 2, -1)
 	require.NoError(t, err)
-	status := &httpapi.Status{Store: testkit.NewStore(t), Redis: rc, Stream: keys.Name(), Group: keys.Group(),
+	status := &ostatus.Status{Store: testkit.NewStore(t), Redis: rc, Stream: keys.Name(), Group: keys.Group(),
 		RoutedStreams: []string{routed.Name()}, PartitionLeases: []string{"l0", "l1"}}
 
 	snap := status.Snapshot(ctx)
-	require.Equal(t, []httpapi.RoutedStreamCounts{
-		{Name: routed.Stream(), Groups: []httpapi.GroupCounts{
+	require.Equal(t, []ostatus.RoutedStreamCounts{
+		{Name: routed.Stream(), Groups: []ostatus.GroupCounts{
 			{Name: "g", Pending: 2, Lag: ptr(int64(1)), EntriesRead: 2},
 			{Name: "py", Lag: ptr(int64(3))},
 		}},
-		{Name: routed.Partition(1, 2).Stream(), Groups: []httpapi.GroupCounts{{Name: "py", Lag: ptr(int64(4))}}},
+		{Name: routed.Partition(1, 2).Stream(), Groups: []ostatus.GroupCounts{{Name: "py", Lag: ptr(int64(4))}}},
 	}, snap.RoutedStreams)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/httpapi"
+	ostatus "github.com/outboxd/outboxd/internal/status"
 	"github.com/outboxd/outboxd/internal/stream"
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/store"
@@ -54,9 +55,9 @@ func TestStatusFrozenRedis(t *testing.T) {
 	const bound = 300 * time.Millisecond
 	rc, err := stream.NewClient(rdb, nil)
 	require.NoError(t, err)
-	status := &httpapi.Status{Store: st, Redis: rc, Stream: name, Group: prefix + "-group", ReadTimeout: bound}
+	status := &ostatus.Status{Store: st, Redis: rc, Stream: name, Group: prefix + "-group", ReadTimeout: bound}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(httpapi.NewCollector(status))
+	reg.MustRegister(ostatus.NewCollector(status))
 	b := setupHandlerOn(t, st, &httpapi.Config{Status: status, Ready: []httpapi.Check{
 		{Name: "store", Func: st.Ping},
 		{Name: "redis", Func: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},
@@ -132,7 +133,7 @@ func TestStatusFrozenStore(t *testing.T) {
 	st := frozenStore{Store: testkit.NewStore(t), release: make(chan struct{})}
 	t.Cleanup(func() { close(st.release) })
 	const bound = 200 * time.Millisecond
-	b := setupHandlerOn(t, st, &httpapi.Config{Status: &httpapi.Status{Store: st, Stream: "s", Group: "g", ReadTimeout: bound}})
+	b := setupHandlerOn(t, st, &httpapi.Config{Status: &ostatus.Status{Store: st, Stream: "s", Group: "g", ReadTimeout: bound}})
 	r, took := b.getTimed(t, "/v1/status")
 	require.Equal(t, http.StatusOK, r.status, "body: %s", r.body)
 	require.Less(t, took, bound+2*time.Second)
@@ -160,7 +161,7 @@ func TestStatusReplayLane(t *testing.T) {
 	var mu sync.Mutex
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	st := testkit.NewStore(t)
-	status := &httpapi.Status{Store: st, Redis: rc, Stream: keys.Name(), Group: keys.Group(), Now: clock}
+	status := &ostatus.Status{Store: st, Redis: rc, Stream: keys.Name(), Group: keys.Group(), Now: clock}
 	add := func(n int) {
 		for range n {
 			require.NoError(t, rdb.XAdd(ctx, &redis.XAddArgs{Stream: keys.Replay(), Values: map[string]any{"payload": "{}"}}).Err())
@@ -174,13 +175,13 @@ func TestStatusReplayLane(t *testing.T) {
 	}
 
 	snap := status.Snapshot(ctx)
-	require.Equal(t, &httpapi.ReplayCounts{Name: keys.Replay(), Lag: ptr(int64(0))}, snap.Replay, "no lane yet")
+	require.Equal(t, &ostatus.ReplayCounts{Name: keys.Replay(), Lag: ptr(int64(0))}, snap.Replay, "no lane yet")
 	add(10)
 	_, err = lane.Ensure(ctx)
 	require.NoError(t, err)
 	read(4)
 	snap = status.Snapshot(ctx)
-	require.Equal(t, &httpapi.ReplayCounts{Name: keys.Replay(), Length: 10, Pending: 4, Lag: ptr(int64(6)), Read: 4}, snap.Replay,
+	require.Equal(t, &ostatus.ReplayCounts{Name: keys.Replay(), Length: 10, Pending: 4, Lag: ptr(int64(6)), Read: 4}, snap.Replay,
 		"no rate from one reading")
 	mu.Lock()
 	now = now.Add(5 * time.Second)
@@ -192,7 +193,7 @@ func TestStatusReplayLane(t *testing.T) {
 	require.Equal(t, int64(0), *snap.Replay.Lag)
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(httpapi.NewCollector(status))
+	reg.MustRegister(ostatus.NewCollector(status))
 	require.Equal(t, 10.0, testkit.Metric(t, reg, "outboxd_replay_length"))
 	require.Equal(t, 10.0, testkit.Metric(t, reg, "outboxd_replay_pending"))
 	require.Zero(t, testkit.Metric(t, reg, "outboxd_replay_lag"))
@@ -202,7 +203,7 @@ func TestStatusReplayLane(t *testing.T) {
 
 	// The console's history samples the lane, and its rate between two
 	// samples.
-	h, err := httpapi.NewHistory(status, &httpapi.HistoryConfig{Every: time.Millisecond}, nil)
+	h, err := ostatus.NewHistory(status, &ostatus.HistoryConfig{Every: time.Millisecond}, nil)
 	require.NoError(t, err)
 	require.NoError(t, h.Start(ctx))
 	t.Cleanup(func() { require.NoError(t, h.Stop(ctx)) })

@@ -4,8 +4,11 @@ package metrics
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // Namespace prefixes every outboxd metric.
@@ -96,4 +99,21 @@ func (f *Factory) Histogram(name, help string, buckets []float64) prometheus.His
 func (f *Factory) HistogramVec(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
 	return register(f, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: Namespace, Subsystem: f.subsystem, Name: name, Help: help, ConstLabels: f.labels, Buckets: buckets}, labels))
+}
+
+// Present returns those of names that g gathers a family of, in the order
+// of names: a check that a metric read by name elsewhere is registered
+// under that name.
+func Present(g prometheus.Gatherer, names ...string) ([]string, error) {
+	families, err := g.Gather()
+	if err != nil {
+		return nil, fmt.Errorf("error gathering metrics: %w", err)
+	}
+	var out []string
+	for _, name := range names {
+		if slices.ContainsFunc(families, func(f *dto.MetricFamily) bool { return f.GetName() == name }) {
+			out = append(out, name)
+		}
+	}
+	return out, nil
 }

@@ -136,7 +136,7 @@ func (o *Operator) CancelReplay(ctx context.Context) (*CancelResult, error) {
 		return nil, err
 	}
 	now := o.cfg.Now().UTC()
-	if err := store.RecordReplayCancel(ctx, o.cfg.Store, o.cfg.Stream, "operator", now); err != nil {
+	if err := store.RecordReplayCancel(ctx, o.cfg.Store, o.cfg.Stream, now); err != nil {
 		return nil, storeErr("recording the cancel", err)
 	}
 	res := &CancelResult{CancelledAt: now}

@@ -53,7 +53,8 @@
 // payload; dead letters written before the code field existed carry the
 // code in reason, and Decode reads it there.
 //
-// With one partition (all that outboxd runs today) every key keeps the
-// name it had before this package: event-stream, event-stream:dlq,
-// event-stream:read-model:failures.
+// A stream of one partition (the default; --partitions splits it) keeps
+// the key names it had before partitions existed: event-stream,
+// event-stream:dlq, event-stream:read-model:failures. A partitioned
+// stream's keys are those of each partition (Keys.Split, Keys.Partition).
 package stream

@@ -16,7 +16,7 @@ const (
 
 // ownTables are the store's other tables: they keep their names, so
 // neither Options.EventsTable nor Options.OutboxTable may take one.
-var ownTables = []string{"feed_floor", "leases", "partitions", "events_removed"}
+var ownTables = []string{"feed_floor", "leases", "partitions", "events_removed", "marks"}
 
 // The indexes of each renamed table are named after it: the table's name,
 // "_" and one of these (events_id, outbox_stream_seq with the default

@@ -109,7 +109,7 @@ func Checks() []Check {
 		{"RedriveOnlyParked", checkRedrive},
 		{"MigrateTwiceAndCheckSchema", checkMigrate},
 		{"ClosedStoreIsUnavailable", checkClosed},
-	}, partitionChecks()...)
+	}, append(partitionChecks(), markChecks()...)...)
 }
 
 // t0 is the fake clock's start in checks that need one.

@@ -1,4 +1,4 @@
-package httpapi
+package status
 
 import (
 	"cmp"
@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net/http"
 	"slices"
 	"sync"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/outboxd/outboxd/internal/startstop"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/reconciler"
+	"github.com/outboxd/outboxd/worker"
 )
 
 // Defaults of HistoryConfig.
@@ -28,10 +28,6 @@ const (
 	// historySweeps is how many reconciler sweeps are kept.
 	historySweeps = 10
 )
-
-// latencyFamily is the histogram of the ingest → syncedAt latency the
-// worker keeps (worker.LatencyBuckets).
-const latencyFamily = "outboxd_pipeline_latency_seconds"
 
 // latencyOrigins are the origins whose syncs the history's latency counts:
 // the normal path and the reconciler's backstop, not operator replays,
@@ -262,7 +258,7 @@ func (h *History) readLatency() (histogramRead, bool) {
 	}
 	found := false
 	for _, f := range families {
-		if f.GetName() != latencyFamily {
+		if f.GetName() != worker.LatencyMetric {
 			continue
 		}
 		for _, m := range f.GetMetric() {
@@ -332,6 +328,10 @@ func quantile(q float64, bounds []float64, cum []uint64, n uint64) float64 {
 	return 0
 }
 
+// JSON returns the page GET /v1/status/history serves
+// (httpapi.Config.History).
+func (h *History) JSON(context.Context) any { return h.Page() }
+
 // Page returns the kept samples, oldest first, and the last sweeps.
 func (h *History) Page() *HistoryPage {
 	h.mu.Lock()
@@ -345,8 +345,4 @@ func (h *History) Page() *HistoryPage {
 		page.Sweeps = []reconciler.Report{}
 	}
 	return page
-}
-
-func (h *handler) history(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, r, http.StatusOK, h.cfg.History.Page())
 }

@@ -1,4 +1,4 @@
-package httpapi
+package status
 
 import (
 	"context"
@@ -13,9 +13,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outboxd/outboxd/internal/httpapi"
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/reconciler"
+	"github.com/outboxd/outboxd/worker"
 )
 
 // historyBundle is a History over a fresh store, a latency histogram and a
@@ -40,7 +42,7 @@ func setupHistory(t *testing.T, size int) *historyBundle {
 		require.NoError(t, err)
 	}
 	reg := prometheus.NewRegistry()
-	b.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: latencyFamily, Help: "latency",
+	b.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: worker.LatencyMetric, Help: "latency",
 		Buckets: []float64{0.1, 1, 10}, ConstLabels: prometheus.Labels{"stream": "s"}}, []string{"origin"})
 	reg.MustRegister(b.latency)
 	status := &Status{Store: st, Stream: "s", Group: "g", Gatherer: reg, Now: b.clock, LastSweep: b.sweep.Load}
@@ -180,7 +182,7 @@ func TestHistoryService(t *testing.T) {
 	require.NoError(t, h.Stop(context.Background()))
 	require.NoError(t, h.Stop(context.Background()), "stop twice")
 
-	handler, err := New(&Config{Status: &Status{Store: st, Stream: "s"}, History: h}, nil)
+	handler, err := httpapi.New(&httpapi.Config{Status: &Status{Store: st, Stream: "s"}, History: h}, nil)
 	require.NoError(t, err)
 	rec := httptest.NewRecorder()
 	handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/status/history", nil))

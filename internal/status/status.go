@@ -1,21 +1,23 @@
-package httpapi
+package status
 
 import (
 	"cmp"
 	"context"
 	"fmt"
-	"net/http"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/outboxd/outboxd/dispatcher"
+	"github.com/outboxd/outboxd/internal/clock"
+	"github.com/outboxd/outboxd/internal/failpolicy"
 	"github.com/outboxd/outboxd/internal/operator"
 	"github.com/outboxd/outboxd/internal/stream"
-	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/reconciler"
 	"github.com/outboxd/outboxd/store"
+	"github.com/outboxd/outboxd/worker"
 )
 
 // StatusReadTimeout is the default Status.ReadTimeout.
@@ -96,7 +98,7 @@ type Snapshot struct {
 	// read, or this role has no Redis).
 	Redis *RedisCounts `json:"redis,omitempty"`
 	// Backpressure is "redis full" while this process's dispatcher holds
-	// the relay because Redis is full (outboxd_dispatcher_backpressure;
+	// the relay because Redis is full (dispatcher.BackpressureMetric;
 	// absent when it does not, or none runs here).
 	Backpressure string `json:"backpressure,omitempty"`
 	// Stalled lists why the pipeline cannot make progress now (Redis
@@ -294,6 +296,9 @@ func (s *Status) Snapshot(ctx context.Context) *Snapshot {
 	return snap
 }
 
+// JSON returns the snapshot GET /v1/status serves (httpapi.Config.Status).
+func (s *Status) JSON(ctx context.Context) any { return s.Snapshot(ctx) }
+
 // stalled lists why the pipeline cannot make progress now, from what the
 // snapshot shows.
 func stalled(snap *Snapshot) []string {
@@ -353,24 +358,24 @@ func (s *Status) counts(ctx context.Context, leases bool) *Snapshot {
 		pausesErr error
 	)
 	if withPauses {
-		wg.Go(func() { pauses, pausesErr = within(ctx, timeout, s.Pauses) })
+		wg.Go(func() { pauses, pausesErr = clock.Within(ctx, timeout, s.Pauses) })
 	}
-	wg.Go(func() { counts, countsErr = within(ctx, timeout, s.Store.Counts) })
+	wg.Go(func() { counts, countsErr = clock.Within(ctx, timeout, s.Store.Counts) })
 	if s.Redis != nil {
 		wg.Go(func() {
-			parts, _ = within(ctx, timeout, func(ctx context.Context) (streamParts, error) { return s.streamCounts(ctx, now()), nil })
+			parts, _ = clock.Within(ctx, timeout, func(ctx context.Context) (streamParts, error) { return s.streamCounts(ctx, now()), nil })
 		})
 		if withRedis {
-			wg.Go(func() { rparts, rpartsErr = within(ctx, timeout, s.redisCounts) })
+			wg.Go(func() { rparts, rpartsErr = clock.Within(ctx, timeout, s.redisCounts) })
 		}
 	}
 	if leases {
 		wg.Go(func() {
-			ls, lsErr = within(ctx, timeout, func(ctx context.Context) (leaseParts, error) { return s.leases(ctx, now()), nil })
+			ls, lsErr = clock.Within(ctx, timeout, func(ctx context.Context) (leaseParts, error) { return s.leases(ctx, now()), nil })
 		})
 	}
 	if withAudit {
-		wg.Go(func() { audit, auditErr = within(ctx, timeout, s.Audit) })
+		wg.Go(func() { audit, auditErr = clock.Within(ctx, timeout, s.Audit) })
 	}
 	wg.Wait()
 
@@ -485,8 +490,18 @@ func (s *Status) leases(ctx context.Context, now time.Time) leaseParts {
 		}
 	}
 	if st := read(s.ReconcilerLease, "reconciler"); st != nil {
-		r = &ReconcilerState{Leader: st.Owner, LeaderAlive: alive(st), LeaseExpiresAt: st.Expires.UTC(),
-			LastSweepAt: utc(st.CheckpointAt), LastSweepAgeSeconds: ageOf(st.CheckpointAt, now)}
+		r = &ReconcilerState{Leader: st.Owner, LeaderAlive: alive(st), LeaseExpiresAt: st.Expires.UTC()}
+	}
+	if s.ReconcilerLease != "" {
+		// The end of the last sweep is a mark of its own: a reconciler
+		// without the lease records it too.
+		switch at, err := store.LastMark(ctx, s.Store, store.SweepMarkName(s.Stream), s.ReconcilerLease); {
+		case err != nil:
+			failed = append(failed, "reconciler")
+		case at != nil:
+			r = cmp.Or(r, &ReconcilerState{})
+			r.LastSweepAt, r.LastSweepAgeSeconds = utc(at), ageOf(at, now)
+		}
 	}
 	return leaseParts{dispatcher: d, reconciler: r, failed: failed}
 }
@@ -534,15 +549,15 @@ func (s *Status) addProcess(snap *Snapshot) {
 			}
 			v := m.GetGauge().GetValue()
 			switch f.GetName() {
-			case "outboxd_worker_breaker_state":
+			case worker.BreakerStateMetric:
 				snap.Breakers = append(snap.Breakers, Breaker{Component: "worker", Name: labels["breaker"], State: breakerState(v)})
-			case "outboxd_dispatcher_breaker_state":
+			case dispatcher.BreakerStateMetric:
 				snap.Breakers = append(snap.Breakers, Breaker{Component: "dispatcher", Name: cmp.Or(labels["breaker"], "redis"), State: breakerState(v)})
-			case "outboxd_dispatcher_backpressure":
+			case dispatcher.BackpressureMetric:
 				if v == 1 {
 					snap.Backpressure = "redis full"
 				}
-			case "outboxd_retries_halted":
+			case failpolicy.RetriesHaltedMetric:
 				halted := func(h HaltedRetries) bool { return h.Component == labels["component"] && h.Class == labels["class"] }
 				if v == 1 && !slices.ContainsFunc(snap.RetriesHalted, halted) {
 					snap.RetriesHalted = append(snap.RetriesHalted, HaltedRetries{Component: labels["component"], Class: labels["class"]})
@@ -671,122 +686,6 @@ func (m *rateMeter) observe(now time.Time, n int64) *float64 {
 		m.base.at, m.base.n, m.last = now, n, &r
 	}
 	return m.last
-}
-
-// within runs read with a context bounded by timeout and waits for it no
-// longer than that. A read that does not heed its context (go-redis does
-// not, unless its ContextTimeoutEnabled option is set) is left to end on
-// its client's own timeouts, and its result is dropped.
-func within[T any](ctx context.Context, timeout time.Duration, read func(context.Context) (T, error)) (T, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	type result struct {
-		v   T
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		v, err := read(ctx)
-		done <- result{v, err}
-	}()
-	select {
-	case r := <-done:
-		return r.v, r.err
-	case <-ctx.Done():
-		var zero T
-		return zero, fmt.Errorf("error reading within %s: %w", timeout, ctx.Err())
-	}
-}
-
-func (h *handler) status(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, r, http.StatusOK, h.cfg.Status.Snapshot(r.Context()))
-}
-
-// knownCategories are the syncFailure categories outboxd writes: the
-// collector exports each, 0 when none is parked.
-var knownCategories = []string{outbox.CategoryNonRetryable, outbox.CategoryPoison, store.CategoryRequeueExhausted}
-
-// Collector exports a Snapshot as Prometheus gauges, read at scrape time
-// (the store serves its counts from a short cache, and never scans every
-// original). A part that cannot be read is left out of the scrape, and
-// outboxd_status_read_errors_total counts it.
-type Collector struct {
-	src                                                     *Status
-	events, failed, oldest, undispatched, length, pend, dlq *prometheus.Desc
-	replayLength, replayPending, replayLag                  *prometheus.Desc
-	readErrors                                              *prometheus.CounterVec
-}
-
-// NewCollector returns a collector over src.
-func NewCollector(src *Status) *Collector {
-	labels := prometheus.Labels{"stream": src.Stream}
-	return &Collector{
-		src:          src,
-		events:       prometheus.NewDesc("outboxd_events", "Originals by state (pending, synced, failed).", []string{"state"}, labels),
-		failed:       prometheus.NewDesc("outboxd_events_failed", "Originals parked with a syncFailure, by category.", []string{"category"}, labels),
-		oldest:       prometheus.NewDesc("outboxd_oldest_unsynced_age_seconds", "Age of the oldest original neither synced nor failed (0 when none).", nil, labels),
-		undispatched: prometheus.NewDesc("outboxd_outbox_undispatched", "Outbox entries not yet relayed to the stream.", nil, labels),
-		length:       prometheus.NewDesc("outboxd_stream_length", "Entries in the stream.", nil, labels),
-		pend:         prometheus.NewDesc("outboxd_stream_pending", "Entries delivered to the consumer group and not acknowledged.", nil, labels),
-		dlq:          prometheus.NewDesc("outboxd_dlq_length", "Entries in the dead-letter stream.", nil, labels),
-		replayLength: prometheus.NewDesc("outboxd_replay_length", "Entries in the replay lane (<stream>:replay).", nil, labels),
-		replayPending: prometheus.NewDesc("outboxd_replay_pending",
-			"Entries of the replay lane delivered to the consumer group and not acknowledged.", nil, labels),
-		replayLag: prometheus.NewDesc("outboxd_replay_lag",
-			"Entries of the replay lane the consumer group has not read yet (absent when Redis cannot tell).", nil, labels),
-		readErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "outboxd_status_read_errors_total",
-			Help: "Status parts that could not be read at a scrape, by part.", ConstLabels: labels}, []string{"part"}),
-	}
-}
-
-// Describe implements prometheus.Collector.
-func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.events, c.failed, c.oldest, c.undispatched, c.length, c.pend, c.dlq,
-		c.replayLength, c.replayPending, c.replayLag} {
-		ch <- d
-	}
-	c.readErrors.Describe(ch)
-}
-
-// Collect implements prometheus.Collector.
-func (c *Collector) Collect(ch chan<- prometheus.Metric) {
-	snap := c.src.counts(context.Background(), false)
-	g := func(d *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
-	}
-	for _, part := range snap.Unavailable {
-		c.readErrors.WithLabelValues(part).Inc()
-	}
-	if e := snap.Events; e != nil {
-		g(c.events, float64(e.Pending), outbox.StatePending)
-		g(c.events, float64(e.Synced), outbox.StateSynced)
-		g(c.events, float64(e.Failed), outbox.StateFailed)
-		for _, cat := range knownCategories {
-			g(c.failed, float64(e.FailedByCategory[cat]), cat)
-		}
-		for cat, n := range e.FailedByCategory {
-			if !slices.Contains(knownCategories, cat) {
-				g(c.failed, float64(n), cat)
-			}
-		}
-		g(c.oldest, *snap.OldestPendingAgeSeconds)
-		g(c.undispatched, float64(snap.Outbox.Undispatched))
-	}
-	if snap.Stream != nil {
-		g(c.length, float64(snap.Stream.Length))
-		g(c.pend, float64(snap.Stream.Pending))
-	}
-	if r := snap.Replay; r != nil {
-		g(c.replayLength, float64(r.Length))
-		g(c.replayPending, float64(r.Pending))
-		if r.Lag != nil {
-			g(c.replayLag, float64(*r.Lag))
-		}
-	}
-	if snap.DLQ != nil {
-		g(c.dlq, float64(snap.DLQ.Length))
-	}
-	c.readErrors.Collect(ch)
 }
 
 // ReadModelState is whether the read model can be checked (the
