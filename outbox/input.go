@@ -85,7 +85,7 @@ func ClientNameProblem(name string) string {
 		return fmt.Sprintf("is longer than %d bytes", MaxClientNameLength)
 	}
 	for _, r := range name {
-		if !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || r == '.' || r == '_' || r == '-') {
+		if (r < 'a' || r > 'z') && (r < 'A' || r > 'Z') && (r < '0' || r > '9') && r != '.' && r != '_' && r != '-' {
 			return fmt.Sprintf("may hold only ASCII letters, digits, '.', '_' and '-' (holds %q)", r)
 		}
 	}
