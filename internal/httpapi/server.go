@@ -306,7 +306,29 @@ func New(cfg *Config, logger *zap.Logger) (http.Handler, error) {
 		}
 	}
 	h.routes()
+	for _, rt := range c.Routes {
+		if err := h.handleOwn(rt); err != nil {
+			return nil, err
+		}
+	}
 	return h, nil
+}
+
+// handleOwn registers a program's own route behind the ingest scope. A
+// pattern ServeMux refuses (malformed, or in conflict with one of
+// outboxd's routes or another of the program's) is an error, not the
+// panic ServeMux.Handle raises.
+func (h *handler) handleOwn(rt Route) (err error) {
+	if rt.Handler == nil {
+		return fmt.Errorf("invalid HTTP config: route %q has no handler", rt.Pattern)
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("invalid HTTP config: route %q: %v", rt.Pattern, r)
+		}
+	}()
+	h.mux.Handle(rt.Pattern, guard(accessIngest, rt.Handler))
+	return nil
 }
 
 // route is one entry of the route table: what it serves and what it asks
@@ -351,9 +373,6 @@ func (h *handler) routes() {
 	}
 	if h.cfg.Profiles {
 		routes = append(routes, profileRoutes()...)
-	}
-	for _, rt := range h.cfg.Routes {
-		h.mux.Handle(rt.Pattern, guard(accessIngest, rt.Handler))
 	}
 	for _, rt := range routes {
 		h.mux.Handle(rt.method+" "+rt.path, guard(rt.access, rt.handler))
