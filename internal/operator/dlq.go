@@ -269,7 +269,14 @@ func (o *Operator) deadLetters(ctx context.Context, after string, n int) ([]stre
 		}
 	}
 	slices.SortStableFunc(all, func(a, b found) int { return stream.CompareIDs(a.d.ID, b.d.ID) })
-	all = all[:min(len(all), n)]
+	// Entries of two partitions may share an id (the same millisecond and
+	// sequence): a page never ends between them, since the next one starts
+	// after that id.
+	keep := min(len(all), n)
+	for keep > 0 && keep < len(all) && all[keep].d.ID == all[keep-1].d.ID {
+		keep++
+	}
+	all = all[:keep]
 	out, keys := make([]stream.DeadLetter, len(all)), make([]stream.Keys, len(all))
 	for i, f := range all {
 		out[i], keys[i] = f.d, f.keys
@@ -337,7 +344,18 @@ func (o *Operator) scan(ctx context.Context, q DLQQuery, limit int) (out []DeadL
 				out = append(out, dl)
 			}
 			if len(out) == limit {
-				if i < len(msgs)-1 || len(msgs) == n {
+				// The entries of other partitions with the same id go on
+				// this page: the next one starts after the id.
+				for i+1 < len(msgs) && msgs[i+1].ID == m.ID {
+					i++
+					scanned++
+					dl := deadLetterOf(msgs[i], now)
+					dl.dlq = keys[i]
+					if q.matches(dl) && q.matchesOriginal(events[dl.EventID]) {
+						out = append(out, dl)
+					}
+				}
+				if i < len(msgs)-1 || len(msgs) >= n {
 					next = m.ID
 				}
 				return out, next, nil
