@@ -329,6 +329,12 @@ type Streak struct {
 	// tried is when the shared state was last read or written (Unix
 	// nanoseconds).
 	tried atomic.Int64
+	// epoch counts the resumes this process applied or saw: an answer of
+	// the SharedStreak to a call begun in an earlier epoch may predate the
+	// resume (a failure counted before it, read back after it) and is not
+	// adopted, or it would halt again what the operator just cleared. The
+	// next call or Refresh brings the state it missed.
+	epoch atomic.Int64
 }
 
 // NewStreak returns the rule for component ("worker", "dispatcher") with
@@ -356,9 +362,10 @@ func (s *Streak) Fail(f Failure) {
 		return
 	}
 	if s.shared != nil && f.Source != SourceRedis {
+		epoch := s.epoch.Load()
 		st, err := call(func(ctx context.Context) (SharedState, error) { return s.shared.Fail(ctx, f, s.limit) })
 		if s.tried.Store(time.Now().UnixNano()); err == nil {
-			s.adopt(st)
+			s.adopt(st, epoch)
 			return
 		}
 		// Not reachable: count in this process, on from the last run seen.
@@ -441,9 +448,10 @@ func (s *Streak) share(op func(ctx context.Context) (SharedState, error)) {
 	if s.shared == nil {
 		return
 	}
+	epoch := s.epoch.Load()
 	st, err := call(op)
 	if s.tried.Store(time.Now().UnixNano()); err == nil {
-		s.adopt(st)
+		s.adopt(st, epoch)
 	}
 }
 
@@ -457,17 +465,27 @@ func (s *Streak) Refresh(ctx context.Context) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, SharedTimeout)
 	defer cancel()
+	epoch := s.epoch.Load()
 	st, err := s.shared.Load(ctx)
 	if s.tried.Store(time.Now().UnixNano()); err == nil {
-		s.adopt(st)
+		s.adopt(st, epoch)
 	}
 }
 
 // adopt makes st this process's view: the run, the halts (a halt of a
 // Redis failure, which only this process can see, stays) and the resumes.
-func (s *Streak) adopt(st SharedState) {
+// st answers a call begun in epoch; from an earlier epoch it is stale and
+// ignored (see Streak.epoch).
+func (s *Streak) adopt(st SharedState, epoch int64) {
 	s.mu.Lock()
+	if epoch != s.epoch.Load() {
+		s.mu.Unlock()
+		return
+	}
 	resumed := s.resumesKnown && st.Resumes != s.resumes
+	if resumed {
+		s.epoch.Add(1)
+	}
 	s.resumes, s.resumesKnown = st.Resumes, true
 	// A run of Redis failures is this process's alone: the shared state,
 	// which cannot hold it, does not end it.
@@ -529,6 +547,7 @@ func (s *Streak) AnyHalted() bool {
 // for the whole component when the rule is shared.
 func (s *Streak) Resume() {
 	s.mu.Lock()
+	s.epoch.Add(1)
 	s.endRun()
 	for class := range s.halts {
 		s.clear(class, "an operator action")

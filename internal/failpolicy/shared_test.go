@@ -25,7 +25,12 @@ type memShared struct {
 	st    failpolicy.SharedState
 	down  atomic.Bool
 	calls atomic.Int64
+	// pause, when set, holds the answer of the next call (done, not yet
+	// returned): reached is closed when it is held, release lets it go.
+	pause atomic.Pointer[pausePoint]
 }
+
+type pausePoint struct{ reached, release chan struct{} }
 
 var _ failpolicy.SharedStreak = (*memShared)(nil)
 
@@ -41,10 +46,14 @@ func (m *memShared) do(op func()) (failpolicy.SharedState, error) {
 		return failpolicy.SharedState{}, errDown
 	}
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	op()
 	st := m.st
 	st.Halts = maps.Clone(m.st.Halts)
+	m.mu.Unlock()
+	if p := m.pause.Swap(nil); p != nil {
+		close(p.reached)
+		<-p.release
+	}
 	return st, nil
 }
 
@@ -198,6 +207,36 @@ func TestSharedStreak(t *testing.T) {
 		}
 		a.s.Resume() // Worker.ResumeRetries
 		sees(t, b, failpolicy.ClassRecord, false)
+	})
+
+	// A failure counted before the operator's resume whose answer comes
+	// back after it does not halt again what the resume cleared.
+	t.Run("AnAnswerOlderThanAResumeIsNotAdopted", func(t *testing.T) {
+		t.Parallel()
+		shared := newMemShared()
+		a := newProcess(t, shared)
+		for range 3 {
+			a.s.Fail(poison)
+		}
+		require.True(t, a.s.Halted(failpolicy.ClassRecord))
+		p := &pausePoint{reached: make(chan struct{}), release: make(chan struct{})}
+		shared.pause.Store(p)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			a.s.Fail(poison) // the fourth, counted while halted
+		}()
+		<-p.reached
+		a.s.Resume()
+		require.False(t, a.s.AnyHalted())
+		close(p.release)
+		<-done
+		require.False(t, a.s.AnyHalted(), "the answer from before the resume is stale")
+		require.Zero(t, testkit.Metric(t, a.reg, "outboxd_retries_halted", "class", failpolicy.ClassRecord))
+		require.Equal(t, int64(1), a.resumed.Load(), "one resume, seen once")
+		a.s.Fail(poison) // a new run: counted from the shared state again
+		_, n := a.s.Run()
+		require.Equal(t, 1, n)
 	})
 
 	t.Run("UnreachableCountsInTheProcess", func(t *testing.T) {
