@@ -98,6 +98,10 @@ bench-partitions: services build ## Dispatcher and worker rates for --partitions
 bench-replay: services build ## A 100,000-event replay while single events are posted: the live events' p99 before, during (replay lane) and into the stream; REPLAY_EVENTS, REPLAY_LIVE_RATE, REPLAY_BASELINE, REPLAY_RATE, REPLAY_DEV_FLAGS, BENCH_OUT
 	$(GO) run ./cmd/outboxd-bench replay -bin $(BIN)
 
+.PHONY: bench-chunks
+bench-chunks: services build ## The recovery exercise at growing chunk sizes: a replay of REPLAY_EVENTS (50,000) originals with --chunk and --batch-size at each of REPLAY_CHUNKS (500,1000,2000) while single events are posted: replay time, recovery time, lock-wait share, live p99; BENCH_OUT
+	$(GO) run ./cmd/outboxd-bench chunks -bin $(BIN)
+
 .PHONY: load
 load: build ## Load run against a running outboxd (make run in another terminal): SERVER, LOAD_SINGLE=60s, LOAD_BATCH=30s
 	$(GO) run ./cmd/outboxd-bench load

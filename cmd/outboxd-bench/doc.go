@@ -192,6 +192,21 @@
 //     OUTBOXD_TEST_POSTGRES_URL, then outboxd's defaults). The PostgreSQL
 //     role must be allowed to create databases.
 //
+// # The chunk exercise
+//
+// `outboxd-bench chunks` (make bench-chunks) is the recovery exercise at
+// growing chunk sizes, REPLAY_CHUNKS (500,1000,2000): for each, a fresh
+// `outboxd dev` with --batch-size at that size and --replay-rate 0 holds
+// REPLAY_EVENTS (50,000) synced originals whose read-model rows are then
+// deleted (a failed window), and `outboxd replay --chunk` at that size
+// re-publishes all of them while single events are posted at
+// REPLAY_LIVE_RATE (500/s); the read model must hold each once, counted
+// once, at the end. It prints the replay command's time, the
+// recovery time (until the replay lane is drained), the share of the
+// run's active PostgreSQL backends seen waiting on a lock (pg_stat_activity
+// sampled every 5 ms) and the live events' p99, and writes
+// chunks-results.json (BENCH_OUT).
+//
 // # The load run
 //
 // `outboxd-bench load` is a newcomer's load run against an outboxd that already

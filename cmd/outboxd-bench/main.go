@@ -43,6 +43,8 @@ func main() {
 		err = runSoak(ctx, os.Stdout, os.Args[2:])
 	case "replay":
 		err = runReplay(ctx, os.Stdout, os.Args[2:])
+	case "chunks":
+		err = runChunks(ctx, os.Stdout, os.Args[2:])
 	case "peer":
 		err = runPeer(ctx, os.Stdout, os.Args[2:])
 	case "partitions":

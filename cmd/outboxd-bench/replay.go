@@ -155,15 +155,35 @@ type replayRun struct {
 	live int
 }
 
-func (r *replayRun) run(ctx context.Context, res *ReplayResults) error {
-	b, out := r.b, r.b.out
-	fmt.Fprintf(out, "  seeding %d originals (source %s)…\n", b.n, replaySource)
+// seed posts the originals a replay re-publishes and waits until they are
+// synced.
+func (r *replayRun) seed(ctx context.Context) error {
+	b := r.b
+	fmt.Fprintf(b.out, "  seeding %d originals (source %s)…\n", b.n, replaySource)
 	c := newClient(r.p.url(""), "", batchClients)
 	d := c.batches(replaySource, b.n)
 	if _, err := d.run(ctx); err != nil {
 		return err
 	}
-	if err := b.waitSynced(ctx, "seed", r.path, r.keys.Stream(), r.keys.Group(), b.n, r.p); err != nil {
+	return b.waitSynced(ctx, "seed", r.path, r.keys.Stream(), r.keys.Group(), b.n, r.p)
+}
+
+// replay runs `outboxd replay` over every seeded original, in chunks of
+// chunk, its output into out.
+func (r *replayRun) replay(ctx context.Context, chunk int, out *bytes.Buffer) error {
+	from, to := eventBase, eventBase.Add(time.Duration(r.b.n)*time.Second)
+	cmd := exec.CommandContext(ctx, r.bin, "replay", "--server", r.p.url(""), "--from", from.Format(time.RFC3339), //nolint:gosec // the harness's own binary and flags
+		"--to", to.Format(time.RFC3339), "--source", replaySource, "--chunk", strconv.Itoa(chunk))
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("outboxd replay: %w: %s", err, out.String())
+	}
+	return nil
+}
+
+func (r *replayRun) run(ctx context.Context, res *ReplayResults) error {
+	b := r.b
+	if err := r.seed(ctx); err != nil {
 		return err
 	}
 
@@ -178,12 +198,8 @@ func (r *replayRun) run(ctx context.Context, res *ReplayResults) error {
 	var cmdOut bytes.Buffer
 	lane, err := r.phase(ctx, "during: outboxd replay, through the replay lane", func(ctx context.Context) (time.Duration, error) {
 		started := time.Now()
-		from, to := eventBase, eventBase.Add(time.Duration(b.n)*time.Second)
-		cmd := exec.CommandContext(ctx, r.bin, "replay", "--server", r.p.url(""), "--from", from.Format(time.RFC3339), //nolint:gosec // the harness's own binary and flags
-			"--to", to.Format(time.RFC3339), "--source", replaySource, "--chunk", strconv.Itoa(replayChunk))
-		cmd.Stdout, cmd.Stderr = &cmdOut, &cmdOut
-		if err := cmd.Run(); err != nil {
-			return 0, fmt.Errorf("outboxd replay: %w: %s", err, cmdOut.String())
+		if err := r.replay(ctx, replayChunk, &cmdOut); err != nil {
+			return 0, err
 		}
 		status, _ := exec.CommandContext(ctx, r.bin, "status", "--server", r.p.url("")).CombinedOutput() //nolint:gosec // as above
 		res.StatusDuringTheLane = string(status)
