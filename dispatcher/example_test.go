@@ -32,7 +32,11 @@ func Example() {
 	if err := st.Migrate(ctx, nil); err != nil {
 		panic(err)
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	opt, err := redis.ParseURL(redisURL) // your Redis: here the test server, which make test sets up
+	if err != nil {
+		panic(err)
+	}
+	rdb := redis.NewClient(opt)
 	defer rdb.Close()
 	name := fmt.Sprintf("example-%d", time.Now().UnixNano())
 	defer rdb.Del(ctx, name)

@@ -23,8 +23,10 @@ import (
 // event cannot move last_seen) and writes the batch in one statement,
 // aggregated per key so that no row is touched twice.
 //
-// The example needs PostgreSQL and Redis at their defaults (make test and
-// make run set them up); the system of record is an SQLite file.
+// The example runs on your Redis (redisURL) and your read model's
+// PostgreSQL database (postgresURL(): here a database of its own on the
+// test servers, which make test sets up); the system of record is an
+// SQLite file.
 func ExampleProjector() {
 	ctx := context.Background()
 	check := func(err error) {
@@ -40,9 +42,11 @@ func ExampleProjector() {
 	check(err)
 	defer st.Close(ctx)
 	check(st.Migrate(ctx, nil))
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	opt, err := redis.ParseURL(redisURL)
+	check(err)
+	rdb := redis.NewClient(opt)
 	defer rdb.Close()
-	pool, err := pgxpool.New(ctx, "postgres://outboxd:outboxd@127.0.0.1:5432/outboxd?sslmode=disable")
+	pool, err := pgxpool.New(ctx, postgresURL())
 	check(err)
 	defer pool.Close()
 

@@ -3,22 +3,19 @@ package httpapi_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outboxd/outboxd/dispatcher"
 	"github.com/outboxd/outboxd/internal/failpolicy"
 	"github.com/outboxd/outboxd/internal/httpapi"
 	"github.com/outboxd/outboxd/internal/operator"
@@ -28,24 +25,20 @@ import (
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store"
-	"github.com/outboxd/outboxd/worker"
 )
 
-// waitFor bounds every wait of the admin tests.
-const waitFor = 30 * time.Second
-
-// adminBundle is a pipeline (dispatcher and worker) on real stores with
-// the admin API in front of it.
+// adminBundle is the admin API in front of an Operator on real stores
+// (the operator's own tests, in internal/operator, run its actions end to
+// end; these test what HTTP adds).
 type adminBundle struct {
-	st      store.Store
-	rdb     *redis.Client
-	rc      *stream.Client
-	pg      *testkit.Postgres
-	stream  string
-	group   string
-	writer  *outbox.Writer
-	server  *httptest.Server
-	breaker atomic.Pointer[func(ev *outbox.Event) error] // the worker's projection fails while it returns an error
+	st     store.Store
+	rdb    *redis.Client
+	rc     *stream.Client
+	pg     *testkit.Postgres
+	stream string
+	group  string
+	writer *outbox.Writer
+	server *httptest.Server
 }
 
 // setupAdmin serves the admin API over st; mods change the HTTP config.
@@ -71,138 +64,14 @@ func setupAdmin(t *testing.T, st store.Store, mods ...func(*httpapi.Config)) *ad
 	return b
 }
 
-// start runs a dispatcher and a worker until the test ends. The worker's
-// projection goes through b.breaker, so a test can break a record's
-// projection and fix it again.
-func (b *adminBundle) start(t *testing.T, project worker.Projector) {
-	t.Helper()
-	ctx := context.Background()
-	d, err := dispatcher.New(b.st, b.rdb, &dispatcher.Config{Stream: b.stream, LeaseTTL: time.Second}, testkit.Logger(t))
-	require.NoError(t, err)
-	require.NoError(t, d.Start(ctx))
-	t.Cleanup(func() { require.NoError(t, d.Stop(context.Background())) })
-	if project == nil {
-		project = readmodel.NewProjector()
-	}
-	w, err := worker.New(b.st, b.rdb, b.pg.Pool, &worker.Config{Stream: b.stream, Group: b.group, Consumer: "c",
-		Block: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond, ClaimIdle: 50 * time.Millisecond,
-		ClaimInterval: 20 * time.Millisecond, MaxDeliveries: 2,
-		Projector: worker.ProjectorFunc(func(ctx context.Context, tx pgx.Tx, events []*outbox.Event) error {
-			if f := b.breaker.Load(); f != nil {
-				for _, ev := range events {
-					if err := (*f)(ev); err != nil {
-						return err
-					}
-				}
-			}
-			return project.Project(ctx, tx, events)
-		})}, testkit.Logger(t))
-	require.NoError(t, err)
-	require.NoError(t, w.Start(ctx))
-	t.Cleanup(func() { require.NoError(t, w.Stop(context.Background())) })
-}
-
-// startPoisoning starts the pipeline with a projection that fails for bad
-// (a bug), and waits until bad is parked and dead-lettered and everything
-// else is drained; b.breaker.Store(nil) fixes the bug.
-func (b *adminBundle) startPoisoning(t *testing.T, bad *outbox.Event) {
-	t.Helper()
-	fail := func(ev *outbox.Event) error {
-		if ev.ID == bad.ID {
-			return fmt.Errorf("%w: a projection bug", worker.ErrRecord)
-		}
-		return nil
-	}
-	b.breaker.Store(&fail)
-	b.start(t, nil)
-	require.Eventually(t, func() bool {
-		return b.drained(t) && testkit.Event(t, b.st, bad.ID).State() == outbox.StateFailed &&
-			b.rdb.XLen(context.Background(), b.keys().DLQ()).Val() == 1
-	}, waitFor, 10*time.Millisecond)
-}
-
 // write stores one original per occurrence time and returns them.
 func (b *adminBundle) write(t *testing.T, device string, occurred ...time.Time) []*outbox.Event {
 	t.Helper()
-	inputs := make([]outbox.Input, len(occurred))
-	for i, at := range occurred {
-		inputs[i] = outbox.Input{SourceKey: "src", DeviceKey: device, OccurredAt: at.Format(time.RFC3339Nano)}
-	}
-	res, err := b.writer.Write(context.Background(), inputs)
-	require.NoError(t, err)
-	out := make([]*outbox.Event, len(res))
-	for i, r := range res {
-		out[i] = testkit.Event(t, b.st, r.ID)
-	}
-	return out
+	return testkit.WriteOccurred(t, b.writer, b.st, device, occurred...)
 }
 
 // keys names the bundle's stream, dead-letter stream and budgets.
 func (b *adminBundle) keys() stream.Keys { return stream.NewKeys(b.stream, b.group) }
-
-// drained reports that the group read the whole stream and acknowledged
-// everything, and the outbox is relayed.
-func (b *adminBundle) drained(t *testing.T) bool {
-	t.Helper()
-	ctx := context.Background()
-	c, err := b.st.Counts(ctx)
-	if err != nil || c.Undispatched > 0 {
-		return false
-	}
-	return testkit.Drained(ctx, b.rdb, b.stream, b.group)
-}
-
-func (b *adminBundle) waitDrained(t *testing.T, events ...*outbox.Event) {
-	t.Helper()
-	require.Eventually(t, func() bool {
-		if !b.drained(t) {
-			return false
-		}
-		for _, ev := range events {
-			if got := testkit.Event(t, b.st, ev.ID); got.State() != outbox.StateSynced {
-				return false
-			}
-		}
-		return true
-	}, waitFor, 10*time.Millisecond)
-}
-
-// check runs the checker of docs/reliability.md over events: one row each, the
-// statistics equal to the rows, nothing left over.
-func (b *adminBundle) check(t *testing.T, events []*outbox.Event) {
-	t.Helper()
-	keys := make([]string, len(events))
-	for i, ev := range events {
-		keys[i] = ev.IdempotencyKey
-	}
-	v, err := testkit.Check(context.Background(), b.st, b.pg.Pool, b.rdb, b.stream, b.group, keys)
-	require.NoError(t, err)
-	require.True(t, v.OK(), v.String())
-}
-
-// readModel returns the rows (with their projection time) and the
-// statistics rows, as text, for comparisons.
-func (b *adminBundle) readModel(t *testing.T) (rows, stats []string) {
-	t.Helper()
-	ctx := context.Background()
-	r, err := b.pg.Pool.Query(ctx, `SELECT event_id || ' ' || device_key || ' ' || projected_at::text FROM events ORDER BY event_id`)
-	require.NoError(t, err)
-	rows, err = pgx.CollectRows(r, pgx.RowTo[string])
-	require.NoError(t, err)
-	s, err := b.pg.Pool.Query(ctx, `SELECT source_key || ' ' || device_key || ' ' || day::text || ' ' || event_count::text || ' ' ||
-		first_occurred_at::text || ' ' || last_occurred_at::text FROM device_daily_stats ORDER BY 1`)
-	require.NoError(t, err)
-	stats, err = pgx.CollectRows(s, pgx.RowTo[string])
-	require.NoError(t, err)
-	return rows, stats
-}
-
-func (b *adminBundle) rowCount(t *testing.T, id string) int {
-	t.Helper()
-	var n int
-	require.NoError(t, b.pg.Pool.QueryRow(context.Background(), `SELECT count(*) FROM events WHERE event_id = $1`, id).Scan(&n))
-	return n
-}
 
 // call sends an admin request with the token and decodes a 200 answer into
 // out; it returns the status and the body.
@@ -234,29 +103,6 @@ func (b *adminBundle) call(t *testing.T, method, path string, body, out any) (in
 	return res.StatusCode, raw
 }
 
-// laneSince returns the messages of the replay lane, where replays go,
-// after id.
-func (b *adminBundle) laneSince(t *testing.T, id string) []outbox.Message {
-	t.Helper()
-	msgs, err := b.rdb.XRange(context.Background(), b.keys().Replay(), "("+id, "+").Result()
-	require.NoError(t, err)
-	out := make([]outbox.Message, len(msgs))
-	for i, m := range msgs {
-		out[i], err = outbox.DecodeMessage(m.Values)
-		require.NoError(t, err)
-	}
-	return out
-}
-
-// laneLastID is the last id added to the replay lane (which the worker
-// creates when it starts).
-func (b *adminBundle) laneLastID(t *testing.T) string {
-	t.Helper()
-	info, err := b.rdb.XInfoStream(context.Background(), b.keys().Replay()).Result()
-	require.NoError(t, err)
-	return info.LastGeneratedID
-}
-
 // bothStores open a fresh store of each kind: SQLite, and MongoDB on lungo
 // (or the replica set of OUTBOXD_TEST_MONGO_URI).
 var bothStores = map[string]func(testing.TB) store.Store{
@@ -266,340 +112,156 @@ var bothStores = map[string]func(testing.TB) store.Store{
 
 var day0 = time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC)
 
-func hours(n int) []time.Time {
-	out := make([]time.Time, n)
-	for i := range out {
-		out[i] = day0.Add(time.Duration(i) * time.Hour)
-	}
-	return out
-}
-
-// TestAdminDLQReplay: a record whose projection keeps failing is parked
-// and dead-lettered; once the cause is fixed, replaying the dead letter
-// projects it exactly once and empties the entry, and the duplicate
-// delivery a crash between the publish and the entry's removal would make
-// changes nothing. On the SQLite store and on the MongoDB store (lungo).
-func TestAdminDLQReplay(t *testing.T) {
-	t.Parallel()
-	for name, open := range bothStores {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			ctx := context.Background()
-			b := setupAdmin(t, open(t))
-			events := b.write(t, "d1", hours(3)...)
-			bad := events[1]
-			b.startPoisoning(t, bad)
-			require.Zero(t, b.rowCount(t, bad.ID))
-
-			var page operator.DLQPage
-			code, body := b.call(t, http.MethodGet, "/v1/admin/dlq?category=poison", nil, &page)
-			require.Equal(t, http.StatusOK, code, string(body))
-			require.Len(t, page.Entries, 1)
-			dl := page.Entries[0]
-			require.Equal(t, bad.ID, dl.EventID)
-			require.Equal(t, outbox.CategoryPoison, dl.Category)
-			require.Equal(t, outbox.StateFailed, dl.Original)
-			require.Equal(t, int64(2), dl.Deliveries)
-			require.NotEmpty(t, dl.Code)
-			code, _ = b.call(t, http.MethodGet, "/v1/admin/dlq?category=non_retryable", nil, &page)
-			require.Equal(t, http.StatusOK, code)
-			require.Empty(t, page.Entries, "the filter keeps other categories out")
-
-			var parked operator.EventsPage
-			code, body = b.call(t, http.MethodGet, "/v1/admin/events?state=failed", nil, &parked)
-			require.Equal(t, http.StatusOK, code, string(body))
-			require.Len(t, parked.Events, 1, "the parked originals")
-			require.Equal(t, bad.ID, parked.Events[0].ID)
-			require.Equal(t, outbox.CategoryPoison, parked.Events[0].SyncFailure.Category)
-			require.NotContains(t, string(body), "payload")
-
-			var one operator.DeadLetter
-			code, body = b.call(t, http.MethodGet, "/v1/admin/dlq/"+dl.ID, nil, &one)
-			require.Equal(t, http.StatusOK, code, string(body))
-			require.NotNil(t, one.Event)
-			require.Equal(t, bad.IdempotencyKey, one.Event.IdempotencyKey)
-
-			b.breaker.Store(nil) // the cause is fixed
-			mark := b.laneLastID(t)
-			var res operator.DLQActionResult
-			code, body = b.call(t, http.MethodPost, "/v1/admin/dlq:replay", operator.DLQAction{IDs: []string{dl.ID}}, &res)
-			require.Equal(t, http.StatusOK, code, string(body))
-			require.Equal(t, 1, res.Replayed)
-			require.Equal(t, []operator.DLQResult{{ID: dl.ID, EventID: bad.ID, Outcome: operator.OutcomeReplayed}}, res.Results)
-			b.waitDrained(t, events...)
-			require.Zero(t, b.rdb.XLen(ctx, b.keys().DLQ()).Val(), "the entry is gone")
-			msgs := b.laneSince(t, mark)
-			require.Len(t, msgs, 1)
-			require.Equal(t, outbox.OriginDLQReplay, msgs[0].Origin)
-			require.Equal(t, bad.IdempotencyKey, msgs[0].IdempotencyKey)
-			require.Equal(t, 1, b.rowCount(t, bad.ID))
-			require.Nil(t, testkit.Event(t, b.st, bad.ID).SyncFailure)
-			b.check(t, events)
-
-			// A crash after the publish, before the entry's removal, leaves
-			// the entry: replayed again, the event is delivered twice.
-			require.NoError(t, b.rdb.XAdd(ctx, &redis.XAddArgs{Stream: b.stream, Values: bad.Message(outbox.OriginDLQReplay).Values()}).Err())
-			b.waitDrained(t, events...)
-			require.Equal(t, 1, b.rowCount(t, bad.ID))
-			b.check(t, events)
-
-			code, body = b.call(t, http.MethodPost, "/v1/admin/dlq:replay", operator.DLQAction{IDs: []string{dl.ID}}, &res)
-			require.Equal(t, http.StatusOK, code, string(body))
-			require.Equal(t, 1, res.NotFound, "replayed entries are gone")
-		})
-	}
-}
-
-// TestAdminDLQMissingOriginalAndDrop: a dead letter whose original does
-// not exist says so, is kept by a replay, and is dropped.
-func TestAdminDLQMissingOriginalAndDrop(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	b := setupAdmin(t, testkit.NewStore(t))
-	ghost := &outbox.Event{ID: outbox.NewEventID(), IdempotencyKey: "ghost", SourceKey: "s", DeviceKey: "d", OccurredAt: day0, CreatedAt: day0}
-	require.NoError(t, b.rdb.XAdd(ctx, &redis.XAddArgs{Stream: b.stream, Values: ghost.Message(outbox.OriginOutbox).Values()}).Err())
-	require.NoError(t, b.rdb.XAdd(ctx, &redis.XAddArgs{Stream: b.stream, Values: map[string]any{"payload": "not json"}}).Err())
-	b.start(t, nil)
-	require.Eventually(t, func() bool { return b.rdb.XLen(ctx, b.keys().DLQ()).Val() == 2 }, waitFor, 10*time.Millisecond)
-
-	var page operator.DLQPage
-	code, body := b.call(t, http.MethodGet, "/v1/admin/dlq?limit=1", nil, &page)
-	require.Equal(t, http.StatusOK, code, string(body))
-	require.Len(t, page.Entries, 1)
-	require.NotEmpty(t, page.Next, "one more follows")
-	require.Equal(t, int64(2), page.Length)
-	require.Equal(t, operator.OriginalMissing, page.Entries[0].Original)
-	named := []string{page.Entries[0].EventID}
-	after := page.Next
-	page = operator.DLQPage{}
-	code, _ = b.call(t, http.MethodGet, "/v1/admin/dlq?after="+after, nil, &page)
-	require.Equal(t, http.StatusOK, code)
-	require.Len(t, page.Entries, 1)
-	require.Equal(t, operator.OriginalMissing, page.Entries[0].Original)
-	require.Empty(t, page.Next)
-	require.ElementsMatch(t, []string{ghost.ID, ""}, append(named, page.Entries[0].EventID), "the entry of a bad message names no event")
-
-	var res operator.DLQActionResult
-	code, body = b.call(t, http.MethodPost, "/v1/admin/dlq:replay", operator.DLQAction{All: true}, &res)
-	require.Equal(t, http.StatusOK, code, string(body))
-	require.Equal(t, 2, res.OriginalMissing)
-	require.True(t, res.Done)
-	require.Equal(t, int64(2), b.rdb.XLen(ctx, b.keys().DLQ()).Val(), "kept")
-
-	code, body = b.call(t, http.MethodPost, "/v1/admin/dlq:drop", operator.DLQAction{All: true, Code: "bad_message"}, &res)
-	require.Equal(t, http.StatusOK, code, string(body))
-	require.Equal(t, 1, res.Dropped, "only the code asked for")
-	code, body = b.call(t, http.MethodPost, "/v1/admin/dlq:drop", operator.DLQAction{All: true}, &res)
-	require.Equal(t, http.StatusOK, code, string(body))
-	require.Equal(t, 1, res.Dropped)
-	require.Zero(t, b.rdb.XLen(ctx, b.keys().DLQ()).Val())
-
-	code, _ = b.call(t, http.MethodGet, "/v1/admin/dlq/1-0", nil, nil)
-	require.Equal(t, http.StatusNotFound, code)
-}
-
-// TestAdminReplayWindow: a replay by boundary re-publishes the window's
-// originals only (the count and the stream entries), with origin replay and
-// their own idempotency keys, in chunks, and leaves the read model as it
-// was. On both stores.
-func TestAdminReplayWindow(t *testing.T) {
-	t.Parallel()
-	for name, open := range bothStores {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			b := setupAdmin(t, open(t))
-			events := b.write(t, "d1", hours(8)...)
-			other := b.write(t, "d2", hours(8)...)
-			b.start(t, nil)
-			all := append(slices.Clone(events), other...)
-			b.waitDrained(t, all...)
-			rows, stats := b.readModel(t)
-			mark := b.laneLastID(t)
-
-			req := httpapi.ReplayRequest{From: day0.Add(2 * time.Hour).Format(time.RFC3339), To: day0.Add(5 * time.Hour).Format(time.RFC3339),
-				SourceKey: "src", DeviceKey: "d1", DryRun: true}
-			var res operator.ReplayResult
-			code, body := b.call(t, http.MethodPost, "/v1/admin/replay", req, &res)
-			require.Equal(t, http.StatusOK, code, string(body))
-			require.Equal(t, int64(3), *res.Count)
-			require.Equal(t, mark, b.laneLastID(t), "a dry run publishes nothing")
-
-			req.DryRun, req.Limit = false, 2
-			published, chunks := 0, 0
-			for {
-				code, body = b.call(t, http.MethodPost, "/v1/admin/replay", req, &res)
-				require.Equal(t, http.StatusOK, code, string(body))
-				published += res.Published
-				chunks++
-				if res.Done {
-					break
-				}
-				req.After = res.Next
-			}
-			require.Equal(t, 3, published)
-			require.Equal(t, 2, chunks)
-			msgs := b.laneSince(t, mark)
-			require.Len(t, msgs, 3, "only the window's originals")
-			for i, m := range msgs {
-				require.Equal(t, events[2+i].ID, m.EventID)
-				require.Equal(t, events[2+i].IdempotencyKey, m.IdempotencyKey)
-				require.Equal(t, outbox.OriginReplay, m.Origin)
-			}
-			b.waitDrained(t, all...)
-			rows2, stats2 := b.readModel(t)
-			require.Equal(t, rows, rows2, "no row projected again")
-			require.Equal(t, stats, stats2, "nothing counted twice")
-			b.check(t, all)
-		})
-	}
-}
-
-// TestAdminReplayRebuild: after a projection bug (rows of the wrong
-// device) is fixed, a replay with rebuild removes the window's rows and
-// their counts and re-projects them through the normal path: correct rows
-// and statistics, the rows outside the window untouched.
-func TestAdminReplayRebuild(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	b := setupAdmin(t, testkit.NewStore(t))
-	right := readmodel.NewProjector()
-	var fixed atomic.Bool
-	b.start(t, worker.ProjectorFunc(func(ctx context.Context, tx pgx.Tx, events []*outbox.Event) error {
-		if fixed.Load() {
-			return right.Project(ctx, tx, events)
-		}
-		wrong := make([]*outbox.Event, len(events))
-		for i, ev := range events {
-			c := *ev
-			c.DeviceKey = "wrong"
-			wrong[i] = &c
-		}
-		return right.Project(ctx, tx, wrong)
-	}))
-	events := b.write(t, "d1", hours(6)...)
-	b.waitDrained(t, events...)
-	deviceRows := func(device string) (rows, counted int64) {
-		require.NoError(t, b.pg.Pool.QueryRow(ctx, `SELECT count(*) FROM events WHERE device_key = $1`, device).Scan(&rows))
-		require.NoError(t, b.pg.Pool.QueryRow(ctx, `SELECT coalesce(sum(event_count), 0) FROM device_daily_stats WHERE device_key = $1`, device).Scan(&counted))
-		return rows, counted
-	}
-	rows, counted := deviceRows("wrong")
-	require.Equal(t, [2]int64{6, 6}, [2]int64{rows, counted}, "the bug at work")
-
-	fixed.Store(true)
-	req := httpapi.ReplayRequest{From: day0.Format(time.RFC3339), To: day0.Add(4 * time.Hour).Format(time.RFC3339), Rebuild: true, Limit: 3}
-	var removed int64
-	for {
-		var res operator.ReplayResult
-		code, body := b.call(t, http.MethodPost, "/v1/admin/replay", req, &res)
-		require.Equal(t, http.StatusOK, code, string(body))
-		removed += res.RemovedRows
-		if res.Done {
-			break
-		}
-		req.After = res.Next
-	}
-	require.Equal(t, int64(4), removed)
-	b.waitDrained(t, events...)
-	rows, counted = deviceRows("d1")
-	require.Equal(t, [2]int64{4, 4}, [2]int64{rows, counted}, "the window recomputed")
-	rows, counted = deviceRows("wrong")
-	require.Equal(t, [2]int64{2, 2}, [2]int64{rows, counted}, "outside the window untouched")
-
-	req = httpapi.ReplayRequest{From: day0.Format(time.RFC3339), To: day0.Add(24 * time.Hour).Format(time.RFC3339), Rebuild: true}
-	code, body := b.call(t, http.MethodPost, "/v1/admin/replay", req, nil)
-	require.Equal(t, http.StatusOK, code, string(body))
-	b.waitDrained(t, events...)
-	rows, counted = deviceRows("d1")
-	require.Equal(t, [2]int64{6, 6}, [2]int64{rows, counted})
-	rows, _ = deviceRows("wrong")
-	require.Zero(t, rows)
-	var wrongStats int
-	require.NoError(t, b.pg.Pool.QueryRow(ctx, `SELECT count(*) FROM device_daily_stats WHERE device_key = 'wrong'`).Scan(&wrongStats))
-	require.Zero(t, wrongStats, "the wrong statistics rows are gone")
-	var first, last time.Time
-	require.NoError(t, b.pg.Pool.QueryRow(ctx, `SELECT first_occurred_at, last_occurred_at FROM device_daily_stats WHERE device_key = 'd1'`).Scan(&first, &last))
-	require.True(t, day0.Equal(first))
-	require.True(t, day0.Add(5*time.Hour).Equal(last))
-	b.check(t, events)
-}
-
-// verifyAll runs every chunk of a verify and returns the drift.
-func (b *adminBundle) verifyAll(t *testing.T, req httpapi.VerifyRequest) ([]operator.Drift, map[string]int) {
+// members returns the names of the members of the JSON object raw: the
+// shape of an answer.
+func members(t *testing.T, raw []byte) []string {
 	t.Helper()
-	var drift []operator.Drift
-	checked := map[string]int{}
-	for range 100 {
-		var res operator.VerifyResult
-		code, body := b.call(t, http.MethodPost, "/v1/admin/verify", req, &res)
-		require.Equal(t, http.StatusOK, code, string(body))
-		drift = append(drift, res.Drift...)
-		checked[res.Phase] += res.Checked
-		if res.Done {
-			return drift, checked
-		}
-		req.After = res.Next
-	}
-	t.Fatal("verify never ended")
-	return nil, nil
+	var m map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal(raw, &m), string(raw))
+	return slices.Sorted(maps.Keys(m))
 }
 
-// TestAdminVerifyRepair: verify finds a row deleted by hand (and its day's
-// count, now one too high) and a row nobody accepted; repair re-publishes
-// the original and recomputes the statistics, so the day ends counted
-// once per row.
-func TestAdminVerifyRepair(t *testing.T) {
+// TestAdminEndpoints is one happy path per admin endpoint: the route maps
+// its request (path, query, body) onto the operator's action and answers
+// 200 with the action's result as JSON, in the shape the CLI and the
+// console decode. What the actions do is tested beside them, in
+// internal/operator.
+func TestAdminEndpoints(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setupAdmin(t, testkit.NewStore(t))
-	b.start(t, nil)
-	events := b.write(t, "d1", hours(5)...)
-	b.waitDrained(t, events...)
-	drift, checked := b.verifyAll(t, httpapi.VerifyRequest{Limit: 2})
-	require.Empty(t, drift)
-	require.Equal(t, 5, checked[operator.PhaseOriginals])
-	require.Equal(t, 5, checked[operator.PhaseRows])
-
-	_, err := b.pg.Pool.Exec(ctx, `DELETE FROM events WHERE event_id = $1`, events[2].ID)
-	require.NoError(t, err)
-	orphan := outbox.NewEventID()
-	_, err = b.pg.Pool.Exec(ctx, `INSERT INTO events (event_id, idempotency_key, source_key, device_key, type, occurred_at, payload, created_at)
-		VALUES ($1, 'nobody', 'src', 'd9', 'event', $2, '{}', $2)`, orphan, day0)
-	require.NoError(t, err)
-
-	drift, _ = b.verifyAll(t, httpapi.VerifyRequest{Limit: 2})
-	kinds := map[string][]string{}
-	for _, d := range drift {
-		kinds[d.Kind] = append(kinds[d.Kind], d.EventID+d.DeviceKey)
-		require.False(t, d.Repaired)
+	events := b.write(t, "d1", day0, day0.Add(time.Hour))
+	var dead []string
+	for _, ev := range events {
+		id, err := b.rdb.XAdd(ctx, &redis.XAddArgs{Stream: b.keys().DLQ(), Values: stream.DeadLetter{Category: outbox.CategoryPoison,
+			Code: "projection_failed", EventID: ev.ID, At: time.Now(), Payload: ev.Message(outbox.OriginOutbox).Encode()}.Encode()}).Result()
+		require.NoError(t, err)
+		dead = append(dead, id)
 	}
-	require.Equal(t, map[string][]string{
-		operator.DriftMissingRow: {events[2].ID + "d1"},
-		operator.DriftOrphanRow:  {orphan + "d9"},
-		operator.DriftStats:      {"d1", "d9"}, // d1 counts 5 for 4 rows; d9 has a row and no count
-	}, kinds)
-
-	// A window that leaves the deleted row's day out sees nothing of it.
-	drift, _ = b.verifyAll(t, httpapi.VerifyRequest{From: day0.Add(24 * time.Hour).Format(time.RFC3339)})
-	require.Empty(t, drift)
-
-	drift, _ = b.verifyAll(t, httpapi.VerifyRequest{From: day0.Format(time.RFC3339), To: day0.Add(24 * time.Hour).Format(time.RFC3339), Repair: true})
-	for _, d := range drift {
-		require.Equal(t, d.Kind != operator.DriftOrphanRow, d.Repaired, "%+v", d)
+	ok := func(t *testing.T, method, path string, body, out any) []byte {
+		t.Helper()
+		code, raw := b.call(t, method, path, body, out)
+		require.Equal(t, http.StatusOK, code, string(raw))
+		return raw
 	}
-	b.waitDrained(t, events...)
-	require.Equal(t, 1, b.rowCount(t, events[2].ID))
-	var counted int64
-	require.NoError(t, b.pg.Pool.QueryRow(ctx, `SELECT event_count FROM device_daily_stats WHERE device_key = 'd1'`).Scan(&counted))
-	require.Equal(t, int64(5), counted, "the row projected again is counted once")
 
-	drift, _ = b.verifyAll(t, httpapi.VerifyRequest{})
-	require.Len(t, drift, 1, "only the row nobody accepted is left, for a person: %+v", drift)
-	require.Equal(t, operator.DriftOrphanRow, drift[0].Kind)
+	t.Run("DLQList", func(t *testing.T) {
+		var page operator.DLQPage
+		raw := ok(t, http.MethodGet, "/v1/admin/dlq?category=poison&code=projection_failed&limit=1", nil, &page)
+		require.Equal(t, []string{"entries", "length", "next", "stream"}, members(t, raw))
+		require.Equal(t, b.keys().DLQ(), page.Stream)
+		require.Equal(t, int64(2), page.Length)
+		require.Len(t, page.Entries, 1, "the limit of the query")
+		require.Equal(t, dead[0], page.Entries[0].ID)
+		ok(t, http.MethodGet, "/v1/admin/dlq?after="+page.Next, nil, &page)
+		require.Len(t, page.Entries, 1, "the page after")
+		require.Equal(t, dead[1], page.Entries[0].ID)
+		ok(t, http.MethodGet, "/v1/admin/dlq?category=non_retryable", nil, &page)
+		require.Empty(t, page.Entries, "the category of the query")
+	})
+	t.Run("DLQOne", func(t *testing.T) {
+		var one operator.DeadLetter
+		raw := ok(t, http.MethodGet, "/v1/admin/dlq/"+dead[0], nil, &one)
+		require.Contains(t, members(t, raw), "event", "with its original")
+		require.Equal(t, events[0].ID, one.EventID)
+		require.Equal(t, events[0].IdempotencyKey, one.Event.IdempotencyKey)
+	})
+	t.Run("Events", func(t *testing.T) {
+		var page operator.EventsPage
+		raw := ok(t, http.MethodGet, "/v1/admin/events?from="+day0.Add(time.Hour).Format(time.RFC3339)+"&sourceKey=src&deviceKey=d1&state=pending&limit=5", nil, &page)
+		require.Equal(t, []string{"events"}, members(t, raw))
+		require.Len(t, page.Events, 1, "the window of the query")
+		require.Equal(t, events[1].ID, page.Events[0].ID)
+		require.NotContains(t, string(raw), "payload", "a listing leaves the payloads out")
+	})
+	t.Run("Journey", func(t *testing.T) {
+		j := b.journey(t, events[0].IdempotencyKey)
+		require.Equal(t, "idempotencyKey", j.MatchedBy)
+		require.Equal(t, events[0].ID, j.Original.ID)
+		_, raw := b.call(t, http.MethodGet, "/v1/admin/events/"+events[0].ID+"/journey", nil, nil)
+		require.Equal(t, []string{"matchedBy", "original", "outbox", "readAt", "readModel", "stream"}, members(t, raw))
+	})
+	window := httpapi.ReplayRequest{From: day0.Format(time.RFC3339), To: day0.Add(24 * time.Hour).Format(time.RFC3339), SourceKey: "src"}
+	t.Run("ReplayDryRun", func(t *testing.T) {
+		req := window
+		req.DryRun = true
+		var res operator.ReplayResult
+		raw := ok(t, http.MethodPost, "/v1/admin/replay", req, &res)
+		require.JSONEq(t, `{"dryRun":true,"count":2,"matched":0,"published":0,"redriven":0,"removedRows":0,"done":true}`, string(raw))
+	})
+	t.Run("Replay", func(t *testing.T) {
+		req := window
+		req.Limit = 1
+		var res operator.ReplayResult
+		raw := ok(t, http.MethodPost, "/v1/admin/replay", req, &res)
+		require.Equal(t, []string{"done", "dryRun", "matched", "next", "published", "redriven", "removedRows", "started"}, members(t, raw))
+		require.Equal(t, 1, res.Published, "the limit of the request")
+		req.After, req.Started = res.Next, res.Started.Format(time.RFC3339Nano)
+		ok(t, http.MethodPost, "/v1/admin/replay", req, &res)
+		require.Equal(t, 1, res.Published, "the chunk after")
+		require.Equal(t, int64(2), b.rdb.XLen(ctx, b.keys().Replay()).Val(), "in the replay lane")
+	})
+	t.Run("Verify", func(t *testing.T) {
+		var res operator.VerifyResult
+		raw := ok(t, http.MethodPost, "/v1/admin/verify", httpapi.VerifyRequest{From: day0.Format(time.RFC3339), Limit: 1}, &res)
+		require.Equal(t, []string{"checked", "done", "drift", "next", "phase", "republished", "statsRecomputed", "total"}, members(t, raw))
+		require.Equal(t, operator.PhaseOriginals, res.Phase)
+	})
+	t.Run("DLQReplay", func(t *testing.T) {
+		var res operator.DLQActionResult
+		raw := ok(t, http.MethodPost, "/v1/admin/dlq:replay", operator.DLQAction{IDs: []string{dead[0]}}, &res)
+		require.Equal(t, []string{"done", "dropped", "failed", "notFound", "originalMissing", "replayed", "results"}, members(t, raw))
+		require.Equal(t, []operator.DLQResult{{ID: dead[0], EventID: events[0].ID, Outcome: operator.OutcomeReplayed}}, res.Results)
+	})
+	t.Run("DLQDrop", func(t *testing.T) {
+		var res operator.DLQActionResult
+		ok(t, http.MethodPost, "/v1/admin/dlq:drop", operator.DLQAction{All: true, Category: outbox.CategoryPoison}, &res)
+		require.Equal(t, []operator.DLQResult{{ID: dead[1], EventID: events[1].ID, Outcome: operator.OutcomeDropped}}, res.Results)
+		require.Zero(t, b.rdb.XLen(ctx, b.keys().DLQ()).Val())
+	})
+	t.Run("PauseAndResume", func(t *testing.T) {
+		var res operator.PauseResult
+		raw := ok(t, http.MethodPost, "/v1/admin/pause", httpapi.PauseRequest{Stage: "projection", By: "alice"}, &res)
+		require.Equal(t, []string{"by", "changed", "paused", "since", "stage"}, members(t, raw))
+		require.Equal(t, "projection:"+b.group, res.Stage)
+		require.Equal(t, "alice", res.By)
+		var pauses operator.PausesResult
+		raw = ok(t, http.MethodGet, "/v1/admin/pauses", nil, &pauses)
+		require.Equal(t, []string{"paused", "stages"}, members(t, raw))
+		require.Len(t, pauses.Paused, 1)
+		require.Equal(t, "alice", pauses.Paused[0].By)
+		raw = ok(t, http.MethodPost, "/v1/admin/resume", httpapi.PauseRequest{Stage: "projection"}, &res)
+		require.JSONEq(t, `{"stage":"projection:`+b.group+`","paused":false,"changed":true}`, string(raw))
+		ok(t, http.MethodGet, "/v1/admin/pauses", nil, &pauses)
+		require.Empty(t, pauses.Paused)
+	})
+	t.Run("ReplayCancel", func(t *testing.T) {
+		var res operator.CancelResult
+		raw := ok(t, http.MethodPost, "/v1/admin/replay:cancel", httpapi.CancelRequest{}, &res)
+		require.Equal(t, []string{"cancelledAt", "removed"}, members(t, raw))
+		require.Equal(t, int64(3), res.Removed, "the lane's entries nobody was delivered: two replayed, one dead letter replayed")
+		req := window
+		req.Started = time.Now().Add(-time.Hour).Format(time.RFC3339Nano)
+		p := (&handlerBundle{server: b.server}).do(t, http.MethodPost, "/v1/admin/replay", mustJSON(t, req),
+			"Authorization", "Bearer "+testToken).problem(t, http.StatusConflict)
+		require.Equal(t, httpapi.ProblemCancelled, p.Type, "a chunk of a cancelled replay")
+	})
+}
+
+// mustJSON encodes v.
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	j, err := json.Marshal(v)
+	require.NoError(t, err)
+	return string(j)
 }
 
 // TestAdminAPI: the errors of the admin API are problem documents, behind
-// the bearer token.
+// the bearer token: a request HTTP cannot read (a time that is not RFC
+// 3339, an unknown field, a bad query parameter, the wrong method) and
+// the operator's errors, an invalid field (422 naming it) per endpoint
+// and an unknown entry (404). Which fields the operator refuses:
+// TestErrors in internal/operator.
 func TestAdminAPI(t *testing.T) {
 	t.Parallel()
 	b := setupAdmin(t, testkit.NewStore(t))
@@ -618,29 +280,18 @@ func TestAdminAPI(t *testing.T) {
 	}{
 		{"ReplayWithoutWindow", http.MethodPost, "/v1/admin/replay", `{"to":"2026-10-02T00:00:00Z"}`, 422, "from"},
 		{"ReplayBadTime", http.MethodPost, "/v1/admin/replay", `{"from":"yesterday","to":"2026-10-02T00:00:00Z"}`, 422, "from"},
-		{"ReplayEmptyWindow", http.MethodPost, "/v1/admin/replay", `{"from":"2026-10-02T00:00:00Z","to":"2026-10-01T00:00:00Z"}`, 422, "to"},
-		{"ReplayBadState", http.MethodPost, "/v1/admin/replay", `{"from":"2026-10-01T00:00:00Z","to":"2026-10-02T00:00:00Z","state":"lost"}`, 422, "state"},
-		{"ReplayBadBy", http.MethodPost, "/v1/admin/replay", `{"from":"2026-10-01T00:00:00Z","to":"2026-10-02T00:00:00Z","by":"day"}`, 422, "by"},
-		{"ReplayDeviceWithoutSource", http.MethodPost, "/v1/admin/replay", `{"from":"2026-10-01T00:00:00Z","to":"2026-10-02T00:00:00Z","deviceKey":"d"}`, 422, "sourceKey"},
-		{"ReplayBadCursor", http.MethodPost, "/v1/admin/replay", `{"from":"2026-10-01T00:00:00Z","to":"2026-10-02T00:00:00Z","after":"x"}`, 422, "after"},
 		{"ReplayUnknownField", http.MethodPost, "/v1/admin/replay", `{"from":"2026-10-01T00:00:00Z","to":"2026-10-02T00:00:00Z","window":1}`, 400, ""},
-		{"ReplayTooBigChunk", http.MethodPost, "/v1/admin/replay", `{"from":"2026-10-01T00:00:00Z","to":"2026-10-02T00:00:00Z","limit":100000}`, 422, "limit"},
 		{"VerifyBadCursor", http.MethodPost, "/v1/admin/verify", `{"after":"elsewhere:1"}`, 422, "after"},
 		{"DLQNothingNamed", http.MethodPost, "/v1/admin/dlq:replay", `{}`, 422, "ids"},
-		{"DLQIdsAndAll", http.MethodPost, "/v1/admin/dlq:drop", `{"ids":["1-0"],"all":true}`, 422, "all"},
 		{"DLQBadID", http.MethodPost, "/v1/admin/dlq:drop", `{"ids":["one"]}`, 422, "ids"},
 		{"DLQBadLimit", http.MethodGet, "/v1/admin/dlq?limit=0", ``, 422, "limit"},
 		{"DLQUnknown", http.MethodGet, "/v1/admin/dlq/1-1", ``, 404, ""},
 		{"DLQBadAfter", http.MethodGet, "/v1/admin/dlq?after=abc", ``, 422, "after"},
-		{"DLQAfterWithoutSequence", http.MethodGet, "/v1/admin/dlq?after=1700000000000", ``, 422, "after"},
-		{"DLQAfterBadSequence", http.MethodGet, "/v1/admin/dlq?after=1-x", ``, 422, "after"},
-		{"DLQAfterSigned", http.MethodGet, "/v1/admin/dlq?after=-1-0", ``, 422, "after"},
 		{"DLQBadIDInPath", http.MethodGet, "/v1/admin/dlq/abc", ``, 422, "id"},
-		{"DLQActionBadAfter", http.MethodPost, "/v1/admin/dlq:replay", `{"all":true,"after":"abc"}`, 422, "after"},
-		{"EventsBadState", http.MethodGet, "/v1/admin/events?state=lost", ``, 422, "state"},
 		{"EventsBadWindow", http.MethodGet, "/v1/admin/events?from=2026-10-02T00:00:00Z&to=2026-10-01T00:00:00Z", ``, 422, "to"},
 		{"WrongMethod", http.MethodDelete, "/v1/admin/replay", ``, 405, ""},
-		{"RetriesNoClass", http.MethodPost, "/v1/admin/retries:resume", `{}`, 422, "class"},
+		{"PauseBadStage", http.MethodPost, "/v1/admin/pause", `{"stage":"lane"}`, 422, "stage"},
+		{"ResumeUnknownField", http.MethodPost, "/v1/admin/resume", `{"stage":"relay","by":"x","until":"y"}`, 400, ""},
 		{"RetriesBadClass", http.MethodPost, "/v1/admin/retries:resume", `{"class":"poison"}`, 422, "class"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -685,9 +336,9 @@ func TestAdminAPI(t *testing.T) {
 	})
 }
 
-// TestAdminRetriesResume: POST /v1/admin/retries:resume clears a halted
-// class of the group's workers and of the stream's dispatchers in Redis
-// and says which it cleared; /v1/status shows the halts until then.
+// TestAdminRetriesResume: POST /v1/admin/retries:resume answers the halts
+// it cleared, and /v1/status shows the halts until then (what the action
+// clears: TestResumeRetries in internal/operator).
 func TestAdminRetriesResume(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -708,11 +359,9 @@ func TestAdminRetriesResume(t *testing.T) {
 	}, snap.RetriesHalted)
 
 	var res operator.RetriesResult
-	code, body = b.call(t, http.MethodPost, "/v1/admin/retries:resume", httpapi.RetriesRequest{Class: failpolicy.ClassRecord}, &res)
-	require.Equal(t, http.StatusOK, code, string(body))
-	require.Equal(t, operator.RetriesResult{Class: failpolicy.ClassRecord, Resumed: []operator.ResumedHalt{}}, res, "another class: nothing cleared")
 	code, body = b.call(t, http.MethodPost, "/v1/admin/retries:resume", httpapi.RetriesRequest{Class: failpolicy.ClassInfrastructure}, &res)
 	require.Equal(t, http.StatusOK, code, string(body))
+	require.Equal(t, failpolicy.ClassInfrastructure, res.Class)
 	require.Equal(t, []operator.ResumedHalt{
 		{Component: stream.ComponentWorker, Code: pgDown.Code, Source: failpolicy.SourcePostgres},
 		{Component: stream.ComponentDispatcher, Code: storeDown.Code, Source: failpolicy.SourceStore},

@@ -201,6 +201,46 @@ func TestErrors(t *testing.T) {
 			{"VerifyBadCursor", func() error { _, err := b.op.Verify(ctx, operator.VerifyQuery{After: "x"}); return err }, "after"},
 			{"DLQNothingNamed", func() error { _, err := b.op.DropDLQ(ctx, operator.DLQAction{}); return err }, "ids"},
 			{"JourneyRef", func() error { _, err := b.op.Journey(ctx, ""); return err }, "ref"},
+			{"ReplayBadState", func() error {
+				_, err := b.op.Replay(ctx, operator.ReplayQuery{EventsQuery: operator.EventsQuery{From: day, To: day.Add(time.Hour), State: "lost"}})
+				return err
+			}, "state"},
+			{"ReplayBadCursor", func() error {
+				_, err := b.op.Replay(ctx, operator.ReplayQuery{EventsQuery: operator.EventsQuery{From: day, To: day.Add(time.Hour), After: "x"}})
+				return err
+			}, "after"},
+			{"ReplayTooBigChunk", func() error {
+				_, err := b.op.Replay(ctx, operator.ReplayQuery{EventsQuery: operator.EventsQuery{From: day, To: day.Add(time.Hour), Limit: 100000}})
+				return err
+			}, "limit"},
+			{"EventsBadState", func() error { _, err := b.op.ListEvents(ctx, operator.EventsQuery{State: "lost"}); return err }, "state"},
+			{"EventsEmptyWindow", func() error {
+				_, err := b.op.ListEvents(ctx, operator.EventsQuery{From: day.Add(time.Hour), To: day})
+				return err
+			}, "to"},
+			{"DLQBadAfter", func() error { _, err := b.op.ListDLQ(ctx, operator.DLQQuery{After: "abc"}); return err }, "after"},
+			{"DLQAfterWithoutSequence", func() error {
+				_, err := b.op.ListDLQ(ctx, operator.DLQQuery{After: "1700000000000"})
+				return err
+			}, "after"},
+			{"DLQAfterBadSequence", func() error { _, err := b.op.ListDLQ(ctx, operator.DLQQuery{After: "1-x"}); return err }, "after"},
+			{"DLQAfterSigned", func() error { _, err := b.op.ListDLQ(ctx, operator.DLQQuery{After: "-1-0"}); return err }, "after"},
+			{"DeadLetterBadID", func() error { _, err := b.op.DeadLetter(ctx, "abc"); return err }, "id"},
+			{"DLQIdsAndAll", func() error {
+				_, err := b.op.DropDLQ(ctx, operator.DLQAction{IDs: []string{"1-0"}, All: true})
+				return err
+			}, "all"},
+			{"DLQBadID", func() error { _, err := b.op.DropDLQ(ctx, operator.DLQAction{IDs: []string{"one"}}); return err }, "ids"},
+			{"DLQActionBadAfter", func() error {
+				_, err := b.op.ReplayDLQ(ctx, operator.DLQAction{All: true, After: "abc"})
+				return err
+			}, "after"},
+			{"RetriesNoClass", func() error { _, err := b.op.ResumeRetries(ctx, operator.RetriesQuery{}); return err }, "class"},
+			{"RetriesBadClass", func() error {
+				_, err := b.op.ResumeRetries(ctx, operator.RetriesQuery{Class: "poison"})
+				return err
+			}, "class"},
+			{"PauseBadStage", func() error { _, err := b.op.Pause(ctx, operator.PauseQuery{Stage: "lane"}); return err }, "stage"},
 		} {
 			t.Run(tt.name, func(t *testing.T) {
 				oe := kind(t, tt.call(), operator.ErrInvalid)

@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io/fs"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -30,14 +32,70 @@ type Postgres struct {
 // holds the current migrations, and drops it at cleanup.
 func NewPostgres(t testing.TB) *Postgres {
 	t.Helper()
+	pg, drop, err := createPostgres()
+	require.NoError(t, err)
+	t.Cleanup(drop)
+	return pg
+}
+
+// examplePostgres is the database of a package's Examples
+// (ExamplePostgresURL), dropped when Main ends.
+var examplePostgres struct {
+	once sync.Once
+	url  string
+	drop func()
+	err  error
+}
+
+// ExamplePostgresURL returns the URL of a database of the package's
+// Examples, which have no testing.TB to clean up after them: a fresh
+// database on the test cluster (OUTBOXD_TEST_POSTGRES_URL) as NewPostgres
+// makes it, created at the first call and dropped when Main ends. It
+// panics when the database cannot be created: an Example has no other way
+// to fail.
+func ExamplePostgresURL() string {
+	e := &examplePostgres
+	e.once.Do(func() {
+		var pg *Postgres
+		pg, e.drop, e.err = createPostgres()
+		if e.err == nil {
+			pg.Pool.Close() // the Example opens its own
+			e.url = pg.URL
+		}
+	})
+	if e.err != nil {
+		panic(e.err)
+	}
+	return e.url
+}
+
+// dropExamplePostgres drops the database of ExamplePostgresURL, if one
+// was created.
+func dropExamplePostgres() {
+	if e := &examplePostgres; e.drop != nil {
+		e.drop()
+	}
+}
+
+// createPostgres creates a fresh database cloned from a template that
+// holds the current migrations, opens a pool on it, and returns the
+// function that closes the pool and drops the database.
+func createPostgres() (*Postgres, func(), error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	admin, err := pgx.Connect(ctx, PostgresURL())
-	require.NoError(t, err, "PostgreSQL must run at %s (make test sets it up)", PostgresURL())
+	if err != nil {
+		return nil, nil, fmt.Errorf("PostgreSQL must run at %s (make test sets it up): %w", PostgresURL(), err)
+	}
 	defer admin.Close(context.Background())
 
-	tmpl := templateName(t)
-	ensureTemplate(ctx, t, admin, tmpl)
+	tmpl, err := templateName()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := ensureTemplate(ctx, admin, tmpl); err != nil {
+		return nil, nil, err
+	}
 
 	name := Name("outboxd_test")
 	for attempt := 0; ; attempt++ {
@@ -51,19 +109,23 @@ func NewPostgres(t testing.TB) *Postgres {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	require.NoError(t, err)
-	url := withDatabase(PostgresURL(), name)
-	pool, err := pgxpool.New(ctx, url)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		pool.Close()
+	if err != nil {
+		return nil, nil, err
+	}
+	drop := func() {
 		ctx := context.Background()
 		if c, err := pgx.Connect(ctx, PostgresURL()); err == nil {
 			_, _ = c.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
 			_ = c.Close(ctx)
 		}
-	})
-	return &Postgres{Pool: pool, URL: url, Name: name}
+	}
+	url := withDatabase(PostgresURL(), name)
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		drop()
+		return nil, nil, err
+	}
+	return &Postgres{Pool: pool, URL: url, Name: name}, func() { pool.Close(); drop() }, nil
 }
 
 // PoolWith returns another pool on pg's database, its configuration
@@ -82,9 +144,9 @@ func (pg *Postgres) PoolWith(t testing.TB, edit func(*pgxpool.Config)) *pgxpool.
 
 // templateName is keyed on the migration files, so a changed schema gets a
 // new template.
-func templateName(t testing.TB) string {
+func templateName() (string, error) {
 	h := sha256.New()
-	require.NoError(t, fs.WalkDir(migrations.PostgresFiles(), ".", func(path string, d fs.DirEntry, err error) error {
+	err := fs.WalkDir(migrations.PostgresFiles(), ".", func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
@@ -92,27 +154,28 @@ func templateName(t testing.TB) string {
 		h.Write([]byte(path))
 		h.Write(b)
 		return err
-	}))
-	return "outboxd_tmpl_" + hex.EncodeToString(h.Sum(nil))[:12]
+	})
+	return "outboxd_tmpl_" + hex.EncodeToString(h.Sum(nil))[:12], err
 }
 
-func ensureTemplate(ctx context.Context, t testing.TB, admin *pgx.Conn, tmpl string) {
-	t.Helper()
+func ensureTemplate(ctx context.Context, admin *pgx.Conn, tmpl string) error {
 	// Serialise template creation across test processes.
-	_, err := admin.Exec(ctx, "SELECT pg_advisory_lock(7307341)")
-	require.NoError(t, err)
+	if _, err := admin.Exec(ctx, "SELECT pg_advisory_lock(7307341)"); err != nil {
+		return err
+	}
 	defer admin.Exec(context.Background(), "SELECT pg_advisory_unlock(7307341)") //nolint:errcheck
 	var exists bool
-	require.NoError(t, admin.QueryRow(ctx, "SELECT EXISTS(SELECT 1 FROM pg_database WHERE datname=$1)", tmpl).Scan(&exists))
-	if exists {
-		return
+	if err := admin.QueryRow(ctx, "SELECT EXISTS(SELECT 1 FROM pg_database WHERE datname=$1)", tmpl).Scan(&exists); err != nil || exists {
+		return err
 	}
 	building := tmpl + "_building"
 	_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+building+" WITH (FORCE)")
-	_, err = admin.Exec(ctx, "CREATE DATABASE "+building)
-	require.NoError(t, err)
-	_, err = migrations.Postgres(ctx, withDatabase(PostgresURL(), building))
-	require.NoError(t, err)
-	_, err = admin.Exec(ctx, "ALTER DATABASE "+building+" RENAME TO "+tmpl)
-	require.NoError(t, err)
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+building); err != nil {
+		return err
+	}
+	if _, err := migrations.Postgres(ctx, withDatabase(PostgresURL(), building)); err != nil {
+		return err
+	}
+	_, err := admin.Exec(ctx, "ALTER DATABASE "+building+" RENAME TO "+tmpl)
+	return err
 }
