@@ -5,6 +5,7 @@ import (
 	"runtime/debug"
 	rtmetrics "runtime/metrics"
 	"slices"
+	"sync/atomic"
 	"time"
 )
 
@@ -29,6 +30,20 @@ const (
 	// end of each window and never grows.
 	memoryHigh = 0.8
 )
+
+// sizing is the batch size in use: Config.BatchSize, or the size the
+// tuning loop chose (Config.AutoBatch). The processor tunes it, the reader
+// reads batches of it and the tail writer gathers the tails of smaller
+// ones.
+type sizing struct {
+	n atomic.Int64
+	// tune is the tuning loop, nil without AutoBatch; only the run
+	// goroutine calls it (processor.tuneBatch).
+	tune *autoBatch
+}
+
+// get is the batch size now.
+func (s *sizing) get() int { return int(s.n.Load()) }
 
 // autoBatch is the tuning loop as code (Config.AutoBatch): it keeps
 // the 95th percentile of the projection time under a target by choosing

@@ -91,13 +91,13 @@ func TestClassify(t *testing.T) {
 
 func TestRecordBackoff(t *testing.T) {
 	t.Parallel()
-	w := &Worker{cfg: (&Config{}).withDefaults()}
+	p := &processor{shared: &shared{cfg: (&Config{}).withDefaults()}}
 	for n, want := range map[int64]float64{1: 1, 2: 2, 3: 4, 4: 8} {
 		for range 20 {
-			d := w.recordBackoff(n).Seconds()
+			d := p.recordBackoff(n).Seconds()
 			require.InDelta(t, want, d, want*0.25+1e-9, "delivery %d", n)
 		}
 	}
-	w.cfg.RecordBackoff = RecordBackoffMax
-	require.LessOrEqual(t, w.recordBackoff(10), RecordBackoffMax+RecordBackoffMax/4)
+	p.cfg.RecordBackoff = RecordBackoffMax
+	require.LessOrEqual(t, p.recordBackoff(10), RecordBackoffMax+RecordBackoffMax/4)
 }

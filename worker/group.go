@@ -21,9 +21,9 @@ const touchMax = 100_000
 // sign of life for ClaimIdle plus its longest wait, the worker counts as
 // wedged and stops touching: its entries are then taken over like a dead
 // worker's.
-func (w *Worker) keepHeld(ctx context.Context, stop <-chan struct{}) {
-	every := max(w.cfg.ClaimIdle/4, time.Millisecond)
-	wedged := w.cfg.ClaimIdle + max(w.cfg.Block, w.cfg.BackoffMax, w.cfg.BreakerTimeout)
+func (r *reader) keepHeld(ctx context.Context, stop <-chan struct{}) {
+	every := max(r.cfg.ClaimIdle/4, time.Millisecond)
+	wedged := r.cfg.ClaimIdle + max(r.cfg.Block, r.cfg.BackoffMax, r.cfg.BreakerTimeout)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -34,54 +34,54 @@ func (w *Worker) keepHeld(ctx context.Context, stop <-chan struct{}) {
 			return
 		case <-t.C:
 		}
-		if time.Since(time.Unix(0, w.beat.Load())) > wedged {
+		if time.Since(time.Unix(0, r.beat.Load())) > wedged {
 			continue
 		}
-		for _, g := range w.groups() {
+		for _, g := range r.groups() {
 			if err := g.Touch(ctx, every, touchMax); err != nil && ctx.Err() == nil {
-				w.logger.Debug("error touching held entries", zap.String("lane", w.lane(g)), zap.Error(err))
+				r.logger.Debug("error touching held entries", zap.String("lane", r.lane(g)), zap.Error(err))
 			}
 		}
 	}
 }
 
 // housekeepingEvery is how often the worker looks for expired consumers.
-func (w *Worker) housekeepingEvery() time.Duration {
-	return min(max(w.cfg.ConsumerExpiry/4, time.Millisecond), time.Hour)
+func (r *reader) housekeepingEvery() time.Duration {
+	return min(max(r.cfg.ConsumerExpiry/4, time.Millisecond), time.Hour)
 }
 
 // housekeep removes from the group, on the stream and on its replay lane,
 // the other consumers idle longer than ConsumerExpiry with nothing
 // pending. Failures are logged and left for the next round.
-func (w *Worker) housekeep(ctx context.Context) {
-	for _, g := range w.groups() {
-		w.housekeepOn(ctx, g)
+func (r *reader) housekeep(ctx context.Context) {
+	for _, g := range r.groups() {
+		r.housekeepOn(ctx, g)
 	}
 }
 
 // housekeepOn is housekeep on the stream of g.
-func (w *Worker) housekeepOn(ctx context.Context, g *stream.Group) {
+func (r *reader) housekeepOn(ctx context.Context, g *stream.Group) {
 	consumers, err := g.Consumers(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
-			w.logger.Debug("error listing consumers", zap.Error(err))
+			r.logger.Debug("error listing consumers", zap.Error(err))
 		}
 		return
 	}
 	for _, c := range consumers {
-		if c.Name == w.cfg.Consumer || c.Pending > 0 || c.Idle < w.cfg.ConsumerExpiry {
+		if c.Name == r.cfg.Consumer || c.Pending > 0 || c.Idle < r.cfg.ConsumerExpiry {
 			continue
 		}
 		removed, err := g.RemoveConsumer(ctx, c.Name)
 		if err != nil {
 			if ctx.Err() == nil {
-				w.logger.Debug("error removing an expired consumer", zap.String("expired", c.Name), zap.Error(err))
+				r.logger.Debug("error removing an expired consumer", zap.String("expired", c.Name), zap.Error(err))
 			}
 			return
 		}
 		if removed {
-			w.metrics.consumersDeleted.Inc()
-			w.logger.Info("removed an expired consumer from the group", zap.String("expired", c.Name), zap.Duration("idle", c.Idle))
+			r.metrics.consumersDeleted.Inc()
+			r.logger.Info("removed an expired consumer from the group", zap.String("expired", c.Name), zap.Duration("idle", c.Idle))
 		}
 	}
 }

@@ -27,8 +27,8 @@ func TestNextGivesTheLaneItsTurn(t *testing.T) {
 	w, err := newWorker(testkit.NewStore(t), rc, testkit.NewPostgres(t).Pool,
 		&Config{Stream: prefix + ":stream", Consumer: "c", BatchSize: 3, ReplayRate: rate.Inf}, nil)
 	require.NoError(t, err)
-	require.NoError(t, w.ensureGroup(ctx))
-	w.held = map[string]heldEntry{}
+	require.NoError(t, w.r.ensureGroup(ctx))
+	w.r.held = map[string]heldEntry{}
 	keys := stream.NewKeys(prefix+":stream", "")
 	add := func(k stream.Keys, n int) []string {
 		msgs := make([]string, n)
@@ -39,9 +39,9 @@ func TestNextGivesTheLaneItsTurn(t *testing.T) {
 		return msgs
 	}
 	next := func() (string, int) {
-		g, msgs, _, err := w.next(ctx, time.Millisecond)
+		g, msgs, _, err := w.r.next(ctx, time.Millisecond)
 		require.NoError(t, err)
-		return w.lane(g), len(msgs)
+		return w.r.lane(g), len(msgs)
 	}
 
 	add(keys.ReplayLane(), 2)

@@ -34,11 +34,11 @@ func (b *batch) traceParent(msg outbox.Message) {
 // the first event's span, which every other event's span links to
 // (tracing.Items). Events without a context get no span: their messages
 // are handled as before.
-func (w *Worker) startProjectSpans(ctx context.Context, b *batch, entries int) *tracing.Items {
+func (p *processor) startProjectSpans(ctx context.Context, b *batch, entries int) *tracing.Items {
 	if b.traceParents == nil {
 		return nil
 	}
-	return tracing.StartItems(ctx, "project "+w.cfg.Stream, trace.SpanKindConsumer, len(b.ids),
+	return tracing.StartItems(ctx, "project "+p.cfg.Stream, trace.SpanKindConsumer, len(b.ids),
 		func(i int) string { return b.traceParents[b.ids[i]] },
 		func(i int) []attribute.KeyValue {
 			id := b.ids[i]
@@ -46,8 +46,8 @@ func (w *Worker) startProjectSpans(ctx context.Context, b *batch, entries int) *
 				semconv.MessagingMessageID(b.entries[id][0].ID)}
 		},
 		semconv.MessagingSystemKey.String("redis"), semconv.MessagingOperationTypeProcess, semconv.MessagingOperationName("project"),
-		semconv.MessagingDestinationName(w.cfg.Stream), semconv.MessagingConsumerGroupName(w.cfg.Group),
-		semconv.MessagingClientID(w.cfg.Consumer), semconv.MessagingBatchMessageCount(entries))
+		semconv.MessagingDestinationName(p.cfg.Stream), semconv.MessagingConsumerGroupName(p.cfg.Group),
+		semconv.MessagingClientID(p.cfg.Consumer), semconv.MessagingBatchMessageCount(entries))
 }
 
 // linkIngest links the span of each event that a recovery path put into

@@ -202,7 +202,7 @@ func (m *measurer) ingest(ctx context.Context, n int) error {
 }
 
 // worker: one batch of the worker: its originals read, then syncedAt set
-// (worker/batch.go).
+// (worker/processor.go, worker/tail.go).
 func (m *measurer) worker(ctx context.Context, n int) error {
 	ids, err := m.seed(ctx, n, time.Now())
 	if err != nil {

@@ -11,6 +11,8 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/sony/gobreaker/v2"
 	"go.uber.org/zap"
 
 	"github.com/outboxd/outboxd/internal/failpolicy"
@@ -64,8 +66,45 @@ type batch struct {
 	spans        *tracing.Items
 }
 
+// processor is the front of a batch's work: it decodes the entries and
+// loads their originals (prepare), projects them in one PostgreSQL
+// transaction (project) and judges the failing records (judge), leaving
+// the batch's tail to the tail writer (handle). The reader calls it from
+// the run goroutine, and prepare also from a read-ahead's.
+type processor struct {
+	*shared
+	st   store.Store
+	rc   *stream.Client
+	pool *pgxpool.Pool
+	// pgBreaker is PostgreSQL's circuit breaker (projectTx).
+	pgBreaker *gobreaker.CircuitBreaker[struct{}]
+	// beginSQL begins a projection transaction with its timeouts; begin
+	// are its statements one by one (beginStatements).
+	beginSQL string
+	begin    []string
+	// pipelines: the pool's connections cache prepared statements (pgx's
+	// default_query_exec_mode cache_statement, the default, or
+	// cache_describe), so a PipelinedProjector's transactions go in one
+	// round trip (projectPipelined). In the other modes, chosen for a
+	// connection pooler, they go as a pgx.Tx.
+	pipelines bool
+	// size is the batch size, which tuneBatch tunes (Config.AutoBatch).
+	size *sizing
+}
+
+// newProcessor returns the processor of the worker sh is shared by,
+// projecting into pool through pgBreaker.
+func newProcessor(sh *shared, st store.Store, rc *stream.Client, pool *pgxpool.Pool, pgBreaker *gobreaker.CircuitBreaker[struct{}], size *sizing) *processor {
+	return &processor{
+		shared: sh, st: st, rc: rc, pool: pool, pgBreaker: pgBreaker, size: size,
+		beginSQL: beginSQL(sh.cfg.LockTimeout, sh.cfg.StatementTimeout), begin: beginStatements(sh.cfg.LockTimeout, sh.cfg.StatementTimeout),
+		pipelines: slices.Contains([]pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe},
+			pool.Config().ConnConfig.DefaultQueryExecMode),
+	}
+}
+
 // prepare decodes msgs and reads their originals with one store read.
-func (w *Worker) prepare(ctx context.Context, msgs []stream.Entry) (*batch, error) {
+func (p *processor) prepare(ctx context.Context, msgs []stream.Entry) (*batch, error) {
 	b := &batch{entries: map[string][]stream.Entry{}, origins: map[string]outbox.Origin{}, groups: map[string]string{}}
 	keys := map[string]string{} // the messages' idempotency keys, a hint for the store's read
 	for _, m := range msgs {
@@ -87,7 +126,7 @@ func (w *Worker) prepare(ctx context.Context, msgs []stream.Entry) (*batch, erro
 		b.entries[msg.EventID] = append(b.entries[msg.EventID], m)
 	}
 	b.ids = slices.Sorted(maps.Keys(b.entries))
-	if w.cfg.Ordered {
+	if p.cfg.Ordered {
 		// Stream order: each event where its first entry is.
 		b.ids = b.ids[:0]
 		for _, m := range msgs {
@@ -96,9 +135,9 @@ func (w *Worker) prepare(ctx context.Context, msgs []stream.Entry) (*batch, erro
 			}
 		}
 	}
-	b.spans = w.startProjectSpans(ctx, b, len(msgs))
+	b.spans = p.startProjectSpans(ctx, b, len(msgs))
 	var err error
-	b.originals, b.invalid, err = w.load(store.WithEventKeys(b.spans.Context(ctx), keys), b.ids)
+	b.originals, b.invalid, err = p.load(store.WithEventKeys(b.spans.Context(ctx), keys), b.ids)
 	if err != nil {
 		b.spans.End(err)
 		return nil, err
@@ -115,12 +154,14 @@ func (w *Worker) prepare(ctx context.Context, msgs []stream.Entry) (*batch, erro
 // whole batch unacknowledged and charges nothing; running it again
 // converges to the same state. g is the consumer the entries were read by
 // (of the stream or its replay lane). pre is the batch already prepared by
-// a read-ahead, or nil; a retry prepares the batch again.
-func (w *Worker) handle(ctx context.Context, g *stream.Group, msgs []stream.Entry, pre *batch) (_ *tail, err error) {
+// a read-ahead, or nil; a retry prepares the batch again. heldFirst is,
+// Ordered, the id of the first entry the reader holds of each message
+// group (reader.heldFirst): the group's newer entries wait behind it.
+func (p *processor) handle(ctx context.Context, g *stream.Group, msgs []stream.Entry, pre *batch, heldFirst map[string]string) (_ *tail, err error) {
 	b := pre
 	if b == nil {
 		var err error
-		if b, err = w.prepare(ctx, msgs); err != nil {
+		if b, err = p.prepare(ctx, msgs); err != nil {
 			return nil, err
 		}
 	}
@@ -130,7 +171,7 @@ func (w *Worker) handle(ctx context.Context, g *stream.Group, msgs []stream.Entr
 			b.spans.End(err)
 		}
 	}()
-	w.metrics.batchSize.Observe(float64(len(msgs)))
+	p.metrics.batchSize.Observe(float64(len(msgs)))
 	dead := slices.Clone(b.dead)
 	entries, ids, origins, originals, invalid := b.entries, b.ids, b.origins, b.originals, b.invalid
 	var events []*outbox.Event
@@ -140,9 +181,8 @@ func (w *Worker) handle(ctx context.Context, g *stream.Group, msgs []stream.Entr
 	// that has an older entry held, wait behind it; other groups go on.
 	var deferred []string
 	failing := map[string]bool{}
-	heldFirst := w.heldFirst()
 	behind := func(id string) bool {
-		if !w.cfg.Ordered {
+		if !p.cfg.Ordered {
 			return false
 		}
 		first, held := heldFirst[b.groups[id]]
@@ -170,23 +210,23 @@ func (w *Worker) handle(ctx context.Context, g *stream.Group, msgs []stream.Entr
 		}
 	}
 
-	failed, waiting, err := w.project(ctx, events)
+	failed, waiting, err := p.project(ctx, events)
 	if err != nil {
 		return nil, err
 	}
 	maps.Copy(failures, failed)
 	deferred = append(deferred, waiting...)
 	events = slices.DeleteFunc(events, func(ev *outbox.Event) bool { return slices.Contains(waiting, ev.ID) })
-	if err := w.cfg.faults.Check(FaultAfterCommit); err != nil {
+	if err := p.cfg.faults.Check(FaultAfterCommit); err != nil {
 		return nil, err
 	}
 
 	var j judgement
 	if len(failures) > 0 {
-		if j, err = w.judge(ctx, g, failures, entries, originals); err != nil {
+		if j, err = p.judge(ctx, g, failures, entries, originals); err != nil {
 			return nil, err
 		}
-		w.markHeld(ctx, g, j.until)
+		p.markHeld(ctx, g, j.until)
 		dead = append(dead, j.dead...)
 		parked = append(parked, j.parked...)
 	}
@@ -222,132 +262,18 @@ func (w *Worker) handle(ctx context.Context, g *stream.Group, msgs []stream.Entr
 	return t, nil
 }
 
-// tail is what a batch writes after its PostgreSQL transaction committed
-// (writeTail), and what it then leaves to the loop (out, whose dead are
-// the dead letters to write). A failed tail runs again on its own: each of
-// its writes is idempotent, and one done is not done again.
-type tail struct {
-	g *stream.Group
-	// spans are the batch's spans, which end with the tail; gathered
-	// those of the batches whose tails were added to it (addGather).
-	spans    *tracing.Items
-	gathered []*tracing.Items
-	// firstSync are the originals projected and not synced before (nil
-	// once their syncedAt is written); origins the origin of each event.
-	firstSync []*outbox.Event
-	origins   map[string]outbox.Origin
-	// parked get syncFailure (nil once written).
-	parked []deadLetter
-	ack    []string
-	charge map[string]int64
-	out    outcome
-}
-
-// endSpans ends the spans of the tail's batches with err.
-func (t *tail) endSpans(err error) {
-	t.spans.End(err)
-	for _, s := range t.gathered {
-		s.End(err)
-	}
-}
-
-// writeTail writes the tail of a batch: syncedAt of its projected
-// originals (counting their latency), syncFailure of the parked ones, then
-// finish. workCtx is the context of the work in progress; the tail's own
-// spans are added to it.
-func (w *Worker) writeTail(workCtx context.Context, t *tail) error {
-	ctx := t.spans.Context(workCtx)
-	ids := make([]string, len(t.firstSync))
-	for i, ev := range t.firstSync {
-		ids[i] = ev.ID
-	}
-	if err := w.markSynced(ctx, ids); err != nil {
-		return err
-	}
-	now := w.cfg.Now()
-	for _, ev := range t.firstSync {
-		origin := t.origins[ev.ID]
-		w.metrics.latency.WithLabelValues(string(origin)).Observe(now.Sub(ev.CreatedAt).Seconds())
-		if origin == outbox.OriginReconciler && ev.LastRequeuedAt != nil {
-			w.metrics.requeueToSynced.Observe(max(0, now.Sub(*ev.LastRequeuedAt).Seconds()))
-		}
-	}
-	t.firstSync = nil
-	if err := w.park(ctx, t.parked); err != nil {
-		return err
-	}
-	t.parked = nil
-	if err := w.cfg.faults.Check(FaultAfterSyncedAt); err != nil {
-		return err
-	}
-	return w.finish(ctx, t.g, t.out.dead, t.ack, t.charge)
-}
-
-// hold keeps h for a later delivery (replacing an earlier hold of its
-// entry).
-func (w *Worker) hold(h heldEntry) {
-	if w.cfg.Ordered && h.g == w.group && h.group == "" {
-		h.group = entryGroup(h.msg)
-	}
-	k := heldKey(h.g, h.msg.ID)
-	if _, ok := w.held[k]; !ok {
-		w.metrics.held.Inc()
-	}
-	w.held[k] = h
-}
-
-// apply keeps the held entries of a finished batch of g and counts it.
-func (w *Worker) apply(g *stream.Group, out outcome) {
-	for _, h := range out.hold {
-		w.hold(h)
-	}
-	w.metrics.retries.WithLabelValues("record").Add(float64(out.charged))
-	for _, f := range out.failures {
-		w.streak.Fail(f)
-	}
-	if out.synced > 0 {
-		w.streak.SucceedRecord()
-	}
-	nDead := 0
-	for _, dl := range out.dead {
-		code := reason(dl.err)
-		w.metrics.deadLetters.WithLabelValues(dl.category, code).Inc()
-		switch {
-		case dl.category == outbox.CategoryPoison:
-			w.metrics.processed.WithLabelValues("poisoned").Inc()
-		case errors.Is(dl.err, errTrimmed):
-			w.metrics.trimmed.Inc()
-			nDead++
-		default:
-			nDead++
-		}
-		if w.cfg.DeadLetterHook != nil {
-			w.cfg.DeadLetterHook.Notify(g.Keys(), stream.DeadLetter{Category: dl.category, Code: code, Error: dl.err.Error(),
-				EntryID: dl.msg.ID, EventID: dl.eventID, Deliveries: dl.deliveries, At: w.cfg.Now().UTC()})
-		}
-		w.logger.Warn("dead-lettered stream entry", zap.String("entry_id", dl.msg.ID), zap.String("event_id", dl.eventID),
-			zap.String("reason", code), zap.String("category", dl.category), zap.Int64("deliveries", dl.deliveries), zap.Error(dl.err),
-			traceID(dl.msg))
-	}
-	w.metrics.processed.WithLabelValues("dead_lettered").Add(float64(nDead))
-	w.metrics.processed.WithLabelValues("synced").Add(float64(out.synced))
-	if g == w.replay {
-		w.metrics.replayAcked.Add(float64(out.synced + len(out.dead)))
-	}
-}
-
 // load reads the originals of ids with one store read. An original that
 // does not decode, or lacks what the read model needs, is returned in
 // invalid.
-func (w *Worker) load(ctx context.Context, ids []string) (map[string]*outbox.Event, map[string]error, error) {
+func (p *processor) load(ctx context.Context, ids []string) (map[string]*outbox.Event, map[string]error, error) {
 	originals := make(map[string]*outbox.Event, len(ids))
 	invalid := map[string]error{}
 	if len(ids) == 0 {
 		return originals, invalid, nil
 	}
 	var loaded map[string]store.Loaded
-	err := w.storeCall(func() error {
-		l, err := w.st.LoadEvents(ctx, ids)
+	err := p.storeCall(func() error {
+		l, err := p.st.LoadEvents(ctx, ids)
 		loaded = l
 		return err
 	})
@@ -399,13 +325,13 @@ func checkOriginal(ev *outbox.Event) error {
 // Ordered, the events of a message group after its first failing one are
 // not projected: they are returned in waiting, to wait behind it, and the
 // other groups' events go on.
-func (w *Worker) project(ctx context.Context, events []*outbox.Event) (failed map[string]error, waiting []string, err error) {
+func (p *processor) project(ctx context.Context, events []*outbox.Event) (failed map[string]error, waiting []string, err error) {
 	if len(events) == 0 {
 		return nil, nil, nil
 	}
 	started := time.Now()
-	err = w.projectTx(ctx, events)
-	w.tuneBatch(ctx, len(events), time.Since(started), err)
+	err = p.projectTx(ctx, events)
+	p.tuneBatch(ctx, len(events), time.Since(started), err)
 	if c := classify(err); c != classRecord && c != classUnknown {
 		return nil, nil, err
 	}
@@ -417,11 +343,11 @@ func (w *Worker) project(ctx context.Context, events []*outbox.Event) (failed ma
 	failing := map[string]bool{} // Ordered: the groups with a failing event
 	for _, ev := range events {
 		group := messageGroup(ev.SourceKey, ev.DeviceKey)
-		if w.cfg.Ordered && failing[group] {
+		if p.cfg.Ordered && failing[group] {
 			waiting = append(waiting, ev.ID)
 			continue
 		}
-		err := w.projectTx(ctx, []*outbox.Event{ev})
+		err := p.projectTx(ctx, []*outbox.Event{ev})
 		switch classify(err) {
 		case classOK:
 		case classRecord, classUnknown:
@@ -438,31 +364,31 @@ func (w *Worker) project(ctx context.Context, events []*outbox.Event) (failed ma
 // circuit breaker, again after a serialization failure or deadlock. The
 // transaction begins with its lock and statement timeouts
 // (beginStatements); one that ends on either is counted.
-func (w *Worker) projectTx(ctx context.Context, events []*outbox.Event) error {
+func (p *processor) projectTx(ctx context.Context, events []*outbox.Event) error {
 	started := time.Now()
-	defer func() { w.metrics.projection.Observe(time.Since(started).Seconds()) }()
-	_, err := w.pgBreaker.Execute(func() (struct{}, error) {
+	defer func() { p.metrics.projection.Observe(time.Since(started).Seconds()) }()
+	_, err := p.pgBreaker.Execute(func() (struct{}, error) {
 		var err error
-		for attempt := 1; attempt <= w.cfg.TxAttempts; attempt++ {
-			err = w.projectOnce(ctx, events)
+		for attempt := 1; attempt <= p.cfg.TxAttempts; attempt++ {
+			err = p.projectOnce(ctx, events)
 			if kind := timeoutOf(ctx, err); kind != "" {
-				w.metrics.pgTimeouts.WithLabelValues(kind).Inc()
+				p.metrics.pgTimeouts.WithLabelValues(kind).Inc()
 				if kind == timeoutLock {
-					w.metrics.lockWait.Add(w.cfg.LockTimeout.Seconds())
+					p.metrics.lockWait.Add(p.cfg.LockTimeout.Seconds())
 				}
-				w.logger.Warn("projection transaction timed out; retrying", zap.String("timeout", kind),
+				p.logger.Warn("projection transaction timed out; retrying", zap.String("timeout", kind),
 					zap.Int("events", len(events)), zap.Error(err))
 			}
 			if classify(err) != classTxRetry {
 				break
 			}
-			w.metrics.retries.WithLabelValues("transaction").Inc()
-			w.logger.Debug("transaction retried", zap.String("code", reason(err)), zap.Int("attempt", attempt))
+			p.metrics.retries.WithLabelValues("transaction").Inc()
+			p.logger.Debug("transaction retried", zap.String("code", reason(err)), zap.Int("attempt", attempt))
 		}
 		return struct{}{}, err
 	})
 	if c := classify(err); c == classOK || c == classRecord {
-		w.streak.Succeed(failpolicy.SourcePostgres) // PostgreSQL answered
+		p.streak.Succeed(failpolicy.SourcePostgres) // PostgreSQL answered
 	}
 	return from(failpolicy.SourcePostgres, err)
 }
@@ -474,17 +400,17 @@ func (w *Worker) projectTx(ctx context.Context, events []*outbox.Event) error {
 // statements (26000: DEALLOCATE or DISCARD ALL behind the worker's back, by
 // a pooler or a hook) is closed, so that the retry (an infrastructure
 // failure) prepares them on another.
-func (w *Worker) projectOnce(ctx context.Context, events []*outbox.Event) error {
-	conn, err := w.pool.Acquire(ctx)
+func (p *processor) projectOnce(ctx context.Context, events []*outbox.Event) error {
+	conn, err := p.pool.Acquire(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Release()
-	if p, ok := w.cfg.Projector.(PipelinedProjector); ok && w.pipelines {
-		err = w.projectPipelined(ctx, conn.Conn(), p, events)
+	if pp, ok := p.cfg.Projector.(PipelinedProjector); ok && p.pipelines {
+		err = p.projectPipelined(ctx, conn.Conn(), pp, events)
 	} else {
-		err = pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{BeginQuery: w.beginSQL}, func(tx pgx.Tx) error {
-			return w.cfg.Projector.Project(ctx, tx, events)
+		err = pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{BeginQuery: p.beginSQL}, func(tx pgx.Tx) error {
+			return p.cfg.Projector.Project(ctx, tx, events)
 		})
 	}
 	if pgerr.Code(err) == "26000" {
@@ -494,23 +420,23 @@ func (w *Worker) projectOnce(ctx context.Context, events []*outbox.Event) error 
 }
 
 // projectPipelined sends the whole transaction (BEGIN and its timeouts,
-// p's statements, COMMIT) on conn as one pipeline, so it costs one round
+// pp's statements, COMMIT) on conn as one pipeline, so it costs one round
 // trip where a pgx.Tx costs three: on a busy machine every round trip
 // waits for PostgreSQL and then the worker to be scheduled again. The
 // pipeline ends with one Sync: when a statement fails, PostgreSQL skips the
 // rest of it, COMMIT included, and leaves the transaction aborted; it is
 // then rolled back here, so that the connection goes back to the pool idle
 // (a connection left in a transaction would be closed by the pool).
-func (w *Worker) projectPipelined(ctx context.Context, conn *pgx.Conn, p PipelinedProjector, events []*outbox.Event) error {
+func (p *processor) projectPipelined(ctx context.Context, conn *pgx.Conn, pp PipelinedProjector, events []*outbox.Event) error {
 	b := &pgx.Batch{}
-	for _, q := range w.begin {
+	for _, q := range p.begin {
 		b.Queue(q)
 	}
-	if err := p.QueueProject(b, events); err != nil {
+	if err := pp.QueueProject(b, events); err != nil {
 		return err
 	}
 	b.Queue("COMMIT")
-	if err := w.prepareStatements(ctx, conn, b); err != nil {
+	if err := p.prepareStatements(ctx, conn, b); err != nil {
 		return err
 	}
 	err := conn.SendBatch(ctx, b).Close()
@@ -531,7 +457,7 @@ const preparedKey = "outboxd.worker.prepared"
 // transaction and its lock_timeout: preparing an INSERT takes a lock on its
 // table, and a lock another transaction holds would hold the worker with no
 // timeout. A pipeline uses the statements prepared with their SQL as name.
-func (w *Worker) prepareStatements(ctx context.Context, conn *pgx.Conn, b *pgx.Batch) error {
+func (p *processor) prepareStatements(ctx context.Context, conn *pgx.Conn, b *pgx.Batch) error {
 	done, _ := conn.PgConn().CustomData()[preparedKey].(map[string]bool)
 	var missing []string
 	for _, q := range b.QueuedQueries {
@@ -542,7 +468,7 @@ func (w *Worker) prepareStatements(ctx context.Context, conn *pgx.Conn, b *pgx.B
 	if len(missing) == 0 {
 		return nil
 	}
-	err := pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{BeginQuery: w.beginSQL}, func(tx pgx.Tx) error {
+	err := pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{BeginQuery: p.beginSQL}, func(tx pgx.Tx) error {
 		for _, q := range missing {
 			if _, err := tx.Conn().Prepare(ctx, q, q); err != nil {
 				return err
@@ -585,7 +511,7 @@ type judgement struct {
 // (the streak rule halted the record class), it dead-letters the entries
 // at once; while the unknown class is halted, it only holds the entries,
 // charging nothing, for one BreakerTimeout.
-func (w *Worker) judge(ctx context.Context, g *stream.Group, failures map[string]error, entries map[string][]stream.Entry, originals map[string]*outbox.Event) (judgement, error) {
+func (p *processor) judge(ctx context.Context, g *stream.Group, failures map[string]error, entries map[string][]stream.Entry, originals map[string]*outbox.Event) (judgement, error) {
 	j := judgement{charge: map[string]int64{}, until: map[string]time.Time{}}
 	ids := slices.Sorted(maps.Keys(failures))
 	var entryIDs []string
@@ -595,7 +521,7 @@ func (w *Worker) judge(ctx context.Context, g *stream.Group, failures map[string
 		}
 	}
 	counts, err := g.Budgets(ctx, entryIDs)
-	if err := w.redisDone(err); err != nil {
+	if err := p.redisDone(err); err != nil {
 		return j, fmt.Errorf("error reading delivery budgets: %w", err)
 	}
 	now := time.Now()
@@ -607,9 +533,9 @@ func (w *Worker) judge(ctx context.Context, g *stream.Group, failures map[string
 		// A record's own error never holds the others: while a streak of
 		// record errors stands, records failing with its code are not tried
 		// again but dead-lettered now, and the worker goes on.
-		halted, atOnce := w.streak.Halted(f.Class), false
+		halted, atOnce := p.streak.Halted(f.Class), false
 		if f.Class == failpolicy.ClassRecord {
-			hf, ok := w.streak.HaltedBy(failpolicy.ClassRecord)
+			hf, ok := p.streak.HaltedBy(failpolicy.ClassRecord)
 			halted, atOnce = false, ok && hf.Code == f.Code
 		}
 		parked, dlqd := false, false
@@ -617,17 +543,17 @@ func (w *Worker) judge(ctx context.Context, g *stream.Group, failures map[string
 			before := counts[k]
 			k++
 			if halted {
-				j.hold = append(j.hold, heldEntry{g: g, msg: m, due: now.Add(w.cfg.BreakerTimeout)})
-				j.until[id] = now.Add(w.cfg.BreakerTimeout + w.cfg.ClaimIdle)
+				j.hold = append(j.hold, heldEntry{g: g, msg: m, due: now.Add(p.cfg.BreakerTimeout)})
+				j.until[id] = now.Add(p.cfg.BreakerTimeout + p.cfg.ClaimIdle)
 				continue
 			}
 			n := before + 1
-			if n < int64(w.cfg.MaxDeliveries) && !atOnce {
+			if n < int64(p.cfg.MaxDeliveries) && !atOnce {
 				j.charge[m.ID] = n
-				wait := w.recordBackoff(n)
+				wait := p.recordBackoff(n)
 				j.hold = append(j.hold, heldEntry{g: g, msg: m, due: now.Add(wait)})
-				j.until[id] = now.Add(wait + w.cfg.ClaimIdle)
-				w.logger.Warn("record failed; kept pending for another delivery", zap.String("entry_id", m.ID),
+				j.until[id] = now.Add(wait + p.cfg.ClaimIdle)
+				p.logger.Warn("record failed; kept pending for another delivery", zap.String("entry_id", m.ID),
 					zap.String("event_id", id), zap.String("code", f.Code), zap.Int64("deliveries", n),
 					zap.Duration("next_in", wait), zap.Error(ferr), traceID(m))
 				continue
@@ -637,7 +563,7 @@ func (w *Worker) judge(ctx context.Context, g *stream.Group, failures map[string
 				// this batch, or one before that parked its original): the
 				// dead-letter stream holds an event once; this copy is
 				// acknowledged.
-				w.logger.Info("copy of a dead-lettered event acknowledged", zap.String("entry_id", m.ID), zap.String("event_id", id), traceID(m))
+				p.logger.Info("copy of a dead-lettered event acknowledged", zap.String("entry_id", m.ID), zap.String("event_id", id), traceID(m))
 				j.copies++
 				continue
 			}
@@ -660,29 +586,30 @@ func (w *Worker) judge(ctx context.Context, g *stream.Group, failures map[string
 // later delivery, so that it publishes no copy of them (stream.Keys.Held).
 // It is advice: when Redis does not take it, the worker goes on, and the
 // worst is a copy the worker acknowledges as a duplicate or dead-letters.
-func (w *Worker) markHeld(ctx context.Context, g *stream.Group, until map[string]time.Time) {
-	if err := w.rc.MarkHeld(ctx, g.Keys(), until); err != nil && ctx.Err() == nil {
-		w.logger.Debug("error marking held events for the reconciler", zap.Int("events", len(until)), zap.Error(err))
+func (p *processor) markHeld(ctx context.Context, g *stream.Group, until map[string]time.Time) {
+	if err := p.rc.MarkHeld(ctx, g.Keys(), until); err != nil && ctx.Err() == nil {
+		p.logger.Debug("error marking held events for the reconciler", zap.Int("events", len(until)), zap.Error(err))
 	}
 }
 
 // tuneBatch shows the time of a batch's projection of n events that
 // ended with err to the tuning loop (Config.AutoBatch): a success or a
 // lock or statement timeout; other failures say nothing about the size.
-func (w *Worker) tuneBatch(ctx context.Context, n int, d time.Duration, err error) {
-	if w.tune == nil {
+func (p *processor) tuneBatch(ctx context.Context, n int, d time.Duration, err error) {
+	tune := p.size.tune
+	if tune == nil {
 		return
 	}
 	timedOut := timeoutOf(ctx, err) != ""
 	if err != nil && !timedOut {
 		return
 	}
-	before := w.tune.size
-	if size := w.tune.observe(n, d, timedOut); size != before {
-		w.size.Store(int64(size))
-		w.metrics.batchSizeNow.WithLabelValues(w.cfg.Consumer).Set(float64(size))
-		w.logger.Info("batch size tuned", zap.Int("from", before), zap.Int("to", size),
-			zap.Duration("target", w.cfg.ProjectionTarget), zap.Bool("timed_out", timedOut))
+	before := tune.size
+	if size := tune.observe(n, d, timedOut); size != before {
+		p.size.n.Store(int64(size))
+		p.metrics.batchSizeNow.WithLabelValues(p.cfg.Consumer).Set(float64(size))
+		p.logger.Info("batch size tuned", zap.Int("from", before), zap.Int("to", size),
+			zap.Duration("target", p.cfg.ProjectionTarget), zap.Bool("timed_out", timedOut))
 	}
 }
 
@@ -711,89 +638,12 @@ func beginSQL(lock, statement time.Duration) string {
 
 // recordBackoff is the pause after a record's n-th failed delivery:
 // RecordBackoff doubled n-1 times, ±25% jitter, at most RecordBackoffMax.
-func (w *Worker) recordBackoff(n int64) time.Duration {
-	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(w.cfg.RecordBackoff), backoff.WithMultiplier(2),
+func (p *processor) recordBackoff(n int64) time.Duration {
+	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(p.cfg.RecordBackoff), backoff.WithMultiplier(2),
 		backoff.WithRandomizationFactor(0.25), backoff.WithMaxInterval(RecordBackoffMax), backoff.WithMaxElapsedTime(0))
 	d := b.NextBackOff()
 	for i := int64(1); i < n; i++ {
 		d = b.NextBackOff()
 	}
 	return d
-}
-
-// markSynced sets syncedAt (and clears a syncFailure a replay overcame) on
-// the originals not yet marked, in one store write.
-func (w *Worker) markSynced(ctx context.Context, ids []string) error {
-	if len(ids) == 0 || w.cfg.LeavesSynced {
-		return nil
-	}
-	err := w.storeCall(func() error {
-		_, err := w.st.MarkSynced(ctx, ids, w.cfg.Now())
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("error setting syncedAt on %d originals: %w", len(ids), err)
-	}
-	return nil
-}
-
-// park sets syncFailure on originals that will not be projected.
-func (w *Worker) park(ctx context.Context, parked []deadLetter) error {
-	if w.cfg.LeavesSynced {
-		return nil
-	}
-	seen := map[string]bool{}
-	for _, dl := range parked {
-		if seen[dl.eventID] {
-			continue
-		}
-		seen[dl.eventID] = true
-		f := outbox.SyncFailure{
-			Category: dl.category, Code: reason(dl.err), Message: dl.err.Error(),
-			At: w.cfg.Now().UTC(), Deliveries: dl.deliveries,
-		}
-		err := w.storeCall(func() error {
-			_, err := w.st.Park(ctx, dl.eventID, f)
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("error setting syncFailure on %s: %w", dl.eventID, err)
-		}
-	}
-	return nil
-}
-
-// storeCall runs op through the store's circuit breaker.
-func (w *Worker) storeCall(op func() error) error {
-	_, err := w.storeBreaker.Execute(func() (struct{}, error) { return struct{}{}, op() })
-	if err == nil {
-		w.streak.Succeed(failpolicy.SourceStore)
-	}
-	return from(failpolicy.SourceStore, err)
-}
-
-// finish writes, in one MULTI/EXEC (stream.Group.Finish), the dead
-// letters, the XACK of ack (the dead letters included), the removal of ack
-// from the delivery budgets and the new budgets of charge: a crash leaves
-// either all of it or none, so never a dead letter whose entry is still
-// pending (a duplicate dead letter on the next delivery), nor a failure
-// charged to an entry that was not.
-func (w *Worker) finish(ctx context.Context, g *stream.Group, dead []deadLetter, ack []string, charge map[string]int64) error {
-	at := w.cfg.Now().UTC()
-	letters := make([]stream.DeadLetter, len(dead))
-	for i, dl := range dead {
-		letters[i] = stream.DeadLetter{Category: dl.category, Code: reason(dl.err), Error: dl.err.Error(),
-			EntryID: dl.msg.ID, EventID: dl.eventID, Deliveries: dl.deliveries, At: at, Payload: dl.msg.Payload()}
-	}
-	acked, err := g.Finish(ctx, stream.Finish{DeadLetters: letters, Ack: ack, Charge: charge})
-	if err := w.redisDone(err); err != nil {
-		return fmt.Errorf("error dead-lettering or acknowledging %d entries: %w", len(ack), err)
-	}
-	if acked < int64(len(ack)) {
-		// Another consumer took some over (XAUTOCLAIM) and acknowledged
-		// them, Redis lost them, or they were trimmed; the effects are
-		// idempotent either way.
-		w.logger.Debug("some entries were already acknowledged", zap.Int64("acked", acked), zap.Int("entries", len(ack)))
-	}
-	return nil
 }
