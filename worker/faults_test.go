@@ -286,6 +286,10 @@ func TestWorkerErrorStreak(t *testing.T) {
 	ctx := context.Background()
 	// setupBroken starts a worker whose projector fails with an unknown
 	// error until broken is cleared, with a delivery budget of maxDeliveries.
+	// With batches (batch > 0), a failing batch fails only once the batch
+	// after it was read ahead, as it is on an idle machine (on a loaded
+	// one the halt could come before the read-ahead, which then never
+	// happens: the worker reads nothing new while retries are halted).
 	setupBroken := func(t *testing.T, probe time.Duration, batch, maxDeliveries int) (*testBundle, *prometheus.Registry, *atomic.Bool, *worker.Worker) {
 		b := setup(t)
 		reg := prometheus.NewRegistry()
@@ -293,13 +297,26 @@ func TestWorkerErrorStreak(t *testing.T) {
 		broken.Store(true)
 		cfg := b.config("c")
 		cfg.Registerer, cfg.StreakLimit, cfg.MaxDeliveries, cfg.BreakerTimeout, cfg.BatchSize = reg, 5, maxDeliveries, probe, batch
-		cfg.Projector = failOn(func(*outbox.Event, bool) error {
-			if broken.Load() {
-				return errors.New("something nobody recognises")
+		const n = 8
+		position := map[string]int64{} // written before the worker starts, then only read
+		cfg.Projector = failOn(func(ev *outbox.Event, _ bool) error {
+			if !broken.Load() {
+				return nil
 			}
-			return nil
+			if batch > 0 {
+				readAhead := min(position[ev.ID]+int64(batch), n)
+				testkit.PollUntil(waitFor, 5*time.Millisecond, func() bool {
+					p, err := b.rdb.XPending(ctx, b.stream, b.group).Result()
+					return err == nil && p.Count >= readAhead
+				})
+			}
+			return errors.New("something nobody recognises")
 		})
-		b.publish(t, b.write(t, "d1", 8)...)
+		events := b.write(t, "d1", n)
+		for i, ev := range events {
+			position[ev.ID] = int64(i + 1)
+		}
+		b.publish(t, events...)
 		w := b.start(t, cfg)
 		require.Eventually(t, func() bool {
 			return testkit.Metric(t, reg, "outboxd_retries_halted", "component", "worker", "class", "unknown") == 1
