@@ -2,10 +2,12 @@ package runner
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -104,9 +106,14 @@ func TestMetricsOfEveryRole(t *testing.T) {
 	}
 	startRole(t, addrs["ingest"], append([]string{"ingest", "--stream", stream}, common...)...)
 	startRole(t, addrs["dispatch"], append(append([]string{"dispatch"}, common...), redisFlags...)...)
+	// The dead-letter hook and the redrive policy export their metrics
+	// only where they are configured.
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	t.Cleanup(hook.Close)
 	startRole(t, addrs["work"], append(append([]string{"work", "--postgres-url", pg.URL, "--group", "g",
-		"--concurrency", "2", "--consumer", "w", "--batch-size", "auto"}, common...), redisFlags...)...)
-	startRole(t, addrs["reconcile"], append(append([]string{"reconcile", "--every", "100ms", "--postgres-url", pg.URL, "--audit-every", "1s"}, common...), redisFlags...)...)
+		"--concurrency", "2", "--consumer", "w", "--batch-size", "auto", "--dlq-webhook", hook.URL}, common...), redisFlags...)...)
+	startRole(t, addrs["reconcile"], append(append([]string{"reconcile", "--every", "100ms", "--postgres-url", pg.URL, "--audit-every", "1s",
+		"--redrive", "infrastructure=10m:3"}, common...), redisFlags...)...)
 
 	b := &devBundle{base: "http://" + addrs["ingest"], stream: stream, pg: pg, group: "g"}
 	for i := range 5 {
@@ -169,6 +176,7 @@ func TestMetricsOfEveryRole(t *testing.T) {
 	// first retry.
 	exported["outboxd_admin_published_total"] = true
 	exported["outboxd_worker_retries_total"] = true
+	exported["outboxd_dlq_hook_notices_total"] = true
 
 	// --concurrency 2: two batch loops, each a consumer with its batch
 	// size (auto: it starts at 2,000).
@@ -193,6 +201,17 @@ func TestMetricsOfEveryRole(t *testing.T) {
 	dashboard, err := os.ReadFile("../deploy/grafana/outboxd.json")
 	require.NoError(t, err)
 	metric := regexp.MustCompile(`outboxd_[a-z_]+`)
+	// histogramOf returns the histogram whose _bucket, _count or _sum
+	// series name is, or "".
+	histogramOf := func(name string) string {
+		for _, suffix := range []string{"_bucket", "_count", "_sum"} {
+			if b, ok := strings.CutSuffix(name, suffix); ok && exported[b+"_bucket"] {
+				return b
+			}
+		}
+		return ""
+	}
+	onDashboard := map[string]bool{}
 	for _, src := range []struct {
 		name string
 		text []byte
@@ -206,7 +225,26 @@ func TestMetricsOfEveryRole(t *testing.T) {
 				}
 			}
 			require.True(t, exported[base], "%s uses %s, which no role exports", src.name, name)
+			if src.name == "outboxd.json" {
+				onDashboard[cmp.Or(histogramOf(base), base)] = true
+			}
 		}
+	}
+	// And every family of outboxd's own has a panel, or a reason here
+	// for having none.
+	var missing []string
+	for name := range exported {
+		if !strings.HasPrefix(name, "outboxd_") || histogramOf(name) != "" || onDashboard[name] {
+			continue
+		}
+		if _, ok := offTheDashboard[name]; !ok {
+			missing = append(missing, name)
+		}
+	}
+	slices.Sort(missing)
+	require.Empty(t, missing, "metrics without a panel in deploy/grafana/outboxd.json: add one, or list them in offTheDashboard with why")
+	for name := range offTheDashboard {
+		require.False(t, onDashboard[name], "%s has a panel: take it off offTheDashboard", name)
 	}
 	sloBucket := regexp.MustCompile(`outboxd_pipeline_latency_seconds_bucket\{le="([^"]+)"`).FindSubmatch(rules)
 	require.NotNil(t, sloBucket)
@@ -227,4 +265,14 @@ func TestMetricsOfEveryRole(t *testing.T) {
 		// (5m by default) for the schedule that runs this sweep.
 		require.Regexp(t, `outboxd_reconciler_interval_seconds\{stream="[^"]+"\} 300\n`, string(text))
 	})
+}
+
+// offTheDashboard are the metric families of outboxd that
+// deploy/grafana/outboxd.json shows no panel of, and why (what shows the
+// same, or why a chart of it would tell an operator nothing):
+// TestMetricsOfEveryRole fails for a family that has neither.
+var offTheDashboard = map[string]string{
+	"outboxd_reconciler_min_age_seconds":       "--min-age, a flag echoed for the alert rules to compare ages with",
+	"outboxd_reconciler_requeue_after_seconds": "--requeue-after, a flag echoed for the alert rules",
+	"outboxd_reconciler_max_requeues":          "--max-requeues, a flag echoed; the cap's effect is outboxd_reconciler_requeue_exhausted_total and the requeue-count heatmap",
 }

@@ -361,7 +361,8 @@ func (a *app) dlqAct(ctx context.Context, action dlqAction) error {
 // replayRequest is the request of the replay command's flags.
 func (a *app) replayRequest() httpapi.ReplayRequest {
 	return httpapi.ReplayRequest{From: a.o.from, To: a.o.to, By: a.o.by, SourceKey: a.o.source, DeviceKey: a.o.device,
-		State: a.o.state, Rebuild: a.o.rebuild, Limit: a.o.chunk, Entities: a.o.entities, Type: a.o.eventType}
+		State: a.o.state, Rebuild: a.o.rebuild, Limit: a.o.chunk, Entities: a.o.entities,
+		EntityRanges: a.o.ranges, Type: a.o.eventType}
 }
 
 // replayTotals is the last JSON line of the replay command (kind total).

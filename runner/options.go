@@ -197,6 +197,8 @@ type options struct {
 	category, code                                  string
 	ids                                             idList
 	entities                                        idList
+	entityRanges                                    idList
+	ranges                                          []operator.EntityRange // entityRanges parsed
 	all, yes                                        bool
 	from, to, by                                    string
 	source, device, state                           string
@@ -366,6 +368,7 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 			fs.StringVar(&o.source, "source", "", "only originals of this sourceKey")
 			fs.StringVar(&o.device, "device", "", "only originals of this deviceKey (with --source)")
 			fs.Var(&o.entities, "entity", "only originals of these entities, each sourceKey or sourceKey/deviceKey, replayed in turn (repeat it, or separate them with commas; not with --source)")
+			fs.Var(&o.entityRanges, "entity-range", "only originals of the devices of a source between two deviceKeys, SOURCE/FROM..TO, both included, in byte order (dev-001..dev-099 holds dev-05, not dev-1), replayed in turn after --entity (repeat it, or separate them with commas; not with --source)")
 			fs.StringVar(&o.eventType, "type", "", "only originals of this type")
 			fs.StringVar(&o.state, "state", store.StateAny, "only originals in this state: pending, failed, synced or any")
 			fs.BoolVar(&o.dryRun, "dry-run", false, "print how many originals the window holds; change nothing")
@@ -749,6 +752,27 @@ func (o *options) validateOperator() error {
 		if o.device != "" && o.source == "" {
 			return config.Invalid("source", "is required with --device: a device is named within its source")
 		}
+		if err := o.parseEntityRanges(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// parseEntityRanges reads replay's --entity-range values into o.ranges:
+// a range without a source, with an empty bound or with FROM after TO is
+// a usage error, before any request.
+func (o *options) parseEntityRanges() error {
+	o.ranges = o.ranges[:0]
+	for _, v := range o.entityRanges {
+		r, err := operator.ParseEntityRange(v)
+		if err != nil {
+			return config.Invalid("entity-range", "%s", operator.EntityRangeReason(err))
+		}
+		o.ranges = append(o.ranges, r)
+	}
+	if len(o.ranges) > 0 && (o.source != "" || o.device != "") {
+		return config.Invalid("entity-range", "cannot be combined with --source or --device: the range names its source")
 	}
 	return nil
 }
@@ -769,6 +793,9 @@ func (o *options) summary() string {
 		add("source", o.source, "")
 		add("device", o.device, "")
 		add("state", o.state, store.StateAny)
+		add("entity", o.entities.String(), "")
+		add("entity-range", o.entityRanges.String(), "")
+		add("type", o.eventType, "")
 	}
 	add("chunk", fmt.Sprint(o.chunk), fmt.Sprint(operator.ChunkDefault))
 	for _, f := range []struct {
@@ -793,8 +820,14 @@ func (o *options) fingerprint() string {
 		}
 		return v
 	}
-	return fingerprint(o.role.name, norm(o.from), norm(o.to), o.by, o.source, o.device, o.state,
-		fmt.Sprint(o.rebuild && o.yes), fmt.Sprint(o.repair && o.yes))
+	parts := []string{o.role.name, norm(o.from), norm(o.to), o.by, o.source, o.device, o.state,
+		fmt.Sprint(o.rebuild && o.yes), fmt.Sprint(o.repair && o.yes)}
+	if len(o.entities) > 0 || len(o.entityRanges) > 0 || o.eventType != "" {
+		// replay's entities, ranges and type (the cursor names an entity by
+		// its place in them)
+		parts = append(parts, o.entities.String(), o.entityRanges.String(), o.eventType)
+	}
+	return fingerprint(parts...)
 }
 
 // idList is a repeatable flag of ids; each value may hold several,

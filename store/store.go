@@ -265,6 +265,13 @@ type EventQuery struct {
 	// SourceKey and DeviceKey select one source, or one device of it; ""
 	// selects any.
 	SourceKey, DeviceKey string
+	// DeviceFrom and DeviceTo select a range of the devices of SourceKey,
+	// in place of DeviceKey: those whose deviceKey lies between them,
+	// both bounds included, in byte order of the keys' UTF-8 (Go's
+	// string order, SQLite's BINARY collation, MongoDB's simple one), so
+	// "dev-001".."dev-099" holds "dev-05" but not "dev-1". Both are set or
+	// neither, with SourceKey, and DeviceFrom is not after DeviceTo.
+	DeviceFrom, DeviceTo string
 	// State is outbox.StatePending, outbox.StateFailed, outbox.StateSynced,
 	// or StateAny ("" means StateAny).
 	State string
@@ -308,6 +315,27 @@ func (q EventQuery) Validate() error {
 	}
 	if q.DeviceKey != "" && q.SourceKey == "" {
 		return errors.New("invalid EventQuery.DeviceKey: a device is named within its source; set SourceKey too")
+	}
+	return q.validateDeviceRange()
+}
+
+// HasDeviceRange reports whether q selects a range of devices (DeviceFrom
+// and DeviceTo).
+func (q EventQuery) HasDeviceRange() bool { return q.DeviceFrom != "" || q.DeviceTo != "" }
+
+// validateDeviceRange checks DeviceFrom and DeviceTo.
+func (q EventQuery) validateDeviceRange() error {
+	switch {
+	case !q.HasDeviceRange():
+		return nil
+	case q.DeviceFrom == "" || q.DeviceTo == "":
+		return errors.New("invalid EventQuery.DeviceFrom/DeviceTo: a range of devices needs both bounds")
+	case q.SourceKey == "":
+		return errors.New("invalid EventQuery.DeviceFrom: a range of devices is named within its source; set SourceKey too")
+	case q.DeviceKey != "":
+		return errors.New("invalid EventQuery.DeviceKey: one device or a range of devices (DeviceFrom, DeviceTo), not both")
+	case q.DeviceFrom > q.DeviceTo:
+		return fmt.Errorf("invalid EventQuery.DeviceTo %q: must not be before DeviceFrom %q", q.DeviceTo, q.DeviceFrom)
 	}
 	return nil
 }

@@ -59,6 +59,10 @@ type ReplayRequest struct {
 	// Type keeps the originals of this type.
 	Entities []string `json:"entities,omitempty"`
 	Type     string   `json:"type,omitempty"`
+	// EntityRanges replays each of these ranges of one source's devices
+	// ({"sourceKey", "from", "to"}: the deviceKeys between from and to,
+	// both included, in byte order) in turn, after entities.
+	EntityRanges []operator.EntityRange `json:"entityRanges,omitempty"`
 	// Started is the started of the replay's first chunk (RFC 3339), sent
 	// with each further chunk so that a cancel stops the replay.
 	Started string `json:"started,omitempty"`
@@ -72,7 +76,7 @@ func (r ReplayRequest) query() (operator.ReplayQuery, error) {
 	}
 	started, err := parseTime(r.Started, "started")
 	return operator.ReplayQuery{EventsQuery: q, DryRun: r.DryRun, Rebuild: r.Rebuild, Started: started,
-		Entities: r.Entities, Type: r.Type}, err
+		Entities: r.Entities, EntityRanges: r.EntityRanges, Type: r.Type}, err
 }
 
 // PauseRequest is the body of POST /v1/admin/pause and /v1/admin/resume:

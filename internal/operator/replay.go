@@ -3,6 +3,7 @@ package operator
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -44,14 +45,83 @@ type ReplayQuery struct {
 	Rebuild bool
 	// Entities replays the window of each of these entities in turn, each
 	// "sourceKey" or "sourceKey/deviceKey", in place of SourceKey and
-	// DeviceKey (at most 1,000); After then carries the entity's place.
+	// DeviceKey; After then carries the entity's place.
 	Entities []string
+	// EntityRanges replays the window of each of these ranges of devices
+	// in turn, after Entities: Entities and EntityRanges name at most
+	// 1,000 in all. An entity named twice (a device and a range holding
+	// it) is replayed, and counted, twice; the worker absorbs the copies.
+	EntityRanges []EntityRange
 	// Type keeps the originals of this type only.
 	Type string
 	// Started is when the replay began: the Started of its first chunk's
 	// result (zero for the first chunk: now). A chunk of a replay that
 	// began before the last CancelReplay is refused with ErrCancelled.
 	Started time.Time
+
+	// deviceFrom and deviceTo are the range of devices of SourceKey one
+	// call of replayEntities replays (store.EventQuery.DeviceFrom).
+	deviceFrom, deviceTo string
+}
+
+// EntityRange is a range of the devices of one source: those whose
+// deviceKey lies between From and To, both included, in byte order of
+// the keys (store.EventQuery.DeviceFrom): "dev-001".."dev-099" holds
+// "dev-05" but not "dev-1". The command line writes it
+// SOURCE/FROM..TO (ParseEntityRange).
+type EntityRange struct {
+	SourceKey string `json:"sourceKey"`
+	From      string `json:"from"`
+	To        string `json:"to"`
+}
+
+// String returns r as the command line writes it: SOURCE/FROM..TO.
+func (r EntityRange) String() string { return r.SourceKey + "/" + r.From + ".." + r.To }
+
+// check returns why r selects nothing well defined ("" when it does),
+// to follow the name of its field or flag.
+func (r EntityRange) check() string {
+	switch {
+	case r.SourceKey == "":
+		return fmt.Sprintf("needs the source: SOURCE/FROM..TO (got %q)", r.String())
+	case r.From == "" || r.To == "":
+		return fmt.Sprintf("needs both bounds, FROM and TO (got %q)", r.String())
+	case r.From > r.To:
+		return fmt.Sprintf("has FROM %q after TO %q in byte order: the range is [FROM, TO] (got %q)", r.From, r.To, r.String())
+	}
+	return ""
+}
+
+// ParseEntityRange reads a range of devices written SOURCE/FROM..TO: the
+// source up to the first "/", then the bounds on either side of "..",
+// which must occur once (a deviceKey holding ".." is a bound only through
+// the admin API's entityRanges). It returns an error wrapping ErrInvalid,
+// of field entityRanges, for a range without a source, an empty bound or
+// FROM after TO; EntityRangeReason says why.
+func ParseEntityRange(s string) (EntityRange, error) {
+	source, bounds, ok := strings.Cut(s, "/")
+	if !ok {
+		return EntityRange{}, Invalid("entityRanges", "needs the source: SOURCE/FROM..TO (got %q)", s)
+	}
+	if strings.Count(bounds, "..") != 1 {
+		return EntityRange{}, Invalid("entityRanges", "is SOURCE/FROM..TO, with \"..\" once between the bounds (got %q)", s)
+	}
+	from, to, _ := strings.Cut(bounds, "..")
+	r := EntityRange{SourceKey: source, From: from, To: to}
+	if why := r.check(); why != "" {
+		return EntityRange{}, Invalid("entityRanges", "%s", why)
+	}
+	return r, nil
+}
+
+// EntityRangeReason returns why ParseEntityRange refused its input (its
+// error's reason, without the field), or err's text for another error.
+func EntityRangeReason(err error) string {
+	var oe *Error
+	if errors.As(err, &oe) && len(oe.Fields) == 1 {
+		return oe.Fields[0].Reason
+	}
+	return err.Error()
 }
 
 // ReplayResult is what Replay did to one chunk (POST /v1/admin/replay).
@@ -114,7 +184,9 @@ func (q ReplayQuery) store() (store.EventQuery, error) {
 	case q.To.IsZero():
 		return store.EventQuery{}, Invalid("to", "is required: the window is [from, to)")
 	}
-	return q.EventsQuery.store()
+	sq, err := q.EventsQuery.store()
+	sq.DeviceFrom, sq.DeviceTo = q.deviceFrom, q.deviceTo
+	return sq, err
 }
 
 // formatCursor encodes a listing cursor: "<unix ms>_<id>".
@@ -147,7 +219,7 @@ func parseCursor(s string) (*store.EventCursor, error) {
 func (o *Operator) Replay(ctx context.Context, r ReplayQuery) (*ReplayResult, error) {
 	var res *ReplayResult
 	var err error
-	if len(r.Entities) > 0 {
+	if len(r.Entities) > 0 || len(r.EntityRanges) > 0 {
 		res, err = o.replayEntities(ctx, r)
 	} else {
 		res, err = o.replayWindow(ctx, r)
@@ -296,26 +368,42 @@ func (o *Operator) ListEvents(ctx context.Context, r EventsQuery) (*EventsPage, 
 	return out, nil
 }
 
-// entitiesMax bounds ReplayQuery.Entities.
+// entitiesMax bounds ReplayQuery.Entities and EntityRanges together.
 const entitiesMax = 1000
 
-// replayEntities is Replay of each of r.Entities in turn: one chunk of
-// one entity per call, r.After "<place>~<cursor>" naming the entity and
-// the chunk after which to go on; a dry run counts them all.
+// entityRef is one entity of a replay: a source, a device of it, or a
+// range of its devices.
+type entityRef struct{ source, device, from, to string }
+
+// replayEntities is Replay of each of r.Entities, then of each of
+// r.EntityRanges, in turn: one chunk of one entity per call, r.After
+// "<place>~<cursor>" naming the entity and the chunk after which to go
+// on; a dry run counts them all. Every entity is checked before anything
+// is counted or published.
 func (o *Operator) replayEntities(ctx context.Context, r ReplayQuery) (*ReplayResult, error) {
+	field := "entities"
+	if len(r.Entities) == 0 {
+		field = "entityRanges"
+	}
 	switch {
 	case r.SourceKey != "" || r.DeviceKey != "":
-		return nil, Invalid("entities", "cannot be combined with sourceKey or deviceKey")
-	case len(r.Entities) > entitiesMax:
-		return nil, Invalid("entities", "at most %d per replay", entitiesMax)
+		return nil, Invalid(field, "cannot be combined with sourceKey or deviceKey")
+	case len(r.Entities)+len(r.EntityRanges) > entitiesMax:
+		return nil, Invalid(field, "at most %d entities and ranges per replay", entitiesMax)
 	}
-	refs := make([][2]string, len(r.Entities))
-	for i, e := range r.Entities {
+	refs := make([]entityRef, 0, len(r.Entities)+len(r.EntityRanges))
+	for _, e := range r.Entities {
 		source, device, _ := strings.Cut(e, "/")
 		if source == "" || strings.HasSuffix(e, "/") {
 			return nil, Invalid("entities", "each is sourceKey or sourceKey/deviceKey (got %q)", e)
 		}
-		refs[i] = [2]string{source, device}
+		refs = append(refs, entityRef{source: source, device: device})
+	}
+	for _, e := range r.EntityRanges {
+		if why := e.check(); why != "" {
+			return nil, Invalid("entityRanges", "%s", why)
+		}
+		refs = append(refs, entityRef{source: e.SourceKey, from: e.From, to: e.To})
 	}
 	place, after := 0, ""
 	if r.After != "" {
@@ -328,7 +416,8 @@ func (o *Operator) replayEntities(ctx context.Context, r ReplayQuery) (*ReplayRe
 	}
 	one := func(i int, after string) (*ReplayResult, error) {
 		q := r
-		q.Entities, q.SourceKey, q.DeviceKey, q.After = nil, refs[i][0], refs[i][1], after
+		q.Entities, q.EntityRanges, q.After = nil, nil, after
+		q.SourceKey, q.DeviceKey, q.deviceFrom, q.deviceTo = refs[i].source, refs[i].device, refs[i].from, refs[i].to
 		return o.replayWindow(ctx, q)
 	}
 	if r.DryRun {

@@ -15,7 +15,8 @@ import (
 // cursor, CountEvents without). The filter opens with the fields of the
 // index that serves it: IndexDevice's (sourceKey, deviceKey, occurredAt)
 // when both keys are given and the window is by occurredAt, else
-// IndexOccurred's or IndexCreated's time; the sort is (time, _id). It is
+// IndexOccurred's or IndexCreated's time (a range of devices is filtered
+// from the time's range, as one source is); the sort is (time, _id). It is
 // exported for the explain test.
 func EventQueryFilter(q store.EventQuery, withCursor bool) (bson.D, bson.D) {
 	field := "occurredAt"
@@ -56,6 +57,9 @@ func EventQueryFilter(q store.EventQuery, withCursor bool) (bson.D, bson.D) {
 		if q.DeviceKey != "" {
 			f = append(f, bson.E{Key: "deviceKey", Value: q.DeviceKey})
 		}
+	}
+	if q.HasDeviceRange() { // the simple collation: byte order, as store.EventQuery says
+		f = append(f, bson.E{Key: "deviceKey", Value: bson.D{{Key: "$gte", Value: q.DeviceFrom}, {Key: "$lte", Value: q.DeviceTo}}})
 	}
 	switch q.State {
 	case outbox.StatePending:

@@ -62,6 +62,10 @@ func (t tables) eventQuery(q store.EventQuery, withCursor bool) (string, []any, 
 			args = append(args, q.DeviceKey)
 		}
 	}
+	if q.HasDeviceRange() { // BINARY collation: byte order, as store.EventQuery says
+		conds = append(conds, "device_key >= ?", "device_key <= ?")
+		args = append(args, q.DeviceFrom, q.DeviceTo)
+	}
 	switch q.State {
 	case outbox.StatePending:
 		conds = append(conds, "synced_at IS NULL AND sync_failure IS NULL")

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -105,6 +106,7 @@ func Checks() []Check {
 		{"ListEventsByCreatedWindow", checkListByCreated},
 		{"ListEventsSameTimePagesByID", checkListSameTime},
 		{"ListEventsByEntityAndState", checkListByEntityAndState},
+		{"ListEventsByDeviceRange", checkListByDeviceRange},
 		{"ListEventsRejectsInvalidQueries", checkListInvalid},
 		{"RedriveOnlyParked", checkRedrive},
 		{"MigrateTwiceAndCheckSchema", checkMigrate},
@@ -1478,6 +1480,59 @@ func checkListByEntityAndState(t testing.TB, h Harness) {
 	_ = c1
 }
 
+// checkListByDeviceRange: DeviceFrom and DeviceTo select the devices of
+// one source between them, both bounds included, in byte order.
+func checkListByDeviceRange(t testing.TB, h Harness) {
+	b := setup(t, h, Options{})
+	at := time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC)
+	ids := map[string][]string{}
+	for i := range 2 {
+		when := at.Add(time.Duration(i) * time.Minute)
+		for _, e := range []string{"a/d0", "a/d1", "a/d10", "a/d2", "a/d3", "a/D2", "a/d1x", "b/d2", "ab/d2"} {
+			source, device, _ := strings.Cut(e, "/")
+			ids[e] = append(ids[e], b.writeAt(source, device, when))
+		}
+	}
+	of := func(entities ...string) []string {
+		var out []string
+		for _, e := range entities {
+			out = append(out, ids[e]...)
+		}
+		return out
+	}
+	window := store.EventQuery{From: at, To: at.Add(time.Hour), SourceKey: "a"}
+	for _, tc := range []struct {
+		from, to string
+		want     []string
+	}{
+		// Byte order: "d1" < "d10" < "d1x" < "d2"; upper case sorts first.
+		{"d1", "d2", of("a/d1", "a/d10", "a/d1x", "a/d2")},
+		{"d1", "d1", of("a/d1")},
+		{"d10", "d1x", of("a/d10", "a/d1x")},
+		{"D", "d0", of("a/D2", "a/d0")},
+		{"d4", "d9", nil},
+	} {
+		q := window
+		q.DeviceFrom, q.DeviceTo = tc.from, tc.to
+		require.ElementsMatch(t, tc.want, b.listAll(q, 3), "%s..%s", tc.from, tc.to)
+		require.Equal(t, int64(len(tc.want)), b.count(q), "%s..%s", tc.from, tc.to)
+		q.By, q.From, q.To = store.ByCreated, t0, t0.Add(time.Second)
+		require.ElementsMatch(t, tc.want, b.listAll(q, 2), "%s..%s by createdAt", tc.from, tc.to)
+	}
+	// In (time, id) order, across devices, as every listing.
+	q := window
+	q.DeviceFrom, q.DeviceTo = "d2", "d3"
+	got := b.listAll(q, 1)
+	require.ElementsMatch(t, of("a/d2", "a/d3"), got)
+	require.ElementsMatch(t, []string{ids["a/d2"][0], ids["a/d3"][0]}, got[:2], "the first minute first")
+	// With a state.
+	_, err := b.s.MarkSynced(context.Background(), []string{ids["a/d2"][0]}, t0.Add(time.Hour))
+	require.NoError(t, err)
+	q.State = outbox.StateSynced
+	require.Equal(t, ids["a/d2"][:1], b.listAll(q, 2))
+	require.Equal(t, int64(1), b.count(q))
+}
+
 func checkListInvalid(t testing.TB, h Harness) {
 	b := setup(t, h, Options{})
 	ctx := context.Background()
@@ -1488,6 +1543,12 @@ func checkListInvalid(t testing.TB, h Harness) {
 		"From":      {From: at, To: at, Limit: 1},
 		"DeviceKey": {DeviceKey: "d1", Limit: 1},
 		"Limit":     {Limit: 0},
+		// A range of devices: within its source, both bounds, in order,
+		// not with one device.
+		"DeviceFrom":     {DeviceFrom: "d1", DeviceTo: "d2", Limit: 1},
+		"DeviceFrom/":    {SourceKey: "s", DeviceTo: "d2", Limit: 1},
+		"DeviceTo":       {SourceKey: "s", DeviceFrom: "d2", DeviceTo: "d1", Limit: 1},
+		"DeviceKey: one": {SourceKey: "s", DeviceKey: "d1", DeviceFrom: "d1", DeviceTo: "d2", Limit: 1},
 	} {
 		_, err := b.s.ListEvents(ctx, q)
 		require.ErrorContains(t, err, field)
