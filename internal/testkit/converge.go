@@ -74,18 +74,3 @@ func Never(t testing.TB, condition func() bool, waitFor, tick time.Duration, msg
 		time.Sleep(tick)
 	}
 }
-
-// PollUntil calls condition every tick until it holds or waitFor has
-// passed, and reports whether it held. It fails no test: it is for code
-// that runs off the test's goroutine (a fake projector that waits for a
-// state of the stores before it answers), where require cannot be used.
-func PollUntil(waitFor, tick time.Duration, condition func() bool) bool {
-	deadline := time.Now().Add(waitFor)
-	for !condition() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(tick)
-	}
-	return true
-}
