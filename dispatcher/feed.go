@@ -369,7 +369,7 @@ func (d *Dispatcher) housekeep(ctx context.Context, now time.Time) {
 func (d *Dispatcher) purgeOriginals(ctx context.Context, before time.Time) error {
 	var total int64
 	for total < EventPurgeMax {
-		n, err := d.st.DeleteSynced(ctx, before, EventPurgeChunk)
+		n, err := d.st.DeleteSynced(ctx, before, store.SyncedScope{}, EventPurgeChunk)
 		total += n
 		d.metrics.purged.Add(float64(n))
 		if err != nil {

@@ -172,7 +172,7 @@ func (f *failingHousekeeping) DeleteDispatched(context.Context, time.Time) (int6
 	return 0, fmt.Errorf("error deleting dispatched outbox entries: %w: MaxTimeMSExpired (50)", store.ErrUnavailable)
 }
 
-func (f *failingHousekeeping) DeleteSynced(context.Context, time.Time, int) (int64, error) {
+func (f *failingHousekeeping) DeleteSynced(context.Context, time.Time, store.SyncedScope, int) (int64, error) {
 	return 0, fmt.Errorf("error deleting synced originals: %w: MaxTimeMSExpired (50)", store.ErrUnavailable)
 }
 
