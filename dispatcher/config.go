@@ -140,8 +140,9 @@ type Config struct {
 	FeedGather time.Duration
 	// SweepInterval is how often the leader relays the undispatched entries
 	// older than SweepMinAge that the feed did not deliver (an entry that
-	// became visible behind the feed's start, an undecodable change event).
-	// Defaults to SweepIntervalDefault (30s).
+	// became visible behind the feed's start, an undecodable change event),
+	// and how often its retention service runs (OutboxRetention,
+	// EventRetention). Defaults to SweepIntervalDefault (30s).
 	SweepInterval time.Duration
 	// SweepMinAge keeps the periodic sweep away from entries the feed is
 	// about to deliver. Defaults to SweepMinAgeDefault (5s).
