@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -72,6 +74,11 @@ const (
 	BatchSizeMax = 10_000
 	// MinLeaseTTL is the shortest accepted Config.LeaseTTL.
 	MinLeaseTTL = 30 * time.Millisecond
+	// EventRetentionTypeShortest is the shortest retention (but 0) of
+	// Config.EventRetentionTypes and Config.EventRetentionSources: below
+	// it a client still retrying could find its idempotency key
+	// forgotten.
+	EventRetentionTypeShortest = time.Hour
 )
 
 // Config configures a Dispatcher. A nil config means all defaults.
@@ -133,8 +140,9 @@ type Config struct {
 	FeedGather time.Duration
 	// SweepInterval is how often the leader relays the undispatched entries
 	// older than SweepMinAge that the feed did not deliver (an entry that
-	// became visible behind the feed's start, an undecodable change event).
-	// Defaults to SweepIntervalDefault (30s).
+	// became visible behind the feed's start, an undecodable change event),
+	// and how often its retention service runs (OutboxRetention,
+	// EventRetention). Defaults to SweepIntervalDefault (30s).
 	SweepInterval time.Duration
 	// SweepMinAge keeps the periodic sweep away from entries the feed is
 	// about to deliver. Defaults to SweepMinAgeDefault (5s).
@@ -150,11 +158,25 @@ type Config struct {
 	// Deprecated: set OutboxRetention; Retention goes in the next version.
 	Retention time.Duration
 	// EventRetention is how long a synced original is kept after its
-	// createdAt (--event-retention); every SweepInterval the leader deletes
-	// older ones (store.Store.DeleteSynced), at most EventPurgeMax per
-	// sweep in transactions of EventPurgeChunk. Pending and parked
-	// originals are never deleted. Defaults to 0: originals are kept.
+	// createdAt (--event-retention) when neither its type nor its source
+	// has a retention of its own (EventRetentionTypes,
+	// EventRetentionSources); every SweepInterval the leader's retention
+	// service deletes older ones (store.Store.DeleteSynced), at most
+	// EventPurgeMax per retention and round in transactions of
+	// EventPurgeChunk. Pending and parked originals are never deleted.
+	// Defaults to 0: originals are kept.
 	EventRetention time.Duration
+	// EventRetentionTypes are retentions of the synced originals of a type
+	// (--event-retention-type TYPE=DURATION), in place of EventRetention
+	// and of EventRetentionSources for that type's originals: 0 keeps them
+	// forever, else at least EventRetentionTypeShortest. Defaults to none.
+	EventRetentionTypes map[string]time.Duration
+	// EventRetentionSources are retentions of the synced originals of a
+	// sourceKey (--event-retention-source SOURCE=DURATION), in place of
+	// EventRetention for that source's originals whose type has none of
+	// its own: 0 keeps them forever, else at least
+	// EventRetentionTypeShortest. Defaults to none.
+	EventRetentionSources map[string]time.Duration
 	// BackoffMax caps the jittered exponential back-off after a failure
 	// (Redis or the store unreachable). Defaults to BackoffMaxDefault (5s).
 	BackoffMax time.Duration
@@ -248,6 +270,9 @@ func (c *Config) withDefaults() *Config {
 	out.MemoryHigh = cmp.Or(out.MemoryHigh, MemoryHighDefault)
 	out.TrimInterval = cmp.Or(out.TrimInterval, TrimIntervalDefault)
 	out.Partitions = cmp.Or(out.Partitions, outbox.PartitionsDefault)
+	// The caller's maps stay the caller's.
+	out.EventRetentionTypes = maps.Clone(out.EventRetentionTypes)
+	out.EventRetentionSources = maps.Clone(out.EventRetentionSources)
 	if out.Now == nil {
 		out.Now = time.Now
 	}
@@ -276,6 +301,8 @@ func (c *Config) validate() error {
 	if c.EventRetention < 0 {
 		errs = append(errs, fmt.Errorf("EventRetention must not be negative (got %s)", c.EventRetention))
 	}
+	errs = append(errs, validateRetentions("EventRetentionTypes", "type", c.EventRetentionTypes)...)
+	errs = append(errs, validateRetentions("EventRetentionSources", "source", c.EventRetentionSources)...)
 	if c.FeedGather > time.Second {
 		errs = append(errs, fmt.Errorf("FeedGather must be at most 1s (got %s)", c.FeedGather))
 	}
@@ -295,4 +322,20 @@ func (c *Config) validate() error {
 		errs = append(errs, fmt.Errorf("StreakLimit must be at least 1 (got %d)", c.StreakLimit))
 	}
 	return errors.Join(errs...)
+}
+
+// validateRetentions checks the retentions by key of field (EventRetentionTypes,
+// EventRetentionSources), in the order of their keys.
+func validateRetentions(field, what string, retentions map[string]time.Duration) []error {
+	var errs []error
+	for _, key := range slices.Sorted(maps.Keys(retentions)) {
+		switch d := retentions[key]; {
+		case key == "" || strings.TrimSpace(key) != key:
+			errs = append(errs, fmt.Errorf("%s: a %s must not be empty nor start or end with white space (got %q)", field, what, key))
+		case d < 0 || (d > 0 && d < EventRetentionTypeShortest):
+			errs = append(errs, fmt.Errorf("%s: the retention of %s %q must be 0 (keep them forever) or at least %s (got %s)",
+				field, what, key, EventRetentionTypeShortest, d))
+		}
+	}
+	return errs
 }

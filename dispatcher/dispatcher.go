@@ -11,6 +11,7 @@ import (
 
 	"github.com/outboxd/outboxd/internal/failpolicy"
 	"github.com/outboxd/outboxd/internal/leader"
+	"github.com/outboxd/outboxd/internal/maintenance"
 	"github.com/outboxd/outboxd/internal/pause"
 	"github.com/outboxd/outboxd/internal/startstop"
 	"github.com/outboxd/outboxd/internal/stream"
@@ -83,14 +84,19 @@ type Dispatcher struct {
 	elector   *leader.Elector
 	streak    *failpolicy.Streak
 
-	pressure     pressure
-	watchMetrics *watchMetrics
+	pressure pressure
+	// watch trims the stream and watches Redis's memory (its verdict is
+	// the relay's hold), retention deletes what is past its retention
+	// (nil but on the whole stream or partition 0): the leader's
+	// maintenance services, run while it leads (lead).
+	watch     *maintenance.Watch
+	retention *maintenance.Retention
 	// paused tells whether an operator paused the relay of this partition,
 	// or of all (store.Pause).
 	paused *pause.Gate
 
-	relayed, caughtUp, dispatched, batches, writes, historyLost, invalidated, redisRetries, fenced, term, trimmed atomic.Int64
-	leader                                                                                                        atomic.Bool
+	relayed, caughtUp, dispatched, batches, writes, historyLost, invalidated, redisRetries, fenced, term atomic.Int64
+	leader                                                                                               atomic.Bool
 
 	// sharing is set on the Dispatcher of a partitioned stream, which
 	// runs one Dispatcher per partition (partitions.go).
@@ -125,7 +131,7 @@ func newDispatcher(st store.Store, rc *stream.Client, cfg *Config, logger *zap.L
 	if err != nil {
 		return nil, fmt.Errorf("error registering dispatcher metrics: %w", err)
 	}
-	wm, err := newWatchMetrics(partitionRegisterer(c.Registerer, c.part), c.Stream)
+	wm, err := maintenance.NewWatchMetrics(partitionRegisterer(c.Registerer, c.part), c.Stream)
 	if err != nil {
 		return nil, fmt.Errorf("error registering dispatcher metrics: %w", err)
 	}
@@ -133,10 +139,11 @@ func newDispatcher(st store.Store, rc *stream.Client, cfg *Config, logger *zap.L
 		logger = zap.NewNop()
 	}
 	d := &Dispatcher{
-		st: st, rc: rc, cfg: c, metrics: m, watchMetrics: wm,
+		st: st, rc: rc, cfg: c, metrics: m,
 		logger: logger.Named("dispatcher").With(zap.String("stream", c.Stream), zap.String("owner", c.Owner)),
 	}
 	keys := d.keys()
+	d.newMaintenance(wm)
 	d.publisher = d.newPublisher()
 	d.streak = failpolicy.NewStreak(component, c.StreakLimit, m.streak, d.logger)
 	d.streak.Share(rc.Streak(keys, component), nil)
@@ -248,7 +255,7 @@ func (d *Dispatcher) Stats() Stats {
 		Relayed: d.relayed.Load(), CaughtUp: d.caughtUp.Load(), Dispatched: d.dispatched.Load(),
 		Batches: d.batches.Load(), Writes: d.writes.Load(), HistoryLost: d.historyLost.Load(), Invalidated: d.invalidated.Load(),
 		RedisRetries: d.redisRetries.Load(), Fenced: d.fenced.Load(), Leader: d.leader.Load(), Term: d.term.Load(),
-		Trimmed: d.trimmed.Load(),
+		Trimmed: d.watch.Trimmed(),
 	}
 }
 

@@ -64,10 +64,22 @@
 // feed relays it. An entry whose change event could not be decoded is in the
 // same place. The sweep relays both within Config.SweepInterval (counted in
 // outboxd_dispatcher_swept_total); without it they would wait for the next
-// leadership or the reconciler. The same tick deletes the dispatched entries
-// older than Config.Retention and, with Config.EventRetention
-// (--event-retention), the synced originals created before it (at most
-// EventPurgeMax a tick; store.Store.DeleteSynced).
+// leadership or the reconciler.
+//
+// # Maintenance: retention and the stream watch
+//
+// The leader's housekeeping runs in services of their own beside the relay
+// (package internal/maintenance; maintenance.go), started when a
+// dispatcher takes the lead and stopped when it loses it, so a standby
+// deletes, trims and exports nothing. The retention service, every
+// Config.SweepInterval (on the whole stream's or partition 0's dispatcher),
+// deletes the dispatched entries older than Config.OutboxRetention and the
+// synced originals past their retention: their type's
+// (Config.EventRetentionTypes), else their source's
+// (Config.EventRetentionSources), else Config.EventRetention (at most
+// EventPurgeMax per retention a round; store.Store.DeleteSynced with a
+// store.SyncedScope). A failed deletion is logged and tried again the next
+// round: the relay never waits for it. The watch is below.
 //
 // # Leadership
 //
@@ -105,16 +117,17 @@
 //
 // # Stream length and Redis's memory
 //
-// The leader trims (pressure.go): every Config.TrimInterval (1s) it trims
+// The leader's watch service trims: every Config.TrimInterval (1s) it trims
 // the stream and its replay lane below the lowest id any consumer group
 // still needs and older than Config.StreamRetention
 // (stream.Client.Trim), reads Redis's memory and the groups' lag, and
 // exports them. The leader does it because there is one per stream, it
 // holds the lease already, and it is the role that fills the stream; the
 // watch runs beside the relay, so it goes on trimming, and freeing
-// memory, while the relay holds. While used_memory is at or above
-// Config.MemoryHigh percent of maxmemory, or Redis answers an XADD with
-// OOM, the relay holds (Backpressure): no XADD, nothing marked, no
+// memory, while the relay holds. The relay reads only the watch's verdict
+// (pressure.go): while used_memory is at or above Config.MemoryHigh
+// percent of maxmemory, or Redis answers an XADD with OOM, it holds
+// (Backpressure): no XADD, nothing marked, no
 // checkpoint, outboxd_dispatcher_backpressure = 1; a full Redis does not
 // open the breaker nor count for the streak rule, so the relay resumes by
 // itself once memory is back. The stream.Client's MAXLEN policy

@@ -14,6 +14,7 @@ import (
 	"github.com/outboxd/outboxd/internal/failpolicy"
 	"github.com/outboxd/outboxd/internal/fault"
 	"github.com/outboxd/outboxd/internal/leader"
+	"github.com/outboxd/outboxd/internal/maintenance"
 	"github.com/outboxd/outboxd/store"
 )
 
@@ -26,7 +27,9 @@ var errPositionUnreadable = errors.New("the saved feed position cannot be read")
 // ends, on a fenced write and on a fault point.
 func (d *Dispatcher) lead(ctx, workCtx context.Context, lease store.Lease) error {
 	defer d.unled()
-	defer d.startWatch(ctx)() // trimming, Redis's memory, the groups' lag
+	// The maintenance services (maintenance.go) run while this lead does;
+	// they stop before unled clears the relay's figures.
+	defer maintenance.StartAll(ctx, d.services()...)()
 	bo := &failpolicy.HaltBackOff{Inner: d.newBackoff(), Streak: d.streak, Probe: d.cfg.BreakerTimeout}
 	var lost error // why the previous feed cannot be resumed
 	for {
@@ -224,8 +227,7 @@ func (d *Dispatcher) catchUp(ctx, workCtx context.Context, lease store.Lease, m 
 
 // relayFeed relays what the feed delivers, in batches, checkpoints while
 // idle, and every SweepInterval relays old undispatched entries the feed
-// missed and deletes dispatched entries past the retention, until ctx ends
-// or something fails. The store writes a batch while the next one is read
+// missed, until ctx ends or something fails. The store writes a batch while the next one is read
 // and added to the stream (m); it returns when every write is done.
 func (d *Dispatcher) relayFeed(ctx, workCtx context.Context, lease store.Lease, m *marks, feed store.Feed, seen map[string]struct{}) (err error) {
 	defer m.waitInto(&err)
@@ -325,11 +327,10 @@ func idleCheckpointDue(since time.Duration, moved bool, cfg *Config) bool {
 
 // sweep relays the undispatched entries older than SweepMinAge (the feed
 // should have delivered them: a commit that became visible behind the
-// feed's start, an undecodable change event), housekeeps (housekeep) and
-// returns the ids it relayed.
+// feed's start, an undecodable change event) and returns the ids it
+// relayed. (The retentions are a service of their own: maintenance.go.)
 func (d *Dispatcher) sweep(ctx, workCtx context.Context, lease store.Lease, m *marks) (map[string]struct{}, error) {
-	now := d.cfg.Now()
-	n, seen, err := d.catchUp(ctx, workCtx, lease, m, now.Add(-d.cfg.SweepMinAge))
+	n, seen, err := d.catchUp(ctx, workCtx, lease, m, d.cfg.Now().Add(-d.cfg.SweepMinAge))
 	if err != nil {
 		return nil, err
 	}
@@ -337,53 +338,7 @@ func (d *Dispatcher) sweep(ctx, workCtx context.Context, lease store.Lease, m *m
 		d.metrics.swept.Add(float64(n))
 		d.logger.Warn("relayed undispatched entries the feed did not deliver", zap.Int("entries", n))
 	}
-	if d.cfg.part.Index > 0 {
-		return seen, nil // the retentions are the whole outbox's: partition 0's leader runs them
-	}
-	d.housekeep(ctx, now)
 	return seen, nil
-}
-
-// housekeep deletes the dispatched entries older than Retention and, with
-// EventRetention, the synced originals created before it. Its failures are
-// logged, never returned: relaying does not wait for housekeeping (the next
-// sweep tries again, and MongoDB's TTL indexes remove the same documents).
-func (d *Dispatcher) housekeep(ctx context.Context, now time.Time) {
-	deleted, err := d.st.DeleteDispatched(ctx, now.Add(-d.cfg.OutboxRetention))
-	if err != nil && ctx.Err() == nil {
-		d.logger.Warn("deleting dispatched entries past the retention failed; relaying goes on, the next sweep tries again",
-			zap.Int64("entries", deleted), zap.Error(err))
-	}
-	if deleted > 0 {
-		d.logger.Debug("deleted dispatched entries past the retention", zap.Int64("entries", deleted))
-	}
-	if d.cfg.EventRetention > 0 {
-		if err := d.purgeOriginals(ctx, now.Add(-d.cfg.EventRetention)); err != nil && ctx.Err() == nil {
-			d.logger.Warn("deleting synced originals past the event retention failed; relaying goes on, the next sweep tries again", zap.Error(err))
-		}
-	}
-}
-
-// purgeOriginals deletes the synced originals created before before, in
-// chunks of EventPurgeChunk and at most EventPurgeMax per sweep.
-func (d *Dispatcher) purgeOriginals(ctx context.Context, before time.Time) error {
-	var total int64
-	for total < EventPurgeMax {
-		n, err := d.st.DeleteSynced(ctx, before, EventPurgeChunk)
-		total += n
-		d.metrics.purged.Add(float64(n))
-		if err != nil {
-			return fmt.Errorf("error deleting synced originals past the event retention: %w", err)
-		}
-		if n < EventPurgeChunk {
-			break
-		}
-	}
-	if total > 0 {
-		d.logger.Info("deleted synced originals past the event retention", zap.Int64("originals", total),
-			zap.Duration("event_retention", d.cfg.EventRetention))
-	}
-	return nil
 }
 
 func (d *Dispatcher) newBackoff() *backoff.ExponentialBackOff {

@@ -45,6 +45,7 @@ type metrics struct {
 	term         prometheus.Gauge
 	checkpoint   prometheus.Gauge
 	breaker      prometheus.Gauge
+	backpressure prometheus.Gauge
 	streak       *failpolicy.StreakMetrics
 }
 
@@ -76,6 +77,7 @@ func newMetrics(reg prometheus.Registerer, stream string, part store.Partition) 
 		term:         f.Gauge("term", "Fencing term of the lease held most recently."),
 		checkpoint:   f.Gauge("checkpoint_timestamp_seconds", "Time of the last checkpoint written (Unix seconds)."),
 		breaker:      f.Gauge(breakerStateName, "State of the circuit breaker around Redis: 0 closed, 1 half-open, 2 open."),
+		backpressure: f.Gauge(backpressureName, "1 while the relay holds because Redis is full (used_memory above --redis-memory-high of maxmemory, or an OOM reply): nothing is added, marked or checkpointed."),
 	}
 	if err := f.Err(); err != nil {
 		return nil, err

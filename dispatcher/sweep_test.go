@@ -172,7 +172,7 @@ func (f *failingHousekeeping) DeleteDispatched(context.Context, time.Time) (int6
 	return 0, fmt.Errorf("error deleting dispatched outbox entries: %w: MaxTimeMSExpired (50)", store.ErrUnavailable)
 }
 
-func (f *failingHousekeeping) DeleteSynced(context.Context, time.Time, int) (int64, error) {
+func (f *failingHousekeeping) DeleteSynced(context.Context, time.Time, store.SyncedScope, int) (int64, error) {
 	return 0, fmt.Errorf("error deleting synced originals: %w: MaxTimeMSExpired (50)", store.ErrUnavailable)
 }
 
@@ -181,10 +181,10 @@ func (f *failingHousekeeping) OpenFeed(ctx context.Context, stream string, from 
 	return f.Store.OpenFeed(ctx, stream, from, opts)
 }
 
-// TestHousekeepingFailureKeepsRelaying: a sweep whose deletions past the
-// retentions fail does not end the relay loop: the feed stays open (no
-// reopen, no back-off: at least 12 failed sweeps, at most a few opens) and
-// what is written after is relayed.
+// TestHousekeepingFailureKeepsRelaying: retention rounds whose deletions
+// past the retentions fail do not end the relay loop: the feed stays open
+// (no reopen, no back-off: at least 12 failed rounds, at most a few opens)
+// and what is written after is relayed.
 func TestHousekeepingFailureKeepsRelaying(t *testing.T) {
 	t.Parallel()
 	for _, kind := range kinds {

@@ -289,7 +289,7 @@ func (a *app) close() {
 func (a *app) applyMigrations(ctx context.Context) error {
 	var storeErr, pgErr error
 	if !a.o.readModelOnly {
-		if storeErr = a.st.Migrate(ctx, &store.MigrateConfig{OutboxRetention: a.o.outboxRetention, EventRetention: a.o.eventRetention}); storeErr != nil {
+		if storeErr = a.st.Migrate(ctx, &store.MigrateConfig{OutboxRetention: a.o.outboxRetention, EventRetention: a.o.ttlEventRetention()}); storeErr != nil {
 			storeErr = fmt.Errorf("the store's schema (%s) was not applied: %w", a.st.Kind(), storeErr)
 		} else {
 			a.log.Info("store schema applied", zap.String("store", a.st.Kind()))
@@ -554,6 +554,7 @@ func (a *app) newDispatcher() (service, error) {
 		}
 		if i == 0 {
 			cfg.EventRetention = a.o.eventRetention
+			cfg.EventRetentionTypes, cfg.EventRetentionSources = a.o.eventRetentionTypes, a.o.eventRetentionSources
 		}
 		d, err := dispatcher.New(a.st, a.rdb, cfg, a.log)
 		if err != nil {

@@ -124,6 +124,10 @@ type options struct {
 	ingestGroupMax      int
 	ingestGroupMaxBytes int
 
+	// eventRetentionTypes and eventRetentionSources keep the synced
+	// originals of a type, of a source, for their own time (retention.go).
+	eventRetentionTypes, eventRetentionSources retentions
+
 	// dispatch
 	outboxRetention time.Duration
 	// eventRetention keeps synced originals this long (0: forever):
@@ -275,6 +279,7 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 		case gDispatch:
 			fs.DurationVar(&o.outboxRetention, "outbox-retention", store.OutboxRetentionDefault, "how long dispatched outbox entries are kept")
 			o.eventRetentionFlag(fs)
+			o.retentionByKeyFlags(fs)
 			if r.serve {
 				o.routeFlag(fs)
 				o.leaseTTLFlag(fs)

@@ -101,14 +101,17 @@ type Store interface {
 	Redrive(ctx context.Context, ids []string) (int64, error)
 
 	// DeleteSynced removes at most limit synced originals created before
-	// before, oldest first, and returns how many: the retention of the
-	// originals (--event-retention), run in bounded calls. It never removes
-	// a pending or parked original, nor one with an outbox entry still
-	// undispatched (the entry would be relayed for an original that is
-	// gone). An original's idempotency key goes with it: a request with
-	// that key afterwards creates a new original. A store may keep the
-	// newest original (SQLite does, so that its counts stay exact).
-	DeleteSynced(ctx context.Context, before time.Time, limit int) (int64, error)
+	// before that scope selects (the zero SyncedScope: every type and
+	// source), oldest first, and returns how many: the retention of the
+	// originals (--event-retention, and per type or source
+	// --event-retention-type, --event-retention-source), run in bounded
+	// calls. It never removes a pending or parked original, nor one with
+	// an outbox entry still undispatched (the entry would be relayed for an
+	// original that is gone). An original's idempotency key goes with it:
+	// a request with that key afterwards creates a new original. A store
+	// may keep the newest original (SQLite does, so that its counts stay
+	// exact).
+	DeleteSynced(ctx context.Context, before time.Time, scope SyncedScope, limit int) (int64, error)
 
 	// Counts returns the figures of the status page. A store may serve
 	// them from estimates and a short cache (see each store's doc); it

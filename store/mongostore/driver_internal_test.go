@@ -402,7 +402,7 @@ func TestEveryCommandCarriesATimeLimit(t *testing.T) {
 		"DeleteSynced": func() error {
 			fs.handle("find", fs.findOneIn(EventsCollection, bson.D{{Key: "_id", Value: primitive.NewObjectID()}}))
 			defer fs.handle("find", fs.byDefault)
-			_, err := s.DeleteSynced(ctx, now, 10)
+			_, err := s.DeleteSynced(ctx, now, store.SyncedScope{Type: "t"}, 10)
 			return err
 		},
 		"AcquireLease":   func() error { _, err := s.AcquireLease(ctx, "stream", "me", now, time.Minute); return err },

@@ -449,18 +449,40 @@ func SyncedBeforeFilter(before time.Time) bson.D {
 // only (a pending original's syncedAt is null, which is not a date).
 var syncedPartial = bson.D{{Key: "syncedAt", Value: bson.D{{Key: "$type", Value: "date"}}}}
 
+// scopedFilter narrows filter (SyncedBeforeFilter) to the originals scope
+// selects. The index that serves the query (the TTL index's keys, or
+// createdAt's) has neither type nor sourceKey: the documents it reads are
+// filtered, so a scope that leaves out many old originals makes each call
+// read past them (within its maxTimeMS).
+func scopedFilter(filter bson.D, scope store.SyncedScope) bson.D {
+	if scope.Type != "" {
+		filter = append(filter, bson.E{Key: "type", Value: scope.Type})
+	}
+	if scope.Source != "" {
+		filter = append(filter, bson.E{Key: "sourceKey", Value: scope.Source})
+	}
+	if len(scope.ExceptTypes) > 0 {
+		filter = append(filter, bson.E{Key: "type", Value: bson.D{{Key: "$nin", Value: scope.ExceptTypes}}})
+	}
+	if len(scope.ExceptSources) > 0 {
+		filter = append(filter, bson.E{Key: "sourceKey", Value: bson.D{{Key: "$nin", Value: scope.ExceptSources}}})
+	}
+	return filter
+}
+
 // DeleteSynced reads the ids of at most limit synced originals created
-// before before, oldest first, leaves out those with an undispatched
-// outbox entry, and deletes the rest while they are still synced. The TTL
-// index of --event-retention (IndexEventsTTL) removes the same originals on
-// its own schedule, without that outbox check.
-func (s *Store) DeleteSynced(ctx context.Context, before time.Time, limit int) (int64, error) {
+// before before that scope selects, oldest first, leaves out those with an
+// undispatched outbox entry, and deletes the rest while they are still
+// synced. The TTL index of --event-retention (IndexEventsTTL) removes
+// synced originals on its own schedule, without that outbox check and
+// without a scope (docs/mongodb.md: retentions per type or source).
+func (s *Store) DeleteSynced(ctx context.Context, before time.Time, scope store.SyncedScope, limit int) (int64, error) {
 	if limit < 1 {
 		return 0, fmt.Errorf("error deleting synced originals: limit must be positive (got %d)", limit)
 	}
 	ctx, cancel := s.opctx(ctx)
 	defer cancel()
-	cur, err := s.events.Find(ctx, SyncedBeforeFilter(before), findOptions(ctx).
+	cur, err := s.events.Find(ctx, scopedFilter(SyncedBeforeFilter(before), scope), findOptions(ctx).
 		SetSort(bson.D{{Key: "createdAt", Value: 1}}).SetLimit(int64(limit)).SetProjection(bson.D{{Key: "_id", Value: 1}}))
 	if err != nil {
 		return 0, wrap(err, "querying synced originals past the retention")

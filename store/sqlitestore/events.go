@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/outboxd/outboxd/outbox"
@@ -481,26 +482,65 @@ func (s *Store) Counts(ctx context.Context) (store.Counts, error) {
 // DeleteSynced's statements: the oldest synced originals created before a
 // time, from index events_created, except the newest original (so that
 // max(rowid) stays, see Counts) and those with an undispatched outbox
-// entry (index outbox_event); then the count of removed originals.
+// entry (index outbox_event), narrowed by the scope's conditions where
+// scopeMark stands (scopedDeleteSynced); then the count of removed
+// originals.
 const (
 	qDeleteSynced = `DELETE FROM "{events}" WHERE rowid IN (
 		SELECT e.rowid FROM "{events}" e
 		WHERE e.created_at < ? AND e.synced_at IS NOT NULL
 			AND e.rowid < (SELECT max(rowid) FROM "{events}")
-			AND NOT EXISTS (SELECT 1 FROM "{outbox}" o WHERE o.event_id = e.id AND o.dispatched_at IS NULL)
+			AND NOT EXISTS (SELECT 1 FROM "{outbox}" o WHERE o.event_id = e.id AND o.dispatched_at IS NULL)` + scopeMark + `
 		ORDER BY e.created_at LIMIT ?)`
 	qCountRemoved = `UPDATE events_removed SET n = n + ? WHERE id = 1`
+	// scopeMark is where scopedDeleteSynced puts a scope's conditions.
+	scopeMark = ` /*scope*/`
 )
 
+// scopedDeleteSynced returns query (q.deleteSynced) narrowed to scope, and
+// its arguments: before, the scope's values, limit. The scope's types and
+// sources are filtered on the rows events_created reads (no index has
+// them): a scope that leaves out many old originals makes each call read
+// past them.
+func scopedDeleteSynced(query string, before time.Time, scope store.SyncedScope, limit int) (string, []any) {
+	args := []any{millis(before)}
+	var conds strings.Builder
+	eq := func(col, v string) {
+		if v != "" {
+			// Unary + keeps the source's equality off index events_device:
+			// the oldest first, from events_created, stops at the limit
+			// instead of sorting all of the source's originals.
+			conds.WriteString(" AND +e." + col + " = ?")
+			args = append(args, v)
+		}
+	}
+	notIn := func(col string, vs []string) {
+		if len(vs) == 0 {
+			return
+		}
+		conds.WriteString(" AND e." + col + " NOT IN (" + strings.TrimSuffix(strings.Repeat("?,", len(vs)), ",") + ")")
+		for _, v := range vs {
+			args = append(args, v)
+		}
+	}
+	eq("type", scope.Type)
+	eq("source_key", scope.Source)
+	notIn("type", scope.ExceptTypes)
+	notIn("source_key", scope.ExceptSources)
+	return strings.Replace(query, scopeMark, conds.String(), 1), append(args, limit)
+}
+
 // DeleteSynced removes at most limit synced originals created before
-// before, in one write transaction, with their count in events_removed.
-func (s *Store) DeleteSynced(ctx context.Context, before time.Time, limit int) (int64, error) {
+// before that scope selects, in one write transaction, with their count in
+// events_removed.
+func (s *Store) DeleteSynced(ctx context.Context, before time.Time, scope store.SyncedScope, limit int) (int64, error) {
 	if limit < 1 {
 		return 0, fmt.Errorf("error deleting synced originals: limit must be positive (got %d)", limit)
 	}
+	query, args := scopedDeleteSynced(s.q.deleteSynced, before, scope, limit)
 	var n int64
 	err := s.inWriteTx(ctx, "deleting synced originals", func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, s.q.deleteSynced, millis(before), limit)
+		res, err := tx.ExecContext(ctx, query, args...)
 		if err != nil {
 			return s.fail("deleting synced originals", err)
 		}

@@ -55,6 +55,10 @@ func queryPlans(t *testing.T, o *Options) {
 		sql, _ := q.countEventsSQL(eq)
 		return sql
 	}
+	scoped := func(scope store.SyncedScope) string {
+		sql, _ := scopedDeleteSynced(q.deleteSynced, time.Unix(1, 0), scope, 10)
+		return sql
+	}
 	// index is the name of the index that serves the query, with {events}
 	// and {outbox} for the tables' names.
 	cases := []struct {
@@ -98,6 +102,7 @@ func queryPlans(t *testing.T, o *Options) {
 		{"DeleteDispatched", q.deleteDispatched, "{outbox}_dispatched_at"},
 		{"DeleteSynced", q.deleteSynced, "{events}_created"},
 		{"DeleteSyncedOutbox", q.deleteSynced, "{outbox}_event"},
+		{"DeleteSyncedScoped", scoped(store.SyncedScope{Type: "t", Source: "s", ExceptTypes: []string{"a", "b"}, ExceptSources: []string{"c"}}), "{events}_created"},
 		{"CountRemoved", qCountRemoved, ""},
 		{"RaiseFloor", qRaiseFloor, ""},
 		{"LeaseRead", qLeaseRead, ""},

@@ -99,6 +99,7 @@ func Checks() []Check {
 		{"CountsByState", checkCounts},
 		{"DeleteDispatchedKeepsUndispatched", checkDeleteDispatched},
 		{"DeleteSyncedOldestFirstKeepsTheUnfinished", checkDeleteSynced},
+		{"DeleteSyncedByTypeAndSource", checkDeleteSyncedScoped},
 		{"OutboxEntriesOfOneOriginal", checkOutboxEntries},
 		{"TraceParentReadsBackWithOriginalAndEntry", checkTraceParent},
 		{"ClientKeysApartAndClientReadsBack", checkClient},
@@ -1132,9 +1133,9 @@ func checkDeleteSynced(t testing.TB, h Harness) {
 	key0 := b.event(ids[0]).IdempotencyKey
 	cut := t0.Add(5 * time.Hour) // after ids[4], before ids[5]
 
-	_, err = b.s.DeleteSynced(ctx, cut, 0)
+	_, err = b.s.DeleteSynced(ctx, cut, store.SyncedScope{}, 0)
 	require.Error(t, err, "a limit below 1")
-	n, err = b.s.DeleteSynced(ctx, cut, 1)
+	n, err = b.s.DeleteSynced(ctx, cut, store.SyncedScope{}, 1)
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n, "at most the limit")
 	got, err := b.s.LoadEvents(ctx, ids)
@@ -1142,7 +1143,7 @@ func checkDeleteSynced(t testing.TB, h Harness) {
 	require.NotContains(t, got, ids[0], "the oldest first")
 	require.Contains(t, got, ids[1])
 
-	n, err = b.s.DeleteSynced(ctx, cut, 100)
+	n, err = b.s.DeleteSynced(ctx, cut, store.SyncedScope{}, 100)
 	require.NoError(t, err)
 	require.Equal(t, int64(2), n)
 	got, err = b.s.LoadEvents(ctx, ids)
@@ -1151,7 +1152,7 @@ func checkDeleteSynced(t testing.TB, h Harness) {
 		_, kept := got[id]
 		require.Equal(t, i >= 3, kept, "ids[%d]: synced before the cut goes; undispatched, pending and newer stay", i)
 	}
-	n, err = b.s.DeleteSynced(ctx, cut, 100)
+	n, err = b.s.DeleteSynced(ctx, cut, store.SyncedScope{}, 100)
 	require.NoError(t, err)
 	require.Zero(t, n, "nothing more")
 
@@ -1328,6 +1329,62 @@ func checkClosed(t testing.TB, h Harness) {
 	require.True(t, store.IsUnavailable(err), "a closed store is unavailable: %v", err)
 	_, err = b.w.Write(ctx, []outbox.Input{b.input("d1")})
 	require.True(t, store.IsUnavailable(err), "a write to a closed store is unavailable: %v", err)
+}
+
+// checkDeleteSyncedScoped: DeleteSynced removes only what its scope
+// selects: the originals of one type, of one source, or all but those of
+// some types and sources (each kept for a retention of its own); the rest
+// stays.
+func checkDeleteSyncedScoped(t testing.TB, h Harness) {
+	b := setup(t, h, Options{})
+	ctx := context.Background()
+	type original struct{ typ, source string }
+	originals := []original{{"reading", "a"}, {"audit", "a"}, {"reading", "b"}, {"audit", "b"}, {"alarm", "c"}, {"reading", "c"}}
+	ids := make([]string, len(originals))
+	for i, o := range originals {
+		res, err := b.w.Write(ctx, []outbox.Input{{SourceKey: o.source, DeviceKey: fmt.Sprintf("d%d", i), Type: o.typ,
+			OccurredAt: "2026-10-31T10:00:00Z"}})
+		require.NoError(t, err)
+		ids[i] = res[0].ID
+		b.clock.Advance(time.Minute)
+	}
+	b.write(1) // the newest, which a store may keep
+	entries := b.undispatched()
+	relayed := make([]string, len(entries))
+	for i, e := range entries {
+		relayed[i] = e.ID
+	}
+	require.NoError(t, b.s.MarkDispatched(ctx, b.lease("a", time.Now()), relayed, time.Now()))
+	_, err := b.s.MarkSynced(ctx, ids, time.Now())
+	require.NoError(t, err)
+	cut := b.clock.Now()
+	left := func() []string {
+		got, err := b.s.LoadEvents(ctx, ids)
+		require.NoError(t, err)
+		var out []string
+		for i, id := range ids {
+			if _, ok := got[id]; ok {
+				out = append(out, fmt.Sprintf("%s/%s", originals[i].typ, originals[i].source))
+			}
+		}
+		return out
+	}
+	deleteSynced := func(scope store.SyncedScope) int64 {
+		n, err := b.s.DeleteSynced(ctx, cut, scope, 100)
+		require.NoError(t, err)
+		return n
+	}
+
+	require.Equal(t, int64(2), deleteSynced(store.SyncedScope{Type: "audit"}))
+	require.Equal(t, []string{"reading/a", "reading/b", "alarm/c", "reading/c"}, left(), "only the type's")
+	require.Equal(t, int64(1), deleteSynced(store.SyncedScope{Source: "b", ExceptTypes: []string{"audit"}}))
+	require.Equal(t, []string{"reading/a", "alarm/c", "reading/c"}, left(), "only the source's, not of the types left out")
+	require.Equal(t, int64(1), deleteSynced(store.SyncedScope{ExceptTypes: []string{"alarm", "x"}, ExceptSources: []string{"c"}}))
+	require.Equal(t, []string{"alarm/c", "reading/c"}, left(), "all but the types and sources left out")
+	require.Equal(t, int64(1), deleteSynced(store.SyncedScope{Type: "reading", Source: "c"}))
+	require.Equal(t, []string{"alarm/c"}, left(), "the type's of the source")
+	require.True(t, store.SyncedScope{Type: "alarm", Source: "c"}.Matches("alarm", "c"))
+	require.False(t, store.SyncedScope{ExceptSources: []string{"c"}}.Matches("alarm", "c"))
 }
 
 // writeAt stores one original of source/device that occurred at occurred,
