@@ -98,7 +98,7 @@ func (w *Worker) prepare(ctx context.Context, msgs []stream.Entry) (*batch, erro
 	}
 	b.spans = w.startProjectSpans(ctx, b, len(msgs))
 	var err error
-	b.originals, b.invalid, err = w.load(store.WithEventKeys(b.spans.Context(ctx), keys), b.ids)
+	b.originals, b.invalid, err = w.load(store.WithReadAfter(store.WithEventKeys(b.spans.Context(ctx), keys), readAfter(msgs)...), b.ids)
 	if err != nil {
 		b.spans.End(err)
 		return nil, err
