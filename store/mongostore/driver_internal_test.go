@@ -886,7 +886,7 @@ func TestLoadEventsTargetsTheShards(t *testing.T) {
 	ids := []string{primitive.NewObjectID().Hex(), primitive.NewObjectID().Hex()}
 	keyed := store.WithEventKeys(context.Background(), map[string]string{ids[0]: "k0", ids[1]: "k1"})
 	finds := func(t *testing.T, mongos bool, ctx context.Context) []fakeCommand {
-		cmds, got := loadEventsFinds(t, mongos, ctx, ids)
+		cmds, got := loadEventsFinds(ctx, t, mongos, ids)
 		require.Empty(t, got, "the fake holds no originals")
 		return cmds
 	}

@@ -117,7 +117,9 @@ type Options struct {
 	// current figures (store.WithCurrentCounts: SwitchPartitions' drain
 	// check) gets them from the primary. Defaults to
 	// CountsMaxStalenessDefault (90s, the server's least); below 90s is
-	// refused; negative reads the counts on the primary. Ignored on lungo.
+	// refused, and so is, by the driver at the first count, less than the
+	// URI's heartbeatFrequencyMS plus 10s; negative reads the counts on the
+	// primary. Ignored on lungo.
 	CountsMaxStaleness time.Duration
 	// OplogSize bounds lungo's oplog (entries); 0 means lungo's default
 	// (1000). Ignored on a server.

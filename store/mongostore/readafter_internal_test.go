@@ -14,7 +14,7 @@ import (
 
 // loadEventsFinds runs LoadEvents of ids on ctx against a fresh fake
 // replica set (or mongos) and returns the finds it sent, and what it read.
-func loadEventsFinds(t *testing.T, mongos bool, ctx context.Context, ids []string) ([]fakeCommand, map[string]store.Loaded) {
+func loadEventsFinds(ctx context.Context, t *testing.T, mongos bool, ids []string) ([]fakeCommand, map[string]store.Loaded) {
 	t.Helper()
 	fs := newFakeServer(t, mongos)
 	s := openFake(t, fs, Options{})
@@ -54,7 +54,7 @@ func TestLoadEventsReadsAfterTheClusterTime(t *testing.T) {
 	first := primitive.NewObjectID()
 	ids := []string{first.Hex(), primitive.NewObjectID().Hex()}
 	finds := func(t *testing.T, mongos bool, ctx context.Context) []fakeCommand {
-		cmds, _ := loadEventsFinds(t, mongos, ctx, ids)
+		cmds, _ := loadEventsFinds(ctx, t, mongos, ids)
 		return cmds
 	}
 	positions := []string{ClusterTimePosition(earlier), ClusterTimePosition(commit), "", ClusterTimePosition(sameSecond)}
