@@ -281,8 +281,15 @@ func unique(ids []string) []string {
 // cleanup, and returns the pipeline the checker reads.
 func (b *testBundle) startWorker() testkit.Pipeline {
 	b.t.Helper()
+	return b.startWorkerOn(b.st)
+}
+
+// startWorkerOn is startWorker with the worker on st (the bundle's store
+// behind a test's wrapper).
+func (b *testBundle) startWorkerOn(st store.Store) testkit.Pipeline {
+	b.t.Helper()
 	pg := testkit.NewPostgres(b.t)
-	w, err := worker.New(b.st, b.rdb, pg.Pool, &worker.Config{
+	w, err := worker.New(st, b.rdb, pg.Pool, &worker.Config{
 		Stream: b.stream, Group: stream.GroupDefault, Consumer: testkit.Name("c"),
 		Block: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond, BreakerTimeout: 200 * time.Millisecond,
 	}, testkit.Logger(b.t))

@@ -115,6 +115,15 @@
 // under the first traced entry's span. Entries without a context are
 // relayed as they are.
 //
+// # Reading after the commit
+//
+// An entry the store's feed delivered with the position of its commit
+// (outbox.Entry.ReadAfter: on MongoDB the change event's cluster time) is
+// relayed with that position in its message (outbox.Message.ReadAfter),
+// so that the worker reads its original at or after that commit
+// (store.WithReadAfter); an entry relayed by a catch-up or the sweep has
+// none, and its message is relayed as ingest wrote it.
+//
 // # Stream length and Redis's memory
 //
 // The leader's watch service trims: every Config.TrimInterval (1s) it trims

@@ -165,4 +165,11 @@ type Entry struct {
 	// when it was not traced. Message does not carry it; the dispatcher
 	// puts its own span's into the message it relays.
 	TraceParent string
+	// ReadAfter is the store's position of the commit that inserted the
+	// entry, set by a feed that knows one (MongoDB's change stream: the
+	// change event's cluster time), opaque; "" otherwise (a catch-up, an
+	// operator's listing, SQLite). The dispatcher puts it into the message
+	// it relays (Message.ReadAfter), and the worker reads the original at
+	// or after it (store.WithReadAfter). It is not stored.
+	ReadAfter string
 }

@@ -34,6 +34,15 @@ type Message struct {
 	// replay's publish); the worker's span continues it. Absent when that
 	// was not traced: the message is handled the same.
 	TraceParent string `json:"traceparent,omitempty"`
+	// ReadAfter is the store's position of the commit that wrote the
+	// message's outbox entry, as the dispatcher's feed saw it (MongoDB: the
+	// change event's cluster time), opaque to everyone but the store: the
+	// worker hands it back with its read of the original
+	// (store.WithReadAfter), so that the read sees that commit. Absent
+	// when the entry did not come through a feed that knows one (a
+	// catch-up, SQLite, the reconciler, a replay) and in messages written
+	// before it was carried: the worker reads as before.
+	ReadAfter string `json:"readAfter,omitempty"`
 }
 
 // WithTraceParent returns the message JSON msg (an Entry's Message) with
@@ -45,6 +54,28 @@ func WithTraceParent(msg, traceParent string) string {
 		return msg
 	}
 	m.TraceParent = traceParent
+	return m.Encode()
+}
+
+// WithRelay returns the message JSON msg (an Entry's Message) with what the
+// dispatcher's relay adds to it: TraceParent set to traceParent and
+// ReadAfter to readAfter (an Entry's ReadAfter), each only when it is not
+// empty. msg is returned as it is when both are empty, and when it is not
+// a message (the worker dead-letters it as before).
+func WithRelay(msg, traceParent, readAfter string) string {
+	if traceParent == "" && readAfter == "" {
+		return msg
+	}
+	m, err := decodeMessage(msg)
+	if err != nil {
+		return msg
+	}
+	if traceParent != "" {
+		m.TraceParent = traceParent
+	}
+	if readAfter != "" {
+		m.ReadAfter = readAfter
+	}
 	return m.Encode()
 }
 
@@ -116,6 +147,7 @@ const (
 	keyOrigin         = `","origin":"`
 	keyType           = `","type":"`
 	keyTraceParent    = `","traceparent":"`
+	keyReadAfter      = `","readAfter":"`
 	messageEnd        = `"}`
 )
 
@@ -150,9 +182,9 @@ func encodeMessage(m Message) (string, bool) {
 	if len(m.Payload) > 0 || m.PayloadRef { // encoding/json's compaction and escapes decide
 		return "", false
 	}
-	strs := [...]string{m.EventID, m.IdempotencyKey, m.SourceKey, m.DeviceKey, string(m.Origin), m.Type, m.TraceParent}
+	strs := [...]string{m.EventID, m.IdempotencyKey, m.SourceKey, m.DeviceKey, string(m.Origin), m.Type, m.TraceParent, m.ReadAfter}
 	n := len(keyEventID) + len(keyIdempotencyKey) + len(keySourceKey) + len(keyDeviceKey) +
-		len(keyOccurredAt) + len(keyCreatedAt) + len(keyOrigin) + len(keyType) + len(keyTraceParent) + len(messageEnd) +
+		len(keyOccurredAt) + len(keyCreatedAt) + len(keyOrigin) + len(keyType) + len(keyTraceParent) + len(keyReadAfter) + len(messageEnd) +
 		2*len(time.RFC3339Nano)
 	for _, s := range strs {
 		if !plain(s) {
@@ -188,6 +220,10 @@ func encodeMessage(m Message) (string, bool) {
 		b.WriteString(keyTraceParent)
 		b.WriteString(m.TraceParent)
 	}
+	if m.ReadAfter != "" {
+		b.WriteString(keyReadAfter)
+		b.WriteString(m.ReadAfter)
+	}
 	b.WriteString(messageEnd)
 	return b.String(), true
 }
@@ -222,6 +258,9 @@ func parseMessage(raw string) (Message, bool) {
 	}
 	if p.ok && strings.HasPrefix(p.s[p.i:], keyTraceParent) {
 		m.TraceParent = p.field(keyTraceParent)
+	}
+	if p.ok && strings.HasPrefix(p.s[p.i:], keyReadAfter) {
+		m.ReadAfter = p.field(keyReadAfter)
 	}
 	if !p.ok || p.s[p.i:] != messageEnd {
 		return Message{}, false

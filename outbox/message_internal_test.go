@@ -52,6 +52,11 @@ func messageVariants() map[string]Message {
 		"TypedAndTraced":    with(func(m *Message) { m.Type, m.TraceParent = "t", "00-1-2-01" }),
 		"WithPayload":       with(func(m *Message) { m.Type, m.Payload = "t", json.RawMessage(`{"a":"<b>","n":1}`) }),
 		"PayloadByRef":      with(func(m *Message) { m.Type, m.PayloadRef = "t", true }),
+		"ReadAfter":         with(func(m *Message) { m.ReadAfter = "1796464800.7" }),
+		"TracedAndReadAfter": with(func(m *Message) {
+			m.Type, m.TraceParent, m.ReadAfter = "t", "00-1-2-01", "1796464800.7"
+		}),
+		"ReadAfterNotPlain": with(func(m *Message) { m.ReadAfter = `a"b` }),
 	}
 }
 
@@ -67,7 +72,7 @@ func TestMessageCodecCoversEveryField(t *testing.T) {
 		tags = append(tags, typ.Field(i).Tag.Get("json"))
 	}
 	require.Equal(t, []string{"eventId", "idempotencyKey", "sourceKey", "deviceKey", "occurredAt", "createdAt",
-		"origin", "type,omitempty", "payload,omitempty", "payloadRef,omitempty", "traceparent,omitempty"}, tags)
+		"origin", "type,omitempty", "payload,omitempty", "payloadRef,omitempty", "traceparent,omitempty", "readAfter,omitempty"}, tags)
 }
 
 // TestMessageEncodeIsEncodingJSON: Encode writes what encoding/json writes,
@@ -75,7 +80,8 @@ func TestMessageCodecCoversEveryField(t *testing.T) {
 func TestMessageEncodeIsEncodingJSON(t *testing.T) {
 	t.Parallel()
 	direct := map[string]bool{"AsIngestWritesIt": true, "Traced": true, "Nanoseconds": true, "ZeroTimes": true,
-		"Year9999": true, "ZeroOffsetNotUTC": true, "Empty": true, "OtherOriginString": true, "Typed": true, "TypedAndTraced": true}
+		"Year9999": true, "ZeroOffsetNotUTC": true, "Empty": true, "OtherOriginString": true, "Typed": true, "TypedAndTraced": true,
+		"ReadAfter": true, "TracedAndReadAfter": true}
 	for name, m := range messageVariants() {
 		t.Run(name, func(t *testing.T) {
 			want, err := json.Marshal(m)
@@ -99,7 +105,7 @@ func TestMessageDecodeIsEncodingJSON(t *testing.T) {
 			// Any time encoding/json reads is read directly too (an offset
 			// as well), so plain strings decide.
 			direct := len(m.Payload) == 0 && !m.PayloadRef // a payload goes through encoding/json
-			for _, s := range []string{m.EventID, m.IdempotencyKey, m.SourceKey, m.DeviceKey, string(m.Origin), m.Type, m.TraceParent} {
+			for _, s := range []string{m.EventID, m.IdempotencyKey, m.SourceKey, m.DeviceKey, string(m.Origin), m.Type, m.TraceParent, m.ReadAfter} {
 				direct = direct && plain(s)
 			}
 			_, ok := parseMessage(raw)
@@ -124,6 +130,9 @@ func TestMessageDecodeIsEncodingJSON(t *testing.T) {
 		"NotAnObject":      `"x"`,
 		"EmptyTraceParent": strings.Replace(raw, `"}`, `","traceparent":""}`, 1),
 		"NullTraceParent":  strings.Replace(raw, `"}`, `","traceparent":null}`, 1),
+		"ReadAfterFirst":   strings.Replace(raw, `"}`, `","readAfter":"1.2","traceparent":"t"}`, 1),
+		"EmptyReadAfter":   strings.Replace(raw, `"}`, `","readAfter":""}`, 1),
+		"NumberReadAfter":  strings.Replace(raw, `"}`, `","readAfter":12}`, 1),
 		"ControlByte":      strings.Replace(raw, "plant-4", "plant\x01", 1),
 		"NonASCII":         strings.Replace(raw, "plant-4", "Köln", 1),
 		"InvalidUTF8":      strings.Replace(raw, "plant-4", "a\xffb", 1),
@@ -157,20 +166,57 @@ func requireDecodesAsEncodingJSON(t testing.TB, raw string) {
 	}
 }
 
+// TestMessageReadAfterRoundTrip: a message carries ReadAfter through
+// Encode and DecodeMessage, writes the key only when it is set, and a
+// message written before it was carried decodes with none; WithRelay sets
+// it (and the traceparent) on an entry's message and leaves the rest as
+// ingest wrote it.
+func TestMessageReadAfterRoundTrip(t *testing.T) {
+	t.Parallel()
+	m := sampleMessage()
+	m.ReadAfter = "1796464800.7"
+	got, err := DecodeMessage(m.Values())
+	require.NoError(t, err)
+	require.Equal(t, m, got)
+	require.Contains(t, m.Encode(), `"readAfter":"1796464800.7"`)
+
+	old := sampleMessage()
+	require.NotContains(t, old.Encode(), "readAfter", "written only when set")
+	got, err = DecodeMessage(old.Values())
+	require.NoError(t, err)
+	require.Empty(t, got.ReadAfter)
+	require.Equal(t, old, got)
+
+	ingest := sampleMessage().Encode()
+	require.Equal(t, ingest, WithRelay(ingest, "", ""), "nothing to add")
+	for name, c := range map[string]struct{ tp, after string }{
+		"ReadAfter": {"", "1796464800.7"}, "TraceParent": {"00-1-2-01", ""}, "Both": {"00-1-2-01", "1796464800.7"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, err := decodeMessage(WithRelay(ingest, c.tp, c.after))
+			require.NoError(t, err)
+			want := sampleMessage()
+			want.TraceParent, want.ReadAfter = c.tp, c.after
+			require.Equal(t, want, got)
+		})
+	}
+	require.Equal(t, "not json", WithRelay("not json", "00-1-2-01", "1.2"), "not a message: as it is")
+}
+
 // FuzzMessageEncode: for any strings and times, Encode is encoding/json's
 // bytes, and the direct path is taken only where encoding/json would not
 // fail.
 func FuzzMessageEncode(f *testing.F) {
 	for _, m := range messageVariants() {
 		_, offset := m.CreatedAt.Zone()
-		f.Add(m.EventID, m.IdempotencyKey, m.SourceKey, m.DeviceKey, string(m.Origin), m.Type, m.TraceParent,
+		f.Add(m.EventID, m.IdempotencyKey, m.SourceKey, m.DeviceKey, string(m.Origin), m.Type, m.TraceParent, m.ReadAfter,
 			m.OccurredAt.UnixNano(), m.CreatedAt.UnixNano(), offset)
 	}
-	f.Add("a", "b", "c", "d", "e", "t", "f", int64(-62167219200000000), int64(1)<<62, -3600)
-	f.Fuzz(func(t *testing.T, id, key, src, dev, origin, typ, tp string, occurred, created int64, offset int) {
+	f.Add("a", "b", "c", "d", "e", "t", "f", "r", int64(-62167219200000000), int64(1)<<62, -3600)
+	f.Fuzz(func(t *testing.T, id, key, src, dev, origin, typ, tp, after string, occurred, created int64, offset int) {
 		zone := time.FixedZone("z", offset%(48*3600))
 		m := Message{EventID: id, IdempotencyKey: key, SourceKey: src, DeviceKey: dev, Origin: Origin(origin), Type: typ,
-			TraceParent: tp, OccurredAt: time.Unix(0, occurred).UTC(), CreatedAt: time.Unix(0, created).In(zone)}
+			TraceParent: tp, ReadAfter: after, OccurredAt: time.Unix(0, occurred).UTC(), CreatedAt: time.Unix(0, created).In(zone)}
 		want, err := json.Marshal(m)
 		if err != nil {
 			_, ok := encodeMessage(m)

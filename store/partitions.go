@@ -71,15 +71,15 @@ var ErrNotDrained = errors.New("the pipeline is not drained")
 // undispatched or an original pending (not yet synced), since those were
 // hashed into the old partitions and would be read by no one; it returns
 // the number it replaced (1 when none was recorded). The figures come from
-// Counts, so a store that caches them (MongoDB, CountsTTL) may need its
-// cache to expire after the drain. Stop ingest before: a write after the
-// check is hashed with the old number.
+// Counts asked for current figures (WithCurrentCounts): not a cached or
+// stale read. Stop ingest before: a write after the check is hashed with
+// the old number.
 func SwitchPartitions(ctx context.Context, st Store, stream string, n int) (int, error) {
 	recorded, err := st.Partitions(ctx, stream)
 	if err != nil {
 		return 0, fmt.Errorf("error reading the number of partitions of stream %s: %w", stream, err)
 	}
-	c, err := st.Counts(ctx)
+	c, err := st.Counts(WithCurrentCounts(ctx))
 	if err != nil {
 		return 0, fmt.Errorf("error counting the undispatched and pending: %w", err)
 	}

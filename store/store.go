@@ -48,7 +48,11 @@ type Store interface {
 
 	// LoadEvents returns the originals with the given ids, by id. An id
 	// with no original is absent; an original the store cannot decode is
-	// present with Loaded.Err set (wrapping ErrCorrupt).
+	// present with Loaded.Err set (wrapping ErrCorrupt). ctx may carry
+	// hints the store may use and never has to: the originals' idempotency
+	// keys (WithEventKeys) and the positions of the commits that wrote
+	// them (WithReadAfter), which a store whose reads may lag a commit
+	// reads at or after.
 	LoadEvents(ctx context.Context, ids []string) (map[string]Loaded, error)
 	// EventByKey returns the original stored under idempotency key, or
 	// ErrNotFound.
@@ -114,8 +118,9 @@ type Store interface {
 	DeleteSynced(ctx context.Context, before time.Time, scope SyncedScope, limit int) (int64, error)
 
 	// Counts returns the figures of the status page. A store may serve
-	// them from estimates and a short cache (see each store's doc); it
-	// never scans every original.
+	// them from estimates, a short cache and a replica of bounded
+	// staleness (see each store's doc), unless ctx asks for current
+	// figures (WithCurrentCounts); it never scans every original.
 	Counts(ctx context.Context) (Counts, error)
 
 	// OpenFeed opens the outbox feed of stream after from (nil: from now):

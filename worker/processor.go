@@ -137,7 +137,7 @@ func (p *processor) prepare(ctx context.Context, msgs []stream.Entry) (*batch, e
 	}
 	b.spans = p.startProjectSpans(ctx, b, len(msgs))
 	var err error
-	b.originals, b.invalid, err = p.load(store.WithEventKeys(b.spans.Context(ctx), keys), b.ids)
+	b.originals, b.invalid, err = p.load(store.WithReadAfter(store.WithEventKeys(b.spans.Context(ctx), keys), readAfter(msgs)...), b.ids)
 	if err != nil {
 		b.spans.End(err)
 		return nil, err

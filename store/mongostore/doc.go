@@ -18,7 +18,11 @@
 //
 // Every write goes to the primary with majority write concern and a
 // deadline; every transaction and read of originals goes to the primary,
-// whatever readPreference the URI names; every command carries the time
+// whatever readPreference the URI names (the status counts go to a
+// secondary of bounded staleness: Options.CountsMaxStaleness); the
+// worker's read of originals is after the cluster time of the change
+// events that delivered their entries (store.WithReadAfter,
+// outbox.Entry.ReadAfter); every command carries the time
 // its deadline leaves as maxTimeMS. Transactions run in the store's own
 // loop (runTx), bounded by the caller's deadline with the commit included.
 // Lease times are the server's (the clock collection). docs/mongodb.md

@@ -378,8 +378,12 @@ func TestEveryCommandCarriesATimeLimit(t *testing.T) {
 	now := time.Now()
 	lease := store.Lease{Name: "stream", Owner: "me", Term: 1}
 	ops := map[string]func() error{
-		"Write":          func() error { _, err := outbox.NewWriter(s, nil).Write(ctx, fakeInput("d")); return err },
-		"LoadEvents":     func() error { _, err := s.LoadEvents(ctx, []string{id}); return err },
+		"Write":      func() error { _, err := outbox.NewWriter(s, nil).Write(ctx, fakeInput("d")); return err },
+		"LoadEvents": func() error { _, err := s.LoadEvents(ctx, []string{id}); return err },
+		"LoadEventsAfter": func() error {
+			_, err := s.LoadEvents(store.WithReadAfter(ctx, ClusterTimePosition(primitive.Timestamp{T: uint32(now.Unix())})), []string{id})
+			return err
+		},
 		"EventByKey":     func() error { _, err := s.EventByKey(ctx, "k"); return err },
 		"MarkSynced":     func() error { _, err := s.MarkSynced(ctx, []string{id}, now); return err },
 		"Park":           func() error { _, err := s.Park(ctx, id, outbox.SyncFailure{Category: "poison", At: now}); return err },
@@ -882,13 +886,9 @@ func TestLoadEventsTargetsTheShards(t *testing.T) {
 	ids := []string{primitive.NewObjectID().Hex(), primitive.NewObjectID().Hex()}
 	keyed := store.WithEventKeys(context.Background(), map[string]string{ids[0]: "k0", ids[1]: "k1"})
 	finds := func(t *testing.T, mongos bool, ctx context.Context) []fakeCommand {
-		fs := newFakeServer(t, mongos)
-		s := openFake(t, fs, Options{})
-		fs.reset()
-		got, err := s.LoadEvents(ctx, ids)
-		require.NoError(t, err)
+		cmds, got := loadEventsFinds(ctx, t, mongos, ids)
 		require.Empty(t, got, "the fake holds no originals")
-		return fs.commands("find")
+		return cmds
 	}
 	keysOf := func(c fakeCommand) []string {
 		arr, ok := c.lookup("filter", "idempotencyKey", "$in").ArrayOK()

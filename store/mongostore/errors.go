@@ -39,6 +39,7 @@ const (
 	codeWriteConcernTimeout         = 64 // WriteConcernFailed before 8.0
 	codeWriteConflict               = 112
 	codeNamespaceNotFound           = 26
+	codeInvalidOptions              = 72
 	codeTransactionTooLargeForCache = 388
 )
 

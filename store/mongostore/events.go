@@ -24,7 +24,12 @@ import (
 // (store.WithEventKeys, as the worker passes them from its messages), the
 // Find names them too, so mongos asks only the shards holding those keys
 // (events is sharded on {idempotencyKey: 1}) instead of every shard;
-// originals not found that way are read again by _id alone.
+// originals not found that way are read again by _id alone. When ctx
+// carries the cluster times of the commits that wrote them
+// (store.WithReadAfter: the positions the feed put into outbox.Entry.ReadAfter),
+// every Find reads at or after the latest of them (readAfter), so a read
+// right after a transaction that spanned shards finds its originals on
+// every shard.
 func (s *Store) LoadEvents(ctx context.Context, ids []string) (map[string]store.Loaded, error) {
 	out := make(map[string]store.Loaded, len(ids))
 	oids := objectIDs(ids)
@@ -34,20 +39,23 @@ func (s *Store) LoadEvents(ctx context.Context, ids []string) (map[string]store.
 	keys := s.shardTargets(ctx, ids, oids)
 	ctx, cancel := s.opctx(ctx)
 	defer cancel()
-	if err := s.loadEvents(ctx, loadEventsFilter(oids, keys), out); err != nil {
-		return nil, err
-	}
-	if keys == nil || len(out) == len(oids) {
-		return out, nil
-	}
-	// A key of a message that does not name its original: read by id.
-	var missing []primitive.ObjectID
-	for _, oid := range oids {
-		if _, ok := out[oid.Hex()]; !ok {
-			missing = append(missing, oid)
+	err := s.readAfter(ctx, store.ReadAfterOf(ctx), func(ctx context.Context) error {
+		if err := s.loadEvents(ctx, loadEventsFilter(oids, keys), out); err != nil {
+			return err
 		}
-	}
-	if err := s.loadEvents(ctx, loadEventsFilter(missing, nil), out); err != nil {
+		if keys == nil || len(out) == len(oids) {
+			return nil
+		}
+		// A key of a message that does not name its original: read by id.
+		var missing []primitive.ObjectID
+		for _, oid := range oids {
+			if _, ok := out[oid.Hex()]; !ok {
+				missing = append(missing, oid)
+			}
+		}
+		return s.loadEvents(ctx, loadEventsFilter(missing, nil), out)
+	})
+	if err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -346,11 +354,16 @@ func OldestPendingQuery() (filter, sort bson.D, index string) {
 // (metadata, no scan). A count that cannot finish within ctx fails the
 // whole read, and that failure is kept for CountsTTL too, so scrapes
 // during an outage do not run the counts again (a caller that went away,
-// context.Canceled, is not kept).
+// context.Canceled, is not kept). They are read on a secondary no more
+// than Options.CountsMaxStaleness (90 s) behind the primary
+// (secondaryPreferred), so the scrapes of every pod stay off the primary;
+// a caller that asks for current figures (store.WithCurrentCounts) skips
+// the cache and reads the primary.
 func (s *Store) Counts(ctx context.Context) (store.Counts, error) {
 	s.countsMu.Lock()
 	defer s.countsMu.Unlock()
-	if s.opts.CountsTTL > 0 {
+	current := store.CurrentCountsOf(ctx)
+	if s.opts.CountsTTL > 0 && !current {
 		if c := s.counts; c != nil && time.Since(c.ReadAt) < s.opts.CountsTTL {
 			return *c, nil
 		}
@@ -359,7 +372,7 @@ func (s *Store) Counts(ctx context.Context) (store.Counts, error) {
 		}
 	}
 	began := time.Now()
-	c, err := s.readCounts(ctx)
+	c, err := s.readCounts(ctx, current)
 	s.countsErr = nil
 	switch {
 	case err == nil:
@@ -370,18 +383,28 @@ func (s *Store) Counts(ctx context.Context) (store.Counts, error) {
 	return c, err
 }
 
-func (s *Store) readCounts(ctx context.Context) (store.Counts, error) {
+// readCounts reads the figures of Counts: on a secondary of bounded
+// staleness (countsEvents, countsOutbox), or on the primary when current.
+func (s *Store) readCounts(ctx context.Context, current bool) (store.Counts, error) {
+	events, outbox := s.countsEvents, s.countsOutbox
+	if current {
+		events, outbox = s.events, s.outbox
+	}
 	ctx, cancel := s.opctx(ctx)
 	defer cancel()
 	c := store.Counts{FailedByCategory: map[string]int64{}, ReadAt: time.Now()}
 	var err error
-	if c.Total, err = s.events.EstimatedDocumentCount(ctx); err != nil {
+	if c.Total, err = events.EstimatedDocumentCount(ctx); err != nil {
 		return c, wrap(err, "estimating the number of originals")
 	}
 	c.Estimated = !s.lungo
 	n := map[string]int64{}
 	for _, q := range CountQueries() {
-		v, err := s.collectionOf(q.Collection).CountDocuments(ctx, q.Filter, options.Count().SetHint(s.hint(q.Index)))
+		coll := outbox
+		if q.Collection == EventsCollection { // the default name; the store's may be another (Options.EventsCollection)
+			coll = events
+		}
+		v, err := coll.CountDocuments(ctx, q.Filter, options.Count().SetHint(s.hint(q.Index)))
 		if err != nil {
 			return c, wrap(err, "counting %s", q.Name)
 		}
@@ -403,7 +426,7 @@ func (s *Store) readCounts(ctx context.Context) (store.Counts, error) {
 		CreatedAt time.Time `bson:"createdAt"`
 	}
 	filter, sort, index := OldestPendingQuery()
-	err = s.events.FindOne(ctx, filter, options.FindOne().SetSort(sort).SetHint(s.hint(index)).
+	err = events.FindOne(ctx, filter, options.FindOne().SetSort(sort).SetHint(s.hint(index)).
 		SetProjection(bson.D{{Key: "createdAt", Value: 1}})).Decode(&oldest)
 	switch {
 	case isNoDocuments(err):
@@ -414,16 +437,6 @@ func (s *Store) readCounts(ctx context.Context) (store.Counts, error) {
 		c.OldestPending = &t
 	}
 	return c, nil
-}
-
-// collectionOf returns the store's collection of a CountQuery: its
-// Collection is the default name, the store's may be another
-// (Options.EventsCollection, Options.OutboxCollection).
-func (s *Store) collectionOf(name string) lungo.ICollection {
-	if name == EventsCollection {
-		return s.events
-	}
-	return s.outbox
 }
 
 // hint names the index of outboxd's name by its keys: a rebuild may have

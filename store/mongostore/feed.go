@@ -106,6 +106,9 @@ type feed struct {
 type changeEvent struct {
 	OperationType string   `bson:"operationType"`
 	FullDocument  bson.Raw `bson:"fullDocument"`
+	// ClusterTime is the time of the commit that inserted the entry: its
+	// entry's ReadAfter (ClusterTimePosition), for the worker's read.
+	ClusterTime primitive.Timestamp `bson:"clusterTime"`
 }
 
 // Next reads change events until max entries of the stream arrived, the
@@ -182,7 +185,8 @@ func (f *feed) Next(ctx context.Context, max int, wait time.Duration) ([]outbox.
 
 // accept returns the entry of an insert of an undispatched entry of the
 // feed's stream (on lungo every change event arrives; on a server the
-// pipeline already filtered).
+// pipeline already filtered), with the event's cluster time as its
+// ReadAfter.
 func (f *feed) accept(ev changeEvent) (outbox.Entry, bool) {
 	if ev.OperationType != "insert" || ev.FullDocument == nil {
 		return outbox.Entry{}, false
@@ -192,7 +196,9 @@ func (f *feed) accept(ev changeEvent) (outbox.Entry, bool) {
 		return outbox.Entry{}, false // relayed by the next catch-up
 	}
 	inPart := f.part.Whole() || d.Partition == f.part.Index
-	return d.entry(), d.Stream == f.stream && inPart && d.DispatchedAt == nil
+	e := d.entry()
+	e.ReadAfter = ClusterTimePosition(ev.ClusterTime)
+	return e, d.Stream == f.stream && inPart && d.DispatchedAt == nil
 }
 
 func isEndOfFeed(op string) bool {

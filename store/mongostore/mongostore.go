@@ -54,6 +54,9 @@ const (
 	OpTimeoutDefault = 10 * time.Second
 	// CountsTTLDefault is the default Options.CountsTTL.
 	CountsTTLDefault = 2 * time.Second
+	// CountsMaxStalenessDefault is the default Options.CountsMaxStaleness:
+	// 90 s, the least maxStalenessSeconds the server accepts.
+	CountsMaxStalenessDefault = 90 * time.Second
 	// AppNameDefault is the default Options.AppName.
 	AppNameDefault = "outboxd"
 	// MaxPoolSizeDefault is the default Options.MaxPoolSize, the driver's
@@ -104,6 +107,20 @@ type Options struct {
 	// failure, before reading again. Defaults to CountsTTLDefault (2s);
 	// negative disables the cache.
 	CountsTTL time.Duration
+	// CountsMaxStaleness is how far behind the primary a secondary may be
+	// to serve Counts (the status figures, the reconciler's gauges): they
+	// are read with readPreference secondaryPreferred and this
+	// maxStalenessSeconds, so every pod's scrapes stay off the primary, and
+	// the figures may be as old as this (plus CountsTTL) while a secondary
+	// lags; the primary serves them when no secondary is fresh enough.
+	// Every other read stays on the primary, and a caller that needs
+	// current figures (store.WithCurrentCounts: SwitchPartitions' drain
+	// check) gets them from the primary. Defaults to
+	// CountsMaxStalenessDefault (90s, the server's least); below 90s is
+	// refused, and so is, by the driver at the first count, less than the
+	// URI's heartbeatFrequencyMS plus 10s; negative reads the counts on the
+	// primary. Ignored on lungo.
+	CountsMaxStaleness time.Duration
 	// OplogSize bounds lungo's oplog (entries); 0 means lungo's default
 	// (1000). Ignored on a server.
 	OplogSize int
@@ -133,9 +150,14 @@ type Store struct {
 	clock  lungo.ICollection
 	// settings is SettingsCollection.
 	settings lungo.ICollection
-	opts     Options
-	lungo    bool
-	mongos   bool // a sharded cluster's router
+	// countsEvents and countsOutbox are events and outbox as Counts
+	// reads them: on a secondary of bounded staleness
+	// (Options.CountsMaxStaleness).
+	countsEvents lungo.ICollection
+	countsOutbox lungo.ICollection
+	opts         Options
+	lungo        bool
+	mongos       bool // a sharded cluster's router
 	// warnings are what Open found in the deployment that works but
 	// weakens outboxd (Warnings).
 	warnings []string
@@ -220,7 +242,8 @@ func Open(ctx context.Context, uri string, opts *Options) (*Store, error) {
 // that the deployment is a replica set or a sharded cluster of MongoDB 4.4
 // or later. The store's collections use majority writes (wtimeout
 // Options.OpTimeout), majority reads and the primary whatever the client's
-// defaults; the client's own settings (timeoutMS, pool, monitor) stay the
+// defaults (Counts: a secondary of bounded staleness,
+// Options.CountsMaxStaleness); the client's own settings (timeoutMS, pool, monitor) stay the
 // caller's, so Options.MaxPoolSize, Options.AppName and Options.Commands do
 // not apply. Close leaves the client connected.
 func NewFromClient(ctx context.Context, client *mongo.Client, database string, opts *Options) (*Store, error) {
@@ -253,6 +276,7 @@ func (o *Options) withDefaults() (Options, error) {
 	out.OpTimeout = cmp.Or(out.OpTimeout, OpTimeoutDefault)
 	out.MigrateTimeout = cmp.Or(out.MigrateTimeout, MigrateTimeoutDefault)
 	out.CountsTTL = cmp.Or(out.CountsTTL, CountsTTLDefault)
+	out.CountsMaxStaleness = cmp.Or(out.CountsMaxStaleness, CountsMaxStalenessDefault)
 	out.AppName = cmp.Or(out.AppName, AppNameDefault)
 	out.MaxPoolSize = cmp.Or(out.MaxPoolSize, MaxPoolSizeDefault)
 	return out, out.validate()
@@ -280,6 +304,10 @@ func (o Options) validate() error {
 	if o.EventsCollection == o.OutboxCollection {
 		return fmt.Errorf("invalid Options.OutboxCollection %q: the same collection as Options.EventsCollection", o.OutboxCollection)
 	}
+	if o.CountsMaxStaleness > 0 && o.CountsMaxStaleness < CountsMaxStalenessDefault {
+		return fmt.Errorf("invalid Options.CountsMaxStaleness %s: the server accepts no less than %s (negative reads the counts on the primary)",
+			o.CountsMaxStaleness, CountsMaxStalenessDefault)
+	}
 	if o.MigrateTimeout < 0 {
 		return fmt.Errorf("invalid Options.MigrateTimeout %s: must not be negative", o.MigrateTimeout)
 	}
@@ -302,14 +330,28 @@ func newStore(client lungo.IClient, o Options, owned, onLungo bool) *Store {
 	s.leases = s.collection(LeasesCollection)
 	s.clock = s.collection(ClockCollection)
 	s.settings = s.collection(SettingsCollection)
+	s.countsEvents, s.countsOutbox = s.events, s.outbox
+	if rp := countsReadPref(o.CountsMaxStaleness); rp != nil {
+		s.countsEvents = s.collection(o.EventsCollection, options.Collection().SetReadPreference(rp))
+		s.countsOutbox = s.collection(o.OutboxCollection, options.Collection().SetReadPreference(rp))
+	}
 	return s
 }
 
-// collection returns the collection name of the store's database, counted
-// at the engine's boundary on lungo when Options.Commands is set (on a
-// server the driver's monitor counts).
-func (s *Store) collection(name string) lungo.ICollection {
-	c := s.db.Collection(name)
+// countsReadPref is the read preference of Counts: secondaryPreferred with
+// maxStaleness, or nil (the primary) when maxStaleness is negative.
+func countsReadPref(maxStaleness time.Duration) *readpref.ReadPref {
+	if maxStaleness < 0 {
+		return nil
+	}
+	return readpref.SecondaryPreferred(readpref.WithMaxStaleness(maxStaleness))
+}
+
+// collection returns the collection name of the store's database (with
+// opts over the database's), counted at the engine's boundary on lungo
+// when Options.Commands is set (on a server the driver's monitor counts).
+func (s *Store) collection(name string, opts ...*options.CollectionOptions) lungo.ICollection {
+	c := s.db.Collection(name, opts...)
 	if s.lungo && s.opts.Commands != nil {
 		return countedCollection{ICollection: c, c: s.opts.Commands}
 	}
@@ -321,7 +363,7 @@ func (s *Store) collection(name string) lungo.ICollection {
 // majority reads, the primary for every read whatever the URI's
 // readPreference says (transactions must run on the primary, and the
 // worker must never read an original from a lagging secondary and take it
-// for missing), o.OpTimeout as the client's timeout (timeoutMS: the driver
+// for missing; only Counts sets its own, Options.CountsMaxStaleness), o.OpTimeout as the client's timeout (timeoutMS: the driver
 // sends every command's time left as maxTimeMS), o.AppName unless the URI
 // names one, and o.MaxPoolSize. Zero fields of o take their defaults.
 func ClientOptions(uri string, o Options) *options.ClientOptions {

@@ -139,6 +139,8 @@ func encodeFailure(f *outbox.SyncFailure) (sql.NullString, sql.NullString, error
 // LoadEvents returns the originals with the given ids, by id, reading at
 // most idChunk ids per statement (index events_id). A stored original that
 // cannot be decoded is present with Loaded.Err wrapping store.ErrCorrupt.
+// It ignores the read-after positions ctx may carry (store.WithReadAfter):
+// every read of the file sees every committed write.
 func (s *Store) LoadEvents(ctx context.Context, ids []string) (map[string]store.Loaded, error) {
 	out := make(map[string]store.Loaded, len(ids))
 	for _, chunk := range chunks(ids, idChunk) {

@@ -77,6 +77,7 @@ func Checks() []Check {
 		{"FailureBetweenWritesLeavesNeither", checkFailureBetweenWrites},
 		{"PayloadReadsBackAsWritten", checkPayloadAsWritten},
 		{"FeedDeliversInCommitOrder", checkFeedOrder},
+		{"LoadEventsAfterTheFeedsPositions", checkLoadAfterFeed},
 		{"FeedResumesAfterReopen", checkFeedResume},
 		{"FeedDeliversOnlyItsStream", checkFeedStream},
 		{"PositionLostThenCatchUpMissesNothing", checkPositionLost},
@@ -237,6 +238,16 @@ func (b *bundle) lease(owner string, now time.Time) store.Lease {
 }
 
 // drain reads the feed until it has want entries or the deadline passes.
+// feedFromNow opens the feed of the bundle's stream from now, closed at
+// t's cleanup.
+func (b *bundle) feedFromNow(t testing.TB) store.Feed {
+	t.Helper()
+	f, err := b.s.OpenFeed(context.Background(), b.stream, nil, store.FeedOptions{PollInterval: 10 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = f.Close(context.Background()) })
+	return f
+}
+
 func drain(t testing.TB, f store.Feed, want int) []outbox.Entry {
 	t.Helper()
 	var got []outbox.Entry
@@ -447,6 +458,27 @@ func checkFeedOrder(t testing.TB, h Harness) {
 		require.Less(t, got[i-1].ID, got[i].ID, "entry ids sort in feed order")
 	}
 	require.NotNil(t, f.Position())
+}
+
+// checkLoadAfterFeed: the originals of the entries a feed delivered read
+// back with the feed's read-after positions (outbox.Entry.ReadAfter) on
+// the context, and with positions the store cannot read (another store's,
+// a garbled one), which it ignores.
+func checkLoadAfterFeed(t testing.TB, h Harness) {
+	b := setup(t, h, Options{})
+	f := b.feedFromNow(t)
+	want := b.write(3)
+	positions := []string{"", "not-a-position", "9.9.9"}
+	for _, e := range drain(t, f, len(want)) {
+		positions = append(positions, e.ReadAfter)
+	}
+	got, err := b.s.LoadEvents(store.WithReadAfter(context.Background(), positions...), want)
+	require.NoError(t, err)
+	require.Len(t, got, len(want))
+	for _, id := range want {
+		require.Contains(t, got, id)
+		require.NoError(t, got[id].Err)
+	}
 }
 
 func checkFeedResume(t testing.TB, h Harness) {
