@@ -132,7 +132,7 @@ func (b *bench) driveStage(ctx context.Context, p *proc, s Stage, d drive, until
 	if err == nil {
 		var m scraped
 		m, err = scrapeMetrics(ctx, p)
-		s.GroupSizes, s.Writer = m.groups, m.writer
+		s.GroupSizes, s.Writer, s.Worker = m.groups, m.writer, m.worker
 	}
 	if err == nil && after != nil {
 		err = after(ctx, p)

@@ -80,12 +80,7 @@ func (h *handler) postEvent(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.RequestTimeout)
 	defer cancel()
-	var res []outbox.Result
-	if h.cfg.Committer != nil {
-		res, err = h.cfg.Committer.Write(ctx, batch)
-	} else {
-		res, err = h.writer.WriteBatch(ctx, batch)
-	}
+	res, err := h.write(ctx, batch)
 	h.ingest.count(res, err)
 	h.writes.record(err)
 	if err != nil {
@@ -102,6 +97,17 @@ func (h *handler) postEvent(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Location", "/v1/events/"+res[0].ID)
 	writeJSON(w, r, status, res[0])
+}
+
+// write stores batch, a single event's or a batch request's: through the
+// committer when there is one, so that concurrent requests of either kind
+// share a store transaction (a batch is all or nothing for itself there
+// too), else in a transaction of its own.
+func (h *handler) write(ctx context.Context, batch *outbox.Batch) ([]outbox.Result, error) {
+	if h.cfg.Committer != nil {
+		return h.cfg.Committer.Write(ctx, batch)
+	}
+	return h.writer.WriteBatch(ctx, batch)
 }
 
 // batchResponse is the body of a successful POST /v1/events:batch.
@@ -134,7 +140,7 @@ func (h *handler) postBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.RequestTimeout)
 	defer cancel()
-	res, err := h.writer.WriteBatch(ctx, batch)
+	res, err := h.write(ctx, batch)
 	h.ingest.count(res, err)
 	h.writes.record(err)
 	if err != nil {

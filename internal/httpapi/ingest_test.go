@@ -2,8 +2,12 @@ package httpapi_test
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -47,6 +51,41 @@ func postAll(t *testing.T, b *handlerBundle, n int) []reply {
 	return b.postConcurrently(t, n, func(i int) string { return eventJSON(fmt.Sprint("d", i)) })
 }
 
+// postBatches sends n batch requests of size events at once (batch i holds
+// the devices b<i>-0 …) and returns each one's results; each must be
+// answered 200.
+func postBatches(t *testing.T, b *handlerBundle, n, size int) [][]outbox.Result {
+	t.Helper()
+	out := make([][]outbox.Result, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		events := make([]string, size)
+		for j := range events {
+			events[j] = eventJSON(fmt.Sprintf("b%d-%d", i, j))
+		}
+		body := `{"events":[` + strings.Join(events, ",") + `]}`
+		wg.Go(func() {
+			resp, err := http.Post(b.server.URL+"/v1/events:batch", "application/json", strings.NewReader(body))
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer resp.Body.Close()
+			var v struct{ Results []outbox.Result }
+			if resp.StatusCode != http.StatusOK {
+				errs[i] = fmt.Errorf("batch %d: %s", i, resp.Status)
+				return
+			}
+			errs[i] = json.NewDecoder(resp.Body).Decode(&v)
+			out[i] = v.Results
+		})
+	}
+	wg.Wait()
+	require.NoError(t, errors.Join(errs...))
+	return out
+}
+
 func TestIngestGroupCommit(t *testing.T) {
 	t.Parallel()
 
@@ -83,10 +122,42 @@ func TestIngestGroupCommit(t *testing.T) {
 		r := b.do(t, http.MethodPost, "/v1/events", eventJSON("d1"))
 		r.problem(t, http.StatusServiceUnavailable)
 		require.NotEmpty(t, r.header.Get("Retry-After"))
-		// A batch is one transaction already: it does not go through the
-		// committer.
-		require.Equal(t, http.StatusOK, b.do(t, http.MethodPost, "/v1/events:batch", `{"events":[`+eventJSON("d2")+`]}`).status)
-		b.requireStored(t, 1)
+		// A batch goes through the committer too.
+		r = b.do(t, http.MethodPost, "/v1/events:batch", `{"events":[`+eventJSON("d2")+`]}`)
+		r.problem(t, http.StatusServiceUnavailable)
+		require.NotEmpty(t, r.header.Get("Retry-After"))
+		b.requireStored(t, 0)
+	})
+
+	t.Run("ConcurrentBatchesShareTransactions", func(t *testing.T) {
+		t.Parallel()
+		b, st, _ := setupGroupCommit(t, testkit.NewSQLite(t), &outbox.CommitterConfig{GroupWait: 50 * time.Millisecond})
+		const n, size = 6, 3
+		first := postBatches(t, b, n, size)
+		ids := map[string]bool{}
+		for _, res := range first {
+			require.Len(t, res, size)
+			for _, r := range res {
+				require.False(t, r.Duplicate)
+				ids[r.ID] = true
+			}
+		}
+		require.Len(t, ids, n*size, "distinct ids")
+		require.Less(t, st.txs.Load(), int64(n/2), "transactions for %d batch requests", n)
+		b.requireStored(t, n*size)
+		for id := range ids {
+			b.event(t, id)
+		}
+
+		// Sent again, every event of every batch is a duplicate of its
+		// original, whichever group the batch joins.
+		for i, res := range postBatches(t, b, n, size) {
+			for j, r := range res {
+				require.True(t, r.Duplicate, "batch %d event %d", i, j)
+				require.Equal(t, first[i][j].ID, r.ID, "batch %d event %d", i, j)
+			}
+		}
+		b.requireStored(t, n*size)
 	})
 
 	t.Run("StoreUnavailableIs503", func(t *testing.T) {

@@ -135,11 +135,12 @@ type Config struct {
 
 	// Writer, when set, serves POST /v1/events and POST /v1/events:batch.
 	Writer *outbox.Writer
-	// Committer, when set, writes the event of POST /v1/events together
-	// with those of concurrent requests in one store transaction (group
-	// commit, see outbox.Committer); it must write through Writer. A batch
-	// request is one transaction already and goes through Writer. Defaults
-	// to nil: every request its own transaction.
+	// Committer, when set, writes the events of POST /v1/events and POST
+	// /v1/events:batch together with those of concurrent requests in one
+	// store transaction (group commit, see outbox.Committer); it must write
+	// through Writer. Each request stays all or nothing for itself; a batch
+	// of more events than the committer's GroupMax goes alone. Defaults to
+	// nil: every request its own transaction.
 	Committer *outbox.Committer
 	// Store, when set, serves GET /v1/events/{id}.
 	Store store.Store

@@ -3,6 +3,8 @@ package stream_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -111,4 +113,40 @@ func TestPublisher(t *testing.T) {
 		require.Equal(t, failpolicy.CodeBreakerOpen, stream.Failure(err).Code)
 		require.Equal(t, 2.0, testkit.Metric(t, reg, "state"), "open")
 	})
+}
+
+// TestPublishReachesABlockedReaderWhole: a consumer blocked on the stream
+// gets every message of one Publish in one read (the XADDs run in
+// MULTI/EXEC), not the first one alone.
+func TestPublishReachesABlockedReaderWhole(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := testkit.NewRedisServer(t) // of its own: it counts its blocked clients
+	c, err := stream.NewClient(srv.Client(), nil)
+	require.NoError(t, err)
+	keys := stream.NewKeys(testkit.Name("s"), "g")
+	g := c.Group(keys, "c")
+	_, err = g.Ensure(ctx)
+	require.NoError(t, err)
+	type read struct {
+		entries []stream.Entry
+		err     error
+	}
+	got := make(chan read, 1)
+	go func() {
+		entries, err := g.Read(ctx, ">", 100, 10*time.Second)
+		got <- read{entries, err}
+	}()
+	require.Eventually(t, func() bool {
+		info, err := srv.Client().Info(ctx, "clients").Result()
+		return err == nil && strings.Contains(info, "blocked_clients:1\r\n")
+	}, 5*time.Second, 5*time.Millisecond, "the reader blocks")
+	msgs := make([]string, 20)
+	for i := range msgs {
+		msgs[i] = (&outbox.Event{ID: outbox.NewEventID(), IdempotencyKey: fmt.Sprint("k", i), SourceKey: "s", DeviceKey: "d"}).Message(outbox.OriginOutbox).Encode()
+	}
+	require.NoError(t, c.Publisher(keys, nil, nil).Publish(ctx, msgs))
+	r := <-got
+	require.NoError(t, r.err)
+	require.Len(t, r.entries, len(msgs), "one read gets the whole publish")
 }

@@ -16,10 +16,10 @@ import (
 
 // Sizes of the paths MeasureCommands runs, by default.
 const (
-	MeasureIngestGroupDefault     = outbox.GroupMaxDefault // 500
-	MeasureWorkerBatchDefault     = 2000                   // worker.BatchSizeDefault
-	MeasureDispatcherBatchDefault = 2000                   // dispatcher.BatchSizeDefault
-	MeasureReconcilerSweepDefault = 1000                   // reconciler.LimitDefault
+	MeasureIngestGroupDefault     = 500  // one batch request of httpapi.MaxBatchDefault
+	MeasureWorkerBatchDefault     = 2000 // worker.BatchSizeDefault
+	MeasureDispatcherBatchDefault = 2000 // dispatcher.BatchSizeDefault
+	MeasureReconcilerSweepDefault = 1000 // reconciler.LimitDefault
 )
 
 // MeasureConfig sizes the paths of MeasureCommands. A zero field takes its
