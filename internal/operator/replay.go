@@ -93,8 +93,9 @@ func (q EventsQuery) store() (store.EventQuery, error) {
 		return sq, Invalid("state", "must be pending, failed, synced or any")
 	case sq.DeviceKey != "" && sq.SourceKey == "":
 		return sq, Invalid("sourceKey", "is required with deviceKey: a device is named within its source")
-	case sq.Limit < 1 || sq.Limit > ChunkMax:
-		return sq, Invalid("limit", "must be from 1 to %d", ChunkMax)
+	}
+	if err := ValidateLimit(sq.Limit); err != nil {
+		return sq, err
 	}
 	if q.After != "" {
 		c, err := parseCursor(q.After)
