@@ -184,8 +184,8 @@ type options struct {
 	// reconciler runs as a service (0: off).
 	auditEvery  time.Duration
 	auditSample int
-	// redrive is --redrive and --hold-category: the dead letters that
-	// re-drive themselves, where the reconciler runs as a service.
+	// redrive is --redrive and --hold-category: the dead letters replayed
+	// by themselves (their originals redriven), where the reconciler runs as a service.
 	redrive operator.RedrivePolicy
 
 	// operator commands
@@ -280,7 +280,7 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 				o.routeFlag(fs)
 				o.leaseTTLFlag(fs)
 				fs.IntVar(&o.relayBatch, "relay-batch", dispatcher.BatchSizeDefault, "outbox entries relayed by one pipelined XADD, one dispatchedAt write and one checkpoint")
-				fs.DurationVar(&o.relayGather, "relay-gather", dispatcher.FeedGatherDefault, "after a commit wakes the idle relay, wait this long for more before reading, so a light load is relayed, marked and projected in fewer batches (0: read each commit at once; SQLite store)")
+				fs.DurationVar(&o.relayGather, "relay-gather", dispatcher.FeedGatherDefault, "after a commit wakes the idle relay, wait this long for more before reading, so a light load is relayed, marked dispatched and projected in fewer batches (0: read each commit at once; SQLite store)")
 				fs.DurationVar(&o.streamRetention, "stream-retention", dispatcher.StreamRetentionDefault, "keep acknowledged stream entries this long, then trim them (never one a consumer group has not acknowledged)")
 				fs.IntVar(&o.memoryHigh, "redis-memory-high", dispatcher.MemoryHighDefault, "percent of Redis's maxmemory above which the relay holds until trimming frees memory (100: only when Redis refuses a write)")
 			}
@@ -288,7 +288,7 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 			o.eventRetentionFlag(fs)
 			o.messageFlags(fs)
 			o.routeFlag(fs) // the replays this instance serves
-			fs.BoolVar(&o.ownsSynced, "owns-synced", true, "this worker's group owns the originals' syncedAt and syncFailure (what the reconciler re-drives); with several read models on one stream (each its own --group), give it to exactly one: the others project and acknowledge only (docs/projections.md)")
+			fs.BoolVar(&o.ownsSynced, "owns-synced", true, "this worker's group owns the originals' syncedAt and syncFailure (what the reconciler sweeps by); with several read models on one stream (each its own --group), give it to exactly one: the others project and acknowledge only (docs/projections.md)")
 			fs.StringVar(&o.projection, "projection", "", "a SQL projection file the worker projects with instead of the demo read model (docs/projections.md); its statements are prepared at start, and a bad one exits 2 naming its line")
 			fs.StringVar(&o.consumer, "consumer", "", "consumer name (default: host-pid)")
 			o.batchSize.n = worker.BatchSizeDefault

@@ -264,9 +264,9 @@ type Config struct {
 	// LeavesSynced makes the worker's group one of several read models on
 	// the stream that does not own the originals' state: it projects and
 	// acknowledges, but leaves syncedAt and syncFailure to the group that
-	// owns them (the one without it). The reconciler re-drives what the
+	// owns them (the one without it). The reconciler re-publishes what the
 	// owning group has not completed, so this group's misses are found by
-	// its own verify and audit, not re-driven (docs/projections.md,
+	// its own verify and audit, not swept (docs/projections.md,
 	// Several read models). Defaults to false: the group owns them.
 	LeavesSynced bool
 	// Now stamps syncedAt and syncFailure.at. Defaults to time.Now; tests

@@ -54,7 +54,7 @@ type DeadLetter struct {
 	Group      string `json:"group"`
 	Consumer   string `json:"consumer"`
 	Deliveries int64  `json:"deliveries"`
-	// Redrives counts how often the redrive policy re-drove this event's
+	// Redrives counts how often the redrive policy redrove this event's
 	// dead letters (stream.Keys.Redrives); an operator's replay or drop of
 	// it starts the count again.
 	Redrives int64 `json:"redrives"`

@@ -135,7 +135,7 @@ func parseCursor(s string) (*store.EventCursor, error) {
 // Replay re-publishes one chunk of the originals of a window with origin
 // replay and their own idempotency keys, so the worker's idempotent
 // projection recomputes nothing twice. Parked originals of the chunk are
-// re-driven first (store.Store.Redrive). With Rebuild, the chunk's rows
+// redriven first (store.Store.Redrive). With Rebuild, the chunk's rows
 // are removed from the read model and their counts taken out of the
 // statistics in one PostgreSQL transaction before the publish, so the
 // normal path computes them again; should the publish then fail, the rows
