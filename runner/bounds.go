@@ -127,7 +127,7 @@ func (o *options) flagError(component string, err error, flags map[string]string
 	return fmt.Errorf("%w: invalid settings of the %s: %w", config.ErrUsage, component, err)
 }
 
-// lookup returns the flag name of o's flag set, or nil.
+// lookup returns the flag of o's flag set that is called name, or nil.
 func (o *options) lookup(name string) *flag.Flag {
 	if o.fs == nil {
 		return nil
