@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/outboxd/outboxd/internal/bounds"
 	"github.com/outboxd/outboxd/internal/failpolicy"
 	"github.com/outboxd/outboxd/internal/fault"
 	"github.com/outboxd/outboxd/internal/instance"
@@ -72,7 +73,7 @@ const (
 	TrimIntervalDefault = time.Second
 )
 
-// Bounds checked by validate.
+// Bounds checked by Validate.
 const (
 	// BatchSizeMax is the largest accepted Config.BatchSize.
 	BatchSizeMax = 10_000
@@ -83,6 +84,8 @@ const (
 	// it a client still retrying could find its idempotency key
 	// forgotten.
 	EventRetentionTypeShortest = time.Hour
+	// FeedGatherMax is the longest accepted Config.FeedGather.
+	FeedGatherMax = time.Second
 )
 
 // Config configures a Dispatcher. A nil config means all defaults.
@@ -247,14 +250,24 @@ var names = instance.NewNamer("dispatcher")
 
 // withDefaults returns a copy of cfg with every unset field defaulted.
 func (c *Config) withDefaults() *Config {
+	out := c.defaults()
+	if out.Owner == "" {
+		out.Owner = names.Next()
+	}
+	if out.Now == nil {
+		out.Now = time.Now
+	}
+	return out
+}
+
+// defaults returns a copy of cfg with every unset bounded field defaulted:
+// what Validate checks (it names no owner).
+func (c *Config) defaults() *Config {
 	var out Config
 	if c != nil {
 		out = *c
 	}
 	out.Stream = cmp.Or(out.Stream, outbox.StreamDefault)
-	if out.Owner == "" {
-		out.Owner = names.Next()
-	}
 	out.BatchSize = cmp.Or(out.BatchSize, BatchSizeDefault)
 	out.LeaseTTL = cmp.Or(out.LeaseTTL, LeaseTTLDefault)
 	out.IdleCheckpoint = cmp.Or(out.IdleCheckpoint, IdleCheckpointDefault)
@@ -277,53 +290,62 @@ func (c *Config) withDefaults() *Config {
 	// The caller's maps stay the caller's.
 	out.EventRetentionTypes = maps.Clone(out.EventRetentionTypes)
 	out.EventRetentionSources = maps.Clone(out.EventRetentionSources)
-	if out.Now == nil {
-		out.Now = time.Now
-	}
 	return &out
+}
+
+// Validate checks c as New takes it: a zero field takes its default, any
+// other value must be within its field's bound. Each error is a field's,
+// named by the field (BatchSize, LeaseTTL, …), and they are joined. A nil
+// config is valid. outboxd's flags are checked by it: the bounds of the
+// dispatcher's settings are here only.
+func (c *Config) Validate() error {
+	return c.defaults().validate()
 }
 
 // validate checks a defaulted config; each error names the field.
 func (c *Config) validate() error {
 	var errs []error
 	if strings.TrimSpace(c.Stream) != c.Stream {
-		errs = append(errs, fmt.Errorf("Stream must not start or end with white space (got %q)", c.Stream))
+		errs = append(errs, bounds.Errorf("Stream", fmt.Sprintf("%q", c.Stream), "must not start or end with white space"))
 	}
 	if c.BatchSize < 1 || c.BatchSize > BatchSizeMax {
-		errs = append(errs, fmt.Errorf("BatchSize must be between 1 and %d (got %d)", BatchSizeMax, c.BatchSize))
+		errs = append(errs, bounds.Errorf("BatchSize", c.BatchSize, "must be between 1 and %d", BatchSizeMax))
 	}
 	if c.LeaseTTL < MinLeaseTTL {
-		errs = append(errs, fmt.Errorf("LeaseTTL must be at least %s (got %s)", MinLeaseTTL, c.LeaseTTL))
+		errs = append(errs, bounds.Errorf("LeaseTTL", c.LeaseTTL, "must be at least %s", MinLeaseTTL))
 	}
-	for name, d := range map[string]time.Duration{"IdleCheckpoint": c.IdleCheckpoint, "IdleCheckpointMax": c.IdleCheckpointMax, "PollInterval": c.PollInterval, "MarkInterval": c.MarkInterval,
-		"SweepInterval": c.SweepInterval, "BackoffMax": c.BackoffMax, "OutboxRetention": c.OutboxRetention,
-		"BreakerTimeout": c.BreakerTimeout, "StreamRetention": c.StreamRetention, "TrimInterval": c.TrimInterval} {
-		if d < time.Millisecond {
-			errs = append(errs, fmt.Errorf("%s must be at least 1ms (got %s)", name, d))
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"IdleCheckpoint", c.IdleCheckpoint}, {"IdleCheckpointMax", c.IdleCheckpointMax}, {"PollInterval", c.PollInterval}, {"MarkInterval", c.MarkInterval},
+		{"SweepInterval", c.SweepInterval}, {"BackoffMax", c.BackoffMax}, {"BreakerTimeout", c.BreakerTimeout}, {"StreamRetention", c.StreamRetention}, {"TrimInterval", c.TrimInterval}} {
+		if f.d < time.Millisecond {
+			errs = append(errs, bounds.Errorf(f.name, f.d, "must be at least 1ms"))
 		}
 	}
+	if c.OutboxRetention < time.Millisecond {
+		errs = append(errs, bounds.Errorf("OutboxRetention", c.OutboxRetention, "must be at least 1ms"))
+	}
 	if c.EventRetention < 0 {
-		errs = append(errs, fmt.Errorf("EventRetention must not be negative (got %s)", c.EventRetention))
+		errs = append(errs, bounds.Errorf("EventRetention", c.EventRetention, "must not be negative"))
 	}
 	errs = append(errs, validateRetentions("EventRetentionTypes", "type", c.EventRetentionTypes)...)
 	errs = append(errs, validateRetentions("EventRetentionSources", "source", c.EventRetentionSources)...)
-	if c.FeedGather > time.Second {
-		errs = append(errs, fmt.Errorf("FeedGather must be at most 1s (got %s)", c.FeedGather))
+	if c.FeedGather > FeedGatherMax {
+		errs = append(errs, bounds.Errorf("FeedGather", c.FeedGather, "must be at most %s, or negative for none", FeedGatherMax))
 	}
 	if c.SweepMinAge < 0 {
-		errs = append(errs, fmt.Errorf("SweepMinAge must not be negative (got %s)", c.SweepMinAge))
+		errs = append(errs, bounds.Errorf("SweepMinAge", c.SweepMinAge, "must not be negative"))
 	}
 	if c.BreakerFailures < 1 {
-		errs = append(errs, fmt.Errorf("BreakerFailures must be at least 1 (got %d)", c.BreakerFailures))
+		errs = append(errs, bounds.Errorf("BreakerFailures", c.BreakerFailures, "must be at least 1"))
 	}
 	if c.MemoryHigh < 1 || c.MemoryHigh > 100 {
-		errs = append(errs, fmt.Errorf("MemoryHigh must be between 1 and 100 percent (got %d)", c.MemoryHigh))
+		errs = append(errs, bounds.Errorf("MemoryHigh", c.MemoryHigh, "must be between 1 and 100 (percent of maxmemory)"))
 	}
-	if err := outbox.ValidatePartitions(c.Partitions); err != nil {
-		errs = append(errs, fmt.Errorf("Partitions: %w", err))
-	}
+	errs = append(errs, outbox.ValidatePartitions(c.Partitions))
 	if c.StreakLimit < 1 {
-		errs = append(errs, fmt.Errorf("StreakLimit must be at least 1 (got %d)", c.StreakLimit))
+		errs = append(errs, bounds.Errorf("StreakLimit", c.StreakLimit, "must be at least 1"))
 	}
 	return errors.Join(errs...)
 }
@@ -335,10 +357,10 @@ func validateRetentions(field, what string, retentions map[string]time.Duration)
 	for _, key := range slices.Sorted(maps.Keys(retentions)) {
 		switch d := retentions[key]; {
 		case key == "" || strings.TrimSpace(key) != key:
-			errs = append(errs, fmt.Errorf("%s: a %s must not be empty nor start or end with white space (got %q)", field, what, key))
+			errs = append(errs, bounds.Errorf(field, fmt.Sprintf("%q", key), "needs a %s that is not empty nor starts or ends with white space", what))
 		case d < 0 || (d > 0 && d < EventRetentionTypeShortest):
-			errs = append(errs, fmt.Errorf("%s: the retention of %s %q must be 0 (keep them forever) or at least %s (got %s)",
-				field, what, key, EventRetentionTypeShortest, d))
+			errs = append(errs, bounds.Errorf(field, fmt.Sprintf("%s=%s", key, d), "needs the retention of %s %q to be 0 (keep them forever) or at least %s",
+				what, key, EventRetentionTypeShortest))
 		}
 	}
 	return errs

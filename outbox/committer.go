@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/outboxd/outboxd/internal/bounds"
 	"github.com/outboxd/outboxd/internal/startstop"
 	"github.com/outboxd/outboxd/internal/tracing"
 )
@@ -107,20 +108,28 @@ func (c *CommitterConfig) withDefaults() CommitterConfig {
 	return out
 }
 
+// Validate checks c as NewCommitter takes it: a zero field takes its
+// default, any other value must be within its field's bound; each error
+// names its field, and they are joined. A nil config is valid.
+func (c *CommitterConfig) Validate() error {
+	d := c.withDefaults()
+	return d.validate()
+}
+
 // validate checks a defaulted config; each error names the field.
 func (c *CommitterConfig) validate() error {
 	var errs []error
 	if (c.GroupWait < 0 && c.GroupWait != GroupWaitOff) || c.GroupWait > GroupWaitMax {
-		errs = append(errs, fmt.Errorf("GroupWait must be between 0 and %s, or GroupWaitOff (got %s)", GroupWaitMax, c.GroupWait))
+		errs = append(errs, bounds.Errorf("GroupWait", c.GroupWait, "must be between 0 and %s, or GroupWaitOff", GroupWaitMax))
 	}
 	if c.GroupMax < 1 {
-		errs = append(errs, fmt.Errorf("GroupMax must be positive (got %d)", c.GroupMax))
+		errs = append(errs, bounds.Errorf("GroupMax", c.GroupMax, "must be positive"))
 	}
 	if c.GroupMaxBytes < GroupMaxBytesMin || c.GroupMaxBytes > GroupMaxBytesMax {
-		errs = append(errs, fmt.Errorf("GroupMaxBytes must be between %d and %d (got %d)", GroupMaxBytesMin, GroupMaxBytesMax, c.GroupMaxBytes))
+		errs = append(errs, bounds.Errorf("GroupMaxBytes", c.GroupMaxBytes, "must be between %d and %d (MongoDB's 16 MiB document)", GroupMaxBytesMin, GroupMaxBytesMax))
 	}
 	if c.GroupTimeout < time.Millisecond {
-		errs = append(errs, fmt.Errorf("GroupTimeout must be at least 1ms (got %s)", c.GroupTimeout))
+		errs = append(errs, bounds.Errorf("GroupTimeout", c.GroupTimeout, "must be at least 1ms"))
 	}
 	return errors.Join(errs...)
 }

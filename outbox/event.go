@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"encoding/json"
 	"time"
+
+	"github.com/outboxd/outboxd/internal/bounds"
 )
 
 // Origin says which component put a message into the stream.
@@ -123,6 +125,15 @@ type MessageOptions struct {
 	// carries; a larger one goes by reference (Message.PayloadRef).
 	// Defaults to PayloadMaxDefault.
 	PayloadMax int
+}
+
+// Validate checks o as a writer takes it (a zero PayloadMax is
+// PayloadMaxDefault); its error names the field.
+func (o *MessageOptions) Validate() error {
+	if o != nil && o.PayloadMax < 0 {
+		return bounds.Errorf("PayloadMax", o.PayloadMax, "must be at least 1")
+	}
+	return nil
 }
 
 // MessageWith returns e's message with what opts asks for besides (a nil

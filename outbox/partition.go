@@ -1,8 +1,9 @@
 package outbox
 
 import (
-	"fmt"
 	"hash/fnv"
+
+	"github.com/outboxd/outboxd/internal/bounds"
 )
 
 // Bounds of the number of partitions (--partitions).
@@ -15,10 +16,11 @@ const (
 	PartitionsMax = 1024
 )
 
-// ValidatePartitions checks a number of partitions (1 to PartitionsMax).
+// ValidatePartitions checks a number of partitions (1 to PartitionsMax);
+// its error names the field Partitions.
 func ValidatePartitions(n int) error {
 	if n < 1 || n > PartitionsMax {
-		return fmt.Errorf("invalid number of partitions %d: must be 1 to %d", n, PartitionsMax)
+		return bounds.Errorf("Partitions", n, "must be between 1 and %d", PartitionsMax)
 	}
 	return nil
 }

@@ -47,7 +47,7 @@
 // outboxd_reconciler_requeue_exhausted_total) and undoes its claim, so
 // requeueCount keeps counting publishes; the histogram
 // outboxd_reconciler_requeue_count shows how often the published ones were
-// requeued. An operator re-drives parked originals once the cause is fixed
+// requeued. An operator redrives parked originals once the cause is fixed
 // (outboxd replay --state failed, which starts a fresh budget).
 //
 // Every document is tried independently; the Report counts what happened

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/outboxd/outboxd/internal/bounds"
 	"github.com/outboxd/outboxd/internal/fault"
 	"github.com/outboxd/outboxd/internal/instance"
 	"github.com/outboxd/outboxd/internal/leader"
@@ -39,6 +40,11 @@ const (
 	EveryDefault = time.Minute
 	// LeaseTTLDefault is the default Config.LeaseTTL.
 	LeaseTTLDefault = 15 * time.Second
+	// LeaseTTLShortest is the shortest accepted Config.LeaseTTL.
+	LeaseTTLShortest = 30 * time.Millisecond
+	// IntervalShortest is the shortest accepted Config.Interval other than
+	// Every (--expected-every).
+	IntervalShortest = time.Second
 )
 
 // Fault points (tests only).
@@ -98,7 +104,7 @@ type Config struct {
 	// reconcile --expected-every). It is exported as
 	// outboxd_reconciler_interval_seconds, and the alert
 	// OutboxdReconcilerSweepOverdue fires when no sweep ended for 3 × it.
-	// Defaults to Every.
+	// Defaults to Every; another value is at least IntervalShortest (1s).
 	Interval time.Duration
 	// Lease makes the service sweep only while it holds the reconciler's
 	// lease, so one replica sweeps at a time (outboxd reconcile --lease).
@@ -131,7 +137,21 @@ type Config struct {
 // names names the instances that name none.
 var names = instance.NewNamer("reconciler")
 
+// withDefaults returns a copy of cfg with every unset field defaulted.
 func (c *Config) withDefaults() *Config {
+	out := c.defaults()
+	if out.Owner == "" {
+		out.Owner = names.Next()
+	}
+	if out.Now == nil {
+		out.Now = time.Now
+	}
+	return out
+}
+
+// defaults returns a copy of cfg with every unset bounded field defaulted:
+// what Validate checks (it names no owner).
+func (c *Config) defaults() *Config {
 	var out Config
 	if c != nil {
 		out = *c
@@ -144,43 +164,50 @@ func (c *Config) withDefaults() *Config {
 	out.Every = cmp.Or(out.Every, EveryDefault)
 	out.Interval = cmp.Or(out.Interval, out.Every)
 	out.LeaseTTL = cmp.Or(out.LeaseTTL, LeaseTTLDefault)
-	if out.Owner == "" {
-		out.Owner = names.Next()
-	}
-	if out.Now == nil {
-		out.Now = time.Now
-	}
 	return &out
+}
+
+// Validate checks c as New takes it: a zero field takes its default, any
+// other value must be within its field's bound. Each error is a field's,
+// named by the field (MinAge, Limit, …), and they are joined. A nil config
+// is valid. outboxd's flags are checked by it: the bounds of the
+// reconciler's settings are here only.
+func (c *Config) Validate() error {
+	return c.defaults().validate()
 }
 
 // validate checks a defaulted config; each error names the field.
 func (c *Config) validate() error {
 	var errs []error
 	if c.MinAge < 0 {
-		errs = append(errs, fmt.Errorf("MinAge must not be negative (got %s)", c.MinAge))
+		errs = append(errs, bounds.Errorf("MinAge", c.MinAge, "must not be negative"))
 	}
 	// A claim must hold for some time, or concurrent runs would both claim
 	// the same document; a millisecond is the stores' time precision.
-	if c.RequeueAfter < time.Millisecond {
-		errs = append(errs, fmt.Errorf("RequeueAfter must be at least 1ms (got %s)", c.RequeueAfter))
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"RequeueAfter", c.RequeueAfter}, {"Every", c.Every}} {
+		if f.d < time.Millisecond {
+			errs = append(errs, bounds.Errorf(f.name, f.d, "must be at least 1ms"))
+		}
+	}
+	// An Interval of its own is a schedule's period (cron's): Every's
+	// bound holds when it is Every.
+	if c.Interval != c.Every && c.Interval < IntervalShortest {
+		errs = append(errs, bounds.Errorf("Interval", c.Interval, "must be at least %s", IntervalShortest))
 	}
 	if c.Limit < 1 {
-		errs = append(errs, fmt.Errorf("Limit must be at least 1 (got %d)", c.Limit))
+		errs = append(errs, bounds.Errorf("Limit", c.Limit, "must be at least 1"))
 	}
 	if c.MaxRequeues < 1 {
-		errs = append(errs, fmt.Errorf("MaxRequeues must be at least 1 (got %d)", c.MaxRequeues))
+		errs = append(errs, bounds.Errorf("MaxRequeues", c.MaxRequeues, "must be at least 1"))
 	}
-	if c.Every < time.Millisecond {
-		errs = append(errs, fmt.Errorf("Every must be at least 1ms (got %s)", c.Every))
-	}
-	if c.Interval < time.Millisecond {
-		errs = append(errs, fmt.Errorf("Interval must be at least 1ms (got %s)", c.Interval))
-	}
-	if c.LeaseTTL < 30*time.Millisecond {
-		errs = append(errs, fmt.Errorf("LeaseTTL must be at least 30ms (got %s)", c.LeaseTTL))
+	if c.LeaseTTL < LeaseTTLShortest {
+		errs = append(errs, bounds.Errorf("LeaseTTL", c.LeaseTTL, "must be at least %s", LeaseTTLShortest))
 	}
 	if err := c.Routes.Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("Routes: %w", err))
+		errs = append(errs, bounds.Rule("Routes", "%v", err))
 	}
 	return errors.Join(errs...)
 }

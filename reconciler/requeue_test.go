@@ -14,7 +14,7 @@ import (
 
 // TestRequeueCap: an original that never reaches syncedAt is re-published
 // MaxRequeues times, then parked as requeue_exhausted and counted; an
-// operator's re-drive gives it a fresh budget.
+// operator's redrive gives it a fresh budget.
 func TestRequeueCap(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -58,7 +58,7 @@ func TestRequeueCap(t *testing.T) {
 		require.NoError(t, err)
 		require.Zero(t, rep.Scanned, "a parked original is no candidate")
 
-		// The operator re-drives it: pending again, with a fresh budget.
+		// The operator redrives it: pending again, with a fresh budget.
 		n, err := b.st.Redrive(ctx, ids[:1])
 		require.NoError(t, err)
 		require.Equal(t, int64(1), n)

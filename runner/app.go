@@ -19,7 +19,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
-	"golang.org/x/time/rate"
 
 	"github.com/outboxd/outboxd/dispatcher"
 	"github.com/outboxd/outboxd/internal/config"
@@ -160,9 +159,9 @@ func (a *app) open(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		st, err := openStore(ctx, a.o.store, sqlite, &mongostore.Options{Database: a.o.mongoDB,
-			EventsCollection: a.o.eventsColl, OutboxCollection: a.o.outboxColl,
-			AppName: "outboxd/" + r.name, MaxPoolSize: uint64(a.o.mongoMaxPool)})
+		mongo := a.o.mongoOptions()
+		mongo.AppName = "outboxd/" + r.name
+		st, err := openStore(ctx, a.o.store, sqlite, mongo)
 		if err != nil {
 			return err
 		}
@@ -289,7 +288,7 @@ func (a *app) close() {
 func (a *app) applyMigrations(ctx context.Context) error {
 	var storeErr, pgErr error
 	if !a.o.readModelOnly {
-		if storeErr = a.st.Migrate(ctx, &store.MigrateConfig{OutboxRetention: a.o.outboxRetention, EventRetention: a.o.ttlEventRetention()}); storeErr != nil {
+		if storeErr = a.st.Migrate(ctx, a.o.migrateConfig()); storeErr != nil {
 			storeErr = fmt.Errorf("the store's schema (%s) was not applied: %w", a.st.Kind(), storeErr)
 		} else {
 			a.log.Info("store schema applied", zap.String("store", a.st.Kind()))
@@ -415,17 +414,8 @@ func (a *app) defaultReadModelPresent() bool {
 // is given), sharing the PostgreSQL pool, the metrics and one bound on the
 // replay lane's rate.
 func (a *app) newWorker() (service, error) {
-	replayRate := rate.Limit(a.o.replayRate)
-	if a.o.replayRate == 0 {
-		replayRate = rate.Inf
-	}
-	limiter := worker.NewReplayLimiter(replayRate)
-	timeout := func(d time.Duration) time.Duration {
-		if d == 0 {
-			return worker.TimeoutOff
-		}
-		return d
-	}
+	base := a.o.workerConfig()
+	limiter := worker.NewReplayLimiter(base.ReplayRate)
 	// One Worker per partition (each reads its partition's stream and
 	// replay lane), --concurrency of them per partition; dev runs them on
 	// each routed stream too (work reads --stream alone).
@@ -449,16 +439,10 @@ func (a *app) newWorker() (service, error) {
 			consumer = fmt.Sprintf("%s-%d", consumer, i+1)
 		}
 		for p, s := range partitionsOf(streams, a.partitions()) {
-			w, err := worker.New(a.st, a.rdb, a.pg, &worker.Config{
-				Stream: s, Group: a.o.group, Consumer: consumer, Partition: p, Partitions: a.partitions(),
-				BatchSize: a.o.batchSize.n, AutoBatch: a.o.batchSize.auto, ProjectionTarget: a.o.projectionTarget,
-				LockTimeout: timeout(a.o.lockTimeout), StatementTimeout: timeout(a.o.statementTimeout),
-				ReplayRate: replayRate, ReplayLimiter: limiter, ProjectionRate: rate.Limit(a.o.projectionRate),
-				ClaimIdle: a.o.claimIdle, MaxDeliveries: a.o.maxDeliveries, Ordered: a.o.ordered, LeaseTTL: a.o.leaseTTL,
-				RecordBackoff: a.o.retryBackoff, ConsumerExpiry: a.o.consumerExpiry,
-				BreakerFailures: a.o.breakerFailures, BreakerTimeout: a.o.breakerTimeout, StreakLimit: a.o.streakLimit,
-				Projector: a.projector(), LeavesSynced: !a.o.ownsSynced, Registerer: a.reg, DeadLetterHook: hook,
-			}, a.log)
+			cfg := *base
+			cfg.Stream, cfg.Consumer, cfg.Partition, cfg.Partitions = s, consumer, p, a.partitions()
+			cfg.ReplayLimiter, cfg.Projector, cfg.Registerer, cfg.DeadLetterHook = limiter, a.projector(), a.reg, hook
+			w, err := worker.New(a.st, a.rdb, a.pg, &cfg, a.log)
 			if err != nil {
 				return nil, err
 			}
@@ -547,14 +531,10 @@ func (g serviceGroup) Stop(ctx context.Context) error {
 func (a *app) newDispatcher() (service, error) {
 	var group serviceGroup
 	for i, s := range a.streams() {
-		cfg := &dispatcher.Config{
-			Stream: s, Partitions: a.partitions(), BatchSize: a.o.relayBatch, FeedGather: gatherOrOff(a.o.relayGather), LeaseTTL: a.o.leaseTTL, OutboxRetention: a.o.outboxRetention,
-			BreakerFailures: a.o.breakerFailures, BreakerTimeout: a.o.breakerTimeout, StreakLimit: a.o.streakLimit,
-			StreamRetention: a.o.streamRetention, MemoryHigh: a.o.memoryHigh, Registerer: a.reg,
-		}
-		if i == 0 {
-			cfg.EventRetention = a.o.eventRetention
-			cfg.EventRetentionTypes, cfg.EventRetentionSources = a.o.eventRetentionTypes, a.o.eventRetentionSources
+		cfg := a.o.dispatcherConfig()
+		cfg.Stream, cfg.Partitions, cfg.Registerer = s, a.partitions(), a.reg
+		if i > 0 {
+			cfg.EventRetention, cfg.EventRetentionTypes, cfg.EventRetentionSources = 0, nil, nil
 		}
 		d, err := dispatcher.New(a.st, a.rdb, cfg, a.log)
 		if err != nil {
@@ -566,14 +546,8 @@ func (a *app) newDispatcher() (service, error) {
 }
 
 func (a *app) reconcilerConfig() *reconciler.Config {
-	cfg := &reconciler.Config{
-		Stream: a.o.stream, Partitions: a.partitions(), Routes: a.o.routes.routes, MinAge: a.o.minAge, RequeueAfter: a.o.requeueAfter, Limit: a.o.limit,
-		MaxRequeues: a.o.maxRequeues, Every: a.o.every, Lease: a.o.reconcileLease, Registerer: a.reg,
-		Message: &a.o.message,
-	}
-	if a.o.every == 0 { // one sweep, run by a schedule
-		cfg.Interval = a.o.expectedEvery
-	}
+	cfg := a.o.reconcilerConfig()
+	cfg.Partitions, cfg.Registerer = a.partitions(), a.reg
 	return cfg
 }
 
@@ -587,10 +561,9 @@ func (a *app) newAudit() (service, error) {
 	if a.o.auditEvery == 0 || rm == nil {
 		return nil, nil
 	}
-	audit, err := operator.NewAudit(&operator.AuditConfig{
-		Store: a.st, ReadModel: rm, Stream: a.o.stream, Every: a.o.auditEvery, Sample: a.o.auditSample,
-		EventRetention: a.o.eventRetention, Registerer: a.reg,
-	}, a.log)
+	cfg := a.o.auditConfig()
+	cfg.Store, cfg.ReadModel, cfg.Stream, cfg.Registerer = a.st, rm, a.o.stream, a.reg
+	audit, err := operator.NewAudit(cfg, a.log)
 	if err != nil {
 		return nil, err
 	}
@@ -735,16 +708,9 @@ func (a *app) listen(ctx context.Context) (*httpapi.Server, <-chan error, error)
 		return nil, nil, err
 	}
 	handler = instrument.HTTP(handler)
-	srv, err := httpapi.NewServer(handler, &httpapi.ServerConfig{
-		BodyTimeout:       a.o.httpBodyTimeout,
-		IdleTimeout:       a.o.httpIdleTimeout,
-		WriteTimeout:      a.o.httpWriteTimeout,
-		MaxInFlightBodies: a.o.httpMaxBodies,
-		MaxClientBodies:   a.o.httpMaxClientBodies,
-		MaxConns:          a.o.httpMaxConns,
-		TLS:               a.o.tls,
-		Registerer:        a.reg,
-	}, a.log)
+	scfg := a.o.serverConfig()
+	scfg.Registerer = a.reg
+	srv, err := httpapi.NewServer(handler, scfg, a.log)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -769,23 +735,11 @@ func (a *app) listen(ctx context.Context) (*httpapi.Server, <-chan error, error)
 // admin API and the console (/ui/) for every serving role, the ingest API
 // for the api roles.
 func (a *app) httpHandler() (http.Handler, error) {
-	cfg := &httpapi.Config{
-		AuthToken:      a.o.operator(),
-		IngestToken:    a.o.ingestToken.value,
-		IngestClients:  a.o.clients.tokens,
-		ViewerToken:    a.o.viewerToken.value,
-		LoopbackHosts:  !a.o.allowNoAuth,
-		Profiles:       a.o.pprof, // the harness in cmd/outboxd-bench takes CPU profiles of a stage this way
-		MaxBody:        a.o.maxBody,
-		MaxBatch:       a.o.maxBatch,
-		MaxValues:      a.o.maxValues,
-		MaxDecodes:     a.o.httpMaxDecodes,
-		RequestTimeout: a.o.requestTimeout,
-		Metrics:        promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}),
-		Registerer:     a.reg,
-		Ready:          a.readyChecks(),
-		ReadOnly:       a.o.uiReadOnly,
-	}
+	cfg := a.o.httpConfig()
+	cfg.AuthToken, cfg.IngestToken, cfg.IngestClients, cfg.ViewerToken = a.o.operator(), a.o.ingestToken.value, a.o.clients.tokens, a.o.viewerToken.value
+	cfg.LoopbackHosts = !a.o.allowNoAuth
+	cfg.Profiles = a.o.pprof // the harness in cmd/outboxd-bench takes CPU profiles of a stage this way
+	cfg.Metrics, cfg.Registerer, cfg.Ready = promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}), a.reg, a.readyChecks()
 	if a.role.api {
 		env := a.env()
 		for _, rt := range a.set.routes {
@@ -823,7 +777,7 @@ func (a *app) httpHandler() (http.Handler, error) {
 		}
 		cfg.Admin = admin
 		status.Pauses = admin.Pauses
-		if a.history, err = ostatus.NewHistory(status, &ostatus.HistoryConfig{Every: a.o.uiSampleEvery}, a.log); err != nil {
+		if a.history, err = ostatus.NewHistory(status, a.o.historyConfig(), a.log); err != nil {
 			return nil, err
 		}
 		cfg.History, cfg.Console = a.history, true
@@ -852,20 +806,15 @@ func (a *app) env() *Env {
 // (--ingest-group-wait, --ingest-group-max, --ingest-group-max-bytes), with the histogram
 // outboxd_ingest_group_events.
 func (a *app) newCommitter(w *outbox.Writer) (*outbox.Committer, error) {
-	wait := a.o.ingestGroupWait
-	if wait == 0 {
-		wait = outbox.GroupWaitOff
-	}
 	f := ometrics.NewFactory(a.reg, "ingest", a.o.stream)
 	sizes := f.Histogram("group_events", "Events per shared store transaction of POST /v1/events (group commit).",
 		prometheus.ExponentialBuckets(1, 2, 10))
 	if err := f.Err(); err != nil {
 		return nil, err
 	}
-	return outbox.NewCommitter(w, &outbox.CommitterConfig{
-		GroupWait: wait, GroupMax: a.o.ingestGroupMax, GroupMaxBytes: a.o.ingestGroupMaxBytes, GroupTimeout: a.o.requestTimeout,
-		ObserveGroup: func(events int) { sizes.Observe(float64(events)) },
-	})
+	cfg := a.o.committerConfig()
+	cfg.ObserveGroup = func(events int) { sizes.Observe(float64(events)) }
+	return outbox.NewCommitter(w, cfg)
 }
 
 // newAdmin returns the operator actions over the backends this role has
@@ -967,13 +916,4 @@ func (a *app) switchPartitions(ctx context.Context) error {
 	_, err = fmt.Fprintf(a.stdout, "stream %s: %d partitions recorded (was %d); start every role with --partitions %d\n",
 		a.o.stream, a.o.partitionsTo, was, a.o.partitionsTo)
 	return err
-}
-
-// gatherOrOff is the dispatcher's FeedGather of --relay-gather d: 0 turns
-// it off (negative in the Config, whose 0 is the default).
-func gatherOrOff(d time.Duration) time.Duration {
-	if d == 0 {
-		return -1
-	}
-	return d
 }

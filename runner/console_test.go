@@ -396,9 +396,9 @@ func TestConsoleInBrowser(t *testing.T) {
 		b.screenshot("journey", false)
 	})
 
-	t.Run("Reprocess", func(t *testing.T) {
+	t.Run("Replay", func(t *testing.T) {
 		b := browser.in(t)
-		b.open("/ui/reprocess")
+		b.open("/ui/replay")
 		step(b, chromedp.SendKeys(chromedp.ID("r-from"), "2026-11-01T00:00:00Z"))
 		step(b, chromedp.SendKeys(chromedp.ID("r-to"), "2026-11-02T00:00:00Z"))
 		require.True(t, eval[bool](b, `document.getElementById('replay-run').disabled`), "no replay before the count")
@@ -414,7 +414,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		b.click("#verify-check")
 		b.untilText("#verify-result", "Checked 7 synced originals and 7 rows: no drift")
 		require.True(t, eval[bool](b, `document.getElementById('verify-repair').disabled`), "nothing to repair")
-		b.screenshot("reprocess", false)
+		b.screenshot("replay", false)
 
 		// A row deleted by hand: the check finds it, and the repair asks
 		// with the counts of what it will change; cancelled, it changes
@@ -472,7 +472,7 @@ func TestConsoleInBrowser(t *testing.T) {
 			{"/ui/", `document.querySelectorAll('#chart-throughput svg polyline').length > 0`, "overview-phone"},
 			{"/ui/dlq", `document.querySelectorAll('#dlq-table tbody th').length > 0`, "dlq-phone"},
 			{"/ui/journey?ref=" + poison.ID, `document.querySelector('#j-row dl') !== null`, "journey-phone"},
-			{"/ui/reprocess", `document.getElementById('replay-count') !== null`, "reprocess-phone"},
+			{"/ui/replay", `document.getElementById('replay-count') !== null`, "replay-phone"},
 		} {
 			b.open(p.path)
 			b.until(p.ready)
@@ -521,7 +521,7 @@ func TestConsoleReadOnly(t *testing.T) {
 	require.Zero(t, b.count("[data-action]"))
 	require.Zero(t, b.count("main button"))
 
-	b.reprocessReadOnly()
+	b.replayReadOnly()
 
 	b.open("/ui/")
 	b.untilText(`[data-field="total"]`, "1")
@@ -560,7 +560,7 @@ func TestConsoleScopes(t *testing.T) {
 	require.Zero(t, b.count("#dlq-table th[data-operator]"))
 	require.Zero(t, b.count("dialog"))
 
-	b.reprocessReadOnly()
+	b.replayReadOnly()
 	b.untilText("#token-scope", "viewer token")
 
 	b.click("#token-set")
@@ -573,13 +573,13 @@ func TestConsoleScopes(t *testing.T) {
 	require.Equal(t, 1, b.count("dialog"))
 }
 
-// reprocessReadOnly checks the reprocessing page of a read-only console
+// replayReadOnly checks the replay page of a read-only console
 // (an instance's --ui-read-only, or the viewer token) holding one original
 // of 2026-11-01: no action and no rebuild, but the count and the check
 // answer.
-func (b *browser) reprocessReadOnly() {
+func (b *browser) replayReadOnly() {
 	b.t.Helper()
-	b.open("/ui/reprocess")
+	b.open("/ui/replay")
 	b.until(`document.querySelectorAll('[data-action], #r-rebuild').length === 0`)
 	step(b, chromedp.SendKeys(chromedp.ID("r-from"), "2026-11-01T00:00:00Z"))
 	step(b, chromedp.SendKeys(chromedp.ID("r-to"), "2026-11-02T00:00:00Z"))

@@ -468,7 +468,7 @@ func (a *app) replay(ctx context.Context) error {
 	if a.o.jsonOut {
 		return a.printJSON(tot)
 	}
-	fmt.Fprintf(a.stdout, "replay: %d of the window's %d originals re-published into the replay lane with origin replay, %d parked ones re-driven", tot.Published, tot.Count, tot.Redriven)
+	fmt.Fprintf(a.stdout, "replay: %d of the window's %d originals re-published into the replay lane with origin replay, %d parked ones redriven", tot.Published, tot.Count, tot.Redriven)
 	if a.o.rebuild {
 		fmt.Fprintf(a.stdout, ", %d rows removed from the read model first", tot.RemovedRows)
 	}

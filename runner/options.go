@@ -188,8 +188,8 @@ type options struct {
 	// reconciler runs as a service (0: off).
 	auditEvery  time.Duration
 	auditSample int
-	// redrive is --redrive and --hold-category: the dead letters that
-	// re-drive themselves, where the reconciler runs as a service.
+	// redrive is --redrive and --hold-category: the dead letters replayed
+	// by themselves (their originals redriven), where the reconciler runs as a service.
 	redrive operator.RedrivePolicy
 
 	// operator commands
@@ -214,6 +214,9 @@ type options struct {
 	resumed *resumeToken
 
 	registered map[string]bool
+	// fs is the flag set o was parsed by (the errors print a flag's value
+	// as it reads).
+	fs *flag.FlagSet
 }
 
 func newFlagSet(r *role) (*flag.FlagSet, *options) {
@@ -284,7 +287,7 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 				o.routeFlag(fs)
 				o.leaseTTLFlag(fs)
 				fs.IntVar(&o.relayBatch, "relay-batch", dispatcher.BatchSizeDefault, "outbox entries relayed by one pipelined XADD, one dispatchedAt write and one checkpoint")
-				fs.DurationVar(&o.relayGather, "relay-gather", dispatcher.FeedGatherDefault, "after a commit wakes the idle relay, wait this long for more before reading, so a light load is relayed, marked and projected in fewer batches (0: read each commit at once; SQLite store)")
+				fs.DurationVar(&o.relayGather, "relay-gather", dispatcher.FeedGatherDefault, "after a commit wakes the idle relay, wait this long for more before reading, so a light load is relayed, marked dispatched and projected in fewer batches (0: read each commit at once; SQLite store)")
 				fs.DurationVar(&o.streamRetention, "stream-retention", dispatcher.StreamRetentionDefault, "keep acknowledged stream entries this long, then trim them (never one a consumer group has not acknowledged)")
 				fs.IntVar(&o.memoryHigh, "redis-memory-high", dispatcher.MemoryHighDefault, "percent of Redis's maxmemory above which the relay holds until trimming frees memory (100: only when Redis refuses a write)")
 			}
@@ -292,7 +295,7 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 			o.eventRetentionFlag(fs)
 			o.messageFlags(fs)
 			o.routeFlag(fs) // the replays this instance serves
-			fs.BoolVar(&o.ownsSynced, "owns-synced", true, "this worker's group owns the originals' syncedAt and syncFailure (what the reconciler re-drives); with several read models on one stream (each its own --group), give it to exactly one: the others project and acknowledge only (docs/projections.md)")
+			fs.BoolVar(&o.ownsSynced, "owns-synced", true, "this worker's group owns the originals' syncedAt and syncFailure (what the reconciler sweeps by); with several read models on one stream (each its own --group), give it to exactly one: the others project and acknowledge only (docs/projections.md)")
 			fs.StringVar(&o.projection, "projection", "", "a SQL projection file the worker projects with instead of the demo read model (docs/projections.md); its statements are prepared at start, and a bad one exits 2 naming its line")
 			fs.StringVar(&o.consumer, "consumer", "", "consumer name (default: host-pid)")
 			o.batchSize.n = worker.BatchSizeDefault
@@ -398,6 +401,7 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 	}
 	o.registered = map[string]bool{}
 	fs.VisitAll(func(f *flag.Flag) { o.registered[f.Name] = true })
+	o.fs = fs
 	return fs, o
 }
 
@@ -428,9 +432,20 @@ func (o *options) leaseTTLFlag(fs *flag.FlagSet) {
 	}
 }
 
-// EventRetentionShortest is the shortest --event-retention: below it a client
-// still retrying could find its key forgotten.
-const EventRetentionShortest = time.Hour
+// EventRetentionShortest is the shortest --event-retention other than 0.
+//
+// Deprecated: the bound is the store's, store.EventRetentionShortest;
+// EventRetentionShortest goes in the next version.
+const EventRetentionShortest = store.EventRetentionShortest
+
+// auditEveryShortest is the shortest --audit-every other than 0 (no audit),
+// and uiSampleEveryShortest the shortest --ui-sample-every: floors of the
+// binary's cadences, which the audit's and the history's configs (whose
+// tests run faster) do not hold.
+const (
+	auditEveryShortest    = time.Second
+	uiSampleEveryShortest = 100 * time.Millisecond
+)
 
 // ConcurrencyMax is the largest --concurrency.
 const ConcurrencyMax = 64
@@ -555,9 +570,6 @@ func (o *options) validate() error {
 	if o.storeOnly && o.readModelOnly {
 		return config.Invalid("store-only", "cannot be combined with --read-model-only (without either, migrate applies both)")
 	}
-	if has["message-payload-max"] && o.message.PayloadMax < 1 {
-		return config.Invalid("message-payload-max", "must be at least 1 (got %d)", o.message.PayloadMax)
-	}
 	if o.projection != "" {
 		f, err := projection.Load(o.projection)
 		if err != nil {
@@ -630,67 +642,27 @@ func (o *options) validate() error {
 	if has["concurrency"] && o.concurrency == 0 {
 		o.concurrency = defaultConcurrency(runtime.GOMAXPROCS(0), poolMaxConns(o.postgresURL), max(o.partitions, 1))
 	}
-	checks := []struct {
-		name string
-		bad  bool
-		msg  string
-	}{
-		{"http-body-timeout", o.httpBodyTimeout < time.Millisecond, "must be at least 1ms"},
-		{"http-idle-timeout", o.httpIdleTimeout < time.Millisecond, "must be at least 1ms"},
-		{"http-max-bodies", o.httpMaxBodies <= 0, "must be positive"},
-		{"http-max-client-bodies", o.httpMaxClientBodies < 0 || o.httpMaxClientBodies > o.httpMaxBodies, "must be between 0 (half of --http-max-bodies) and --http-max-bodies"},
-		{"max-values", o.maxValues <= 0, "must be positive"},
-		{"http-max-decodes", o.httpMaxDecodes <= 0, "must be positive"},
-		{"http-max-conns", o.httpMaxConns <= 0, "must be positive"},
-		{"http-write-timeout", o.httpWriteTimeout < time.Millisecond, "must be at least 1ms"},
-		{"ui-sample-every", o.uiSampleEvery < 100*time.Millisecond, "must be at least 100ms"},
-		{"max-body", o.maxBody <= 0 || o.maxBody > httpapi.MaxBodyMax, fmt.Sprintf("must be between 1 and %d (a larger body could become a MongoDB document over its 16 MiB limit)", httpapi.MaxBodyMax)},
-		{"max-batch", o.maxBatch <= 0, "must be positive"},
-		{"request-timeout", o.requestTimeout < time.Millisecond, "must be at least 1ms"},
-		{"ingest-group-wait", o.ingestGroupWait < 0 || o.ingestGroupWait > outbox.GroupWaitMax, fmt.Sprintf("must be between 0 (no grouping) and %s", outbox.GroupWaitMax)},
-		{"ingest-group-max", o.ingestGroupMax <= 0, "must be positive"},
-		{"ingest-group-max-bytes", o.ingestGroupMaxBytes < outbox.GroupMaxBytesMin || o.ingestGroupMaxBytes > outbox.GroupMaxBytesMax,
-			fmt.Sprintf("must be between %d and %d (MongoDB's 16 MiB document)", outbox.GroupMaxBytesMin, outbox.GroupMaxBytesMax)},
-		{"mongo-max-pool", o.mongoMaxPool <= 0, "must be positive"},
-		{"outbox-retention", o.outboxRetention < time.Second, "must be at least 1s"},
-		{"event-retention", o.eventRetention < 0 || (o.eventRetention > 0 && o.eventRetention < EventRetentionShortest),
-			fmt.Sprintf("must be 0 (keep originals forever) or at least %s", EventRetentionShortest)},
-		{"partitions", outbox.ValidatePartitions(o.partitions) != nil, fmt.Sprintf("must be between 1 and %d", outbox.PartitionsMax)},
-		{"lease-ttl", o.leaseTTL < dispatcher.MinLeaseTTL, fmt.Sprintf("must be at least %s", dispatcher.MinLeaseTTL)},
-		{"stream-retention", o.streamRetention < time.Millisecond, "must be at least 1ms"},
-		{"redis-memory-high", o.memoryHigh < 1 || o.memoryHigh > 100, "must be between 1 and 100 (percent of maxmemory)"},
-		{"relay-batch", o.relayBatch <= 0 || o.relayBatch > dispatcher.BatchSizeMax, fmt.Sprintf("must be between 1 and %d", dispatcher.BatchSizeMax)},
-		{"relay-gather", o.relayGather < 0 || o.relayGather > time.Second, "must be between 0 and 1s"},
-		{"batch-size", !o.batchSize.auto && (o.batchSize.n <= 0 || o.batchSize.n > worker.BatchSizeMax), fmt.Sprintf("must be auto or between 1 and %d", worker.BatchSizeMax)},
-		{"projection-target", o.projectionTarget < worker.ProjectionTargetShortest || o.projectionTarget > worker.ProjectionTargetLongest,
-			fmt.Sprintf("must be between %s and %s", worker.ProjectionTargetShortest, worker.ProjectionTargetLongest)},
-		{"lock-timeout", o.lockTimeout < 0 || (o.lockTimeout > 0 && o.lockTimeout < time.Millisecond), "must be 0 (the server's setting) or at least 1ms"},
-		{"statement-timeout", o.statementTimeout < 0 || (o.statementTimeout > 0 && o.statementTimeout < time.Millisecond), "must be 0 (the server's setting) or at least 1ms"},
-		{"projection-rate", o.projectionRate < 0, "must be 0 (no bound) or a positive number of events per second"},
-		{"replay-rate", o.replayRate < 0, "must be 0 (no bound) or a positive number of entries per second"},
-		{"concurrency", o.concurrency < 1 || o.concurrency > ConcurrencyMax, fmt.Sprintf("must be between 1 and %d", ConcurrencyMax)},
-		{"class", !slices.Contains(failpolicy.Classes, o.class), "is required: one of " + strings.Join(failpolicy.Classes, ", ")},
-		{"max-deliveries", o.maxDeliveries <= 0, "must be positive"},
-		{"claim-idle", o.claimIdle < worker.ClaimIdleShortest, fmt.Sprintf("must be at least %s", worker.ClaimIdleShortest)},
-		{"retry-backoff", o.retryBackoff < time.Millisecond, "must be at least 1ms"},
-		{"consumer-expiry", o.consumerExpiry < time.Millisecond, "must be at least 1ms"},
-		{"breaker-failures", o.breakerFailures <= 0, "must be positive"},
-		{"breaker-timeout", o.breakerTimeout < time.Millisecond, "must be at least 1ms"},
-		{"error-streak-limit", o.streakLimit <= 0, "must be positive"},
-		{"min-age", o.minAge < 0, "must not be negative"},
-		{"requeue-after", o.requeueAfter <= 0, "must be positive"},
-		{"limit", o.limit <= 0, "must be positive"},
-		{"max-requeues", o.maxRequeues <= 0, "must be positive"},
-		{"chunk", o.chunk <= 0 || o.chunk > operator.ChunkMax, fmt.Sprintf("must be between 1 and %d", operator.ChunkMax)},
-		{"every", o.every < 0, "must not be negative"},
-		{"audit-every", o.auditEvery < 0 || (o.auditEvery > 0 && o.auditEvery < time.Second), "must be 0 (no audit) or at least 1s"},
-		{"audit-sample", o.auditSample < 1 || o.auditSample > operator.AuditSampleMax, fmt.Sprintf("must be between 1 and %d", operator.AuditSampleMax)},
-		{"expected-every", o.expectedEvery < time.Second, "must be at least 1s"},
-	}
-	for _, c := range checks {
-		if has[c.name] && c.bad {
-			return config.Invalid(c.name, "%s", c.msg)
+	if has["partitions"] {
+		if err := o.flagError("stream", outbox.ValidatePartitions(o.partitions), map[string]string{"Partitions": "partitions"}); err != nil {
+			return err
 		}
+	}
+	if err := o.validateBounds(); err != nil {
+		return err
+	}
+	// What no component config holds: the process's own number of batch
+	// loops, the operator's choice of a class, and the floors of two
+	// cadences whose components accept shorter ones (their tests run them
+	// faster; outboxd's store should not be read that often).
+	switch {
+	case has["concurrency"] && (o.concurrency < 1 || o.concurrency > ConcurrencyMax):
+		return config.Invalid("concurrency", "must be between 1 and %d (got %d)", ConcurrencyMax, o.concurrency)
+	case has["class"] && !slices.Contains(failpolicy.Classes, o.class):
+		return config.Invalid("class", "is required: one of %s", strings.Join(failpolicy.Classes, ", "))
+	case has["audit-every"] && o.auditEvery > 0 && o.auditEvery < auditEveryShortest:
+		return config.Invalid("audit-every", "must be 0 (no audit) or at least %s (got %s)", auditEveryShortest, o.auditEvery)
+	case has["ui-sample-every"] && o.uiSampleEvery < uiSampleEveryShortest:
+		return config.Invalid("ui-sample-every", "must be at least %s (got %s)", uiSampleEveryShortest, o.uiSampleEvery)
 	}
 	return nil
 }

@@ -127,7 +127,7 @@ CREATE TRIGGER refuse_poison BEFORE INSERT ON events FOR EACH ROW WHEN (NEW.type
 			require.Eventually(t, func() bool { return states(more)[outbox.StateSynced] == len(more) },
 				60*time.Second, 100*time.Millisecond, "after the resume: %v", states(more))
 			once()
-			require.Equal(t, len(poison), states(poison)[outbox.StateFailed], "still parked, none re-driven into a halt")
+			require.Equal(t, len(poison), states(poison)[outbox.StateFailed], "still parked, none redriven into a halt")
 		})
 	}
 }

@@ -54,8 +54,8 @@ func (h heldCategories) Set(v string) error {
 // redriveFlags registers --redrive and --hold-category (the reconciler's
 // service form and dev).
 func (o *options) redriveFlags(fs *flag.FlagSet) {
-	fs.Var(redriveRules{&o.redrive}, "redrive", "CATEGORY=AFTER[:MAX] (repeatable or comma-separated; with --every): re-drive the dead letters of CATEGORY by themselves once AFTER old, at most MAX times per event (default 3), e.g. infrastructure=10m:3; off by default, and no category is re-driven without a rule (docs/operations.md, The redrive policy)")
-	fs.Var(heldCategories{&o.redrive}, "hold-category", "CATEGORY (repeatable or comma-separated): dead letters of CATEGORY wait for an operator's approval: no --redrive rule may name it, only dlq replay re-drives them")
+	fs.Var(redriveRules{&o.redrive}, "redrive", "CATEGORY=AFTER[:MAX] (repeatable or comma-separated; with --every): redrive the dead letters of CATEGORY by themselves once AFTER old, at most MAX times per event (default 3), e.g. infrastructure=10m:3; off by default, and no category is redriven without a rule (docs/operations.md, The redrive policy)")
+	fs.Var(heldCategories{&o.redrive}, "hold-category", "CATEGORY (repeatable or comma-separated): dead letters of CATEGORY wait for an operator's approval: no --redrive rule may name it, only dlq replay redrives them")
 }
 
 // validateRedrive checks --redrive and --hold-category.

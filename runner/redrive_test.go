@@ -13,7 +13,7 @@ import (
 	"github.com/outboxd/outboxd/outbox"
 )
 
-// TestRedriveInDev: `outboxd dev --redrive infrastructure=1s:2` re-drives by
+// TestRedriveInDev: `outboxd dev --redrive infrastructure=1s:2` redrives by
 // itself the dead letter of an original the worker did not find (written to
 // the store after its message was consumed), which is then synced and
 // projected once; the unreadable message's dead letter (non_retryable, no
@@ -40,7 +40,7 @@ func TestRedriveInDev(t *testing.T) {
 		got, err := st.LoadEvents(ctx, []string{late.ID})
 		l, ok := got[late.ID]
 		return err == nil && ok && l.Err == nil && l.Event.State() == outbox.StateSynced && rdb.XLen(ctx, dlq).Val() == 1
-	}, 30*time.Second, 20*time.Millisecond, "re-driven and synced: %s", b.stderr)
+	}, 30*time.Second, 20*time.Millisecond, "redriven and synced: %s", b.stderr)
 	var rows int64
 	require.NoError(t, b.pg.Pool.QueryRow(ctx, `SELECT count(*) FROM events WHERE event_id = $1`, late.ID).Scan(&rows))
 	require.Equal(t, int64(1), rows)

@@ -100,7 +100,7 @@ var roles = []*role{
 		flags: []flagGroup{gClient}, once: func(ctx context.Context, a *app) error { return a.printStatus(ctx) }},
 	{name: "dlq list", summary: "list dead letters (--category C, --code X, --limit N)",
 		flags: []flagGroup{gClient, gDLQFilter, gDLQList}, once: func(ctx context.Context, a *app) error { return a.dlqList(ctx) }},
-	{name: "dlq replay", summary: "re-drive dead letters (--id ID… | --all [--category C]): clear syncFailure, re-publish, remove the entry",
+	{name: "dlq replay", summary: "replay dead letters (--id ID… | --all [--category C]): redrive their originals (clear syncFailure), re-publish, remove the entry",
 		flags: []flagGroup{gClient, gDLQFilter, gDLQSelect}, once: func(ctx context.Context, a *app) error { return a.dlqAct(ctx, dlqReplay) }},
 	{name: "dlq drop", summary: "remove dead letters without replaying them (--id ID… | --all) --yes",
 		flags: []flagGroup{gClient, gDLQFilter, gDLQSelect, gConfirm}, once: func(ctx context.Context, a *app) error { return a.dlqAct(ctx, dlqDrop) }},

@@ -18,11 +18,13 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"time"
 
+	"github.com/outboxd/outboxd/internal/bounds"
 	"github.com/outboxd/outboxd/outbox"
 )
 
@@ -468,6 +470,37 @@ type MigrateConfig struct {
 	// partial TTL index on synced originals); 0, the default, keeps them
 	// and removes the index a longer retention set before.
 	EventRetention time.Duration
+}
+
+// Bounds of MigrateConfig, checked by Validate.
+const (
+	// OutboxRetentionShortest is the shortest MigrateConfig.OutboxRetention
+	// (--outbox-retention): MongoDB's TTL index counts whole seconds.
+	OutboxRetentionShortest = time.Second
+	// EventRetentionShortest is the shortest MigrateConfig.EventRetention
+	// other than 0 (--event-retention): below it a client still retrying
+	// could find its idempotency key forgotten.
+	EventRetentionShortest = time.Hour
+)
+
+// Validate checks c as Migrate takes it (a zero OutboxRetention is
+// OutboxRetentionDefault); each error names its field, and they are
+// joined. The retentions are the deployment's, so outboxd checks them
+// with it in every role that takes --outbox-retention or
+// --event-retention, not only in migrate.
+func (c *MigrateConfig) Validate() error {
+	var out MigrateConfig
+	if c != nil {
+		out = *c
+	}
+	var errs []error
+	if r := cmp.Or(out.OutboxRetention, OutboxRetentionDefault); r < OutboxRetentionShortest {
+		errs = append(errs, bounds.Errorf("OutboxRetention", r, "must be at least %s", OutboxRetentionShortest))
+	}
+	if r := out.EventRetention; r < 0 || (r > 0 && r < EventRetentionShortest) {
+		errs = append(errs, bounds.Errorf("EventRetention", r, "must be 0 (keep originals forever) or at least %s", EventRetentionShortest))
+	}
+	return errors.Join(errs...)
 }
 
 // CategoryRequeueExhausted is the syncFailure category of an original the

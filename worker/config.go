@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
+	"github.com/outboxd/outboxd/internal/bounds"
 	"github.com/outboxd/outboxd/internal/failpolicy"
 	"github.com/outboxd/outboxd/internal/fault"
 	"github.com/outboxd/outboxd/internal/instance"
@@ -68,7 +69,7 @@ const (
 // leaves that PostgreSQL setting as the server or the role has it.
 const TimeoutOff time.Duration = -1
 
-// Bounds checked by validate.
+// Bounds checked by Validate.
 const (
 	// BatchSizeMax is the largest accepted Config.BatchSize.
 	BatchSizeMax = 10_000
@@ -150,7 +151,7 @@ type Config struct {
 	// entries are taken. Defaults to ClaimIdleDefault (30s).
 	ClaimIdle time.Duration
 	// ClaimInterval is how often the worker runs XAUTOCLAIM. Defaults to
-	// half of ClaimIdle, at most ClaimIntervalMax (15s).
+	// half of ClaimIdle, at most ClaimIntervalMax (15s) and at least 1ms.
 	ClaimInterval time.Duration
 	// MaxDeliveries is how many failed deliveries a record gets before it
 	// is dead-lettered and acknowledged: a record whose projection keeps
@@ -263,9 +264,9 @@ type Config struct {
 	// LeavesSynced makes the worker's group one of several read models on
 	// the stream that does not own the originals' state: it projects and
 	// acknowledges, but leaves syncedAt and syncFailure to the group that
-	// owns them (the one without it). The reconciler re-drives what the
+	// owns them (the one without it). The reconciler re-publishes what the
 	// owning group has not completed, so this group's misses are found by
-	// its own verify and audit, not re-driven (docs/projections.md,
+	// its own verify and audit, not swept (docs/projections.md,
 	// Several read models). Defaults to false: the group owns them.
 	LeavesSynced bool
 	// Now stamps syncedAt and syncFailure.at. Defaults to time.Now; tests
@@ -290,19 +291,33 @@ var names = instance.NewNamer("worker")
 
 // withDefaults returns a copy of cfg with every unset field defaulted.
 func (c *Config) withDefaults() *Config {
+	out := c.defaults()
+	if out.Consumer == "" {
+		out.Consumer = names.Next()
+	}
+	if out.ReplayLimiter == nil {
+		out.ReplayLimiter = NewReplayLimiter(out.ReplayRate)
+	}
+	out.Projector = cmp.Or[Projector](out.Projector, readmodel.NewProjector())
+	if out.Now == nil {
+		out.Now = time.Now
+	}
+	return out
+}
+
+// defaults returns a copy of cfg with every unset bounded field defaulted:
+// what Validate checks (it names no consumer and builds nothing).
+func (c *Config) defaults() *Config {
 	var out Config
 	if c != nil {
 		out = *c
 	}
 	out.Stream = cmp.Or(out.Stream, outbox.StreamDefault)
 	out.Group = cmp.Or(out.Group, stream.GroupDefault)
-	if out.Consumer == "" {
-		out.Consumer = names.Next()
-	}
 	out.BatchSize = cmp.Or(out.BatchSize, BatchSizeDefault)
 	out.Block = cmp.Or(out.Block, BlockDefault)
 	out.ClaimIdle = cmp.Or(out.ClaimIdle, ClaimIdleDefault)
-	out.ClaimInterval = cmp.Or(out.ClaimInterval, min(out.ClaimIdle/2, ClaimIntervalMax))
+	out.ClaimInterval = cmp.Or(out.ClaimInterval, max(min(out.ClaimIdle/2, ClaimIntervalMax), time.Millisecond))
 	out.MaxDeliveries = cmp.Or(out.MaxDeliveries, MaxDeliveriesDefault)
 	out.TxAttempts = cmp.Or(out.TxAttempts, TxAttemptsDefault)
 	out.BackoffMax = cmp.Or(out.BackoffMax, BackoffMaxDefault)
@@ -317,74 +332,75 @@ func (c *Config) withDefaults() *Config {
 	out.ReplayRate = cmp.Or(out.ReplayRate, ReplayRateDefault)
 	out.LeaseTTL = cmp.Or(out.LeaseTTL, LeaseTTLDefault)
 	out.TailGather = cmp.Or(out.TailGather, TailGatherDefault)
-	if out.ReplayLimiter == nil {
-		out.ReplayLimiter = NewReplayLimiter(out.ReplayRate)
-	}
-	out.Projector = cmp.Or[Projector](out.Projector, readmodel.NewProjector())
-	if out.Now == nil {
-		out.Now = time.Now
-	}
 	return &out
+}
+
+// Validate checks c as New takes it: a zero field takes its default, any
+// other value must be within its field's bound. Each error is a field's,
+// named by the field (BatchSize, ClaimIdle, …), and they are joined. A nil
+// config is valid. outboxd's flags are checked by it: the bounds of the
+// worker's settings are here only.
+func (c *Config) Validate() error {
+	return c.defaults().validate()
 }
 
 // validate checks a defaulted config and names the offending field.
 func (c *Config) validate() error {
 	var errs []error
-	if err := outbox.ValidatePartitions(max(c.Partitions, 1)); err != nil {
-		errs = append(errs, fmt.Errorf("Partitions: %w", err))
-	}
+	errs = append(errs, outbox.ValidatePartitions(max(c.Partitions, 1)))
 	if c.Partition < 0 || c.Partition >= max(c.Partitions, 1) {
-		errs = append(errs, fmt.Errorf("Partition must be between 0 and Partitions-1 (got %d of %d)", c.Partition, c.Partitions))
+		errs = append(errs, bounds.Errorf("Partition", fmt.Sprintf("%d of %d", c.Partition, c.Partitions), "must be between 0 and Partitions-1"))
 	}
 	if c.BatchSize < 1 || c.BatchSize > BatchSizeMax {
-		errs = append(errs, fmt.Errorf("BatchSize must be between 1 and %d (got %d)", BatchSizeMax, c.BatchSize))
+		errs = append(errs, bounds.Errorf("BatchSize", c.BatchSize, "must be between 1 and %d", BatchSizeMax))
 	}
 	if c.Block < time.Millisecond || c.Block > BlockMax {
-		errs = append(errs, fmt.Errorf("Block must be between 1ms and %s (got %s)", BlockMax, c.Block))
+		errs = append(errs, bounds.Errorf("Block", c.Block, "must be between 1ms and %s", BlockMax))
 	}
 	if c.ClaimIdle < ClaimIdleShortest {
-		errs = append(errs, fmt.Errorf("ClaimIdle must be at least %s (got %s)", ClaimIdleShortest, c.ClaimIdle))
+		errs = append(errs, bounds.Errorf("ClaimIdle", c.ClaimIdle, "must be at least %s", ClaimIdleShortest))
 	}
 	if c.ClaimInterval < time.Millisecond {
-		errs = append(errs, fmt.Errorf("ClaimInterval must be at least 1ms (got %s)", c.ClaimInterval))
+		errs = append(errs, bounds.Errorf("ClaimInterval", c.ClaimInterval, "must be at least 1ms"))
 	}
-	if c.MaxDeliveries < 1 {
-		errs = append(errs, fmt.Errorf("MaxDeliveries must be at least 1 (got %d)", c.MaxDeliveries))
-	}
-	if c.TxAttempts < 1 {
-		errs = append(errs, fmt.Errorf("TxAttempts must be at least 1 (got %d)", c.TxAttempts))
-	}
-	for name, d := range map[string]time.Duration{"BackoffMax": c.BackoffMax, "RecordBackoff": c.RecordBackoff,
-		"BreakerTimeout": c.BreakerTimeout, "ConsumerExpiry": c.ConsumerExpiry} {
-		if d < time.Millisecond {
-			errs = append(errs, fmt.Errorf("%s must be at least 1ms (got %s)", name, d))
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"MaxDeliveries", c.MaxDeliveries}, {"TxAttempts", c.TxAttempts}, {"BreakerFailures", c.BreakerFailures}, {"StreakLimit", c.StreakLimit}} {
+		if f.v < 1 {
+			errs = append(errs, bounds.Errorf(f.name, f.v, "must be at least 1"))
 		}
 	}
-	if c.BreakerFailures < 1 {
-		errs = append(errs, fmt.Errorf("BreakerFailures must be at least 1 (got %d)", c.BreakerFailures))
-	}
-	if c.StreakLimit < 1 {
-		errs = append(errs, fmt.Errorf("StreakLimit must be at least 1 (got %d)", c.StreakLimit))
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"BackoffMax", c.BackoffMax}, {"RecordBackoff", c.RecordBackoff}, {"BreakerTimeout", c.BreakerTimeout}, {"ConsumerExpiry", c.ConsumerExpiry}} {
+		if f.d < time.Millisecond {
+			errs = append(errs, bounds.Errorf(f.name, f.d, "must be at least 1ms"))
+		}
 	}
 	if c.ProjectionTarget < ProjectionTargetShortest || c.ProjectionTarget > ProjectionTargetLongest {
-		errs = append(errs, fmt.Errorf("ProjectionTarget must be between %s and %s (got %s)", ProjectionTargetShortest, ProjectionTargetLongest, c.ProjectionTarget))
+		errs = append(errs, bounds.Errorf("ProjectionTarget", c.ProjectionTarget, "must be between %s and %s", ProjectionTargetShortest, ProjectionTargetLongest))
 	}
-	for name, d := range map[string]time.Duration{"LockTimeout": c.LockTimeout, "StatementTimeout": c.StatementTimeout} {
-		if d != TimeoutOff && d < time.Millisecond {
-			errs = append(errs, fmt.Errorf("%s must be at least 1ms, or TimeoutOff (got %s)", name, d))
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"LockTimeout", c.LockTimeout}, {"StatementTimeout", c.StatementTimeout}} {
+		if f.d != TimeoutOff && f.d < time.Millisecond {
+			errs = append(errs, bounds.Errorf(f.name, f.d, "must be TimeoutOff or at least 1ms"))
 		}
 	}
 	if c.LeaseTTL < LeaseTTLShortest {
-		errs = append(errs, fmt.Errorf("LeaseTTL must be at least %s (got %s)", LeaseTTLShortest, c.LeaseTTL))
+		errs = append(errs, bounds.Errorf("LeaseTTL", c.LeaseTTL, "must be at least %s", LeaseTTLShortest))
 	}
 	if c.TailGather > TailGatherMax {
-		errs = append(errs, fmt.Errorf("TailGather must be at most %s, or negative for none (got %s)", TailGatherMax, c.TailGather))
+		errs = append(errs, bounds.Errorf("TailGather", c.TailGather, "must be at most %s, or negative for none", TailGatherMax))
 	}
 	if c.ProjectionRate < 0 {
-		errs = append(errs, fmt.Errorf("ProjectionRate must be 0 (no bound) or positive (got %v)", c.ProjectionRate))
+		errs = append(errs, bounds.Errorf("ProjectionRate", c.ProjectionRate, "must be 0 (no bound) or positive"))
 	}
 	if c.ReplayRate <= 0 {
-		errs = append(errs, fmt.Errorf("ReplayRate must be positive, or rate.Inf for no bound (got %v)", c.ReplayRate))
+		errs = append(errs, bounds.Errorf("ReplayRate", c.ReplayRate, "must be rate.Inf (no bound) or positive"))
 	}
 	return errors.Join(errs...)
 }

@@ -13,6 +13,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+
+	"github.com/outboxd/outboxd/internal/bounds"
 )
 
 // Defaults of ServerConfig.
@@ -148,6 +150,14 @@ func MaxConnsDefault() int {
 	return max(64, min(MaxConnsCeiling, int(min(fileLimit(), 1<<30))/2))
 }
 
+// Validate checks c as NewServer takes it: a zero field takes its
+// default, any other value must be within its field's bound; each error
+// names its field, and they are joined. A nil config is valid.
+func (c *ServerConfig) Validate() error {
+	d := c.withDefaults()
+	return d.validate()
+}
+
 // validate checks a defaulted config; each error names the field.
 func (c *ServerConfig) validate() error {
 	var errs []error
@@ -162,30 +172,26 @@ func (c *ServerConfig) validate() error {
 		{"WriteTimeout", c.WriteTimeout},
 	} {
 		if d.v < time.Millisecond {
-			errs = append(errs, fmt.Errorf("%s must be at least 1ms (got %s)", d.name, d.v))
+			errs = append(errs, bounds.Errorf(d.name, d.v, "must be at least 1ms"))
 		}
 	}
-	if c.BodyReserve < 1 {
-		errs = append(errs, fmt.Errorf("BodyReserve must be positive (got %d)", c.BodyReserve))
-	}
-	if c.MaxInFlightBodies < 1 {
-		errs = append(errs, fmt.Errorf("MaxInFlightBodies must be positive (got %d)", c.MaxInFlightBodies))
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"BodyReserve", c.BodyReserve}, {"MaxInFlightBodies", c.MaxInFlightBodies}, {"MaxHeaderBytes", c.MaxHeaderBytes}, {"MaxConns", c.MaxConns}} {
+		if f.v < 1 {
+			errs = append(errs, bounds.Errorf(f.name, f.v, "must be positive"))
+		}
 	}
 	if c.MaxClientBodies < 1 || c.MaxClientBodies > c.MaxInFlightBodies {
-		errs = append(errs, fmt.Errorf("MaxClientBodies must be between 1 and MaxInFlightBodies (%d) (got %d)", c.MaxInFlightBodies, c.MaxClientBodies))
-	}
-	if c.MaxHeaderBytes < 1 {
-		errs = append(errs, fmt.Errorf("MaxHeaderBytes must be positive (got %d)", c.MaxHeaderBytes))
-	}
-	if c.MaxConns < 1 {
-		errs = append(errs, fmt.Errorf("MaxConns must be positive (got %d)", c.MaxConns))
+		errs = append(errs, bounds.Errorf("MaxClientBodies", c.MaxClientBodies, "must be between 1 and MaxInFlightBodies (%d)", c.MaxInFlightBodies))
 	}
 	if t := c.TLS; t != nil {
 		if len(t.Certificates) == 0 && t.GetCertificate == nil && t.GetConfigForClient == nil {
-			errs = append(errs, errors.New("TLS must hold a certificate"))
+			errs = append(errs, bounds.Rule("TLS", "must hold a certificate"))
 		}
 		if t.MinVersion < tls.VersionTLS12 {
-			errs = append(errs, fmt.Errorf("TLS must not allow versions before TLS 1.2 (MinVersion %s)", tls.VersionName(t.MinVersion)))
+			errs = append(errs, bounds.Errorf("TLS", "MinVersion "+tls.VersionName(t.MinVersion), "must not allow versions before TLS 1.2"))
 		}
 	}
 	return errors.Join(errs...)

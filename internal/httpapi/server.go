@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/outboxd/outboxd/internal/bounds"
 	"github.com/outboxd/outboxd/internal/httpapi/console"
 	ometrics "github.com/outboxd/outboxd/internal/metrics"
 	"github.com/outboxd/outboxd/internal/operator"
@@ -207,26 +208,33 @@ func (c *Config) withDefaults() Config {
 	return out
 }
 
+// Validate checks c as New takes it: a zero field takes its default, any
+// other value must be within its field's bound; each error names its
+// field, and they are joined. A nil config is valid.
+func (c *Config) Validate() error {
+	d := c.withDefaults()
+	return d.validate()
+}
+
 // validate checks a defaulted config; each error names the field.
 func (c *Config) validate() error {
 	var errs []error
 	if c.MaxBody < 1 || c.MaxBody > MaxBodyMax {
-		errs = append(errs, fmt.Errorf("MaxBody must be between 1 and %d (got %d)", MaxBodyMax, c.MaxBody))
+		errs = append(errs, bounds.Errorf("MaxBody", c.MaxBody, "must be between 1 and %d (a larger body could become a MongoDB document over its 16 MiB limit)", MaxBodyMax))
 	}
-	if c.MaxDecodes < 1 {
-		errs = append(errs, fmt.Errorf("MaxDecodes must be positive (got %d)", c.MaxDecodes))
-	}
-	if c.MaxValues < 1 {
-		errs = append(errs, fmt.Errorf("MaxValues must be positive (got %d)", c.MaxValues))
-	}
-	if c.MaxBatch < 1 {
-		errs = append(errs, fmt.Errorf("MaxBatch must be positive (got %d)", c.MaxBatch))
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"MaxDecodes", c.MaxDecodes}, {"MaxValues", c.MaxValues}, {"MaxBatch", c.MaxBatch}} {
+		if f.v < 1 {
+			errs = append(errs, bounds.Errorf(f.name, f.v, "must be positive"))
+		}
 	}
 	if c.RetryAfter < 0 {
-		errs = append(errs, fmt.Errorf("RetryAfter must not be negative (got %s)", c.RetryAfter))
+		errs = append(errs, bounds.Errorf("RetryAfter", c.RetryAfter, "must not be negative"))
 	}
 	if c.RequestTimeout < time.Millisecond {
-		errs = append(errs, fmt.Errorf("RequestTimeout must be at least 1ms (got %s)", c.RequestTimeout))
+		errs = append(errs, bounds.Errorf("RequestTimeout", c.RequestTimeout, "must be at least 1ms"))
 	}
 	errs = append(errs, c.validateTokens())
 	return errors.Join(errs...)

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/outboxd/outboxd/internal/bounds"
 	ometrics "github.com/outboxd/outboxd/internal/metrics"
 	"github.com/outboxd/outboxd/internal/readmodel"
 	"github.com/outboxd/outboxd/internal/startstop"
@@ -196,6 +197,20 @@ type Audit struct {
 	histSpan  time.Duration
 }
 
+// Validate checks the bounds of c as NewAudit takes them (a zero Every or
+// Sample takes its default); each error names its field, and they are
+// joined. It does not look for the backends NewAudit needs.
+func (c *AuditConfig) Validate() error {
+	var errs []error
+	if every := cmp.Or(c.Every, AuditEveryDefault); every < time.Millisecond {
+		errs = append(errs, bounds.Errorf("Every", every, "must be at least 1ms"))
+	}
+	if sample := cmp.Or(c.Sample, AuditSampleDefault); sample < 1 || sample > AuditSampleMax {
+		errs = append(errs, bounds.Errorf("Sample", sample, "must be from 1 to %d", AuditSampleMax))
+	}
+	return errors.Join(errs...)
+}
+
 // NewAudit returns an audit over cfg's backends; an invalid cfg is an
 // error naming the field. A nil logger logs nothing.
 func NewAudit(cfg *AuditConfig, logger *zap.Logger) (*Audit, error) {
@@ -209,11 +224,8 @@ func NewAudit(cfg *AuditConfig, logger *zap.Logger) (*Audit, error) {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
-	if c.Every < time.Millisecond {
-		return nil, fmt.Errorf("invalid audit config: Every must be at least 1ms (got %s)", c.Every)
-	}
-	if c.Sample < 1 || c.Sample > AuditSampleMax {
-		return nil, fmt.Errorf("invalid audit config: Sample must be from 1 to %d (got %d)", AuditSampleMax, c.Sample)
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid audit config: %w", err)
 	}
 	if logger == nil {
 		logger = zap.NewNop()

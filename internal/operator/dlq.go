@@ -54,7 +54,7 @@ type DeadLetter struct {
 	Group      string `json:"group"`
 	Consumer   string `json:"consumer"`
 	Deliveries int64  `json:"deliveries"`
-	// Redrives counts how often the redrive policy re-drove this event's
+	// Redrives counts how often the redrive policy redrove this event's
 	// dead letters (stream.Keys.Redrives); an operator's replay or drop of
 	// it starts the count again.
 	Redrives int64 `json:"redrives"`
@@ -405,8 +405,8 @@ func (o *Operator) ListDLQ(ctx context.Context, q DLQQuery) (*DLQPage, error) {
 		return nil, err
 	}
 	limit := cmp.Or(q.Limit, ChunkDefault)
-	if limit < 1 || limit > ChunkMax {
-		return nil, Invalid("limit", "must be from 1 to %d", ChunkMax)
+	if err := ValidateLimit(limit); err != nil {
+		return nil, err
 	}
 	if err := q.check(); err != nil {
 		return nil, err
@@ -513,8 +513,8 @@ func (o *Operator) named(ctx context.Context, act DLQAction, res *DLQActionResul
 	}
 	if act.All {
 		limit := cmp.Or(act.Limit, ChunkDefault)
-		if limit < 1 || limit > ChunkMax {
-			return nil, Invalid("limit", "must be from 1 to %d", ChunkMax)
+		if err := ValidateLimit(limit); err != nil {
+			return nil, err
 		}
 		dls, next, err := o.scan(ctx, DLQQuery{Category: act.Category, Code: act.Code, After: act.After}, limit)
 		res.Next, res.Done = next, next == ""

@@ -256,6 +256,16 @@ func Invalid(field, format string, args ...any) error {
 	return &Error{Kind: ErrInvalid, Fields: []FieldError{{Field: field, Reason: fmt.Sprintf(format, args...)}}}
 }
 
+// ValidateLimit checks the limit of a query (a replay's or verify's chunk,
+// a DLQ page): from 1 to ChunkMax. Its error is Invalid's, of the field
+// "limit".
+func ValidateLimit(n int) error {
+	if n < 1 || n > ChunkMax {
+		return Invalid("limit", "must be from 1 to %d", ChunkMax)
+	}
+	return nil
+}
+
 // FieldError is one invalid field of a query: its name as the admin API
 // spells it, and what is wrong with it.
 type FieldError struct {

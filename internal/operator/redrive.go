@@ -16,11 +16,11 @@ import (
 	"github.com/outboxd/outboxd/internal/startstop"
 )
 
-// RedriveMaxDefault is how often the redrive policy re-drives one event's
+// RedriveMaxDefault is how often the redrive policy redrives one event's
 // dead letters when a rule names no cap.
 const RedriveMaxDefault = 3
 
-// RedriveRule re-drives the dead letters of Category once they are After
+// RedriveRule redrives the dead letters of Category once they are After
 // old, at most Max times per event (--redrive CATEGORY=AFTER[:MAX]).
 type RedriveRule struct {
 	Category string
@@ -66,14 +66,14 @@ func (r RedriveRule) validate() error {
 	return nil
 }
 
-// RedrivePolicy says which dead letters re-drive themselves. The zero
-// policy re-drives nothing: the policy is off unless a rule is given, and
-// only the categories named by a rule are ever re-driven.
+// RedrivePolicy says which dead letters redrive themselves. The zero
+// policy redrives nothing: the policy is off unless a rule is given, and
+// only the categories named by a rule are ever redriven.
 type RedrivePolicy struct {
 	// Rules, at most one per category.
 	Rules []RedriveRule
 	// Hold names the categories held for an operator's approval: no rule
-	// may name one, and only an operator's DLQ replay re-drives them.
+	// may name one, and only an operator's DLQ replay redrives them.
 	Hold []string
 }
 
@@ -103,9 +103,9 @@ func (p RedrivePolicy) Validate() error {
 
 // RedriveResult is what one redrive pass did.
 type RedriveResult struct {
-	// Redriven counts the dead letters re-driven, by category.
+	// Redriven counts the dead letters redriven, by category.
 	Redriven map[string]int `json:"redriven"`
-	// Capped counts the dead letters due but kept: their event was re-driven
+	// Capped counts the dead letters due but kept: their event was redriven
 	// its rule's Max times already.
 	Capped int `json:"capped"`
 	// OriginalMissing and Failed count the dead letters kept because their
@@ -116,7 +116,7 @@ type RedriveResult struct {
 }
 
 // Redrive runs one pass of p: for each rule, the dead letters of its
-// category dead-lettered at least After ago whose event was re-driven fewer
+// category dead-lettered at least After ago whose event was redriven fewer
 // than Max times are replayed as ReplayDLQ does (syncFailure cleared,
 // re-published into the replay lane with origin dlq-replay, then removed),
 // and their events' redrive counts grow by one, before the publish (a
@@ -170,7 +170,7 @@ const RedriveEveryDefault = time.Minute
 
 // RedriverConfig configures a Redriver.
 type RedriverConfig struct {
-	// Policy is what re-drives itself. A policy without rules makes no
+	// Policy is what redrives itself. A policy without rules makes no
 	// Redriver (NewRedriver returns nil).
 	Policy RedrivePolicy
 	// Every is how often a pass runs. Defaults to RedriveEveryDefault.
@@ -218,7 +218,7 @@ func NewRedriver(op *Operator, cfg *RedriverConfig, logger *zap.Logger) (*Redriv
 	}
 	f := ometrics.NewFactory(c.Registerer, "dlq", op.cfg.Stream)
 	r := &Redriver{op: op, cfg: c, logger: logger.Named("redrive").With(zap.String("stream", op.cfg.Stream)),
-		redriven: f.CounterVec("redriven_total", "Dead letters the redrive policy re-drove, by category.", "category"),
+		redriven: f.CounterVec("redriven_total", "Dead letters the redrive policy redrove, by category.", "category"),
 		capped:   f.Gauge("redrive_capped", "Dead letters due for a redrive at the last pass but kept: their event reached its rule's cap."),
 	}
 	if err := f.Err(); err != nil {
@@ -269,7 +269,7 @@ func (r *Redriver) Pass(ctx context.Context) (*RedriveResult, error) {
 			r.capped.Set(float64(res.Capped))
 		}
 		if n > 0 {
-			r.logger.Info("dead letters re-driven", zap.Any("redriven", res.Redriven), zap.Int("capped", res.Capped),
+			r.logger.Info("dead letters redriven", zap.Any("redriven", res.Redriven), zap.Int("capped", res.Capped),
 				zap.Int("original_missing", res.OriginalMissing), zap.Int("failed", res.Failed))
 		}
 	}

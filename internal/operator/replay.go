@@ -163,8 +163,9 @@ func (q EventsQuery) store() (store.EventQuery, error) {
 		return sq, Invalid("state", "must be pending, failed, synced or any")
 	case sq.DeviceKey != "" && sq.SourceKey == "":
 		return sq, Invalid("sourceKey", "is required with deviceKey: a device is named within its source")
-	case sq.Limit < 1 || sq.Limit > ChunkMax:
-		return sq, Invalid("limit", "must be from 1 to %d", ChunkMax)
+	}
+	if err := ValidateLimit(sq.Limit); err != nil {
+		return sq, err
 	}
 	if q.After != "" {
 		c, err := parseCursor(q.After)
@@ -206,7 +207,7 @@ func parseCursor(s string) (*store.EventCursor, error) {
 // Replay re-publishes one chunk of the originals of a window with origin
 // replay and their own idempotency keys, so the worker's idempotent
 // projection recomputes nothing twice. Parked originals of the chunk are
-// re-driven first (store.Store.Redrive). With Rebuild, the chunk's rows
+// redriven first (store.Store.Redrive). With Rebuild, the chunk's rows
 // are removed from the read model and their counts taken out of the
 // statistics in one PostgreSQL transaction before the publish, so the
 // normal path computes them again; should the publish then fail, the rows

@@ -112,8 +112,8 @@ func (r VerifyQuery) window() (verifyWindow, error) {
 	if w.from != nil && w.to != nil && !w.from.Before(*w.to) {
 		return w, Invalid("to", "must be after from")
 	}
-	if w.limit < 1 || w.limit > ChunkMax {
-		return w, Invalid("limit", "must be from 1 to %d", ChunkMax)
+	if err := ValidateLimit(w.limit); err != nil {
+		return w, err
 	}
 	if r.After != "" {
 		phase, after, ok := strings.Cut(r.After, ":")

@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/outboxd/outboxd/internal/bounds"
 	"github.com/outboxd/outboxd/internal/startstop"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/reconciler"
@@ -132,6 +133,19 @@ type histogramRead struct {
 	cum    []uint64
 }
 
+// Validate checks c as NewHistory takes it (a zero field takes its
+// default); each error names its field, and they are joined.
+func (c *HistoryConfig) Validate() error {
+	var errs []error
+	if every := cmp.Or(c.Every, HistoryEveryDefault); every < time.Millisecond {
+		errs = append(errs, bounds.Errorf("Every", every, "must be at least 1ms"))
+	}
+	if size := cmp.Or(c.Size, HistorySizeDefault); size < 2 {
+		errs = append(errs, bounds.Errorf("Size", size, "must be at least 2"))
+	}
+	return errors.Join(errs...)
+}
+
 // NewHistory returns a history of status. A nil logger logs nothing.
 func NewHistory(status *Status, cfg *HistoryConfig, logger *zap.Logger) (*History, error) {
 	if status == nil || status.Store == nil {
@@ -143,11 +157,8 @@ func NewHistory(status *Status, cfg *HistoryConfig, logger *zap.Logger) (*Histor
 	}
 	c.Every = cmp.Or(c.Every, HistoryEveryDefault)
 	c.Size = cmp.Or(c.Size, HistorySizeDefault)
-	if c.Every < time.Millisecond {
-		return nil, fmt.Errorf("invalid history config: Every must be at least 1ms (got %s)", c.Every)
-	}
-	if c.Size < 2 {
-		return nil, fmt.Errorf("invalid history config: Size must be at least 2 (got %d)", c.Size)
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid history config: %w", err)
 	}
 	if logger == nil {
 		logger = zap.NewNop()

@@ -8,13 +8,13 @@ import (
 )
 
 // Redrives is the key of the hash that counts, per event id, how often the
-// redrive policy re-drove the event's dead letters out of the partition's
+// redrive policy redrove the event's dead letters out of the partition's
 // dead-letter stream: <dlq>:redrives, under the dead-letter stream's hash
 // tag. An operator's DLQ replay or drop of the event removes its count.
 func (k Keys) Redrives() string { return k.DLQ() + ":redrives" }
 
 // Redrives returns the redrive counts of eventIDs in keys' partition (0 for
-// an event never re-driven), in the order of eventIDs.
+// an event never redriven), in the order of eventIDs.
 func (c *Client) Redrives(ctx context.Context, keys Keys, eventIDs []string) ([]int64, error) {
 	out := make([]int64, len(eventIDs))
 	if len(eventIDs) == 0 {

@@ -19,6 +19,7 @@ import (
 	"go.mongodb.org/mongo-driver/mongo/readpref"
 	"go.mongodb.org/mongo-driver/mongo/writeconcern"
 
+	"github.com/outboxd/outboxd/internal/bounds"
 	"github.com/outboxd/outboxd/internal/redact"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store"
@@ -62,6 +63,10 @@ const (
 	// MaxPoolSizeDefault is the default Options.MaxPoolSize, the driver's
 	// own default.
 	MaxPoolSizeDefault = 100
+	// MaxPoolSizeMax is the largest accepted Options.MaxPoolSize: the
+	// connections a mongod accepts at most (net.maxIncomingConnections'
+	// ceiling).
+	MaxPoolSizeMax = 65536
 )
 
 // MinWireVersion is the oldest server outboxd runs on: wire version 9,
@@ -101,7 +106,7 @@ type Options struct {
 	AppName string
 	// MaxPoolSize is the most connections the driver opens to each server
 	// (--mongo-max-pool); it replaces the URI's maxPoolSize. Defaults to
-	// MaxPoolSizeDefault (100). Ignored on lungo.
+	// MaxPoolSizeDefault (100); at most MaxPoolSizeMax. Ignored on lungo.
 	MaxPoolSize uint64
 	// CountsTTL is how long Counts serves its last figures, or its last
 	// failure, before reading again. Defaults to CountsTTLDefault (2s);
@@ -310,6 +315,9 @@ func (o Options) validate() error {
 	}
 	if o.MigrateTimeout < 0 {
 		return fmt.Errorf("invalid Options.MigrateTimeout %s: must not be negative", o.MigrateTimeout)
+	}
+	if o.MaxPoolSize > MaxPoolSizeMax {
+		return bounds.Errorf("MaxPoolSize", o.MaxPoolSize, "must be between 1 and %d", MaxPoolSizeMax)
 	}
 	return nil
 }

@@ -138,7 +138,7 @@ func (s *Store) Redrive(ctx context.Context, ids []string) (int64, error) {
 		{Key: "syncFailure", Value: nil}, {Key: "lastRequeuedAt", Value: nil}, {Key: "requeueCount", Value: int64(0)},
 	}}})
 	if err != nil {
-		return 0, wrap(err, "re-driving %d parked originals", len(oids))
+		return 0, wrap(err, "redriving %d parked originals", len(oids))
 	}
 	return res.ModifiedCount, nil
 }

@@ -149,5 +149,5 @@ const qRedrive = `UPDATE "{events}" SET sync_failure = NULL, failure_category = 
 // on those of ids that are parked and not synced, in one transaction, and
 // returns how many it changed.
 func (s *Store) Redrive(ctx context.Context, ids []string) (int64, error) {
-	return s.updateByIDs(ctx, "re-driving parked originals", s.q.redrive, ids)
+	return s.updateByIDs(ctx, "redriving parked originals", s.q.redrive, ids)
 }

@@ -52,11 +52,18 @@ type page struct {
 
 // pages are the console's pages by route.
 var pages = map[string]page{
-	"GET " + Prefix + "{$}":       {"overview", "Overview", "overview"},
-	"GET " + Prefix + "dlq":       {"dlq", "Dead letters", "dlq"},
-	"GET " + Prefix + "dlq/{id}":  {"deadletter", "Dead letter", "dlq"},
-	"GET " + Prefix + "journey":   {"journey", "Event journey", "journey"},
-	"GET " + Prefix + "reprocess": {"reprocess", "Reprocessing", "reprocess"},
+	"GET " + Prefix + "{$}":      {"overview", "Overview", "overview"},
+	"GET " + Prefix + "dlq":      {"dlq", "Dead letters", "dlq"},
+	"GET " + Prefix + "dlq/{id}": {"deadletter", "Dead letter", "dlq"},
+	"GET " + Prefix + "journey":  {"journey", "Event journey", "journey"},
+	"GET " + Prefix + "replay":   {"replay", "Replay", "replay"},
+}
+
+// moved are the former paths of pages, answered with a permanent redirect
+// to the page's path (the query kept) for one version after the move:
+// /ui/reprocess was the replay page's.
+var moved = map[string]string{
+	Prefix + "reprocess": Prefix + "replay",
 }
 
 // notFound is the page of every other path under Prefix.
@@ -125,6 +132,15 @@ func New(cfg *Config) (*Console, error) {
 	}
 	for pattern, p := range pages {
 		c.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) { c.render(w, r, p, http.StatusOK) })
+	}
+	for from, to := range moved {
+		c.mux.HandleFunc("GET "+from, func(w http.ResponseWriter, r *http.Request) {
+			target := to
+			if r.URL.RawQuery != "" {
+				target += "?" + r.URL.RawQuery
+			}
+			http.Redirect(w, r, target, http.StatusMovedPermanently)
+		})
 	}
 	c.mux.HandleFunc("GET "+Prefix+"assets/{name}", c.serveAsset)
 	c.mux.HandleFunc(Prefix, func(w http.ResponseWriter, r *http.Request) {

@@ -32,7 +32,7 @@ var pages = []struct{ path, title, nav, script string }{
 	{"/ui/dlq?category=poison", "Dead letters", "/ui/dlq", "dlq.js"},
 	{"/ui/dlq/1-0", "Dead letter", "/ui/dlq", "deadletter.js"},
 	{"/ui/journey?ref=k1", "Event journey", "/ui/journey", "journey.js"},
-	{"/ui/reprocess", "Reprocessing", "/ui/reprocess", "reprocess.js"},
+	{"/ui/replay", "Replay", "/ui/replay", "replay.js"},
 }
 
 // TestPages: every page is HTML with the console's security headers, its
@@ -63,10 +63,29 @@ func TestPages(t *testing.T) {
 	_, _, body := get(t, c, "/ui/dlq?category=poison&code=bad")
 	require.Contains(t, body, `<option value="poison" selected>`, "the filter is shown as asked")
 	require.Contains(t, body, `value="bad"`)
-	for _, path := range []string{"/ui/dlq", "/ui/dlq/1-0", "/ui/reprocess"} {
+	for _, path := range []string{"/ui/dlq", "/ui/dlq/1-0", "/ui/replay"} {
 		_, _, body := get(t, c, path)
 		require.Contains(t, body, "data-action=", path)
 	}
+}
+
+// TestReprocessMovedToReplay: the replay page's former path answers with a
+// permanent redirect to /ui/replay, keeping the query, and no longer
+// renders a page of its own.
+func TestReprocessMovedToReplay(t *testing.T) {
+	t.Parallel()
+	c, err := console.New(nil)
+	require.NoError(t, err)
+	code, header, body := get(t, c, "/ui/reprocess")
+	require.Equal(t, http.StatusMovedPermanently, code)
+	require.Equal(t, "/ui/replay", header.Get("Location"))
+	require.NotContains(t, body, "<h1>")
+	code, header, _ = get(t, c, "/ui/reprocess?from=2026-11-01T00:00:00Z")
+	require.Equal(t, http.StatusMovedPermanently, code)
+	require.Equal(t, "/ui/replay?from=2026-11-01T00:00:00Z", header.Get("Location"))
+	_, _, body = get(t, c, "/ui/replay")
+	require.Contains(t, body, "<h1>Replay</h1>")
+	require.NotContains(t, body, "Reprocessing")
 }
 
 // TestReadOnlyPages: a read-only console has no action on any page, not

@@ -1,4 +1,4 @@
-// Reprocessing: POST /v1/admin/replay (a dry run counts the window before
+// Replay: POST /v1/admin/replay (a dry run counts the window before
 // the replay may run) and POST /v1/admin/verify (check, then repair), each
 // one chunk per request until done.
 'use strict';
@@ -63,7 +63,7 @@
       }
       const how = w.rebuild ? ' Their rows and counts are removed from the read model first (rebuild).' : '';
       if (!(await o.confirm(`Replay ${o.counted(counted.count, 'original')}?`, `The originals of [${w.from}, ${w.to}) are re-published `
-        + `with origin replay; parked ones are re-driven.${how}`, 'Replay'))) {
+        + `with origin replay; parked ones are redriven.${how}`, 'Replay'))) {
         return;
       }
       rRun.disabled = true;
@@ -81,7 +81,7 @@
           after = r.next;
         }
         o.announce(rResult, `Done: published ${o.counted(total.published, 'original')} with origin replay in ${o.counted(total.chunks, 'chunk')}`
-          + `; re-drove ${o.fmtNum(total.redriven)} parked` + (w.rebuild ? `; removed ${o.fmtNum(total.removedRows)} rows` : '') + '.');
+          + `; redrove ${o.fmtNum(total.redriven)} parked` + (w.rebuild ? `; removed ${o.fmtNum(total.removedRows)} rows` : '') + '.');
       } catch (err) {
         o.announce(rResult, `Stopped after ${o.fmtNum(total.published)} published: ${err.message}. Running it again is safe.`, true);
       }

@@ -1,0 +1,18 @@
+package status
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxd/outboxd/internal/testkit"
+)
+
+// TestHistoryConfigValidate: Validate refuses a sample cadence under 1ms
+// and a ring under two samples, naming the field.
+func TestHistoryConfigValidate(t *testing.T) {
+	t.Parallel()
+	testkit.RequireBound(t, (&HistoryConfig{Every: -1}).Validate(), "Every", "at least 1ms")
+	testkit.RequireBound(t, (&HistoryConfig{Size: 1}).Validate(), "Size", "at least 2")
+	require.NoError(t, (&HistoryConfig{}).Validate())
+}
