@@ -107,10 +107,10 @@ func TestEventRetentionByTypeConfig(t *testing.T) {
 		types, sources map[string]time.Duration
 		want           string
 	}{
-		{types: map[string]time.Duration{"audit": time.Minute}, want: `EventRetentionTypes: the retention of type "audit" must be 0`},
-		{types: map[string]time.Duration{"audit": -time.Hour}, want: `EventRetentionTypes: the retention of type "audit"`},
-		{sources: map[string]time.Duration{"": time.Hour}, want: "EventRetentionSources: a source must not be empty"},
-		{sources: map[string]time.Duration{"plant-a": time.Second}, want: `EventRetentionSources: the retention of source "plant-a"`},
+		{types: map[string]time.Duration{"audit": time.Minute}, want: `EventRetentionTypes needs the retention of type "audit" to be 0`},
+		{types: map[string]time.Duration{"audit": -time.Hour}, want: `EventRetentionTypes needs the retention of type "audit"`},
+		{sources: map[string]time.Duration{"": time.Hour}, want: "EventRetentionSources needs a source that is not empty"},
+		{sources: map[string]time.Duration{"plant-a": time.Second}, want: `EventRetentionSources needs the retention of source "plant-a"`},
 	} {
 		cfg := b.config()
 		cfg.EventRetentionTypes, cfg.EventRetentionSources = c.types, c.sources

@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/outboxd/outboxd/internal/httpapi"
 	"github.com/outboxd/outboxd/internal/operator"
+	"github.com/outboxd/outboxd/outbox"
 )
 
 // TestAdminReplayEntityRanges: POST /v1/admin/replay takes entityRanges,
@@ -93,4 +95,26 @@ func TestAdminReplayEntityRanges(t *testing.T) {
 			require.ElementsMatch(t, want, published())
 		})
 	}
+}
+
+// laneSince returns the messages of the replay lane after id, decoded.
+func (b *adminBundle) laneSince(t *testing.T, id string) []outbox.Message {
+	t.Helper()
+	msgs, err := b.rdb.XRange(context.Background(), b.keys().Replay(), "("+id, "+").Result()
+	require.NoError(t, err)
+	out := make([]outbox.Message, len(msgs))
+	for i, m := range msgs {
+		out[i], err = outbox.DecodeMessage(m.Values)
+		require.NoError(t, err)
+	}
+	return out
+}
+
+// hours returns n times an hour apart from day0.
+func hours(n int) []time.Time {
+	out := make([]time.Time, n)
+	for i := range out {
+		out[i] = day0.Add(time.Duration(i) * time.Hour)
+	}
+	return out
 }
