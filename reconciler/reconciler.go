@@ -180,7 +180,10 @@ func (c *Config) Validate() error {
 func (c *Config) validate() error {
 	var errs []error
 	if c.MinAge < 0 {
-		errs = append(errs, bounds.Errorf("MinAge", c.MinAge, "must not be negative"))
+		// 0 is the default; outboxd's --min-age 0 reaches here as -1 and is
+		// refused: a sweep of originals however young would re-publish the
+		// work in flight.
+		errs = append(errs, bounds.Errorf("MinAge", c.MinAge, "must be more than 0"))
 	}
 	// A claim must hold for some time, or concurrent runs would both claim
 	// the same document; a millisecond is the stores' time precision.

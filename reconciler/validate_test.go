@@ -20,7 +20,7 @@ func TestConfigValidate(t *testing.T) {
 		field, rule string
 		cfg         *reconciler.Config
 	}{
-		{"MinAge", "not be negative", &reconciler.Config{MinAge: -time.Second}},
+		{"MinAge", "be more than 0", &reconciler.Config{MinAge: -time.Second}},
 		{"RequeueAfter", "at least 1ms", &reconciler.Config{RequeueAfter: -1}},
 		{"Limit", "at least 1", &reconciler.Config{Limit: -1}},
 		{"MaxRequeues", "at least 1", &reconciler.Config{MaxRequeues: -1}},

@@ -292,7 +292,7 @@ func (o *options) workerConfig() *worker.Config {
 // are the role's).
 func (o *options) reconcilerConfig() *reconciler.Config {
 	cfg := &reconciler.Config{
-		Stream: o.stream, Partitions: given(o, "partitions", o.partitions), Routes: o.routes.routes, MinAge: o.minAge, RequeueAfter: given(o, "requeue-after", o.requeueAfter),
+		Stream: o.stream, Partitions: given(o, "partitions", o.partitions), Routes: o.routes.routes, MinAge: given(o, "min-age", o.minAge), RequeueAfter: given(o, "requeue-after", o.requeueAfter),
 		Limit: given(o, "limit", o.limit), MaxRequeues: given(o, "max-requeues", o.maxRequeues), Every: o.every, Lease: o.reconcileLease,
 		Message: &o.message,
 	}
