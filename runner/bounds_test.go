@@ -74,8 +74,8 @@ func TestFlagBounds(t *testing.T) {
 		{"reconcile", nil, "max-requeues", "0", "must be at least 1 (got 0)"},
 		{"reconcile", nil, "every", "-1s", "must be at least 1ms (got -1s)"},
 		{"reconcile", nil, "expected-every", "500ms", "must be at least 1s (got 500ms)"},
-		{"reconcile", []string{"--every", "1m"}, "audit-every", "10ms", "must be 0 (no audit) or at least 1s (got 10ms)"},
-		{"reconcile", []string{"--every", "1m"}, "audit-every", "-1m", "must be at least 1ms (got -1m0s)"},
+		{"reconcile", []string{"--every", "1m"}, "audit-every", "10ms", "must be at least 1s (got 10ms)"},
+		{"reconcile", []string{"--every", "1m"}, "audit-every", "-1m", "must be at least 1s (got -1m0s)"},
 		{"reconcile", []string{"--every", "1m"}, "audit-sample", "0", "must be from 1 to 100000 (got 0)"},
 	} {
 		t.Run(tc.flag+"="+tc.value, func(t *testing.T) {

@@ -438,15 +438,6 @@ func (o *options) leaseTTLFlag(fs *flag.FlagSet) {
 // EventRetentionShortest goes in the next version.
 const EventRetentionShortest = store.EventRetentionShortest
 
-// auditEveryShortest is the shortest --audit-every other than 0 (no audit),
-// and uiSampleEveryShortest the shortest --ui-sample-every: floors of the
-// binary's cadences, which the audit's and the history's configs (whose
-// tests run faster) do not hold.
-const (
-	auditEveryShortest    = time.Second
-	uiSampleEveryShortest = 100 * time.Millisecond
-)
-
 // ConcurrencyMax is the largest --concurrency.
 const ConcurrencyMax = 64
 
@@ -651,18 +642,12 @@ func (o *options) validate() error {
 		return err
 	}
 	// What no component config holds: the process's own number of batch
-	// loops, the operator's choice of a class, and the floors of two
-	// cadences whose components accept shorter ones (their tests run them
-	// faster; outboxd's store should not be read that often).
+	// loops and the operator's choice of a class.
 	switch {
 	case has["concurrency"] && (o.concurrency < 1 || o.concurrency > ConcurrencyMax):
 		return config.Invalid("concurrency", "must be between 1 and %d (got %d)", ConcurrencyMax, o.concurrency)
 	case has["class"] && !slices.Contains(failpolicy.Classes, o.class):
 		return config.Invalid("class", "is required: one of %s", strings.Join(failpolicy.Classes, ", "))
-	case has["audit-every"] && o.auditEvery > 0 && o.auditEvery < auditEveryShortest:
-		return config.Invalid("audit-every", "must be 0 (no audit) or at least %s (got %s)", auditEveryShortest, o.auditEvery)
-	case has["ui-sample-every"] && o.uiSampleEvery < uiSampleEveryShortest:
-		return config.Invalid("ui-sample-every", "must be at least %s (got %s)", uiSampleEveryShortest, o.uiSampleEvery)
 	}
 	return nil
 }

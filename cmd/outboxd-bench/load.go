@@ -21,7 +21,7 @@ const (
 	targetSingleRate   = 3_000
 	targetSingleP99Ms  = 50
 	targetStoreGrowsTo = 100_000
-	targetBatchRate    = 30_000
+	targetBatchRate    = 20_000
 	targetSyncedWithin = 30 * time.Second
 )
 

@@ -203,7 +203,7 @@ func TestStatusReplayLane(t *testing.T) {
 
 	// The console's history samples the lane, and its rate between two
 	// samples.
-	h, err := ostatus.NewHistory(status, &ostatus.HistoryConfig{Every: time.Millisecond}, nil)
+	h, err := ostatus.NewHistory(status, &ostatus.HistoryConfig{Every: ostatus.HistoryEveryShortest}, nil)
 	require.NoError(t, err)
 	require.NoError(t, h.Start(ctx))
 	t.Cleanup(func() { require.NoError(t, h.Stop(ctx)) })

@@ -26,6 +26,10 @@ import (
 const (
 	// AuditEveryDefault is how often the audit runs (--audit-every).
 	AuditEveryDefault = time.Minute
+	// AuditEveryShortest is the shortest accepted AuditConfig.Every: each
+	// run reads a sample of the store and the read model, which should not
+	// be read more often than once a second.
+	AuditEveryShortest = time.Second
 	// AuditSampleDefault is the most synced originals one run compares
 	// (--audit-sample).
 	AuditSampleDefault = 1000
@@ -202,8 +206,8 @@ type Audit struct {
 // joined. It does not look for the backends NewAudit needs.
 func (c *AuditConfig) Validate() error {
 	var errs []error
-	if every := cmp.Or(c.Every, AuditEveryDefault); every < time.Millisecond {
-		errs = append(errs, bounds.Errorf("Every", every, "must be at least 1ms"))
+	if every := cmp.Or(c.Every, AuditEveryDefault); every < AuditEveryShortest {
+		errs = append(errs, bounds.Errorf("Every", every, "must be at least %s", AuditEveryShortest))
 	}
 	if sample := cmp.Or(c.Sample, AuditSampleDefault); sample < 1 || sample > AuditSampleMax {
 		errs = append(errs, bounds.Errorf("Sample", sample, "must be from 1 to %d", AuditSampleMax))

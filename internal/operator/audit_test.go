@@ -33,7 +33,7 @@ func setupAudit(t *testing.T, sample int) *auditBundle {
 	b.w = outbox.NewWriter(b.st, &outbox.WriterConfig{Stream: b.keys.Name(), Now: func() time.Time { return b.clock }})
 	var err error
 	b.audit, err = operator.NewAudit(&operator.AuditConfig{Store: b.st, ReadModel: readmodel.New(b.pg.Pool), Stream: b.keys.Name(),
-		Sample: sample, Every: 10 * time.Millisecond, Now: func() time.Time { return b.clock.Add(time.Hour) }, Registerer: b.reg}, testkit.Logger(t))
+		Sample: sample, Every: operator.AuditEveryShortest, Now: func() time.Time { return b.clock.Add(time.Hour) }, Registerer: b.reg}, testkit.Logger(t))
 	require.NoError(t, err)
 	return b
 }
@@ -230,7 +230,7 @@ func TestAuditConfig(t *testing.T) {
 	_, err = operator.NewAudit(&operator.AuditConfig{Store: b.st, ReadModel: rm, Sample: operator.AuditSampleMax + 1}, nil)
 	require.ErrorContains(t, err, "Sample")
 	_, err = operator.NewAudit(&operator.AuditConfig{Store: b.st, ReadModel: rm, Every: -time.Second}, nil)
-	require.ErrorContains(t, err, "Every must be at least 1ms")
+	require.ErrorContains(t, err, "Every must be at least 1s")
 	_, err = operator.NewAudit(&operator.AuditConfig{Store: b.st}, nil)
 	require.Error(t, err)
 }

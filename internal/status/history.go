@@ -23,6 +23,9 @@ import (
 const (
 	// HistoryEveryDefault is the time between two samples.
 	HistoryEveryDefault = 5 * time.Second
+	// HistoryEveryShortest is the shortest accepted HistoryConfig.Every:
+	// each sample reads the status, which should not be read more often.
+	HistoryEveryShortest = 100 * time.Millisecond
 	// HistorySizeDefault is how many samples are kept: ten minutes at the
 	// default pace.
 	HistorySizeDefault = 120
@@ -137,8 +140,8 @@ type histogramRead struct {
 // default); each error names its field, and they are joined.
 func (c *HistoryConfig) Validate() error {
 	var errs []error
-	if every := cmp.Or(c.Every, HistoryEveryDefault); every < time.Millisecond {
-		errs = append(errs, bounds.Errorf("Every", every, "must be at least 1ms"))
+	if every := cmp.Or(c.Every, HistoryEveryDefault); every < HistoryEveryShortest {
+		errs = append(errs, bounds.Errorf("Every", every, "must be at least %s", HistoryEveryShortest))
 	}
 	if size := cmp.Or(c.Size, HistorySizeDefault); size < 2 {
 		errs = append(errs, bounds.Errorf("Size", size, "must be at least 2"))

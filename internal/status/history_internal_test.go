@@ -166,7 +166,7 @@ func TestHistoryQuantile(t *testing.T) {
 func TestHistoryService(t *testing.T) {
 	t.Parallel()
 	st := testkit.NewSQLite(t)
-	h, err := NewHistory(&Status{Store: st, Stream: "s"}, &HistoryConfig{Every: 10 * time.Millisecond}, nil)
+	h, err := NewHistory(&Status{Store: st, Stream: "s"}, &HistoryConfig{Every: HistoryEveryShortest}, nil)
 	require.NoError(t, err)
 	require.NoError(t, h.Stop(context.Background()), "a stop before the start is harmless")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -189,7 +189,7 @@ func TestHistoryService(t *testing.T) {
 	require.Equal(t, http.StatusOK, rec.Code)
 	var page HistoryPage
 	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &page))
-	require.InDelta(t, 0.01, page.EverySeconds, 1e-9)
+	require.InDelta(t, HistoryEveryShortest.Seconds(), page.EverySeconds, 1e-9)
 	require.GreaterOrEqual(t, len(page.Samples), 3)
 
 	_, err = NewHistory(&Status{Store: st}, &HistoryConfig{Size: 1}, nil)
