@@ -124,7 +124,7 @@ func TestConnectionCap(t *testing.T) {
 		}
 	}
 
-	// The flood: idle keep-alive connections to /healthz, opened
+	// A flood of idle keep-alive connections to /healthz, opened
 	// again as soon as the server closes them.
 	t.Run("IdleKeepAliveFlood", func(t *testing.T) {
 		t.Parallel()
