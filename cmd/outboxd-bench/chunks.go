@@ -3,11 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"sync"
 	"text/tabwriter"
@@ -102,16 +100,7 @@ func runChunks(ctx context.Context, out io.Writer, args []string) error {
 		res.Runs = append(res.Runs, row)
 	}
 	printChunks(out, res)
-	outPath := env(chunksOutDefault, "BENCH_OUT")
-	js, err := json.MarshalIndent(res, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(outPath, append(js, '\n'), 0o644); err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "results in %s\n", outPath)
-	return nil
+	return writeResults(out, chunksOutDefault, res)
 }
 
 // chunkRun measures one chunk size on a dev process of its own.

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -118,16 +117,7 @@ func runPeer(ctx context.Context, out io.Writer, args []string) error {
 		}
 	}
 	res.Print(out, ll)
-	path := env(peerOutDefault, "BENCH_OUT")
-	data, err := json.MarshalIndent(res, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(path, append(data, '\n'), 0o644); err != nil {
-		return fmt.Errorf("error writing %s: %w", path, err)
-	}
-	fmt.Fprintf(out, "results in %s\n", path)
-	return nil
+	return writeResults(out, peerOutDefault, res)
 }
 
 // peerRun runs the stages of both systems.

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -129,16 +128,7 @@ func runReplay(ctx context.Context, out io.Writer, args []string) error {
 		return err
 	}
 	printReplay(out, res)
-	outPath := env(replayOutDefault, "BENCH_OUT")
-	js, err := json.MarshalIndent(res, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(outPath, append(js, '\n'), 0o644); err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "results in %s\n", outPath)
-	return nil
+	return writeResults(out, replayOutDefault, res)
 }
 
 // replayRun is one run of the replay measurement against one dev process.

@@ -305,14 +305,27 @@ func (r *Results) cpuBound() string {
 }
 
 // Write writes the results as JSON to path.
-func (r *Results) Write(path string) error {
-	b, err := json.MarshalIndent(r, "", "  ")
+func (r *Results) Write(path string) error { return writeJSON(path, r) }
+
+// writeJSON writes v as indented JSON to path.
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
 	}
 	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
 		return fmt.Errorf("error writing %s: %w", path, err)
 	}
+	return nil
+}
+
+// writeResults writes v as JSON to BENCH_OUT, or to def, and says where.
+func writeResults(out io.Writer, def string, v any) error {
+	path := env(def, "BENCH_OUT")
+	if err := writeJSON(path, v); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "results in %s\n", path)
 	return nil
 }
 
