@@ -83,7 +83,7 @@ const (
 	// Config.EventRetentionTypes and Config.EventRetentionSources: below
 	// it a client still retrying could find its idempotency key
 	// forgotten.
-	EventRetentionTypeShortest = time.Hour
+	EventRetentionTypeShortest = store.EventRetentionShortest
 	// FeedGatherMax is the longest accepted Config.FeedGather.
 	FeedGatherMax = time.Second
 )
@@ -318,13 +318,11 @@ func (c *Config) validate() error {
 		name string
 		d    time.Duration
 	}{{"IdleCheckpoint", c.IdleCheckpoint}, {"IdleCheckpointMax", c.IdleCheckpointMax}, {"PollInterval", c.PollInterval}, {"MarkInterval", c.MarkInterval},
-		{"SweepInterval", c.SweepInterval}, {"BackoffMax", c.BackoffMax}, {"BreakerTimeout", c.BreakerTimeout}, {"StreamRetention", c.StreamRetention}, {"TrimInterval", c.TrimInterval}} {
+		{"SweepInterval", c.SweepInterval}, {"BackoffMax", c.BackoffMax}, {"BreakerTimeout", c.BreakerTimeout}, {"StreamRetention", c.StreamRetention}, {"TrimInterval", c.TrimInterval},
+		{"OutboxRetention", c.OutboxRetention}} {
 		if f.d < time.Millisecond {
 			errs = append(errs, bounds.Errorf(f.name, f.d, "must be at least 1ms"))
 		}
-	}
-	if c.OutboxRetention < time.Millisecond {
-		errs = append(errs, bounds.Errorf("OutboxRetention", c.OutboxRetention, "must be at least 1ms"))
 	}
 	if c.EventRetention < 0 {
 		errs = append(errs, bounds.Errorf("EventRetention", c.EventRetention, "must not be negative"))

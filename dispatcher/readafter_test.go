@@ -56,7 +56,12 @@ func TestMongoReadAfterFlowsToTheWorker(t *testing.T) {
 	probe, err := mongoseam.Database(b.mongo).Collection(mongostore.OutboxCollection).Watch(ctx, mongo.Pipeline{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = probe.Close(ctx) })
-	d := b.start(b.config())
+	cfg := b.config()
+	// One leadership throughout: a lease lost on a loaded machine (the
+	// test's 600 ms) would make the next leader catch up from the outbox,
+	// whose entries carry no commit time.
+	cfg.LeaseTTL = 30 * time.Second
+	d := b.start(cfg)
 	// The first start catches up from the outbox, then checkpoints and
 	// follows the feed: what is written after that comes through the feed.
 	require.Eventually(t, func() bool {

@@ -288,7 +288,9 @@ func (a *app) close() {
 func (a *app) applyMigrations(ctx context.Context) error {
 	var storeErr, pgErr error
 	if !a.o.readModelOnly {
-		if storeErr = a.st.Migrate(ctx, a.o.migrateConfig()); storeErr != nil {
+		cfg := a.o.migrateConfig()
+		cfg.EventRetention = a.o.ttlEventRetention() // the TTL index keeps the longest retention
+		if storeErr = a.st.Migrate(ctx, cfg); storeErr != nil {
 			storeErr = fmt.Errorf("the store's schema (%s) was not applied: %w", a.st.Kind(), storeErr)
 		} else {
 			a.log.Info("store schema applied", zap.String("store", a.st.Kind()))

@@ -73,7 +73,7 @@ func (o *options) validateBounds() error {
 			"GroupWait": "ingest-group-wait", "GroupMax": "ingest-group-max", "GroupMaxBytes": "ingest-group-max-bytes", "GroupTimeout": "request-timeout"}},
 		{"console", has["ui-sample-every"], func() error { return o.historyConfig().Validate() },
 			map[string]string{"Every": "ui-sample-every"}},
-		{"dispatcher", has["relay-batch"], func() error { return o.dispatcherConfig().Validate() }, withBreaker(map[string]string{
+		{"dispatcher", has["relay-batch"] || has["event-retention-type"], func() error { return o.dispatcherConfig().Validate() }, withBreaker(map[string]string{
 			"BatchSize": "relay-batch", "FeedGather": "relay-gather", "LeaseTTL": "lease-ttl", "OutboxRetention": "outbox-retention",
 			"EventRetention": "event-retention", "StreamRetention": "stream-retention", "MemoryHigh": "redis-memory-high", "Partitions": "partitions",
 			"EventRetentionTypes": "event-retention-type", "EventRetentionSources": "event-retention-source"})},
@@ -197,7 +197,7 @@ func gatherOrOff(d time.Duration) time.Duration {
 // migrateConfig is the store's retentions (--outbox-retention,
 // --event-retention).
 func (o *options) migrateConfig() *store.MigrateConfig {
-	return &store.MigrateConfig{OutboxRetention: given(o, "outbox-retention", o.outboxRetention), EventRetention: o.ttlEventRetention()}
+	return &store.MigrateConfig{OutboxRetention: given(o, "outbox-retention", o.outboxRetention), EventRetention: o.eventRetention}
 }
 
 // mongoOptions is the MongoDB store's options of the flags.

@@ -107,6 +107,7 @@ func newProcessor(sh *shared, st store.Store, rc *stream.Client, pool *pgxpool.P
 func (p *processor) prepare(ctx context.Context, msgs []stream.Entry) (*batch, error) {
 	b := &batch{entries: map[string][]stream.Entry{}, origins: map[string]outbox.Origin{}, groups: map[string]string{}}
 	keys := map[string]string{} // the messages' idempotency keys, a hint for the store's read
+	var after []string          // the messages' read-after positions
 	for _, m := range msgs {
 		if m.Values == nil { // trimmed or deleted while pending
 			b.dead = append(b.dead, deadLetter{msg: m, err: fmt.Errorf("%w: entry %s", errTrimmed, m.ID), category: outbox.CategoryInfrastructure})
@@ -124,6 +125,7 @@ func (p *processor) prepare(ctx context.Context, msgs []stream.Entry) (*batch, e
 			b.traceParent(msg)
 		}
 		b.entries[msg.EventID] = append(b.entries[msg.EventID], m)
+		after = appendReadAfter(after, msg.ReadAfter)
 	}
 	b.ids = slices.Sorted(maps.Keys(b.entries))
 	if p.cfg.Ordered {
@@ -137,7 +139,7 @@ func (p *processor) prepare(ctx context.Context, msgs []stream.Entry) (*batch, e
 	}
 	b.spans = p.startProjectSpans(ctx, b, len(msgs))
 	var err error
-	b.originals, b.invalid, err = p.load(store.WithReadAfter(store.WithEventKeys(b.spans.Context(ctx), keys), readAfter(msgs)...), b.ids)
+	b.originals, b.invalid, err = p.load(store.WithReadAfter(store.WithEventKeys(b.spans.Context(ctx), keys), after...), b.ids)
 	if err != nil {
 		b.spans.End(err)
 		return nil, err

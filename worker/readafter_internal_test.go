@@ -11,17 +11,20 @@ import (
 
 // TestReadAfterOfABatch: a batch's read-after positions are its messages',
 // in stream order, one for the adjacent messages of one commit; messages
-// without one, trimmed entries and undecodable ones add nothing.
+// without one add nothing (prepare folds appendReadAfter over the messages
+// it decodes: trimmed entries and undecodable ones are dead letters).
 func TestReadAfterOfABatch(t *testing.T) {
 	t.Parallel()
-	msg := func(readAfter string) stream.Entry {
-		m := outbox.Message{EventID: outbox.NewEventID(), Origin: outbox.OriginOutbox, ReadAfter: readAfter}
-		return stream.Entry{ID: "1-0", Values: m.Values()}
+	fold := func(positions ...string) []string {
+		var out []string
+		for _, pos := range positions {
+			m := outbox.Message{EventID: outbox.NewEventID(), Origin: outbox.OriginOutbox, ReadAfter: pos}
+			decoded, err := stream.Entry{ID: "1-0", Values: m.Values()}.Message()
+			require.NoError(t, err)
+			out = appendReadAfter(out, decoded.ReadAfter)
+		}
+		return out
 	}
-	msgs := []stream.Entry{
-		msg("10.1"), msg("10.1"), msg(""), {ID: "2-0"}, {ID: "3-0", Values: map[string]any{outbox.PayloadField: "{"}},
-		msg("10.2"), msg("10.2"), msg("9.5"),
-	}
-	require.Equal(t, []string{"10.1", "10.2", "9.5"}, readAfter(msgs))
-	require.Nil(t, readAfter([]stream.Entry{msg("")}))
+	require.Equal(t, []string{"10.1", "10.2", "9.5"}, fold("10.1", "10.1", "", "10.2", "10.2", "9.5"))
+	require.Nil(t, fold(""))
 }

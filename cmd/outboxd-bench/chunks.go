@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -158,11 +157,11 @@ func chunkRun(ctx context.Context, b *bench, bin string, size, liveRate int) (Ch
 }
 
 // lockSampler counts, every lockSampleEvery, the active client backends
-// of one database and those of them waiting on a lock.
+// of one database and those of them waiting on a lock. Only its goroutine
+// writes the counts; stop reads them after it ended.
 type lockSampler struct {
 	cancel       context.CancelFunc
 	done         chan struct{}
-	mu           sync.Mutex
 	active, lock int
 	samples      int
 }
@@ -180,9 +179,7 @@ func startLockSampler(ctx context.Context, pool *pgxpool.Pool, db string) *lockS
 				FROM pg_stat_activity
 				WHERE datname = $1 AND state = 'active' AND backend_type = 'client backend' AND pid <> pg_backend_pid()`, db).Scan(&active, &lock)
 			if err == nil {
-				s.mu.Lock()
 				s.active, s.lock, s.samples = s.active+active, s.lock+lock, s.samples+1
-				s.mu.Unlock()
 			}
 			select {
 			case <-ctx.Done():
@@ -199,8 +196,6 @@ func startLockSampler(ctx context.Context, pool *pgxpool.Pool, db string) *lockS
 func (s *lockSampler) stop() (float64, int) {
 	s.cancel()
 	<-s.done
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.active == 0 {
 		return 0, s.samples
 	}

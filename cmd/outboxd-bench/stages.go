@@ -261,7 +261,7 @@ func (b *bench) waitCounts(ctx context.Context, what, path string, ok func(store
 	}
 	defer func() { _ = st.Close(context.Background()) }()
 	return waitFor(ctx, what, b.timeout, pollEvery, func(ctx context.Context) (bool, error) {
-		c, err := st.Counts(ctx)
+		c, err := st.Counts(store.WithCurrentCounts(ctx))
 		return err == nil && ok(c), err
 	}, procs...)
 }

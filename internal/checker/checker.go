@@ -123,7 +123,7 @@ func Check(ctx context.Context, in Input) (Verdict, error) {
 
 	if in.Store != nil {
 		// One original per key in the store.
-		c, err := in.Store.Counts(ctx)
+		c, err := in.Store.Counts(store.WithCurrentCounts(ctx)) // a verdict: never a cached or a secondary's figure
 		if err != nil {
 			return v, err
 		}

@@ -13,7 +13,6 @@ package maintenance
 
 import (
 	"context"
-	"sync"
 	"time"
 )
 
@@ -40,53 +39,33 @@ func StartAll(ctx context.Context, services ...Service) (stop func()) {
 	}
 }
 
-// loop runs a service's rounds in the background.
-type loop struct {
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
-}
-
-// start runs round every interval until stop or the end of ctx: at once
-// when first, else after the first interval. It does nothing while a run
-// is in progress.
-func (l *loop) start(ctx context.Context, interval time.Duration, first bool, round func(context.Context)) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.done != nil {
-		return
+// every runs round every interval until ctx ends: at once when first,
+// else after the first interval. A tick that comes with the end of ctx
+// runs no round. It is the run of a service's startstop.Base.
+func every(ctx context.Context, interval time.Duration, first bool, round func(context.Context)) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	if first {
+		round(ctx)
 	}
-	ctx, l.cancel = context.WithCancel(ctx)
-	done := make(chan struct{})
-	l.done = done
-	go func() {
-		defer close(done)
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		if first {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if ctx.Err() != nil {
+				return
+			}
 			round(ctx)
 		}
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				round(ctx)
-			}
-		}
-	}()
+	}
 }
 
-// stop ends the run and waits for its round in flight; it tells whether a
-// run was in progress.
-func (l *loop) stop() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.done == nil {
-		return false
+// runEvery is a startstop.Base run of every (its work context unused: a
+// round ends with the fetch context, as Stop asks).
+func runEvery(interval time.Duration, first bool, round func(context.Context)) func(fetchCtx, workCtx context.Context) error {
+	return func(ctx, _ context.Context) error {
+		every(ctx, interval, first, round)
+		return nil
 	}
-	l.cancel()
-	<-l.done
-	l.cancel, l.done = nil, nil
-	return true
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/outboxd/outboxd/internal/startstop"
 	"github.com/outboxd/outboxd/store"
 )
 
@@ -51,7 +52,7 @@ type RetentionConfig struct {
 type Retention struct {
 	cfg    RetentionConfig
 	passes []pass
-	loop   loop
+	base   startstop.Base
 }
 
 // pass is one retention of originals: scope's originals are kept for
@@ -70,7 +71,9 @@ func NewRetention(cfg RetentionConfig) *Retention {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	return &Retention{cfg: cfg, passes: passes(cfg.Events, cfg.Types, cfg.Sources)}
+	r := &Retention{cfg: cfg, passes: passes(cfg.Events, cfg.Types, cfg.Sources)}
+	r.base.Init(nil, runEvery(cfg.Interval, false, r.Round))
+	return r
 }
 
 // passes are the retentions of originals, in order: each type's, each
@@ -100,11 +103,11 @@ func passes(global time.Duration, types, sources map[string]time.Duration) []pas
 // Start runs the retention's rounds in the background until Stop or the
 // end of ctx.
 func (r *Retention) Start(ctx context.Context) {
-	r.loop.start(ctx, r.cfg.Interval, false, r.Round)
+	_ = r.base.Start(ctx) // no preflight: it cannot fail
 }
 
 // Stop ends the rounds and waits for the one in flight.
-func (r *Retention) Stop() { r.loop.stop() }
+func (r *Retention) Stop() { _ = r.base.Stop(context.Background()) }
 
 // Round is one round: the outbox's retention, then each retention of
 // originals. Its failures are logged, never returned.

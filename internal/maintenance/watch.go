@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	ometrics "github.com/outboxd/outboxd/internal/metrics"
+	"github.com/outboxd/outboxd/internal/startstop"
 	"github.com/outboxd/outboxd/internal/stream"
 )
 
@@ -71,7 +72,7 @@ type Watch struct {
 	cfg     WatchConfig
 	high    atomic.Bool
 	trimmed atomic.Int64
-	loop    loop
+	base    startstop.Base
 }
 
 // NewWatch returns the watch of cfg.
@@ -79,7 +80,9 @@ func NewWatch(cfg WatchConfig) *Watch {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	return &Watch{cfg: cfg}
+	w := &Watch{cfg: cfg}
+	w.base.Init(nil, runEvery(cfg.Interval, true, w.Round))
+	return w
 }
 
 // High is the watch's verdict: Redis's used_memory was at or above
@@ -93,13 +96,13 @@ func (w *Watch) Trimmed() int64 { return w.trimmed.Load() }
 // Start runs a round at once, then every Interval, until Stop or the end
 // of ctx.
 func (w *Watch) Start(ctx context.Context) {
-	w.loop.start(ctx, w.cfg.Interval, true, w.Round)
+	_ = w.base.Start(ctx) // no preflight: it cannot fail
 }
 
 // Stop ends the rounds, waits for the one in flight and clears what the
 // watch learnt and exported: the verdict, Redis's memory, the groups' lag.
 func (w *Watch) Stop() {
-	w.loop.stop()
+	_ = w.base.Stop(context.Background())
 	w.high.Store(false)
 	w.cfg.Metrics.used.Set(0)
 	w.cfg.Metrics.max.Set(0)

@@ -9,8 +9,9 @@ import (
 	"github.com/outboxd/outboxd/internal/testkit"
 )
 
-// TestHistoryConfigValidate: Validate refuses a sample cadence under 1ms
-// and a ring under two samples, naming the field.
+// TestHistoryConfigValidate: Validate refuses a sample cadence under
+// HistoryEveryShortest (100ms) and a ring under two samples, naming the
+// field.
 func TestHistoryConfigValidate(t *testing.T) {
 	t.Parallel()
 	testkit.RequireBound(t, (&HistoryConfig{Every: 10 * time.Millisecond}).Validate(), "Every", "at least 100ms")

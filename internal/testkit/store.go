@@ -26,7 +26,7 @@ func Event(t testing.TB, st store.Store, id string) *outbox.Event {
 // entries (nothing relayed yet).
 func RequireStored(t testing.TB, st store.Store, n int64) {
 	t.Helper()
-	c, err := st.Counts(context.Background())
+	c, err := st.Counts(store.WithCurrentCounts(context.Background()))
 	require.NoError(t, err)
 	require.Equal(t, n, c.Total, "originals")
 	require.Equal(t, n, c.Undispatched, "outbox entries")

@@ -196,9 +196,12 @@ func (f *feed) accept(ev changeEvent) (outbox.Entry, bool) {
 		return outbox.Entry{}, false // relayed by the next catch-up
 	}
 	inPart := f.part.Whole() || d.Partition == f.part.Index
+	if d.Stream != f.stream || !inPart || d.DispatchedAt != nil {
+		return outbox.Entry{}, false
+	}
 	e := d.entry()
 	e.ReadAfter = ClusterTimePosition(ev.ClusterTime)
-	return e, d.Stream == f.stream && inPart && d.DispatchedAt == nil
+	return e, true
 }
 
 func isEndOfFeed(op string) bool {

@@ -44,14 +44,13 @@ func parseClusterTime(s string) (primitive.Timestamp, bool) {
 // latestClusterTime returns the latest cluster time among positions, and
 // false when none of them is one.
 func latestClusterTime(positions []string) (primitive.Timestamp, bool) {
-	var latest primitive.Timestamp
-	found := false
+	var latest primitive.Timestamp // parseClusterTime refuses T 0: any position is after it
 	for _, p := range positions {
-		if ts, ok := parseClusterTime(p); ok && (!found || ts.After(latest)) {
-			latest, found = ts, true
+		if ts, ok := parseClusterTime(p); ok && ts.After(latest) {
+			latest = ts
 		}
 	}
-	return latest, found
+	return latest, !latest.IsZero()
 }
 
 // readAfter runs read so that its reads see every write committed at or
@@ -70,8 +69,11 @@ func latestClusterTime(positions []string) (primitive.Timestamp, bool) {
 // an original it does not find pending and reads it again at the next
 // delivery).
 func (s *Store) readAfter(ctx context.Context, positions []string, read func(ctx context.Context) error) error {
+	if s.lungo {
+		return read(ctx)
+	}
 	ts, ok := latestClusterTime(positions)
-	if !ok || s.lungo {
+	if !ok {
 		return read(ctx)
 	}
 	sess, err := s.client.StartSession(options.Session().SetCausalConsistency(true))
