@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"net/http"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/outboxd/outboxd/internal/httpapi"
 	"github.com/outboxd/outboxd/internal/raceflag"
+	"github.com/outboxd/outboxd/internal/testkit"
+	"github.com/outboxd/outboxd/outbox"
 )
 
 // worstBody is an event of about size bytes whose payload is an array of
@@ -71,4 +74,31 @@ func TestIngestMemoryBound(t *testing.T) {
 	bound := int64(bodies) * httpapi.IngestMemoryPerBody * httpapi.MaxBodyDefault
 	t.Logf("heap grew by %d MiB at most for %d bodies of %d KiB (bound %d MiB)", grown>>20, bodies, httpapi.MaxBodyDefault>>10, bound>>20)
 	require.Less(t, grown, bound)
+}
+
+// TestEventTooLargeForTheStoreIs413: on MongoDB a valid body of MaxBody
+// whose payload becomes a BSON document larger than one ingest transaction
+// holds (an array of one-digit numbers grows about eight times) is
+// answered 413 naming the field and the bound, alone or as an item of a
+// batch, and nothing is written; it was a 500, which clients retry.
+func TestEventTooLargeForTheStoreIs413(t *testing.T) {
+	t.Parallel()
+	b := setupHandlerOn(t, testkit.NewMongo(t, nil), nil)
+	bound := strconv.Itoa(outbox.GroupMaxBytesDefault)
+	for _, c := range []struct {
+		path, body, field string
+	}{
+		{"/v1/events", worstBody(httpapi.MaxBodyDefault), "payload"},
+		{"/v1/events:batch", `{"events":[{"sourceKey":"s","deviceKey":"small","occurredAt":"2026-11-01T10:00:00Z","payload":{"t":1}},` +
+			worstBody(httpapi.MaxBodyDefault-256) + `]}`, "events[1].payload"},
+	} {
+		p := b.do(t, http.MethodPost, c.path, c.body).problem(t, http.StatusRequestEntityTooLarge)
+		require.Equal(t, []string{c.field}, fields(p), c.path)
+		require.Contains(t, p.Errors[0].Reason, bound, "names the bound")
+		require.Contains(t, p.Errors[0].Reason, "--ingest-group-max-bytes")
+	}
+	b.requireStored(t, 0)
+	r := b.do(t, http.MethodPost, "/v1/events", `{"sourceKey":"s","deviceKey":"d","occurredAt":"2026-11-01T10:00:00Z","payload":{"t":1}}`)
+	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
+	b.requireStored(t, 1)
 }
