@@ -177,11 +177,11 @@ func (e *bsonEncoder) element(key []byte, i int) (int, int, error) {
 	header := 1 + len(key) + 1
 	switch c := d[i]; {
 	case c == '{':
-		e.header(bsontype.EmbeddedDocument, key)
+		e.header(bson.TypeEmbeddedDocument, key)
 		end, n, err := e.document(i, '}')
 		return end, header + n, err
 	case c == '[':
-		e.header(bsontype.Array, key)
+		e.header(bson.TypeArray, key)
 		end, n, err := e.document(i, ']')
 		return end, header + n, err
 	case c == '"':
@@ -192,7 +192,7 @@ func (e *bsonEncoder) element(key []byte, i int) (int, int, error) {
 		if decoded {
 			e.str = s
 		}
-		e.header(bsontype.String, key)
+		e.header(bson.TypeString, key)
 		if e.build {
 			e.out = binary.LittleEndian.AppendUint32(e.out, uint32(len(s)+1))
 			e.out = append(append(e.out, s...), 0)
@@ -207,7 +207,7 @@ func (e *bsonEncoder) element(key []byte, i int) (int, int, error) {
 		if !ok {
 			return 0, 0, errNotJSON
 		}
-		e.header(bsontype.Boolean, key)
+		e.header(bson.TypeBoolean, key)
 		if e.build {
 			e.out = append(e.out, boolByte(c == 't'))
 		}
@@ -217,7 +217,7 @@ func (e *bsonEncoder) element(key []byte, i int) (int, int, error) {
 		if !ok {
 			return 0, 0, errNotJSON
 		}
-		e.header(bsontype.Null, key)
+		e.header(bson.TypeNull, key)
 		return end, header, nil
 	case c == '-' || jsonlex.IsDigit(c):
 		end, ok := jsonlex.Number(d, i)
@@ -246,13 +246,13 @@ func numberBits(num []byte) (uint64, bsontype.Type, error) {
 		if err != nil {
 			return 0, 0, fmt.Errorf("payload integer %s does not fit in 64 bits", num)
 		}
-		return uint64(v), bsontype.Int64, nil
+		return uint64(v), bson.TypeInt64, nil
 	}
 	f, err := strconv.ParseFloat(string(num), 64)
 	if err != nil {
 		return 0, 0, fmt.Errorf("payload number %s is out of range", num)
 	}
-	return math.Float64bits(f), bsontype.Double, nil
+	return math.Float64bits(f), bson.TypeDouble, nil
 }
 
 // header appends an element's type and name when building.
