@@ -455,6 +455,45 @@ func (c *check) container(w *workload, ct *corev1.Container) {
 		c.probes(w, ct, port)
 		c.grace(w, ct, res)
 	}
+	c.ingestMemory(where, goMem, res)
+}
+
+// The ingest memory model of docs/deploy.md, whose figures come from the
+// product module, which this one does not import: the idle heap of an
+// ingest process, what one body may cost in multiples of its size
+// (httpapi.IngestMemoryPerBody, measured by internal/httpapi's
+// TestIngestMemoryAllocations), and the places kept beyond
+// --http-max-bodies for the operator and viewer (httpapi.BodyReserveDefault).
+const (
+	ingestIdleMemory    = 30 << 20
+	ingestMemoryPerBody = 5
+	ingestBodyReserve   = 8
+)
+
+// ingestMemory checks that a role reading ingest bodies fits its
+// GOMEMLIMIT: idle + (--http-max-bodies + the reserve) × --max-body ×
+// the per-body factor.
+func (c *check) ingestMemory(where, goMem string, res *resolved) {
+	if !res.has("max-body") || !res.has("http-max-bodies") || goMem == "" {
+		return
+	}
+	limit, err := goMemLimit(goMem)
+	if err != nil {
+		return // goMemLimit told it
+	}
+	number := func(flag string) int64 {
+		v, ok := res.value(flag)
+		n, err := strconv.ParseInt(v, 10, 64)
+		if !ok || err != nil {
+			c.fail("%s: --%s must be a literal number to check the memory it needs (got %q)", where, flag, v)
+		}
+		return n
+	}
+	bodies, maxBody := number("http-max-bodies"), number("max-body")
+	if need := ingestIdleMemory + (bodies+ingestBodyReserve)*maxBody*ingestMemoryPerBody; need > limit {
+		c.fail("%s: ingest needs up to %d MiB (idle %d MiB + (--http-max-bodies %d + %d reserved) × --max-body %d KiB × %d), more than GOMEMLIMIT %s: lower --http-max-bodies or raise the limit (docs/deploy.md)",
+			where, need>>20, ingestIdleMemory>>20, bodies, ingestBodyReserve, maxBody>>10, ingestMemoryPerBody, goMem)
+	}
 }
 
 // probes checks a long-running role's probes: readiness on /readyz and
@@ -960,8 +999,9 @@ func TestKubernetesManifestsBroken(t *testing.T) {
 		{"ServiceLinks", []kubeEdit{{"pod-defaults.yaml", "enableServiceLinks: false", "enableServiceLinks: true"}}, "enableServiceLinks must be false"},
 		{"NoLimits", []kubeEdit{{"work.yaml", workLimits, "---\napiVersion: policy/v1"}}, "Deployment outboxd-work container outboxd: resources.limits.cpu must be set"},
 		{"GoMemLimitAboveLimit", []kubeEdit{{"work.yaml", "value: 230MiB", "value: 300MiB"}}, "GOMEMLIMIT 300MiB must be below the memory limit 256Mi"},
+		{"IngestBodiesBeyondMemory", []kubeEdit{{"ingest.yaml", "--http-max-bodies=32", "--http-max-bodies=64"}}, "ingest needs up to 390 MiB"},
 		{"LiteralPassword", []kubeEdit{{"work.yaml", workPGSecret, "            - name: OUTBOXD_POSTGRES_URL\n              value: postgres://outboxd:secret@pg:5432/outboxd"}}, "OUTBOXD_POSTGRES_URL must come from the Secret outboxd, key postgres-url"},
-		{"TokenInArgs", []kubeEdit{{"ingest.yaml", ingestToken, ""}, {"ingest.yaml", "[ingest, --http-addr=:8080]", "[ingest, --http-addr=:8080, --auth-token=s3cret]"}}, "--auth-token carries a password or a token: give it as OUTBOXD_AUTH_TOKEN, never as an argument"},
+		{"TokenInArgs", []kubeEdit{{"ingest.yaml", ingestToken, ""}, {"ingest.yaml", "--http-max-bodies=32]", "--http-max-bodies=32, --auth-token=s3cret]"}}, "--auth-token carries a password or a token: give it as OUTBOXD_AUTH_TOKEN, never as an argument"},
 		{"BackendMissing", []kubeEdit{{"work.yaml", workEnvRedis, "            - name: OUTBOXD_POSTGRES_URL"}}, "OUTBOXD_REDIS_URL is not set"},
 		{"TokenMissing", []kubeEdit{{"ingest.yaml", ingestToken, ""}}, "OUTBOXD_AUTH_TOKEN is not set (nor another token): outboxd refuses to serve its API beyond loopback without one"},
 		{"WorkTokenMissing", []kubeEdit{{"work.yaml", ingestToken, ""}}, "Deployment outboxd-work container outboxd: outboxd work: OUTBOXD_AUTH_TOKEN is not set (nor another token)"},

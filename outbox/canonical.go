@@ -375,30 +375,95 @@ func numberProblem(num []byte) string {
 	if fast {
 		return "" // an integer of at most 18 digits
 	}
-	s := string(num)
-	if _, err := strconv.ParseInt(s, 10, 64); err == nil {
-		return ""
+	// The text is converted where it is used, not once into a variable
+	// that the messages would move to the heap for every number.
+	if !bytes.ContainsAny(num, ".eE") {
+		if _, err := strconv.ParseInt(string(num), 10, 64); err == nil {
+			return ""
+		}
+		return fmt.Sprintf("integer %s does not fit in a signed 64-bit integer (%d to %d); send it as a string", shortNumber(string(num)), int64(math.MinInt64), int64(math.MaxInt64))
 	}
-	if !strings.ContainsAny(s, ".eE") {
-		return fmt.Sprintf("integer %s does not fit in a signed 64-bit integer (%d to %d); send it as a string", shortNumber(s), int64(math.MinInt64), int64(math.MaxInt64))
-	}
-	f, err := strconv.ParseFloat(s, 64)
+	f, err := strconv.ParseFloat(string(num), 64)
 	if err != nil {
-		return fmt.Sprintf("number %s is out of range", shortNumber(s))
+		return fmt.Sprintf("number %s is out of range", shortNumber(string(num)))
 	}
-	if !inNumericRange(s) {
+	if !inNumericRange(string(num)) {
 		return fmt.Sprintf("number %s is beyond the read model's range (at most %d digits before the decimal point and %d after)",
-			shortNumber(s), MaxNumberIntegerDigits, MaxNumberScale)
+			shortNumber(string(num)), MaxNumberIntegerDigits, MaxNumberScale)
 	}
 	// A decimal with more digits than a float64 holds would read back
 	// rounded from MongoDB (123456789012345678.5 as 1.2345678901234568e+17)
 	// while SQLite keeps its text: refused on every store. One whose value
 	// the float's shortest form states exactly (21.5, 0.1, 1e-7) is kept.
-	if !exactFloat(s, f) {
+	if !shortDecimal(num) && !exactFloat(string(num), f) {
 		return fmt.Sprintf("number %s has more significant digits than a 64-bit float holds (it would read back as %s); send it as a string",
-			shortNumber(s), strconv.FormatFloat(f, 'g', -1, 64))
+			shortNumber(string(num)), strconv.FormatFloat(f, 'g', -1, 64))
 	}
 	return ""
+}
+
+// Bounds of shortDecimal: a float64 holds every decimal of up to 15
+// significant digits (DBL_DIG) between its smallest normal number (about
+// 2.2e-308) and its largest (about 1.8e308), and states it again as the
+// shortest form of the float.
+const (
+	shortDecimalDigits = 15
+	shortDecimalPower  = 300
+)
+
+// shortDecimal reports whether the JSON number num (with a fraction or an
+// exponent) is a decimal that its nearest float64 states exactly, so that
+// exactFloat would say so without its math/big work: zero, or at most
+// shortDecimalDigits significant digits (trailing zeros are not) with its
+// first one between 10^-shortDecimalPower and 10^shortDecimalPower.
+func shortDecimal(num []byte) bool {
+	i := 0
+	if i < len(num) && num[i] == '-' {
+		i++
+	}
+	first, last, n := -1, -1, 0 // positions among the mantissa's digits
+	intDigits := 0
+	for ; i < len(num) && num[i] != 'e' && num[i] != 'E'; i++ {
+		c := num[i]
+		if c == '.' {
+			intDigits = n
+			continue
+		}
+		if c != '0' {
+			if first < 0 {
+				first = n
+			}
+			last = n
+		}
+		n++
+	}
+	if !bytes.ContainsRune(num, '.') {
+		intDigits = n
+	}
+	if first < 0 {
+		return true // zero
+	}
+	if last-first+1 > shortDecimalDigits {
+		return false
+	}
+	exp, neg := 0, false
+	if i < len(num) {
+		i++
+		if i < len(num) && (num[i] == '+' || num[i] == '-') {
+			neg = num[i] == '-'
+			i++
+		}
+		for ; i < len(num); i++ {
+			if exp = exp*10 + int(num[i]-'0'); exp > 2*shortDecimalPower {
+				return false
+			}
+		}
+	}
+	if neg {
+		exp = -exp
+	}
+	power := intDigits - 1 - first + exp // of the first significant digit
+	return power >= -shortDecimalPower && power <= shortDecimalPower
 }
 
 // exactFloat reports whether the decimal text and the shortest form of f,

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"testing"
@@ -146,4 +147,56 @@ func FuzzCanonicalPayload(f *testing.F) {
 			t.Fatalf("%q:\n tree %s\n pass %s", raw, want, got)
 		}
 	})
+}
+
+// TestShortDecimal: every decimal shortDecimal lets skip exactFloat is one
+// exactFloat finds exact (random decimals of up to 15 significant digits
+// across the exponents it takes, and the bounds), and what it leaves to
+// exactFloat includes the inexact.
+func TestShortDecimal(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	check := func(s string) {
+		t.Helper()
+		f, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			require.False(t, shortDecimal([]byte(s)), "%s is out of a float's range", s)
+			return
+		}
+		if shortDecimal([]byte(s)) {
+			require.True(t, exactFloat(s, f), "%s is taken as exact but reads back as %s", s, strconv.FormatFloat(f, 'g', -1, 64))
+		}
+	}
+	for range 200000 {
+		digits := 1 + rng.IntN(shortDecimalDigits)
+		var b strings.Builder
+		if rng.IntN(2) == 0 {
+			b.WriteByte('-')
+		}
+		mant := strconv.FormatUint(rng.Uint64N(uint64(math.Pow10(digits))), 10)
+		point := rng.IntN(len(mant) + 1)
+		switch {
+		case point == 0:
+			b.WriteString("0." + mant)
+		case point == len(mant):
+			b.WriteString(mant + ".0")
+		default:
+			b.WriteString(mant[:point] + "." + mant[point:])
+		}
+		fmt.Fprintf(&b, "e%d", rng.IntN(2*shortDecimalPower+20)-shortDecimalPower-10)
+		check(b.String())
+	}
+	for _, c := range []struct {
+		num   string
+		short bool
+	}{
+		{"21.5", true}, {"0.1", true}, {"1e-7", true}, {"-0.0", true}, {"0e-16383", true}, {"1.5", true},
+		{"123456789012345e285", true}, {"1e300", true}, {"1e-300", true}, {"0.001e-297", true}, {"100.000000000000000000", true},
+		{"1e301", false}, {"1e-301", false}, {"5e-324", false}, {"1e308", false},
+		{"1234567890123456.0", false}, {"0.1234567890123456", false}, {"123456789012345678.5", false}, {"9007199254740993.0", false},
+		{"1e0000000000000000000000300", true},
+	} {
+		require.Equal(t, c.short, shortDecimal([]byte(c.num)), c.num)
+		check(c.num)
+	}
+	require.False(t, exactFloat("9007199254740993.0", 9007199254740993.0), "a decimal left to exactFloat can be inexact")
 }

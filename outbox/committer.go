@@ -312,14 +312,16 @@ func (c *Committer) withdraw(r *request) bool {
 	return true
 }
 
-// refuseOversized returns a *ValidationError naming the first event of b
-// larger than GroupMaxBytes: it fits no group, so it is refused alone,
-// before a transaction could fail the group it joins.
+// refuseOversized returns a *ValidationError (TooLarge, matching
+// ErrTooLarge) naming the first event of b larger than GroupMaxBytes: it
+// fits no group, so it is refused alone, before a transaction could fail
+// the group it joins.
 func (c *Committer) refuseOversized(b *Batch) error {
 	for i := range b.prep {
 		if n := b.prep[i].bytes; n > c.cfg.GroupMaxBytes {
-			return &ValidationError{Fields: []FieldError{{Index: i, Field: "payload",
-				Reason: fmt.Sprintf("is too large: the event takes %d bytes in the store, more than the %d one ingest transaction holds", n, c.cfg.GroupMaxBytes)}}}
+			return &ValidationError{TooLarge: true, Fields: []FieldError{{Index: i, Field: "payload",
+				Reason: fmt.Sprintf("is too large: the event takes %d bytes in the store, more than the %d one ingest transaction holds (CommitterConfig.GroupMaxBytes, --ingest-group-max-bytes)",
+					n, c.cfg.GroupMaxBytes)}}}
 		}
 	}
 	return nil

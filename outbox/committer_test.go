@@ -436,6 +436,8 @@ func testCommitter(t *testing.T, kind string) {
 		require.ErrorAs(t, err, &ve)
 		require.Equal(t, "payload", ve.Fields[0].Field)
 		require.Contains(t, ve.Fields[0].Reason, "too large")
+		require.ErrorIs(t, err, outbox.ErrTooLarge, "refused for its size: HTTP answers 413")
+		require.ErrorIs(t, err, outbox.ErrInvalid)
 		_, err = b.committer.Write(ctx, b.prepare(t, input("d9"), big))
 		require.ErrorAs(t, err, &ve)
 		require.Equal(t, outbox.FieldError{Index: 1, Field: "payload", Reason: ve.Fields[0].Reason}, ve.Fields[0], "a batch names the item")

@@ -114,10 +114,19 @@ func (e FieldError) Error() string {
 // input order. Nothing of such a call is written.
 type ValidationError struct {
 	Fields []FieldError
+	// TooLarge is set when an event is refused for its size alone: it is
+	// valid, but takes more bytes in the store than one transaction holds
+	// (Committer.Write). Such an error also matches ErrTooLarge.
+	TooLarge bool
 }
 
 // ErrInvalid is matched by every *ValidationError.
 var ErrInvalid = errors.New("invalid event")
+
+// ErrTooLarge is matched by the *ValidationError of an event refused for
+// its size in the store (ValidationError.TooLarge): HTTP answers it 413,
+// not 422, as the client must send less rather than fix a field.
+var ErrTooLarge = errors.New("event too large for the store")
 
 func (e *ValidationError) Error() string {
 	parts := make([]string, len(e.Fields))
@@ -127,8 +136,11 @@ func (e *ValidationError) Error() string {
 	return "invalid event: " + strings.Join(parts, "; ")
 }
 
-// Is makes errors.Is(err, ErrInvalid) true.
-func (e *ValidationError) Is(target error) bool { return target == ErrInvalid }
+// Is makes errors.Is(err, ErrInvalid) true, and errors.Is(err,
+// ErrTooLarge) when e.TooLarge.
+func (e *ValidationError) Is(target error) bool {
+	return target == ErrInvalid || (e.TooLarge && target == ErrTooLarge)
+}
 
 // prepared is a validated input ready to be written.
 type prepared struct {

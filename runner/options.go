@@ -278,7 +278,7 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 			fs.DurationVar(&o.requestTimeout, "request-timeout", httpapi.RequestTimeoutDefault, "longest an ingest request may wait for the store (503 with Retry-After beyond)")
 			fs.DurationVar(&o.ingestGroupWait, "ingest-group-wait", outbox.GroupWaitDefault, "longest a POST /v1/events waits for concurrent ones to share its store transaction (0: each request its own transaction)")
 			fs.IntVar(&o.ingestGroupMax, "ingest-group-max", outbox.GroupMaxDefault, "most events in one shared ingest transaction")
-			fs.IntVar(&o.ingestGroupMaxBytes, "ingest-group-max-bytes", outbox.GroupMaxBytesDefault, "most bytes (as the store holds them: BSON on MongoDB) in one shared ingest transaction; a larger event is refused (422)")
+			fs.IntVar(&o.ingestGroupMaxBytes, "ingest-group-max-bytes", outbox.GroupMaxBytesDefault, "most bytes (as the store holds them: BSON on MongoDB) in one shared ingest transaction; a larger event is refused (413)")
 		case gDispatch:
 			fs.DurationVar(&o.outboxRetention, "outbox-retention", store.OutboxRetentionDefault, "how long dispatched outbox entries are kept")
 			o.eventRetentionFlag(fs)

@@ -173,6 +173,9 @@ func (e *requestError) Error() string { return e.detail }
 // which name only an input's index and the field inside it.
 type validationError struct {
 	Fields []ProblemField
+	// status is the answer's status, 0 for 422: 413 for an event refused
+	// for its size in the store (outbox.ErrTooLarge).
+	status int
 }
 
 // Error is the problem's detail: "invalid event: " and each field with
@@ -191,14 +194,18 @@ func invalidField(field, reason string) *validationError {
 }
 
 // namedFields turns the *outbox.ValidationError in err, if any, into a
-// *validationError whose fields name returns; any other err is returned
-// as it is.
+// *validationError whose fields name returns (a 413 when it refuses an
+// event for its size, outbox.ErrTooLarge); any other err is returned as it
+// is.
 func namedFields(err error, name func(outbox.FieldError) string) error {
 	var ve *outbox.ValidationError
 	if !errors.As(err, &ve) {
 		return err
 	}
 	out := &validationError{Fields: make([]ProblemField, len(ve.Fields))}
+	if ve.TooLarge {
+		out.status = http.StatusRequestEntityTooLarge
+	}
 	for i, f := range ve.Fields {
 		out.Fields[i] = ProblemField{Field: name(f), Reason: f.Reason}
 	}

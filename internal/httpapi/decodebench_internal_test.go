@@ -52,13 +52,31 @@ func BenchmarkDecodeNumbers(b *testing.B) {
 	}
 }
 
+// BenchmarkDecodeFloats is one event whose payload is an array of many
+// short decimals (1.5), the worst case for the CPU of the number rules.
+func BenchmarkDecodeFloats(b *testing.B) {
+	w := outbox.NewWriter(nil, &outbox.WriterConfig{Now: func() time.Time { return time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC) }})
+	body := numbersBody(1<<20, ",1.5")
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		if _, _, err := decodeEvent(w, body, "", decodeOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // numbersBody is an event of about size bytes whose payload is an array of
-// one-digit numbers.
-func numbersBody(size int) []byte {
+// numbers: 0 followed by each (",1" by default).
+func numbersBody(size int, each ...string) []byte {
+	next := ",1"
+	if len(each) > 0 {
+		next = each[0]
+	}
 	var b strings.Builder
 	b.WriteString(`{"sourceKey":"s","deviceKey":"d","occurredAt":"2026-11-01T10:00:00Z","payload":{"v":[0`)
-	for b.Len() < size-4 {
-		b.WriteString(",1")
+	for b.Len() < size-len(next)-3 {
+		b.WriteString(next)
 	}
 	b.WriteString(`]}}`)
 	return []byte(b.String())

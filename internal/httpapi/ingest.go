@@ -84,6 +84,8 @@ func (h *handler) postEvent(w http.ResponseWriter, r *http.Request) {
 	h.ingest.count(res, err)
 	h.writes.record(err)
 	if err != nil {
+		// The committer refuses an event too large for the store (413).
+		err = namedFields(err, func(f outbox.FieldError) string { return f.Field })
 		field := "idempotencyKey"
 		if len(keys) == 1 {
 			field = IdempotencyKeyHeader
@@ -144,6 +146,7 @@ func (h *handler) postBatch(w http.ResponseWriter, r *http.Request) {
 	h.ingest.count(res, err)
 	h.writes.record(err)
 	if err != nil {
+		err = namedFields(err, func(f outbox.FieldError) string { return itemField(f.Index, f.Field) })
 		h.fail(w, r, err, "", zap.Int("events", len(inputs)))
 		return
 	}
@@ -194,11 +197,11 @@ func (h *handler) getEvent(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, r, http.StatusOK, operator.EventOf(ev))
 }
 
-// fail answers err: 400 for a malformed body, 422 for invalid fields or a
-// reused idempotency key (named keyField, or events[i].idempotencyKey in a
-// batch), 503 when the store is unreachable, the request ran out of
-// time or the ingest committer is stopped, 500 otherwise. Only ids go to the
-// log, never payloads.
+// fail answers err: 400 for a malformed body, 413 for an event too large
+// for the store, 422 for invalid fields or a reused idempotency key (named
+// keyField, or events[i].idempotencyKey in a batch), 503 when the store is
+// unreachable, the request ran out of time or the ingest committer is
+// stopped, 500 otherwise. Only ids go to the log, never payloads.
 func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error, keyField string, ids ...zap.Field) {
 	ids = append(ids, tracing.LogField(r.Context()))
 	var (
@@ -214,6 +217,10 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error, keyFie
 		if re.field != "" {
 			p.Errors = []ProblemField{{Field: re.field, Reason: re.reason}}
 		}
+		writeProblem(w, r, p)
+	case errors.As(err, &ve) && ve.status == http.StatusRequestEntityTooLarge:
+		p := newProblem(ve.status, "", "", ve.Error())
+		p.Errors = ve.Fields
 		writeProblem(w, r, p)
 	case errors.As(err, &ve):
 		p := newProblem(http.StatusUnprocessableEntity, ProblemValidation, "Invalid fields", ve.Error())

@@ -23,6 +23,7 @@ func TestMongoSecrets(t *testing.T) {
 		{"TLSKeyPassword", "mongodb://db1/?tls=true&tlsCertificateKeyFile=/k.pem&tlsCertificateKeyFilePassword=" + secret},
 		{"LegacyKeyPassword", "mongodb://db1/?ssl=true&sslClientCertificateKeyFile=/k.pem&sslClientCertificateKeyPassword=" + secret},
 		{"UnparsablePassword", "mongodb://app:" + secret + "%zz@db1/"},
+		{"UnparsablePort", "mongodb://app:" + secret + "@db1:99999x/?replicaSet=rs0"},
 		{"BadOptionNextToASecret", "mongodb://app:" + secret + "@db1/?authMechanismProperties=AWS_SESSION_TOKEN:" + secret + "&w=-5x"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -5,9 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"strconv"
-	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/bson"
@@ -125,96 +122,6 @@ func utcp(t *time.Time) *time.Time {
 	}
 	u := t.UTC()
 	return &u
-}
-
-// payloadToBSON converts a JSON object into a BSON document that keeps its
-// members in their order (bson.D, never a map, whose order Go scrambles),
-// so a payload reads back as it was written. Integers that fit in 64 bits
-// become int64, numbers with a fraction or exponent float64; an integer
-// beyond 64 bits is refused (ingest refuses it first, naming the field): as
-// a double it would read back rounded.
-func payloadToBSON(raw json.RawMessage) (bson.Raw, error) {
-	if len(raw) == 0 {
-		return bson.Marshal(bson.D{})
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	v, err := decodeOrdered(dec)
-	if err != nil {
-		return nil, fmt.Errorf("payload is not JSON: %w", err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, errors.New("payload is not one JSON value")
-	}
-	obj, ok := v.(bson.D)
-	if !ok {
-		return nil, errors.New("payload is not a JSON object")
-	}
-	return bson.Marshal(obj)
-}
-
-// decodeOrdered reads the next JSON value of dec: objects as bson.D in
-// their order, arrays as bson.A.
-func decodeOrdered(dec *json.Decoder) (any, error) {
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, err
-	}
-	switch t := tok.(type) {
-	case json.Delim:
-		switch t {
-		case '{':
-			d := bson.D{}
-			for dec.More() {
-				kt, err := dec.Token()
-				if err != nil {
-					return nil, err
-				}
-				key, _ := kt.(string)
-				v, err := decodeOrdered(dec)
-				if err != nil {
-					return nil, err
-				}
-				d = append(d, bson.E{Key: key, Value: v})
-			}
-			_, err := dec.Token() // }
-			return d, err
-		case '[':
-			a := bson.A{}
-			for dec.More() {
-				v, err := decodeOrdered(dec)
-				if err != nil {
-					return nil, err
-				}
-				a = append(a, v)
-			}
-			_, err := dec.Token() // ]
-			return a, err
-		}
-		return nil, fmt.Errorf("unexpected %v", t)
-	case json.Number:
-		if i, err := strconv.ParseInt(string(t), 10, 64); err == nil {
-			return i, nil
-		}
-		if !strings.ContainsAny(string(t), ".eE") {
-			return nil, fmt.Errorf("payload integer %s does not fit in 64 bits", t)
-		}
-		f, err := t.Float64()
-		if err != nil {
-			return nil, fmt.Errorf("payload number %s is out of range", t)
-		}
-		return f, nil
-	}
-	return tok, nil // string, bool, nil
-}
-
-// PayloadSize returns the bytes payload takes as the BSON document the
-// store writes (outbox.PayloadSizer): up to about eight times its JSON, for
-// an array of one-digit integers (2 bytes of JSON become 10 bytes plus the
-// index's digits: 7.93 times for a payload of 1.5 MiB).
-func (s *Store) PayloadSize(payload json.RawMessage) (int, error) {
-	b, err := payloadToBSON(payload)
-	return len(b), err
 }
 
 // objectIDs parses ids, skipping any that is not an ObjectID (it names no

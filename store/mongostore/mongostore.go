@@ -183,7 +183,8 @@ var (
 )
 
 // ValidateURI checks the form of a MongoDB --store value: mongodb://…,
-// mongodb+srv://… or LungoMemory.
+// mongodb+srv://… or LungoMemory. Its error hides the URI's secrets
+// (redact.Error).
 func ValidateURI(uri string) error {
 	switch {
 	case uri == LungoMemory:
@@ -192,7 +193,13 @@ func ValidateURI(uri string) error {
 		return fmt.Errorf("lungo's engine is offered in memory only (%s); its file store is no longer supported: use sqlite:PATH for a file", LungoMemory)
 	case strings.HasPrefix(uri, "mongodb://"), strings.HasPrefix(uri, "mongodb+srv://"):
 		if _, err := url.Parse(uri); err != nil {
-			return fmt.Errorf("invalid MongoDB URI: %w", err)
+			// url.Parse's error quotes the URI whole, password included:
+			// the URI is told redacted, then the cause alone.
+			var ue *url.Error
+			if errors.As(err, &ue) {
+				err = ue.Err
+			}
+			return fmt.Errorf("invalid MongoDB URI %q: %w", redact.DSN(uri), redact.Error(err, uri))
 		}
 		return nil
 	}
