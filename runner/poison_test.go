@@ -2,15 +2,19 @@ package runner
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	ostatus "github.com/outboxd/outboxd/internal/status"
 	"github.com/outboxd/outboxd/internal/stream"
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
@@ -19,17 +23,26 @@ import (
 // TestPoisonBatchThroughHTTP: one named client posts a batch of 100 events
 // that PostgreSQL refuses with a record error (a trigger on the read
 // model raises for their type, SQLSTATE P0001) while two other clients
-// keep posting: every other client's event is synced, each poison event
-// is dead-lettered once and parked, and after `retries resume --class
-// record` more posts are synced and nothing is dead-lettered again. The
-// same with --ordered, where the poison events are one device's: only
-// that device's entries wait.
+// keep posting, with the reconciler sweeping often: every other client's
+// event is synced, the streak of the poison's code halts its retries (the
+// status shows it), each poison event is dead-lettered once and parked,
+// and after `retries resume --class record` more posts are synced and
+// nothing is dead-lettered again. The same with --ordered, where the
+// poison events are one device's: only that device's entries wait, and
+// another client's event of that device, waiting behind the poison, is
+// synced without the reconciler publishing it again.
 func TestPoisonBatchThroughHTTP(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []string{"unordered", "ordered"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
-			args := []string{"--operator-token", "op-5e1c9a7b3d2f", "--max-deliveries", "2", "--retry-backoff", "10ms",
+			// The reconciler's timings compressed: it sweeps every 300ms and
+			// takes an unsynced original after 2s, so that it meets the
+			// entries the worker holds (a failing record waits 3s before its
+			// second delivery; ordered, the poisoned device's later events
+			// wait behind it). Two failures in a row halt the code's retries.
+			args := []string{"--operator-token", "op-5e1c9a7b3d2f", "--max-deliveries", "2", "--retry-backoff", "3s",
+				"--min-age", "2s", "--every", "300ms", "--requeue-after", "1s", "--error-streak-limit", "2",
 				"--ingest-client", "poisoner=poison-7a6b5c4d3e2f", "--ingest-client", "acme=acme-1a2b3c4d5e6f", "--ingest-client", "globex=globex-6f5e4d3c2b1a"}
 			if mode == "ordered" {
 				args = append(args, "--ordered")
@@ -85,6 +98,11 @@ CREATE TRIGGER refuse_poison BEFORE INSERT ON events FOR EACH ROW WHEN (NEW.type
 			}
 			poison = postBatch("poison-7a6b5c4d3e2f", items)
 			wg.Wait()
+			// Another client's event on the poisoned device, after the
+			// poison: ordered, it waits behind it, and is neither published
+			// again nor parked meanwhile.
+			innocent := postBatch("acme-1a2b3c4d5e6f", []string{event("reading", "bad-dev", 900)})
+			good = append(good, innocent...)
 
 			states := func(ids []string) map[string]int {
 				got, err := st.LoadEvents(ctx, ids)
@@ -108,9 +126,31 @@ CREATE TRIGGER refuse_poison BEFORE INSERT ON events FOR EACH ROW WHEN (NEW.type
 				}
 				return out
 			}
+			// The streak fired: the status shows the worker's retries of the
+			// poison's code halted (a record projected later clears it:
+			// ordered, the innocent event behind the poison does).
+			var halted atomic.Bool
+			sawHalt := func() {
+				var s ostatus.Snapshot
+				req, _ := http.NewRequest(http.MethodGet, b.base+"/v1/status", nil)
+				req.Header.Set("Authorization", "Bearer op-5e1c9a7b3d2f")
+				res, err := http.DefaultClient.Do(req)
+				if err != nil {
+					return
+				}
+				defer res.Body.Close()
+				if res.StatusCode == http.StatusOK && json.NewDecoder(res.Body).Decode(&s) == nil &&
+					slices.Contains(s.RetriesHalted, ostatus.HaltedRetries{Component: "worker", Class: "record", Code: "postgres_P0001"}) {
+					halted.Store(true)
+				}
+			}
 			require.Eventually(t, func() bool {
+				if !halted.Load() {
+					sawHalt()
+				}
 				return states(good)[outbox.StateSynced] == len(good) && states(poison)[outbox.StateFailed] == len(poison)
-			}, 90*time.Second, 100*time.Millisecond, "good %v, poison %v", states(good), states(poison))
+			}, 90*time.Second, 50*time.Millisecond, "good %v, poison %v", states(good), states(poison))
+			require.True(t, halted.Load(), "the status showed the poison's code halting the worker's retries of records")
 			once := func() {
 				t.Helper()
 				dl := deadLettered()
@@ -120,6 +160,9 @@ CREATE TRIGGER refuse_poison BEFORE INSERT ON events FOR EACH ROW WHEN (NEW.type
 				}
 			}
 			once()
+			got, err := st.LoadEvents(ctx, innocent)
+			require.NoError(t, err)
+			require.Zero(t, got[innocent[0]].Event.RequeueCount, "the innocent event was not published again")
 
 			code, out, errOut := cli("retries", "resume", "--class", "record", "--server", b.base, "--auth-token", "op-5e1c9a7b3d2f")
 			require.Equal(t, ExitOK, code, out+errOut)

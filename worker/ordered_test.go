@@ -355,3 +355,60 @@ func TestOrderedPoisonedDeviceHoldsOnlyItself(t *testing.T) {
 		})
 	}
 }
+
+// TestOrderedDeferredEntriesMarkedHeld: ordered, the later events of a
+// device whose event fails wait behind it, and are marked held for the
+// reconciler (stream.Keys.Held) at least as long as the failing one, so
+// that it publishes no copy of them meanwhile: read in the failing
+// event's batch, or in a later batch behind the entry the worker holds.
+func TestOrderedDeferredEntriesMarkedHeld(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		sameBatch bool
+	}{
+		{name: "SameBatch", sameBatch: true},
+		{name: "LaterBatch"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			b := setup(t)
+			evs := b.write(t, "dev-0", 2)
+			failing, later := evs[0], evs[1]
+			cfg := b.config("w")
+			cfg.Ordered, cfg.LeaseTTL = true, 300*time.Millisecond
+			cfg.MaxDeliveries, cfg.RecordBackoff = 1000, time.Minute // held all along
+			cfg.Projector = failOn(func(ev *outbox.Event, _ bool) error {
+				if ev.ID == failing.ID {
+					return fmt.Errorf("%w: a poisoned event", worker.ErrRecord)
+				}
+				return nil
+			})
+			held := func(id string) time.Time {
+				ms, err := b.rdb.HGet(ctx, b.keys().Held(), id).Int64()
+				if err != nil {
+					return time.Time{}
+				}
+				return time.UnixMilli(ms)
+			}
+			if tc.sameBatch {
+				b.publish(t, failing, later)
+			} else {
+				b.publish(t, failing)
+			}
+			b.start(t, cfg)
+			require.Eventually(t, func() bool { return !held(failing.ID).IsZero() }, waitFor, 5*time.Millisecond,
+				"the failing event is marked held")
+			if !tc.sameBatch {
+				b.publish(t, later)
+			}
+			require.Eventually(t, func() bool { return !held(later.ID).IsZero() }, waitFor, 5*time.Millisecond,
+				"the event waiting behind the failing one is marked held")
+			require.False(t, held(later.ID).Before(held(failing.ID)), "marked held at least as long as the failing event")
+			require.Greater(t, time.Until(held(later.ID)), cfg.RecordBackoff/2)
+			rows, _ := b.rows(t)
+			require.Zero(t, rows, "nothing of the device projected")
+		})
+	}
+}

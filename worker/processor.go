@@ -157,9 +157,9 @@ func (p *processor) prepare(ctx context.Context, msgs []stream.Entry) (*batch, e
 // converges to the same state. g is the consumer the entries were read by
 // (of the stream or its replay lane). pre is the batch already prepared by
 // a read-ahead, or nil; a retry prepares the batch again. heldFirst is,
-// Ordered, the id of the first entry the reader holds of each message
-// group (reader.heldFirst): the group's newer entries wait behind it.
-func (p *processor) handle(ctx context.Context, g *stream.Group, msgs []stream.Entry, pre *batch, heldFirst map[string]string) (_ *tail, err error) {
+// Ordered, the first entry the reader holds of each message group
+// (reader.heldFirst): the group's newer entries wait behind it.
+func (p *processor) handle(ctx context.Context, g *stream.Group, msgs []stream.Entry, pre *batch, heldFirst map[string]heldEntry) (_ *tail, err error) {
 	b := pre
 	if b == nil {
 		var err error
@@ -188,7 +188,7 @@ func (p *processor) handle(ctx context.Context, g *stream.Group, msgs []stream.E
 			return false
 		}
 		first, held := heldFirst[b.groups[id]]
-		return failing[b.groups[id]] || held && stream.CompareIDs(first, entries[id][0].ID) < 0
+		return failing[b.groups[id]] || held && stream.CompareIDs(first.msg.ID, entries[id][0].ID) < 0
 	}
 	for _, id := range ids {
 		switch {
@@ -228,18 +228,22 @@ func (p *processor) handle(ctx context.Context, g *stream.Group, msgs []stream.E
 		if j, err = p.judge(ctx, g, failures, entries, originals); err != nil {
 			return nil, err
 		}
-		p.markHeld(ctx, g, j.until)
 		dead = append(dead, j.dead...)
 		parked = append(parked, j.parked...)
 	}
 	// Deferred entries wait behind the failing one of their group, charged
-	// nothing (takeDue delivers a group's held entries in id order).
+	// nothing (takeDue delivers a group's held entries in id order), and
+	// are marked held as long as it is: a copy the reconciler published
+	// meanwhile would wait behind it too, and each wait would count as a
+	// requeue until the event is parked requeue_exhausted.
 	now := time.Now()
+	held := p.deferredUntil(now, deferred, b.groups, j.until, heldFirst)
 	for _, id := range deferred {
 		for _, m := range entries[id] {
 			j.hold = append(j.hold, heldEntry{g: g, msg: m, due: now})
 		}
 	}
+	p.markHeld(ctx, g, held)
 	b.failSpans(failures, invalid)
 	t := &tail{g: g, spans: b.spans, origins: origins, parked: parked, charge: j.charge}
 	// Only originals not synced yet are written: a replay of synced ones
@@ -582,6 +586,39 @@ func (p *processor) judge(ctx context.Context, g *stream.Group, failures map[str
 		}
 	}
 	return j, nil
+}
+
+// deferredUntil returns the held marks of a batch: until, the failing
+// events' (judgement.until), with each deferred event marked until the
+// latest mark of its message group's failing events of the batch (groups)
+// or the due time of the entry the reader holds first of its group
+// (heldFirst) and ClaimIdle, and at least ClaimIdle past now.
+func (p *processor) deferredUntil(now time.Time, deferred []string, groups map[string]string, until map[string]time.Time, heldFirst map[string]heldEntry) map[string]time.Time {
+	if len(deferred) == 0 {
+		return until
+	}
+	later := func(a, b time.Time) time.Time {
+		if b.After(a) {
+			return b
+		}
+		return a
+	}
+	latest := map[string]time.Time{} // per message group
+	for id, t := range until {
+		latest[groups[id]] = later(latest[groups[id]], t)
+	}
+	marks := maps.Clone(until)
+	if marks == nil {
+		marks = map[string]time.Time{}
+	}
+	for _, id := range deferred {
+		t := later(latest[groups[id]], now.Add(p.cfg.ClaimIdle))
+		if first, ok := heldFirst[groups[id]]; ok {
+			t = later(t, first.due.Add(p.cfg.ClaimIdle))
+		}
+		marks[id] = later(marks[id], t)
+	}
+	return marks
 }
 
 // markHeld tells the reconciler which events g's entries of are held for a

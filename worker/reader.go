@@ -554,20 +554,20 @@ func (r *reader) paused() bool {
 	return r.streak.Halted(failpolicy.ClassUnknown)
 }
 
-// heldFirst returns, Ordered, the id of the first entry of the stream
-// held for each message group: a newer entry of that group waits behind
-// it. It returns nil without Ordered.
-func (r *reader) heldFirst() map[string]string {
+// heldFirst returns, Ordered, the first entry of the stream held for
+// each message group: a newer entry of that group waits behind it. It
+// returns nil without Ordered.
+func (r *reader) heldFirst() map[string]heldEntry {
 	if !r.cfg.Ordered {
 		return nil
 	}
-	first := map[string]string{}
+	first := map[string]heldEntry{}
 	for _, h := range r.held {
 		if h.g != r.group {
 			continue
 		}
-		if id, ok := first[h.group]; !ok || stream.CompareIDs(h.msg.ID, id) < 0 {
-			first[h.group] = h.msg.ID
+		if f, ok := first[h.group]; !ok || stream.CompareIDs(h.msg.ID, f.msg.ID) < 0 {
+			first[h.group] = h
 		}
 	}
 	return first

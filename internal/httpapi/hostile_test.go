@@ -230,8 +230,10 @@ func TestHostileKeys(t *testing.T) {
 
 // TestHostileInputRules: the documented input rules hold at the API (issue
 // 14, item 4): keys are printable, occurredAt follows RFC 3339 section 5.6
-// in both directions, the depth limit counts objects and arrays only, and a
-// NUL in a payload string is refused; 422 names the field.
+// in both directions, the depth limit counts objects and arrays only, a
+// NUL in a payload string is refused, and so is a number PostgreSQL's
+// numeric cannot hold (the read model's jsonb would refuse it); 422 names
+// the field.
 func TestHostileInputRules(t *testing.T) {
 	t.Parallel()
 	nested := func(n int, leaf string) string {
@@ -253,6 +255,9 @@ func TestHostileInputRules(t *testing.T) {
 		{name: "ThirtyThreeLevels", body: event(`"payload":` + nested(33, `{"x":1}`)), status: 422, fields: []string{"payload" + strings.Repeat(".a", 32)}},
 		{name: "NulInPayloadString", body: event(`"payload":{"note":"a\u0000b"}`), status: 422, fields: []string{"payload.note"}, detail: "NUL"},
 		{name: "NulInBatchPayload", path: "/v1/events:batch", body: batchOf(event(`"deviceKey":"n1"`), event(`"payload":{"l":["x\u0000"]}`)), status: 422, fields: []string{"events[1].payload.l[0]"}},
+		{name: "NumberBeyondNumeric", body: event(`"payload":{"a":[1,{"n":1e-20000}]}`), status: 422, fields: []string{"payload.a[1].n"}},
+		{name: "NumberUnderflowingAFloat", body: event(`"payload":{"n":1e-16383}`), status: 422, fields: []string{"payload.n"}},
+		{name: "BatchNumberBeyondNumeric", path: "/v1/events:batch", body: batchOf(event(`"deviceKey":"p1"`), event(`"payload":{"n":1.0e-16383}`)), status: 422, fields: []string{"events[1].payload.n"}},
 
 		{name: "LowerCaseTAndZ", body: event(`"deviceKey":"lower"`, at("2026-11-01t10:00:00z")), status: 201},
 		{name: "UnknownLocalOffset", body: event(`"deviceKey":"minus-zero"`, at("2026-11-01T10:00:00-00:00")), status: 201},
@@ -262,6 +267,7 @@ func TestHostileInputRules(t *testing.T) {
 		{name: "LeapSecondWithOffset", body: event(`"deviceKey":"leap-offset"`, at("2017-01-01T00:59:60+01:00")), status: 201},
 		{name: "ThirtyTwoLevelsScalarLeaf", body: event(`"deviceKey":"deep1"`, `"payload":`+nested(32, `{"x":1}`)), status: 201},
 		{name: "ThirtyTwoLevelsStringLeaf", body: event(`"deviceKey":"deep2"`, `"payload":`+nested(32, `{"x":"s"}`)), status: 201},
+		{name: "ZeroAtTheSmallestNumericScale", body: event(`"deviceKey":"zero-scale"`, `"payload":{"z":0e-16383}`), status: 201},
 		{name: "PrintableKeys", body: event(`"sourceKey":"Gerät 7 / Halle ü"`, `"deviceKey":"センサー"`), status: 201},
 	})
 }

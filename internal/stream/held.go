@@ -10,9 +10,34 @@ import (
 )
 
 // HeldKeep is how long the held marks of a partition outlive the last one
-// written: marks are rarely removed one by one (a mark past its time means
-// nothing), so the whole hash expires once no worker holds anything.
+// written: the whole hash expires once no worker holds anything. Under a
+// steady trickle of failing records it never does, so each MarkHeld also
+// removes marks past their time (pruneHeldScript).
 const HeldKeep = 24 * time.Hour
+
+// pruneHeldScript removes, of ARGV[2] fields of the hash KEYS[1] picked at
+// random, those whose time (Unix milliseconds) is not after ARGV[1], and
+// returns how many it removed. A mark past its time means nothing; a mark
+// written again meanwhile is never removed (the script runs in one step).
+var pruneHeldScript = redis.NewScript(`
+local now = tonumber(ARGV[1])
+local picked = redis.call('HRANDFIELD', KEYS[1], tonumber(ARGV[2]), 'WITHVALUES')
+local old = {}
+for i = 1, #picked, 2 do
+  local t = tonumber(picked[i + 1])
+  if t == nil or t <= now then old[#old + 1] = picked[i] end
+end
+if #old > 0 then redis.call('HDEL', KEYS[1], unpack(old)) end
+return #old`)
+
+// heldPruned is how many fields MarkHeld looks at for each mark it writes
+// (pruneHeldScript, plus heldPrunedBase): with more looked at than
+// written, the marks past their time are at most about half of the hash,
+// whatever the rate of the marks.
+const (
+	heldPruned     = 2
+	heldPrunedBase = 16
+)
 
 // Held is the key of the hash of the partition's events a worker holds
 // for a later delivery (a record that failed, kept pending in its group):
@@ -24,7 +49,8 @@ func (k Keys) Held() string { return k.base() + ":held" }
 
 // MarkHeld records that the events ids of k's partition are held until
 // the given times (one HSET, and the hash's expiry moved to HeldKeep past
-// the latest).
+// the latest), and removes some of the marks past their time
+// (pruneHeldScript), in one MULTI/EXEC.
 func (c *Client) MarkHeld(ctx context.Context, k Keys, until map[string]time.Time) error {
 	if len(until) == 0 {
 		return nil
@@ -38,7 +64,9 @@ func (c *Client) MarkHeld(ctx context.Context, k Keys, until map[string]time.Tim
 		}
 	}
 	keep := max(time.Until(last), 0) + HeldKeep
+	pick := min(heldPruned*len(until)+heldPrunedBase, ackScriptChunk)
 	_, err := c.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		pruneHeldScript.Eval(ctx, p, []string{k.Held()}, time.Now().UnixMilli(), pick)
 		p.HSet(ctx, k.Held(), values...)
 		p.ExpireGT(ctx, k.Held(), keep)
 		p.ExpireNX(ctx, k.Held(), keep)
