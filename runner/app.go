@@ -419,12 +419,9 @@ func (a *app) newWorker() (service, error) {
 	base := a.o.workerConfig()
 	limiter := worker.NewReplayLimiter(base.ReplayRate)
 	// One Worker per partition (each reads its partition's stream and
-	// replay lane), --concurrency of them per partition; dev runs them on
-	// each routed stream too (work reads --stream alone).
-	streams := []string{a.o.stream}
-	if a.role.name == "dev" {
-		streams = a.streams()
-	}
+	// replay lane), --concurrency of them per partition, on each of the
+	// projected streams.
+	streams := a.projectedStreams()
 	workers := make(serviceGroup, 0, a.o.concurrency*a.partitions()*len(streams))
 	var hook worker.DeadLetterHook
 	var hookService service
@@ -455,6 +452,16 @@ func (a *app) newWorker() (service, error) {
 		return stopThen{first: workers.single(), then: hookService}, nil
 	}
 	return workers.single(), nil
+}
+
+// projectedStreams returns the streams whose workers project into the
+// read model: dev runs them on each routed stream too, work reads
+// --stream alone (and so do the other roles' checks of what it projects).
+func (a *app) projectedStreams() []string {
+	if a.role.name == "dev" {
+		return a.streams()
+	}
+	return []string{a.o.stream}
 }
 
 // partitionsOf yields each partition of each of streams (n partitions
@@ -565,6 +572,7 @@ func (a *app) newAudit() (service, error) {
 	}
 	cfg := a.o.auditConfig()
 	cfg.Store, cfg.ReadModel, cfg.Stream, cfg.Registerer = a.st, rm, a.o.stream, a.reg
+	cfg.Routes, cfg.ProjectedStreams = a.o.routes.routes, a.projectedStreams()
 	audit, err := operator.NewAudit(cfg, a.log)
 	if err != nil {
 		return nil, err
@@ -826,7 +834,7 @@ func (a *app) newAdmin() (*operator.Operator, error) {
 		return a.admin, nil
 	}
 	cfg := &operator.Config{Store: a.st, Stream: a.o.stream, Group: a.o.group, Partitions: a.partitions(), Routes: a.o.routes.routes,
-		Role: a.role.name, EventRetention: a.o.eventRetention, Registerer: a.reg, Message: &a.o.message}
+		ProjectedStreams: a.projectedStreams(), Role: a.role.name, EventRetention: a.o.eventRetention, Registerer: a.reg, Message: &a.o.message}
 	if a.rc != nil {
 		cfg.Redis = a.rc
 	}

@@ -18,6 +18,12 @@ type Checker interface {
 	Projected(ctx context.Context, tx pgx.Tx, ids []string) (map[string]bool, error)
 }
 
+// typeChecker is a Checker whose read model holds rows of some event
+// types only (worker.TypeChecker).
+type typeChecker interface {
+	Checks(eventType string) bool
+}
+
 // unprojector is a Checker that can also remove originals' rows
 // (worker.Unprojector).
 type unprojector interface {
@@ -61,6 +67,14 @@ func (k *Keyed) Projected(ctx context.Context, ids []string) (map[string]bool, e
 		return nil, fmt.Errorf("error reading %d originals' rows: %w", len(ids), err)
 	}
 	return out, nil
+}
+
+// Checks reports whether the read model holds rows of the originals of
+// eventType: what the projector says (worker.TypeChecker), every type
+// when it does not say.
+func (k *Keyed) Checks(eventType string) bool {
+	tc, ok := k.checker.(typeChecker)
+	return !ok || tc.Checks(eventType)
 }
 
 // CanUnproject reports whether the projector can remove originals' rows
