@@ -120,6 +120,10 @@ func (k *Keyed) Recompute(ctx context.Context, events []*outbox.Event) (int, err
 	return n, err
 }
 
+// AuditRecordable reports whether the audit's table is in the database
+// (DB.AuditRecordable).
+func (k *Keyed) AuditRecordable(ctx context.Context) (bool, error) { return k.db.AuditRecordable(ctx) }
+
 // SaveAudit records the audit's last run (DB.SaveAudit).
 func (k *Keyed) SaveAudit(ctx context.Context, stream string, ranAt time.Time, report []byte) error {
 	return k.db.SaveAudit(ctx, stream, ranAt, report)
