@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/operator"
@@ -78,9 +79,11 @@ func checkOrders(ctx context.Context, t *testing.T, pool interface {
 
 // TestSQLProjectionSurvivesSIGKILL runs `outboxd dev --projection` on a
 // file of the test's own, kills it with SIGKILL while its worker holds a
-// batch it has not projected (the orders table is locked), starts it again,
-// and then replays the whole window: the rows are there exactly once and
-// the counters exact, through redelivery, reconciliation and replay.
+// batch it has not projected (the orders table is locked), deletes the
+// stream entries it held (lost: the reconciler must re-publish their
+// originals, and does), starts it again, and then replays the whole
+// window: the rows are there exactly once and the counters exact, through
+// redelivery, reconciliation and replay.
 func TestSQLProjectionSurvivesSIGKILL(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
@@ -140,7 +143,17 @@ func TestSQLProjectionSurvivesSIGKILL(t *testing.T) {
 	require.NoError(t, proc.cmd.Process.Signal(syscall.SIGKILL))
 	<-proc.done
 	require.NoError(t, lock.Rollback(ctx))
+	// The entries the killed worker held are lost with it (as if Redis had
+	// lost them): only the reconciler brings their originals back.
+	held, err := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: stream, Group: group, Start: "-", End: "+", Count: n}).Result()
+	require.NoError(t, err)
+	require.NotEmpty(t, held)
+	for _, p := range held {
+		require.NoError(t, rdb.XDel(ctx, stream, p.ID).Err())
+	}
 	proc = startProcess(t, bin, args, base)
+	require.Eventually(t, func() bool { return reconcilerPublished(t, base) >= float64(len(held)) }, time.Minute, 100*time.Millisecond,
+		"the reconciler did not re-publish the %d lost originals: %s", len(held), proc.stderr)
 	for i := n / 2; i < n; i++ {
 		post(i)
 	}
@@ -176,6 +189,31 @@ func TestSQLProjectionSurvivesSIGKILL(t *testing.T) {
 	case <-time.After(45 * time.Second):
 		t.Fatal("outboxd dev did not stop within 45s of SIGTERM")
 	}
+}
+
+// reconcilerPublished returns outboxd_reconciler_published_total of the
+// process at base (0 when it cannot be read).
+func reconcilerPublished(t *testing.T, base string) float64 {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	var b bytes.Buffer
+	if _, err := b.ReadFrom(resp.Body); err != nil {
+		return 0
+	}
+	var total float64
+	for line := range strings.Lines(b.String()) {
+		if name, value, ok := strings.Cut(strings.TrimSpace(line), " "); ok && strings.HasPrefix(name, "outboxd_reconciler_published_total") {
+			var v float64
+			if _, err := fmt.Sscan(value, &v); err == nil {
+				total += v
+			}
+		}
+	}
+	return total
 }
 
 // TestProjectionFlag: a statement PostgreSQL refuses stops the worker

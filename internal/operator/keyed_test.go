@@ -300,3 +300,55 @@ func TestRebuildAndRepairCounters(t *testing.T) {
 		require.Equal(t, want, counters(), "the restored row counted once")
 	})
 }
+
+// TestProjectionFileDeadLetters: a projection file binding a payload
+// field into an int column: an original whose field is not a number
+// ("qty":"x", SQLSTATE 22P02 in PostgreSQL) is dead-lettered after its
+// deliveries, and the others of its batches are projected.
+func TestProjectionFileDeadLetters(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	_, err := b.pg.Pool.Exec(ctx, `CREATE TABLE lines (event_id text PRIMARY KEY, qty int NOT NULL)`)
+	require.NoError(t, err)
+	file, err := projection.Parse("lines.sql", "-- key: lines.event_id\nINSERT INTO lines (event_id, qty) VALUES (:eventId, :payload.qty) ON CONFLICT DO NOTHING")
+	require.NoError(t, err)
+	var inputs []outbox.Input
+	for i, qty := range []string{"1", `"x"`, "3", "4"} {
+		inputs = append(inputs, outbox.Input{SourceKey: "src", DeviceKey: fmt.Sprintf("d%d", i), OccurredAt: "2026-11-01T10:00:00Z",
+			Payload: json.RawMessage(`{"qty":` + qty + `}`)})
+	}
+	res, err := b.w.Write(ctx, inputs)
+	require.NoError(t, err)
+	var events []*outbox.Event
+	for _, r := range res {
+		events = append(events, testkit.Event(t, b.st, r.ID))
+	}
+	bad := events[1]
+	require.NoError(t, b.rc.Publisher(b.keys, nil, nil).PublishEvents(ctx, events, outbox.OriginOutbox))
+	w, err := worker.New(b.st, b.rdb, b.pg.Pool, &worker.Config{Stream: b.keys.Name(), Group: b.keys.Group(), Consumer: "c",
+		Block: 50 * time.Millisecond, MaxDeliveries: 2, RecordBackoff: 10 * time.Millisecond, Projector: file}, testkit.Logger(t))
+	require.NoError(t, err)
+	require.NoError(t, w.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, w.Stop(context.Background())) })
+	require.Eventually(t, func() bool {
+		n, err := b.rc.Len(ctx, b.keys.DLQ())
+		return err == nil && n == 1 && testkit.Event(t, b.st, bad.ID).State() == outbox.StateFailed
+	}, waitFor, 10*time.Millisecond)
+
+	page, err := b.op.ListDLQ(ctx, operator.DLQQuery{})
+	require.NoError(t, err)
+	require.Len(t, page.Entries, 1)
+	require.Equal(t, bad.ID, page.Entries[0].EventID)
+	require.Equal(t, outbox.CategoryPoison, page.Entries[0].Category)
+	require.Contains(t, page.Entries[0].Error, "22P02")
+	rows, err := b.pg.Pool.Query(ctx, `SELECT event_id, qty FROM lines ORDER BY qty`)
+	require.NoError(t, err)
+	got, err := pgx.CollectRows(rows, pgx.RowToMap)
+	require.NoError(t, err)
+	require.Equal(t, []map[string]any{{"event_id": events[0].ID, "qty": int32(1)}, {"event_id": events[2].ID, "qty": int32(3)},
+		{"event_id": events[3].ID, "qty": int32(4)}}, got, "the others projected, once")
+	for _, ev := range []*outbox.Event{events[0], events[2], events[3]} {
+		require.Equal(t, outbox.StateSynced, testkit.Event(t, b.st, ev.ID).State())
+	}
+}
