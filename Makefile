@@ -22,7 +22,7 @@ services: ## Install (Debian) and start PostgreSQL and Redis when missing; creat
 	@bash deploy/dev/ensure-services.sh
 
 .PHONY: test-services
-test-services: ## services, plus promtool and Chromium (the tests use them) when missing
+test-services: ## services, plus promtool, Chromium and python3 (the tests use them) when missing
 	@bash deploy/dev/ensure-services.sh --test-tools
 
 .PHONY: build

@@ -1,12 +1,14 @@
 package projection
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,7 +39,10 @@ type File struct {
 	// when it has none, and then the read model cannot be checked.
 	Key *Key
 
-	stmts    []*statement
+	stmts []*statement
+	// keyed are the event types the file keeps a key row for; nil: every
+	// type (Checks).
+	keyed    []string
 	prepared atomic.Pointer[preparedFile]
 	mu       sync.Mutex // held by Prepare
 }
@@ -54,6 +59,11 @@ type Key struct {
 	Table string
 	// Column is the column that holds the event id.
 	Column string
+	// Types are the event types whose originals get a key row, as the
+	// key line names them (`-- key: TABLE.COLUMN types A, B`); nil when it
+	// names none, and then they are the types of the statements that
+	// insert into Table (File.Checks).
+	Types []string
 }
 
 // String returns TABLE.COLUMN.
@@ -110,7 +120,68 @@ func Parse(name, src string) (*File, error) {
 		}
 		return nil, err
 	}
-	return &File{Name: name, Key: key, stmts: stmts}, nil
+	return &File{Name: name, Key: key, stmts: stmts, keyed: keyedTypes(stmts, key)}, nil
+}
+
+// insertInto matches the table an INSERT writes.
+var insertInto = regexp.MustCompile(`(?i)\binsert\s+into\s+((?:"[^"]+"|[a-z_][a-z0-9_$]*)(?:\s*\.\s*(?:"[^"]+"|[a-z_][a-z0-9_$]*))*)`)
+
+// keyedTypes returns the event types whose originals get a key row: the
+// key line's types, else the union of the -- types: of the projecting
+// statements that insert into the key table; nil (every type) when one of
+// those is unrestricted, when none is found, or without a key.
+func keyedTypes(stmts []*statement, key *Key) []string {
+	if key == nil {
+		return nil
+	}
+	if len(key.Types) > 0 {
+		return key.Types
+	}
+	var types []string
+	for _, s := range stmts {
+		if s.kind != kindProject || !insertsInto(s, key.Table) {
+			continue
+		}
+		if len(s.types) == 0 {
+			return nil
+		}
+		for _, t := range s.types {
+			if !slices.Contains(types, t) {
+				types = append(types, t)
+			}
+		}
+	}
+	return types
+}
+
+// insertsInto reports whether s has an INSERT INTO table (compared
+// without quotes and case; an unqualified name on either side matches
+// any schema).
+func insertsInto(s *statement, table string) bool {
+	want := strings.ToLower(table)
+	_, wantName, _ := strings.Cut(want, ".")
+	if wantName == "" {
+		wantName = want
+	}
+	for _, m := range insertInto.FindAllStringSubmatch(s.sql(func(int) string { return "$1" }), -1) {
+		got := strings.ToLower(strings.NewReplacer(`"`, "", " ", "", "\t", "", "\n", "", "\r", "").Replace(m[1]))
+		gotName := got[strings.LastIndexByte(got, '.')+1:]
+		if got == want || gotName == wantName && (!strings.Contains(got, ".") || !strings.Contains(want, ".")) {
+			return true
+		}
+	}
+	return false
+}
+
+// Checks reports whether the file keeps a key row for the originals of
+// eventType (worker.TypeChecker): those the key line's `types` name, else
+// those of the -- types: of its statements that insert into the key
+// table; every type when one of them has no -- types: line, or none is
+// found. Verify and the audit check only those originals: one of another
+// type (which an UPDATE only touches, or no statement runs for) has no
+// key row by design.
+func (f *File) Checks(eventType string) bool {
+	return f.keyed == nil || slices.Contains(f.keyed, cmp.Or(eventType, outbox.TypeDefault))
 }
 
 //go:embed demo.sql

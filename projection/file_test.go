@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxd/outboxd/internal/readmodel"
@@ -350,4 +351,35 @@ func BenchmarkProject(b *testing.B) {
 			b.ReportMetric(float64(b.N*len(batch))/b.Elapsed().Seconds(), "events/s")
 		})
 	}
+}
+
+// TestUpsertSameKeyInBatch: a plain single-row upsert runs once per batch
+// in its batch form, which PostgreSQL refuses when the batch holds its
+// conflict key twice (21000: ON CONFLICT DO UPDATE cannot affect a row a
+// second time); `-- per-event:` runs it once per event, in event id order,
+// so the batch goes through and the last event's value wins.
+func TestUpsertSameKeyInBatch(t *testing.T) {
+	t.Parallel()
+	const schema = `CREATE TABLE latest (device text PRIMARY KEY, v int NOT NULL)`
+	const upsert = "INSERT INTO latest (device, v) VALUES (:deviceKey, :payload.v) ON CONFLICT (device) DO UPDATE SET v = EXCLUDED.v"
+	first, second := event("reading", `{"v":1}`), event("reading", `{"v":2}`) // one device
+	first.ID, second.ID = "6b0000000000000000000001", "6b0000000000000000000002"
+	batch := []*outbox.Event{second, first}
+
+	t.Run("BatchForm", func(t *testing.T) {
+		b := setup(t, schema, upsert)
+		err := pgx.BeginFunc(b.ctx, b.pg.Pool, func(tx pgx.Tx) error { return b.file.Project(b.ctx, tx, batch) })
+		var pgErr *pgconn.PgError
+		require.ErrorAs(t, err, &pgErr)
+		require.Equal(t, "21000", pgErr.Code)
+	})
+	t.Run("PerEvent", func(t *testing.T) {
+		b := setup(t, schema, "-- per-event:\n"+upsert)
+		for _, pipelined := range []bool{true, false} {
+			project(t, b, b.file, pipelined, batch)
+			var v int
+			require.NoError(t, b.pg.Pool.QueryRow(b.ctx, `SELECT v FROM latest WHERE device = 'd'`).Scan(&v))
+			require.Equal(t, 2, v, "the later event's value")
+		}
+	})
 }

@@ -75,8 +75,9 @@ type param struct {
 }
 
 // parse cuts src (the file's text) into statements and reads its
-// directives: `-- key: TABLE.COLUMN` once per file; before a statement
-// `-- types: A, B`, and `-- unproject:` or `-- recompute:` for a statement
+// directives: `-- key: TABLE.COLUMN [types A, B]` once per file; before a
+// statement `-- types: A, B`, `-- per-event:` (it runs once per event, never
+// in its batch form), and `-- unproject:` or `-- recompute:` for a statement
 // that does not project (see kind). Errors name the line.
 func parse(src string) ([]*statement, *Key, error) {
 	p := &parser{src: src, line: 1}
@@ -94,7 +95,11 @@ type parser struct {
 	// kindLine that directive's line.
 	kind     kind
 	kindLine int
-	out      []*statement
+	// perEvent is set by a -- per-event: line for the next statement, at
+	// perEventLine.
+	perEvent     bool
+	perEventLine int
+	out          []*statement
 
 	cur      *statement
 	buf      strings.Builder
@@ -206,6 +211,9 @@ func (p *parser) run() ([]*statement, *Key, error) {
 	if p.kind != kindProject {
 		return nil, nil, p.errorf(p.kindLine, "a %s line with no statement after it", p.kind.directive())
 	}
+	if p.perEvent {
+		return nil, nil, p.errorf(p.perEventLine, "a -- per-event: line with no statement after it")
+	}
 	if !slices.ContainsFunc(p.out, func(s *statement) bool { return s.kind == kindProject }) {
 		return nil, nil, p.errorf(1, "no statement that projects")
 	}
@@ -262,6 +270,9 @@ func (p *parser) end() error {
 	if p.kind == kindUnproject && p.cur.values >= 0 {
 		p.cur.values = -1 // it runs once, with the ids as one array
 	}
+	if p.perEvent {
+		p.cur.values, p.perEvent = -1, false
+	}
 	p.cur.types, p.types = p.types, nil
 	p.cur.kind, p.kind = p.kind, kindProject
 	p.out = append(p.out, p.cur)
@@ -300,14 +311,17 @@ func (p *parser) comment() error {
 		if len(p.types) == 0 {
 			return p.errorf(p.line, "a -- types: line with no type")
 		}
+	case ok && name == "per-event":
+		if err := p.bare("-- per-event:", value); err != nil {
+			return err
+		}
+		p.perEvent, p.perEventLine = true, p.line
 	case ok && (name == "unproject" || name == "recompute"):
 		k := map[string]kind{"unproject": kindUnproject, "recompute": kindRecompute}[name]
-		switch {
-		case p.cur.line != 0:
-			return p.errorf(p.line, "a %s line inside a statement (put it before the statement)", k.directive())
-		case value != "":
-			return p.errorf(p.line, "%s takes nothing after the colon: the statement follows on the next lines", k.directive())
-		case p.kind != kindProject:
+		if err := p.bare(k.directive(), value); err != nil {
+			return err
+		}
+		if p.kind != kindProject {
 			return p.errorf(p.line, "two directives for one statement (%s, then %s)", p.kind.directive(), k.directive())
 		}
 		p.kind, p.kindLine = k, p.line
@@ -316,8 +330,37 @@ func (p *parser) comment() error {
 	return nil
 }
 
-// parseKey reads TABLE.COLUMN (or SCHEMA.TABLE.COLUMN).
+// bare checks a directive line that marks the next statement and takes
+// nothing after its colon.
+func (p *parser) bare(directive, value string) error {
+	switch {
+	case p.cur.line != 0:
+		return p.errorf(p.line, "a %s line inside a statement (put it before the statement)", directive)
+	case value != "":
+		return p.errorf(p.line, "%s takes nothing after the colon: the statement follows on the next lines", directive)
+	}
+	return nil
+}
+
+// parseKey reads TABLE.COLUMN (or SCHEMA.TABLE.COLUMN), optionally
+// followed by `types A, B`: the event types the key table holds rows of.
 func parseKey(s string) (*Key, error) {
+	var types []string
+	if name, list, ok := strings.Cut(s, " "); ok {
+		word, list, _ := strings.Cut(strings.TrimSpace(list), " ")
+		if word != "types" {
+			return nil, fmt.Errorf("-- key: wants TABLE.COLUMN, optionally followed by types A, B (got %q)", s)
+		}
+		for t := range strings.SplitSeq(list, ",") {
+			if t = strings.TrimSpace(t); t != "" {
+				types = append(types, t)
+			}
+		}
+		if len(types) == 0 {
+			return nil, fmt.Errorf("-- key: %s types names no type", name)
+		}
+		s = name
+	}
 	parts := strings.Split(s, ".")
 	if len(parts) < 2 || len(parts) > 3 || slices.Contains(parts, "") {
 		return nil, fmt.Errorf("-- key: wants TABLE.COLUMN, got %q", s)
@@ -329,7 +372,7 @@ func parseKey(s string) (*Key, error) {
 			}
 		}
 	}
-	return &Key{Table: strings.Join(parts[:len(parts)-1], "."), Column: parts[len(parts)-1]}, nil
+	return &Key{Table: strings.Join(parts[:len(parts)-1], "."), Column: parts[len(parts)-1], Types: types}, nil
 }
 
 func (p *parser) blockComment() error {

@@ -58,8 +58,39 @@ func TestParse(t *testing.T) {
 		_, batch := stmts[2].batchSQL([]string{"text"})
 		require.True(t, batch, "a recompute statement has a batch form too")
 	})
+	t.Run("KeyedTypes", func(t *testing.T) {
+		for _, tc := range []struct {
+			src  string
+			want []string // nil: every type
+		}{
+			{"-- key: orders.event_id\n-- types: a, b\nINSERT INTO orders VALUES (:eventId);\n-- types: c\nUPDATE orders SET x = 1 WHERE event_id = :payload.id", []string{"a", "b"}},
+			{"-- key: app.orders.event_id\n-- types: a\nWITH i AS (INSERT INTO \"app\" . \"orders\" VALUES (:eventId) RETURNING 1) SELECT 1;\n-- types: b\ninsert into ORDERS values (:eventId)", []string{"a", "b"}},
+			{"-- key: orders.event_id\n-- types: a\nINSERT INTO orders VALUES (:eventId);\nINSERT INTO orders VALUES (:eventId)", nil},
+			{"-- key: orders.event_id\n-- types: a\nINSERT INTO other VALUES (:eventId)", nil},
+			{"-- key: orders.event_id types x, y\n-- types: a\nINSERT INTO orders VALUES (:eventId)", []string{"x", "y"}},
+			{"-- types: a\nINSERT INTO orders VALUES (:eventId)", nil},
+		} {
+			f, err := Parse("f.sql", tc.src)
+			require.NoError(t, err, tc.src)
+			require.Equal(t, tc.want, f.keyed, tc.src)
+			require.Equal(t, tc.want == nil, f.Checks("zzz"), tc.src)
+		}
+	})
+	t.Run("PerEvent", func(t *testing.T) {
+		stmts, _, err := parse("-- types: a\n-- per-event:\nINSERT INTO t VALUES (:eventId) ON CONFLICT (a) DO UPDATE SET b = EXCLUDED.b;\nINSERT INTO t VALUES (:eventId)")
+		require.NoError(t, err)
+		_, batch := stmts[0].batchSQL([]string{"text"})
+		require.False(t, batch, "-- per-event: keeps the statement out of its batch form")
+		require.Equal(t, []string{"a"}, stmts[0].types)
+		_, batch = stmts[1].batchSQL([]string{"text"})
+		require.True(t, batch, "only the next statement")
+	})
 	t.Run("Errors", func(t *testing.T) {
 		for src, want := range map[string]string{
+			"-- key: t.id kinds a\nSELECT 1":     "line 1: -- key: wants TABLE.COLUMN, optionally followed by types A, B",
+			"-- key: t.id types ,\nSELECT 1":     "line 1: -- key: t.id types names no type",
+			"SELECT :eventId;\n-- per-event:\n":  "line 2: a -- per-event: line with no statement after it",
+			"-- per-event: yes\nSELECT :eventId": "line 1: -- per-event: takes nothing after the colon",
 			"SELECT 1;\nSELECT :nope":            "line 2: unknown parameter :nope",
 			"SELECT 1;\n-- types: a\n":           "line 3: a -- types: line with no statement after it",
 			"-- key: a\n":                        "line 1: -- key: wants TABLE.COLUMN",

@@ -81,6 +81,10 @@ type app struct {
 	// exist (present).
 	presentOnce sync.Once
 	present     bool
+	// auditOnce looks up once whether the audit's table exists
+	// (auditTable).
+	auditOnce  sync.Once
+	auditTable bool
 	// committer groups the single-event ingest requests into shared store
 	// transactions while the HTTP server runs (api roles).
 	committer *outbox.Committer
@@ -342,19 +346,42 @@ func (a *app) projector() worker.Projector {
 	}
 }
 
-// prepareProjection prepares the --projection file's statements against
-// PostgreSQL (after dev's migrations): a statement PostgreSQL refuses is a
-// configuration error naming the file and the line.
+// prepareProjection prepares the projector against PostgreSQL when it is a
+// worker.Preparer (the --projection file, or a projection.File given with
+// runner.WithProjector), in every role with PostgreSQL (after dev's
+// migrations and the program's setups): replay --rebuild and verify
+// --repair run its statements too. A statement PostgreSQL refuses is a
+// configuration error (exit 2) naming the file and the line.
 func (a *app) prepareProjection(ctx context.Context) error {
-	if a.o.projectionFile == nil || a.pg == nil {
+	p, ok := a.projector().(worker.Preparer)
+	if !ok || a.pg == nil {
 		return nil
 	}
-	if err := a.o.projectionFile.Prepare(ctx, a.pg); err != nil {
-		var se *projection.StatementError
-		if errors.As(err, &se) {
-			return config.Invalid("projection", "%v", err)
-		}
+	err := p.Prepare(ctx, a.pg)
+	var se *projection.StatementError
+	switch {
+	case err == nil:
+		return nil
+	case !errors.As(err, &se):
 		return err
+	case a.set.projector == nil:
+		return config.Invalid("projection", "%v", err)
+	default:
+		return usageError{fmt.Errorf("the projection file of runner.WithProjector: %w", err)}
+	}
+}
+
+// usageError is an error that exits 2 (config.ErrUsage).
+type usageError struct{ err error }
+
+func (e usageError) Error() string   { return e.err.Error() }
+func (e usageError) Unwrap() []error { return []error{e.err, config.ErrUsage} }
+
+// checkProjector refuses --projection beside runner.WithProjector: which of
+// the two would project is not the operator's to guess.
+func checkProjector(o *options, s *settings) error {
+	if o.projection != "" && s.projector != nil {
+		return config.Invalid("projection", "cannot be given to a program that sets its projector (runner.WithProjector)")
 	}
 	return nil
 }
@@ -402,13 +429,40 @@ const readModelPresenceTimeout = 5 * time.Second
 // reconciler) has not applied them. PostgreSQL not answering counts as
 // present: the audit's runs say that it does not answer.
 func (a *app) defaultReadModelPresent() bool {
-	a.presentOnce.Do(func() {
+	return presentOnce(&a.presentOnce, &a.present, readmodel.New(a.pg).Present)
+}
+
+// auditRecordable reports, looked up once, whether the table the audit
+// records its runs in (audit_runs) is in the database: a team's own read
+// model may have none of outboxd's migrations. PostgreSQL not answering
+// counts as present.
+func (a *app) auditRecordable() bool {
+	return presentOnce(&a.auditOnce, &a.auditTable, readmodel.New(a.pg).AuditRecordable)
+}
+
+// presentOnce sets *present, once, to what look answers (true when it
+// fails), and returns it.
+func presentOnce(once *sync.Once, present *bool, look func(context.Context) (bool, error)) bool {
+	once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), readModelPresenceTimeout)
 		defer cancel()
-		present, err := readmodel.New(a.pg).Present(ctx)
-		a.present = err != nil || present
+		ok, err := look(ctx)
+		*present = err != nil || ok
 	})
-	return a.present
+	return *present
+}
+
+// auditOff says why the read model's audit cannot run ("": it can): the
+// read model cannot be checked, or the audit's table is missing.
+func (a *app) auditOff() (checkedReadModel, string) {
+	rm, unchecked := a.readModel()
+	switch {
+	case unchecked != "":
+		return nil, "this read model cannot be checked: " + unchecked
+	case rm != nil && !a.auditRecordable():
+		return nil, "it records its runs in the table audit_runs, which is not in this PostgreSQL database (outboxd migrate --read-model-only applies it)"
+	}
+	return rm, ""
 }
 
 // newWorker returns the process's workers: --concurrency batch loops,
@@ -419,12 +473,9 @@ func (a *app) newWorker() (service, error) {
 	base := a.o.workerConfig()
 	limiter := worker.NewReplayLimiter(base.ReplayRate)
 	// One Worker per partition (each reads its partition's stream and
-	// replay lane), --concurrency of them per partition; dev runs them on
-	// each routed stream too (work reads --stream alone).
-	streams := []string{a.o.stream}
-	if a.role.name == "dev" {
-		streams = a.streams()
-	}
+	// replay lane), --concurrency of them per partition, on each of the
+	// projected streams.
+	streams := a.projectedStreams()
 	workers := make(serviceGroup, 0, a.o.concurrency*a.partitions()*len(streams))
 	var hook worker.DeadLetterHook
 	var hookService service
@@ -455,6 +506,16 @@ func (a *app) newWorker() (service, error) {
 		return stopThen{first: workers.single(), then: hookService}, nil
 	}
 	return workers.single(), nil
+}
+
+// projectedStreams returns the streams whose workers project into the
+// read model: dev runs them on each routed stream too, work reads
+// --stream alone (and so do the other roles' checks of what it projects).
+func (a *app) projectedStreams() []string {
+	if a.role.name == "dev" {
+		return a.streams()
+	}
+	return []string{a.o.stream}
 }
 
 // partitionsOf yields each partition of each of streams (n partitions
@@ -556,15 +617,16 @@ func (a *app) reconcilerConfig() *reconciler.Config {
 // newAudit returns the read model's audit (--audit-every, --audit-sample),
 // or nil when it is off.
 func (a *app) newAudit() (service, error) {
-	rm, unchecked := a.readModel()
-	if unchecked != "" && a.o.auditEvery != 0 {
-		a.log.Warn("the read model's audit is off: this read model cannot be checked", zap.String("reason", unchecked))
+	rm, off := a.auditOff()
+	if off != "" && a.o.auditEvery != 0 {
+		a.log.Warn("the read model's audit is off: " + off)
 	}
 	if a.o.auditEvery == 0 || rm == nil {
 		return nil, nil
 	}
 	cfg := a.o.auditConfig()
 	cfg.Store, cfg.ReadModel, cfg.Stream, cfg.Registerer = a.st, rm, a.o.stream, a.reg
+	cfg.Routes, cfg.ProjectedStreams = a.o.routes.routes, a.projectedStreams()
 	audit, err := operator.NewAudit(cfg, a.log)
 	if err != nil {
 		return nil, err
@@ -762,11 +824,12 @@ func (a *app) httpHandler() (http.Handler, error) {
 		if a.rec != nil {
 			status.LastSweep = a.rec.LastReport
 		}
-		if rm, unchecked := a.readModel(); rm != nil {
+		if rm, _ := a.auditOff(); rm != nil {
 			status.Audit = func(ctx context.Context) (*operator.AuditReport, error) {
 				return operator.LastAudit(ctx, rm, a.o.stream)
 			}
-		} else {
+		}
+		if _, unchecked := a.readModel(); unchecked != "" {
 			status.Unchecked = unchecked
 		}
 		cfg.Status, cfg.Store = status, a.st
@@ -826,7 +889,7 @@ func (a *app) newAdmin() (*operator.Operator, error) {
 		return a.admin, nil
 	}
 	cfg := &operator.Config{Store: a.st, Stream: a.o.stream, Group: a.o.group, Partitions: a.partitions(), Routes: a.o.routes.routes,
-		Role: a.role.name, EventRetention: a.o.eventRetention, Registerer: a.reg, Message: &a.o.message}
+		ProjectedStreams: a.projectedStreams(), Role: a.role.name, EventRetention: a.o.eventRetention, Registerer: a.reg, Message: &a.o.message}
 	if a.rc != nil {
 		cfg.Redis = a.rc
 	}

@@ -105,6 +105,9 @@ func TestAuditOffWithoutItsReadModel(t *testing.T) {
 	}, 30*time.Second, 20*time.Millisecond)
 	require.Nil(t, last.Audit)
 	require.NotContains(t, last.Unavailable, "audit")
+	require.NotNil(t, last.ReadModel)
+	require.False(t, last.ReadModel.Checkable)
+	require.Contains(t, last.ReadModel.Unchecked, "not in this PostgreSQL database")
 	var tables int
 	require.NoError(t, pg.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tablename = 'audit_runs'`).Scan(&tables))
 	require.Zero(t, tables, "no audit ran (it would have found no table to record in)")

@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -57,7 +58,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, s *se
 		return ExitUsage
 	}
 	o.args = argFlags(fs, rest)
-	if err := o.validate(); err != nil {
+	if err := cmp.Or(o.validate(), checkProjector(o, s)); err != nil {
 		fmt.Fprintf(stderr, "outboxd %s: %v\n", r.name, err)
 		return ExitUsage
 	}

@@ -18,6 +18,14 @@ import (
 	"github.com/outboxd/outboxd/internal/testkit"
 )
 
+// python3 returns the python3 the Python consumer example runs on.
+func python3(t *testing.T) string {
+	t.Helper()
+	python, err := exec.LookPath("python3")
+	require.NoError(t, err, "the Python consumer example needs python3 (3.11 or later): `bash deploy/dev/ensure-services.sh --test-tools` installs it")
+	return python
+}
+
 // TestPythonConsumer runs the non-Go consumer of examples/consumer-python
 // (Python's standard library only) in a group of its own on the stream of
 // `outboxd dev --message-payload`: it reads every event with its type and
@@ -27,8 +35,7 @@ import (
 // lagged (it started after the events were in).
 func TestPythonConsumer(t *testing.T) {
 	t.Parallel()
-	python, err := exec.LookPath("python3")
-	require.NoError(t, err, "the example needs python3 (3.11 or later)")
+	python := python3(t)
 	b := startDev(t, "", "--message-payload", "--message-payload-max", "64")
 	types := []string{"order.placed", "order.paid", "device.reading"}
 	const n = 30

@@ -296,7 +296,7 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 			o.messageFlags(fs)
 			o.routeFlag(fs) // the replays this instance serves
 			fs.BoolVar(&o.ownsSynced, "owns-synced", true, "this worker's group owns the originals' syncedAt and syncFailure (what the reconciler sweeps by); with several read models on one stream (each its own --group), give it to exactly one: the others project and acknowledge only (docs/projections.md)")
-			fs.StringVar(&o.projection, "projection", "", "a SQL projection file the worker projects with instead of the demo read model (docs/projections.md); its statements are prepared at start, and a bad one exits 2 naming its line")
+			o.projectionFlag(fs)
 			fs.StringVar(&o.consumer, "consumer", "", "consumer name (default: host-pid)")
 			o.batchSize.n = worker.BatchSizeDefault
 			fs.Var(&o.batchSize, "batch-size", fmt.Sprintf("stream entries per batch (1 to %d), or auto: between %d and %d, tuned to keep the p95 of the projection under --projection-target",
@@ -317,6 +317,7 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 			o.leaseTTLFlag(fs)
 		case gReconcile:
 			o.routeFlag(fs)
+			o.projectionFlag(fs) // the read model the audit checks
 			o.messageFlags(fs)
 			fs.DurationVar(&o.minAge, "min-age", reconciler.MinAgeDefault, "only originals older than this are candidates")
 			fs.DurationVar(&o.requeueAfter, "requeue-after", reconciler.RequeueAfterDefault, "a requeued original is a candidate again after this")
@@ -413,6 +414,16 @@ func (o *options) messageFlags(fs *flag.FlagSet) {
 	if fs.Lookup("message-payload") == nil {
 		fs.BoolVar(&o.message.Payload, "message-payload", false, "stream messages carry the original's payload (besides its id and type), so consumers need not fetch it; set it on every role that writes messages (ingest, reconcile, and the instance serving replays)")
 		fs.IntVar(&o.message.PayloadMax, "message-payload-max", outbox.PayloadMaxDefault, "with --message-payload, the largest payload (bytes) a message carries; a larger one goes by reference (payloadRef: fetch GET /v1/events/{id})")
+	}
+}
+
+// projectionFlag registers --projection, once (dev has the groups of work
+// and reconcile): the workers project with the file, and verify, repair
+// and the audit check the read model through it.
+func (o *options) projectionFlag(fs *flag.FlagSet) {
+	if fs.Lookup("projection") == nil {
+		fs.StringVar(&o.projection, "projection", "", "a SQL projection file: the read model the workers project with instead of the demo one, and that verify, repair and the audit check "+
+			"(give reconcile the work instances' file; docs/projections.md); its statements are prepared at start, and a bad one exits 2 naming its line")
 	}
 }
 

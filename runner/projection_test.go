@@ -16,8 +16,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outboxd/outboxd/internal/operator"
 	"github.com/outboxd/outboxd/internal/readmodel"
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
@@ -77,9 +79,11 @@ func checkOrders(ctx context.Context, t *testing.T, pool interface {
 
 // TestSQLProjectionSurvivesSIGKILL runs `outboxd dev --projection` on a
 // file of the test's own, kills it with SIGKILL while its worker holds a
-// batch it has not projected (the orders table is locked), starts it again,
-// and then replays the whole window: the rows are there exactly once and
-// the counters exact, through redelivery, reconciliation and replay.
+// batch it has not projected (the orders table is locked), deletes the
+// stream entries it held (lost: the reconciler must re-publish their
+// originals, and does), starts it again, and then replays the whole
+// window: the rows are there exactly once and the counters exact, through
+// redelivery, reconciliation and replay.
 func TestSQLProjectionSurvivesSIGKILL(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
@@ -139,7 +143,17 @@ func TestSQLProjectionSurvivesSIGKILL(t *testing.T) {
 	require.NoError(t, proc.cmd.Process.Signal(syscall.SIGKILL))
 	<-proc.done
 	require.NoError(t, lock.Rollback(ctx))
+	// The entries the killed worker held are lost with it (as if Redis had
+	// lost them): only the reconciler brings their originals back.
+	held, err := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: stream, Group: group, Start: "-", End: "+", Count: n}).Result()
+	require.NoError(t, err)
+	require.NotEmpty(t, held)
+	for _, p := range held {
+		require.NoError(t, rdb.XDel(ctx, stream, p.ID).Err())
+	}
 	proc = startProcess(t, bin, args, base)
+	require.Eventually(t, func() bool { return reconcilerPublished(t, base) >= float64(len(held)) }, time.Minute, 100*time.Millisecond,
+		"the reconciler did not re-publish the %d lost originals: %s", len(held), proc.stderr)
 	for i := n / 2; i < n; i++ {
 		post(i)
 	}
@@ -175,6 +189,31 @@ func TestSQLProjectionSurvivesSIGKILL(t *testing.T) {
 	case <-time.After(45 * time.Second):
 		t.Fatal("outboxd dev did not stop within 45s of SIGTERM")
 	}
+}
+
+// reconcilerPublished returns outboxd_reconciler_published_total of the
+// process at base (0 when it cannot be read).
+func reconcilerPublished(t *testing.T, base string) float64 {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	var b bytes.Buffer
+	if _, err := b.ReadFrom(resp.Body); err != nil {
+		return 0
+	}
+	var total float64
+	for line := range strings.Lines(b.String()) {
+		if name, value, ok := strings.Cut(strings.TrimSpace(line), " "); ok && strings.HasPrefix(name, "outboxd_reconciler_published_total") {
+			var v float64
+			if _, err := fmt.Sscan(value, &v); err == nil {
+				total += v
+			}
+		}
+	}
+	return total
 }
 
 // TestProjectionFlag: a statement PostgreSQL refuses stops the worker
@@ -238,4 +277,156 @@ func TestReadModelOfProjector(t *testing.T) {
 	rm, why = a.readModel()
 	require.Nil(t, rm)
 	require.Contains(t, why, "its projector does not tell which originals it holds")
+}
+
+// TestWithProjectorFile: a projection file given as the program's
+// projector (runner.WithProjector) is prepared at start in every role with
+// PostgreSQL, a worker's or not (replay --rebuild and repair run its
+// statements); a bad statement exits 2 naming the file and the line; and
+// --projection beside it is a usage error.
+func TestWithProjectorFile(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second) // a role that starts runs until then
+	defer cancel()
+	pg := testkit.NewPostgres(t)
+	_, err := pg.Pool.Exec(ctx, ordersTables)
+	require.NoError(t, err)
+	_, prefix := testkit.NewRedis(t)
+	dir := t.TempDir()
+	storeURI := "sqlite:" + filepath.Join(dir, "outboxd.db")
+	code, out := runCLI(t, nil, "migrate", "--store", storeURI, "--store-only")
+	require.Equal(t, ExitOK, code, out)
+	work := []string{"work", "--store", storeURI, "--postgres-url", pg.URL, "--redis-url", testkit.RedisURL(),
+		"--stream", prefix + "-stream", "--http-addr", ""}
+
+	t.Run("BadStatement", func(t *testing.T) {
+		bad, err := projection.Parse("bad.sql", "-- key: orders.event_id\n\nINSERT INTO orders (event_id)\n  VALUES (:eventId)\n  ON CONFLICT (nope) DO NOTHING;")
+		require.NoError(t, err)
+		var stderr bytes.Buffer
+		code := Run(ctx, work, &bytes.Buffer{}, &stderr, WithProjector(bad))
+		require.Equal(t, ExitUsage, code, stderr.String())
+		require.Contains(t, stderr.String(), "runner.WithProjector: bad.sql:5: column \"nope\" does not exist")
+	})
+	t.Run("BesideTheFlag", func(t *testing.T) {
+		file := filepath.Join(dir, "orders.sql")
+		require.NoError(t, os.WriteFile(file, []byte(ordersProjection), 0o600))
+		good, err := projection.Parse("orders.sql", ordersProjection)
+		require.NoError(t, err)
+		var stderr bytes.Buffer
+		code := Run(ctx, append(work, "--projection", file), &bytes.Buffer{}, &stderr, WithProjector(good))
+		require.Equal(t, ExitUsage, code, stderr.String())
+		require.Contains(t, stderr.String(), "--projection cannot be given to a program that sets its projector (runner.WithProjector)")
+	})
+	t.Run("PreparedWithoutAWorker", func(t *testing.T) {
+		file, err := projection.Parse("orders.sql", deviceRecompute)
+		require.NoError(t, err)
+		a := &app{o: &options{}, pg: pg.Pool, set: &settings{projector: file}}
+		require.NoError(t, a.prepareProjection(ctx))
+		tx, err := pg.Pool.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { require.NoError(t, tx.Rollback(ctx)) }()
+		_, err = file.Recompute(ctx, tx, []*outbox.Event{{ID: "e1", Type: "order.placed", Payload: json.RawMessage(`{"customer":"c1"}`)}})
+		require.NoError(t, err, "verify --repair's recompute runs on a reconcile instance")
+		_, err = file.Unproject(ctx, tx, []string{"e1"})
+		require.NoError(t, err, "replay --rebuild runs on a reconcile instance")
+	})
+}
+
+// deviceRecompute is ordersProjection with what repair and rebuild run.
+const deviceRecompute = ordersProjection + `
+-- recompute:
+UPDATE customer_totals c SET orders = (SELECT count(*) FROM orders o WHERE o.customer = c.customer) WHERE c.customer = :payload.customer;
+-- unproject:
+DELETE FROM customer_totals WHERE customer IN (SELECT customer FROM orders WHERE event_id = ANY(:eventIds));
+`
+
+// TestAuditOfProjectionFile: `reconcile --every --projection FILE` beside
+// workers that project with the same file audits that read model: a key
+// row deleted by hand is reported missing within a few runs; an original
+// of a type the file does not key is skipped, never drift.
+func TestAuditOfProjectionFile(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pg := testkit.NewPostgres(t)
+	_, err := pg.Pool.Exec(ctx, ordersTables)
+	require.NoError(t, err)
+	file := filepath.Join(t.TempDir(), "orders.sql")
+	require.NoError(t, os.WriteFile(file, []byte(ordersProjection), 0o600))
+	_, prefix := testkit.NewRedis(t)
+	common := []string{"--store", "sqlite:" + filepath.Join(t.TempDir(), "outboxd.db"), "--postgres-url", pg.URL, "--redis-url", testkit.RedisURL(),
+		"--stream", prefix + "-stream", "--group", prefix + "-group", "--projection", file}
+	devAddr, recAddr := freeAddr(t), freeAddr(t)
+	startRole(t, devAddr, append([]string{"dev", "--audit-every", "0"}, common...)...)
+	startRole(t, recAddr, append([]string{"reconcile", "--every", "1s", "--audit-every", "1s"}, common...)...)
+	dev, rec := &devBundle{base: "http://" + devAddr}, &devBundle{base: "http://" + recAddr}
+
+	const n = 6
+	for i := range n {
+		code, body := dev.post(t, "/v1/events", fmt.Sprintf("order-%d", i), order(i))
+		require.Equal(t, http.StatusCreated, code, string(body))
+	}
+	code, body := dev.post(t, "/v1/events", "cancel", `{"sourceKey":"shop","deviceKey":"till-0","type":"order.cancelled","occurredAt":"2026-11-03T12:00:00Z","payload":{}}`)
+	require.Equal(t, http.StatusCreated, code, string(body))
+	audited := func(cond func(*operator.AuditReport) bool) *operator.AuditReport {
+		t.Helper()
+		var last *operator.AuditReport
+		require.Eventually(t, func() bool {
+			s, err := rec.status()
+			if err != nil || s.Audit == nil {
+				return false
+			}
+			last = s.Audit
+			return cond(s.Audit)
+		}, 60*time.Second, 50*time.Millisecond, "last audit: %+v", last)
+		return last
+	}
+	audited(func(a *operator.AuditReport) bool { return a.Checked == n && a.Skipped == 1 && a.DriftTotal() == 0 })
+
+	var id string
+	require.NoError(t, pg.Pool.QueryRow(ctx, `DELETE FROM orders WHERE event_id = (SELECT min(event_id) FROM orders) RETURNING event_id`).Scan(&id))
+	deleted := time.Now()
+	rep := audited(func(a *operator.AuditReport) bool { return a.Drift[operator.AuditMissing] == 1 })
+	require.Equal(t, id, rep.Findings[0].EventID)
+	require.Equal(t, 1, rep.DriftTotal(), "the cancel event is not drift")
+	require.Less(t, time.Since(deleted), 30*time.Second)
+}
+
+// TestAuditOffWithoutItsTable: `reconcile --every --projection FILE` on a
+// database without outboxd's audit_runs table says once that the audit is
+// off (it needs `outboxd migrate --read-model-only`): the status shows
+// neither an audit nor an unavailable one, run after run, while verify
+// can still check the read model.
+func TestAuditOffWithoutItsTable(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pg := testkit.NewPostgres(t)
+	_, err := pg.Pool.Exec(ctx, `DROP TABLE events, device_daily_stats, audit_runs;`+ordersTables)
+	require.NoError(t, err)
+	file := filepath.Join(t.TempDir(), "orders.sql")
+	require.NoError(t, os.WriteFile(file, []byte(ordersProjection), 0o600))
+	storeURI := "sqlite:" + filepath.Join(t.TempDir(), "outboxd.db")
+	code, out := runCLI(t, nil, "migrate", "--store", storeURI, "--store-only")
+	require.Equal(t, ExitOK, code, out)
+	_, prefix := testkit.NewRedis(t)
+	addr := freeAddr(t)
+	startRole(t, addr, "reconcile", "--store", storeURI, "--postgres-url", pg.URL, "--redis-url", testkit.RedisURL(),
+		"--stream", prefix+"-stream", "--group", prefix+"-group", "--every", "1s", "--audit-every", "1s", "--projection", file)
+	b := &devBundle{base: "http://" + addr}
+	began := time.Now()
+	var sweeps int
+	require.Eventually(t, func() bool {
+		s, err := b.status()
+		if err != nil || s.Reconciler == nil || s.Reconciler.LastReport == nil {
+			return false
+		}
+		require.NotContains(t, s.Unavailable, "audit")
+		require.Nil(t, s.Audit)
+		require.True(t, s.ReadModel == nil || s.ReadModel.Checkable, "the read model itself can be checked")
+		sweeps++
+		return time.Since(began) > 2500*time.Millisecond // past two audit ticks
+	}, 30*time.Second, 100*time.Millisecond)
+	require.Positive(t, sweeps)
+	var tables int
+	require.NoError(t, pg.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tablename = 'audit_runs'`).Scan(&tables))
+	require.Zero(t, tables)
 }

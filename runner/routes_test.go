@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -38,8 +37,7 @@ import (
 // S2.
 func TestRoutes(t *testing.T) {
 	t.Parallel()
-	python, err := exec.LookPath("python3")
-	require.NoError(t, err, "the Python consumer needs python3 (3.11 or later)")
+	python := python3(t)
 	ctx := context.Background()
 	rdb, prefix := testkit.NewRedis(t)
 	s1, s2 := prefix+"-s1", prefix+"-s2"

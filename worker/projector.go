@@ -74,6 +74,17 @@ type Checker interface {
 	Projected(ctx context.Context, tx pgx.Tx, ids []string) (map[string]bool, error)
 }
 
+// TypeChecker is a Checker whose read model holds rows of some event
+// types only: Checks reports whether originals of eventType get rows.
+// Verify, the audit and verify --repair check only those originals (one of
+// a type the projector only updates rows for, or skips, has no row by
+// design and is not drift). Optional: a Checker that is not one is checked
+// for every type. A SQL projection file with a `-- key:` line is one.
+type TypeChecker interface {
+	Checker
+	Checks(eventType string) bool
+}
+
 // Unprojector is a Checker that can also remove the rows of originals
 // (and fix what was derived from them), for replay --rebuild; it returns
 // how many originals had rows. Optional: without it --rebuild is refused.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Ensures PostgreSQL and Redis are installed, running and set up for outboxd
-# on a Debian machine; with --test-tools also promtool (make rules) and
-# Chromium (the console's browser tests), which only make test needs. Safe
+# on a Debian machine; with --test-tools also promtool (make rules),
+# Chromium (the console's browser tests) and python3 (the Python consumer
+# example's tests), which only make test needs. Safe
 # to run again and again: it installs only what is missing, starts only what
 # is stopped, and creates the role and database only when absent. Needs root
 # (or sudo) only when it has to install or start.
@@ -52,6 +53,14 @@ fi
 # and skip, saying so, only where no chromium binary exists.
 if [ $TEST_TOOLS -eq 1 ]; then
   command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || apt_install chromium
+fi
+
+# --- python3 (examples/consumer-python, tested by runner's TestPythonConsumer
+# and TestRoutes) -------------------------------------------------------------
+# Debian's python3 package; the example needs 3.11 or later and only the
+# standard library.
+if [ $TEST_TOOLS -eq 1 ]; then
+  command -v python3 >/dev/null 2>&1 || apt_install --no-install-recommends python3
 fi
 
 # --- PostgreSQL ------------------------------------------------------------

@@ -33,11 +33,20 @@ WITH ins AS (
 INSERT INTO device_orders AS d (device, n) SELECT device, count(*) FROM ins GROUP BY 1 ORDER BY 1
 ON CONFLICT (device) DO UPDATE SET n = d.n + EXCLUDED.n`
 
+// typedOrders is deviceOrders keyed for the default type only, with an
+// UPDATE for events of type "note": their originals have no key row by
+// design.
+const typedOrders = "-- types: " + outbox.TypeDefault + "\n" + deviceOrders + `;
+-- types: note
+UPDATE device_orders SET n = n WHERE device = :deviceKey`
+
 // TestVerifyAnyReadModel: verify finds a row deleted by hand from a
 // SQL-projected table, and repair re-publishes its original, which a
 // worker projects again; the audit finds the same drift within its run;
-// a read model whose projector cannot tell is refused with one clear
-// message, and --rebuild where the projector cannot remove rows.
+// an original of a type the file does not key, or routed to another
+// stream, is neither drift nor re-published; a read model whose
+// projector cannot tell is refused with one clear message, and --rebuild
+// where the projector cannot remove rows.
 func TestVerifyAnyReadModel(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -45,7 +54,7 @@ func TestVerifyAnyReadModel(t *testing.T) {
 	_, err := b.pg.Pool.Exec(ctx, `CREATE TABLE orders (event_id text PRIMARY KEY, device text NOT NULL);
 		CREATE TABLE device_orders (device text PRIMARY KEY, n bigint NOT NULL)`)
 	require.NoError(t, err)
-	file, err := projection.Parse("orders.sql", deviceOrders)
+	file, err := projection.Parse("orders.sql", typedOrders)
 	require.NoError(t, err)
 	rm := readmodel.NewKeyed(b.pg.Pool, file)
 	op, err := operator.New(&operator.Config{Store: b.st, Redis: b.rc, ReadModel: rm, Stream: b.keys.Name(), Group: b.keys.Group(),
@@ -59,25 +68,42 @@ func TestVerifyAnyReadModel(t *testing.T) {
 	t.Cleanup(func() { require.NoError(t, w.Stop(context.Background())) })
 
 	events := b.write(t, "a", "b", "c")
-	require.NoError(t, b.rc.Publisher(b.keys, nil, nil).PublishEvents(ctx, events, outbox.OriginOutbox))
+	res, err := b.w.Write(ctx, []outbox.Input{{SourceKey: "src", DeviceKey: "n", Type: "note", OccurredAt: "2026-11-01T10:00:00Z"}})
+	require.NoError(t, err)
+	note := testkit.Event(t, b.st, res[0].ID)
+	require.NoError(t, b.rc.Publisher(b.keys, nil, nil).PublishEvents(ctx, append(events, note), outbox.OriginOutbox))
 	synced := func(id string) bool { ev := testkit.Event(t, b.st, id); return ev.SyncedAt != nil }
-	require.Eventually(t, func() bool { return synced(events[0].ID) && synced(events[1].ID) && synced(events[2].ID) }, waitFor, 10*time.Millisecond)
+	require.Eventually(t, func() bool {
+		return synced(events[0].ID) && synced(events[1].ID) && synced(events[2].ID) && synced(note.ID)
+	}, waitFor, 10*time.Millisecond)
 
-	verify := func(repair bool) []operator.Drift {
+	verifyWith := func(op *operator.Operator, repair bool) (drift []operator.Drift, republished, skipped int) {
 		t.Helper()
-		var drift []operator.Drift
 		q := operator.VerifyQuery{Repair: repair}
 		for {
 			res, err := op.Verify(ctx, q)
 			require.NoError(t, err)
 			drift = append(drift, res.Drift...)
+			republished += res.Republished
+			skipped += res.Skipped
 			if res.Done {
-				return drift
+				return drift, republished, skipped
 			}
 			q.After = res.Next
 		}
 	}
+	verify := func(repair bool) []operator.Drift {
+		t.Helper()
+		drift, _, _ := verifyWith(op, repair)
+		return drift
+	}
 	require.Empty(t, verify(false), "an exact read model verifies clean")
+	for range 2 { // the note event has no key row by design: nothing to repair, run after run
+		drift, republished, skipped := verifyWith(op, true)
+		require.Empty(t, drift)
+		require.Zero(t, republished)
+		require.Equal(t, 1, skipped, "the note event is not compared")
+	}
 
 	_, err = b.pg.Pool.Exec(ctx, `DELETE FROM orders WHERE event_id = $1`, events[1].ID)
 	require.NoError(t, err)
@@ -93,8 +119,29 @@ func TestVerifyAnyReadModel(t *testing.T) {
 		rep, err := audit.Run(ctx)
 		require.NoError(t, err)
 		require.Equal(t, 3, rep.Checked)
+		require.Equal(t, 1, rep.Skipped, "the note event")
 		require.Equal(t, 1, rep.Drift[operator.AuditMissing])
 		require.Equal(t, events[1].ID, rep.Findings[0].EventID)
+	})
+
+	t.Run("RoutedElsewhere", func(t *testing.T) {
+		// The default type goes to another stream, whose workers feed
+		// another read model: its originals are not this one's.
+		routes := outbox.Routes{outbox.TypeDefault: "elsewhere"}
+		routed, err := operator.New(&operator.Config{Store: b.st, ReadModel: rm, Stream: b.keys.Name(), Group: b.keys.Group(),
+			Routes: routes}, testkit.Logger(t))
+		require.NoError(t, err)
+		drift, republished, skipped := verifyWith(routed, false)
+		require.Empty(t, drift)
+		require.Zero(t, republished)
+		require.Equal(t, 4, skipped)
+		audit, err := operator.NewAudit(&operator.AuditConfig{Store: b.st, ReadModel: rm, Stream: b.keys.Name(), Routes: routes,
+			Now: func() time.Time { return time.Now().Add(time.Hour) }}, testkit.Logger(t))
+		require.NoError(t, err)
+		rep, err := audit.Run(ctx)
+		require.NoError(t, err)
+		require.Zero(t, rep.Checked)
+		require.Zero(t, rep.DriftTotal())
 	})
 
 	drift = verify(true)
@@ -252,4 +299,56 @@ func TestRebuildAndRepairCounters(t *testing.T) {
 		require.Eventually(t, func() bool { return rows() == len(all) }, waitFor, 10*time.Millisecond, "repair restored the row")
 		require.Equal(t, want, counters(), "the restored row counted once")
 	})
+}
+
+// TestProjectionFileDeadLetters: a projection file binding a payload
+// field into an int column: an original whose field is not a number
+// ("qty":"x", SQLSTATE 22P02 in PostgreSQL) is dead-lettered after its
+// deliveries, and the others of its batches are projected.
+func TestProjectionFileDeadLetters(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	_, err := b.pg.Pool.Exec(ctx, `CREATE TABLE lines (event_id text PRIMARY KEY, qty int NOT NULL)`)
+	require.NoError(t, err)
+	file, err := projection.Parse("lines.sql", "-- key: lines.event_id\nINSERT INTO lines (event_id, qty) VALUES (:eventId, :payload.qty) ON CONFLICT DO NOTHING")
+	require.NoError(t, err)
+	var inputs []outbox.Input
+	for i, qty := range []string{"1", `"x"`, "3", "4"} {
+		inputs = append(inputs, outbox.Input{SourceKey: "src", DeviceKey: fmt.Sprintf("d%d", i), OccurredAt: "2026-11-01T10:00:00Z",
+			Payload: json.RawMessage(`{"qty":` + qty + `}`)})
+	}
+	res, err := b.w.Write(ctx, inputs)
+	require.NoError(t, err)
+	var events []*outbox.Event
+	for _, r := range res {
+		events = append(events, testkit.Event(t, b.st, r.ID))
+	}
+	bad := events[1]
+	require.NoError(t, b.rc.Publisher(b.keys, nil, nil).PublishEvents(ctx, events, outbox.OriginOutbox))
+	w, err := worker.New(b.st, b.rdb, b.pg.Pool, &worker.Config{Stream: b.keys.Name(), Group: b.keys.Group(), Consumer: "c",
+		Block: 50 * time.Millisecond, MaxDeliveries: 2, RecordBackoff: 10 * time.Millisecond, Projector: file}, testkit.Logger(t))
+	require.NoError(t, err)
+	require.NoError(t, w.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, w.Stop(context.Background())) })
+	require.Eventually(t, func() bool {
+		n, err := b.rc.Len(ctx, b.keys.DLQ())
+		return err == nil && n == 1 && testkit.Event(t, b.st, bad.ID).State() == outbox.StateFailed
+	}, waitFor, 10*time.Millisecond)
+
+	page, err := b.op.ListDLQ(ctx, operator.DLQQuery{})
+	require.NoError(t, err)
+	require.Len(t, page.Entries, 1)
+	require.Equal(t, bad.ID, page.Entries[0].EventID)
+	require.Equal(t, outbox.CategoryPoison, page.Entries[0].Category)
+	require.Contains(t, page.Entries[0].Error, "22P02")
+	rows, err := b.pg.Pool.Query(ctx, `SELECT event_id, qty FROM lines ORDER BY qty`)
+	require.NoError(t, err)
+	got, err := pgx.CollectRows(rows, pgx.RowToMap)
+	require.NoError(t, err)
+	require.Equal(t, []map[string]any{{"event_id": events[0].ID, "qty": int32(1)}, {"event_id": events[2].ID, "qty": int32(3)},
+		{"event_id": events[3].ID, "qty": int32(4)}}, got, "the others projected, once")
+	for _, ev := range []*outbox.Event{events[0], events[2], events[3]} {
+		require.Equal(t, outbox.StateSynced, testkit.Event(t, b.st, ev.ID).State())
+	}
 }

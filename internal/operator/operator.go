@@ -112,7 +112,13 @@ type Config struct {
 	// replay lane of its route's stream (with Partitions partitions too),
 	// where the writer recorded its outbox entry: give it the writer's
 	// routes (--route). Defaults to none: every replay goes to Stream's.
+	// Verify and repair skip the originals it routes to a stream outside
+	// ProjectedStreams: another deployment's read model holds them.
 	Routes outbox.Routes
+	// ProjectedStreams are the streams whose workers project into
+	// ReadModel (work: --stream; dev: every routed stream too). Defaults
+	// to Stream alone.
+	ProjectedStreams []string
 	// Role names this instance's role in the detail of ErrNotAvailable, so
 	// the operator knows to ask another. Defaults to "this role".
 	Role string
@@ -138,6 +144,7 @@ type Config struct {
 type Operator struct {
 	cfg       Config
 	keys      stream.Keys
+	scope     checkScope
 	publisher *stream.Publisher // nil without Redis
 	logger    *zap.Logger
 	published *prometheus.CounterVec
@@ -174,6 +181,7 @@ func New(cfg *Config, logger *zap.Logger) (*Operator, error) {
 		return nil, fmt.Errorf("error registering operator metrics: %w", err)
 	}
 	o := &Operator{cfg: c, keys: stream.NewKeys(c.Stream, c.Group), published: published, replayDuration: replayDuration,
+		scope:  newCheckScope(c.ReadModel, c.Routes, c.Stream, c.ProjectedStreams),
 		logger: logger.Named("admin").With(zap.String("stream", c.Stream))}
 	if c.Redis != nil {
 		// Replays go into the replay lane, which the workers read only when

@@ -45,6 +45,14 @@ func (d *DB) Present(ctx context.Context) (bool, error) {
 	return ok, err
 }
 
+// AuditRecordable reports whether the table the audit records its runs
+// in (audit_runs, migration 00002) is in the database.
+func (d *DB) AuditRecordable(ctx context.Context) (bool, error) {
+	var ok bool
+	err := d.pool.QueryRow(ctx, `SELECT to_regclass('audit_runs') IS NOT NULL`).Scan(&ok)
+	return ok, err
+}
+
 // inTx runs fn in one transaction of mode, again after a serialization
 // failure or deadlock.
 func (d *DB) inTx(ctx context.Context, mode pgx.TxAccessMode, fn func(tx pgx.Tx) error) error {

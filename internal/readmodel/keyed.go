@@ -18,6 +18,12 @@ type Checker interface {
 	Projected(ctx context.Context, tx pgx.Tx, ids []string) (map[string]bool, error)
 }
 
+// typeChecker is a Checker whose read model holds rows of some event
+// types only (worker.TypeChecker).
+type typeChecker interface {
+	Checks(eventType string) bool
+}
+
 // unprojector is a Checker that can also remove originals' rows
 // (worker.Unprojector).
 type unprojector interface {
@@ -63,6 +69,14 @@ func (k *Keyed) Projected(ctx context.Context, ids []string) (map[string]bool, e
 	return out, nil
 }
 
+// Checks reports whether the read model holds rows of the originals of
+// eventType: what the projector says (worker.TypeChecker), every type
+// when it does not say.
+func (k *Keyed) Checks(eventType string) bool {
+	tc, ok := k.checker.(typeChecker)
+	return !ok || tc.Checks(eventType)
+}
+
 // CanUnproject reports whether the projector can remove originals' rows
 // (replay --rebuild).
 func (k *Keyed) CanUnproject() bool {
@@ -105,6 +119,10 @@ func (k *Keyed) Recompute(ctx context.Context, events []*outbox.Event) (int, err
 	})
 	return n, err
 }
+
+// AuditRecordable reports whether the audit's table is in the database
+// (DB.AuditRecordable).
+func (k *Keyed) AuditRecordable(ctx context.Context) (bool, error) { return k.db.AuditRecordable(ctx) }
 
 // SaveAudit records the audit's last run (DB.SaveAudit).
 func (k *Keyed) SaveAudit(ctx context.Context, stream string, ranAt time.Time, report []byte) error {
