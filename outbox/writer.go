@@ -16,9 +16,9 @@ import (
 	"github.com/outboxd/outboxd/internal/tracing"
 )
 
-// FaultBetweenInserts fires after the originals are inserted and before their
+// faultBetweenInserts fires after the originals are inserted and before their
 // outbox entries are (tests only).
-const FaultBetweenInserts = "outbox.between-inserts"
+const faultBetweenInserts = "outbox.between-inserts"
 
 // WriteAttemptsDefault is how often Write runs its transaction when a
 // concurrent writer stored one of its idempotency keys first: the next run
@@ -424,7 +424,7 @@ func (w *Writer) writeGroup(ctx context.Context, tx Tx, members []*member) error
 	if err := tx.InsertEvents(ctx, events); err != nil {
 		return fmt.Errorf("error inserting originals: %w", err)
 	}
-	if err := w.faults.Check(FaultBetweenInserts); err != nil {
+	if err := w.faults.Check(faultBetweenInserts); err != nil {
 		return err
 	}
 	if err := tx.InsertEntries(ctx, entries); err != nil {
