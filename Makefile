@@ -113,7 +113,7 @@ soak: services build ## Randomized fault soak: every role its own process under 
 
 .PHONY: fuzz
 fuzz: ## Fuzz request decoding and validation for 30s
-	$(GO) test ./httpapi -run '^$$' -fuzz FuzzDecodeEvent -fuzztime 30s
+	$(GO) test ./internal/httpapi -run '^$$' -fuzz FuzzDecodeEvent -fuzztime 30s
 
 .PHONY: lint
 lint: ## golangci-lint (pinned, through the Go module proxy) with .golangci.yml

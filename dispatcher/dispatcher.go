@@ -22,13 +22,13 @@ import (
 // if the process had died: no further write, no checkpoint, no lease
 // release; Err reports the fault.
 const (
-	// FaultAfterXAdd fires after a batch was added to the stream, before
+	// faultAfterXAdd fires after a batch was added to the stream, before
 	// its entries are marked dispatched and before the checkpoint.
-	FaultAfterXAdd = "dispatcher.after-xadd"
-	// FaultAfterMark fires after the batch was marked dispatched and its
+	faultAfterXAdd = "dispatcher.after-xadd"
+	// faultAfterMark fires after the batch was marked dispatched and its
 	// checkpoint written (one store write, store.Store.MarkRelayed), before
 	// the batch is counted.
-	FaultAfterMark = "dispatcher.after-mark"
+	faultAfterMark = "dispatcher.after-mark"
 )
 
 // Stats are counts of one Dispatcher since New.

@@ -45,7 +45,7 @@ func (d *Dispatcher) relay(ctx, workCtx context.Context, m *marks, entries []out
 	}
 	d.relayed.Add(int64(len(entries)))
 	d.metrics.relayed.Add(float64(len(entries)))
-	if err := d.cfg.faults.Check(FaultAfterXAdd); err != nil {
+	if err := d.cfg.faults.Check(faultAfterXAdd); err != nil {
 		_ = m.wait() // the earlier batch's write ends as it would have without a pipeline
 		return err
 	}
@@ -65,7 +65,7 @@ func (d *Dispatcher) mark(ctx context.Context, lease store.Lease, ids []string, 
 		return fmt.Errorf("error marking %d outbox entries dispatched: %w", len(ids), err)
 	}
 	d.checkpointed(now)
-	if err := d.cfg.faults.Check(FaultAfterMark); err != nil {
+	if err := d.cfg.faults.Check(faultAfterMark); err != nil {
 		return err
 	}
 	d.dispatched.Add(int64(len(ids)))

@@ -11,3 +11,6 @@ func Queued(c *Committer) int {
 	defer c.mu.Unlock()
 	return len(c.queue)
 }
+
+// FaultBetweenInserts is the Writer's fault point (faultBetweenInserts).
+const FaultBetweenInserts = faultBetweenInserts

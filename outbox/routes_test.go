@@ -82,3 +82,25 @@ func TestWriterRoutesPartitions(t *testing.T) {
 	require.ErrorIs(t, err, outbox.ErrPartitionsMismatch)
 	testkit.RequireStored(t, st, 0)
 }
+
+// TestWriterChecksPartitionsRecordedLater: a Writer that writes before any
+// number of partitions is recorded compares again at its next writes, so
+// that once a dispatcher started with another number records it, the
+// Writer's writes are refused (their entries would go to a partition the
+// dispatcher does not relay) and write nothing.
+func TestWriterChecksPartitionsRecordedLater(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := testkit.NewStore(t)
+	w := outbox.NewWriter(st, &outbox.WriterConfig{Partitions: 3})
+	_, err := w.Write(ctx, []outbox.Input{input("d1")})
+	require.NoError(t, err)
+	n, err := st.Partitions(ctx, outbox.StreamDefault)
+	require.NoError(t, err)
+	require.Zero(t, n, "the Writer records nothing")
+	require.NoError(t, store.EnsurePartitions(ctx, st, outbox.StreamDefault, 2)) // a dispatcher of 2 starts
+	_, err = w.Write(ctx, []outbox.Input{input("d2")})
+	require.ErrorIs(t, err, outbox.ErrPartitionsMismatch)
+	require.ErrorContains(t, err, "records 2 partitions")
+	testkit.RequireStored(t, st, 1)
+}

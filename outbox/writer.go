@@ -16,9 +16,9 @@ import (
 	"github.com/outboxd/outboxd/internal/tracing"
 )
 
-// FaultBetweenInserts fires after the originals are inserted and before their
+// faultBetweenInserts fires after the originals are inserted and before their
 // outbox entries are (tests only).
-const FaultBetweenInserts = "outbox.between-inserts"
+const faultBetweenInserts = "outbox.between-inserts"
 
 // WriteAttemptsDefault is how often Write runs its transaction when a
 // concurrent writer stored one of its idempotency keys first: the next run
@@ -145,7 +145,8 @@ type Writer struct {
 	// routesErr is why the routes are invalid; every write returns it.
 	routesErr error
 	// checked is set once the store's record of the number of partitions
-	// was found to agree with partitions (checkPartitions).
+	// of every stream the Writer writes to was found to agree with
+	// partitions (checkPartitions).
 	checked atomic.Bool
 }
 
@@ -162,9 +163,15 @@ type PartitionsReader interface {
 // deployment does not read.
 var ErrPartitionsMismatch = errors.New("the number of partitions differs from the store's record")
 
-// checkPartitions compares, once per Writer, WriterConfig.Partitions with
-// the number the store records for the stream (when it implements
-// PartitionsReader and records one: the first role to start records it).
+// checkPartitions compares WriterConfig.Partitions with the number the
+// store records for each stream the Writer writes to (when it implements
+// PartitionsReader; the first dispatcher, worker or reconciler to start
+// records it). Once every stream's record agrees it is not read again. A
+// stream without a record yet is read again at the next write, so that a
+// number recorded later (by a dispatcher started after the first writes)
+// is still compared. The Writer records nothing itself: a write in the
+// caller's transaction (WriteInTx) must not open another write
+// transaction, which on SQLite would wait for the caller's.
 func (w *Writer) checkPartitions(ctx context.Context) error {
 	if w.checked.Load() {
 		return nil
@@ -174,6 +181,7 @@ func (w *Writer) checkPartitions(ctx context.Context) error {
 		w.checked.Store(true)
 		return nil
 	}
+	recorded := true
 	for _, stream := range w.routes.Streams(w.stream) {
 		n, err := pr.Partitions(ctx, stream)
 		if err != nil {
@@ -183,8 +191,9 @@ func (w *Writer) checkPartitions(ctx context.Context) error {
 			return fmt.Errorf("%w: the store records %d partitions for stream %s, this Writer was configured with %d (WriterConfig.Partitions; the CLI's --partitions)",
 				ErrPartitionsMismatch, n, stream, w.partitions)
 		}
+		recorded = recorded && n != 0
 	}
-	w.checked.Store(true)
+	w.checked.Store(recorded)
 	return nil
 }
 
@@ -415,7 +424,7 @@ func (w *Writer) writeGroup(ctx context.Context, tx Tx, members []*member) error
 	if err := tx.InsertEvents(ctx, events); err != nil {
 		return fmt.Errorf("error inserting originals: %w", err)
 	}
-	if err := w.faults.Check(FaultBetweenInserts); err != nil {
+	if err := w.faults.Check(faultBetweenInserts); err != nil {
 		return err
 	}
 	if err := tx.InsertEntries(ctx, entries); err != nil {

@@ -49,13 +49,13 @@ const (
 
 // Fault points (tests only).
 const (
-	// FaultAfterClaim fires after a document is claimed and before it is
+	// faultAfterClaim fires after a document is claimed and before it is
 	// published, and ends the sweep as a crash would: the claim stays, so
 	// the document is a candidate again only after RequeueAfter.
-	FaultAfterClaim = "reconciler.after-claim"
-	// FaultRollback makes the rollback of a failed publish fail, as a store
+	faultAfterClaim = "reconciler.after-claim"
+	// faultRollback makes the rollback of a failed publish fail, as a store
 	// error would.
-	FaultRollback = "reconciler.rollback"
+	faultRollback = "reconciler.rollback"
 )
 
 // rollbackTimeout bounds a rollback, which runs even when the sweep's
@@ -464,7 +464,7 @@ func (r *Reconciler) reconcile(ctx context.Context, ids []string, rep *Report) e
 	rep.Claimed += len(c.Events)
 	rep.Skipped += len(ids) - len(c.Events) - len(c.Unreadable) // no longer candidates
 
-	if err := r.cfg.faults.Check(FaultAfterClaim); err != nil {
+	if err := r.cfg.faults.Check(faultAfterClaim); err != nil {
 		return err
 	}
 	events, held := r.splitHeld(ctx, c.Events, attemptedAt)
@@ -619,7 +619,7 @@ func (r *Reconciler) rollback(ctx context.Context, evs []*outbox.Event, attempte
 			r.cfg.beforeRollback(ev.ID)
 		}
 	}
-	if err := r.cfg.faults.Check(FaultRollback); err != nil {
+	if err := r.cfg.faults.Check(faultRollback); err != nil {
 		return 0, err
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)

@@ -1,6 +1,10 @@
 package runner
 
 import (
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -82,4 +86,109 @@ func TestPublicAPI(t *testing.T) {
 	out2, err = goCmd("vet", ".")
 	require.Error(t, err)
 	require.Contains(t, out2, "use of internal package")
+}
+
+// apiGolden lists the exported top-level names of each public package
+// (TestPublicAPINames).
+const apiGolden = "testdata/api.txt"
+
+// TestPublicAPINames: the exported top-level names of each public package
+// (functions, types, methods of exported types as Type.Method, constants,
+// variables; test files left out) are those testdata/api.txt lists, so
+// that the API grows or shrinks only by a deliberate change. After one,
+// rewrite the list with OUTBOXD_UPDATE_API=1 go test -run
+// TestPublicAPINames ./runner, and say it in CHANGELOG.md.
+func TestPublicAPINames(t *testing.T) {
+	t.Parallel()
+	var b strings.Builder
+	for _, pkg := range publicAPI {
+		names := exportedNames(t, filepath.Join("..", pkg))
+		fmt.Fprintf(&b, "# %s (%d)\n", pkg, len(names))
+		for _, n := range names {
+			b.WriteString(n + "\n")
+		}
+	}
+	got := b.String()
+	if os.Getenv("OUTBOXD_UPDATE_API") != "" {
+		require.NoError(t, os.MkdirAll(filepath.Dir(apiGolden), 0o755))
+		require.NoError(t, os.WriteFile(apiGolden, []byte(got), 0o644))
+	}
+	want, err := os.ReadFile(apiGolden)
+	require.NoError(t, err)
+	if got != string(want) {
+		wantLines, gotLines := strings.Split(string(want), "\n"), strings.Split(got, "\n")
+		var added, removed []string
+		for _, l := range gotLines {
+			if !slices.Contains(wantLines, l) {
+				added = append(added, l)
+			}
+		}
+		for _, l := range wantLines {
+			if !slices.Contains(gotLines, l) {
+				removed = append(removed, l)
+			}
+		}
+		t.Fatalf("the public API changed (added %q, removed %q): if you meant it, rewrite %s with OUTBOXD_UPDATE_API=1 "+
+			"go test -run TestPublicAPINames ./runner, and update docs/api.md and CHANGELOG.md", added, removed, apiGolden)
+	}
+}
+
+// exportedNames returns the exported top-level names of the package in
+// dir, sorted: functions, types, constants, variables, and the methods of
+// its exported types as Type.Method.
+func exportedNames(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	fset := token.NewFileSet()
+	var names []string
+	for _, e := range entries {
+		if e.IsDir() || !strings.HasSuffix(e.Name(), ".go") || strings.HasSuffix(e.Name(), "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, filepath.Join(dir, e.Name()), nil, parser.SkipObjectResolution)
+		require.NoError(t, err)
+		for _, decl := range f.Decls {
+			switch d := decl.(type) {
+			case *ast.FuncDecl:
+				if !d.Name.IsExported() {
+					continue
+				}
+				if d.Recv == nil {
+					names = append(names, d.Name.Name)
+					continue
+				}
+				recv := d.Recv.List[0].Type
+				if star, ok := recv.(*ast.StarExpr); ok {
+					recv = star.X
+				}
+				switch r := recv.(type) {
+				case *ast.IndexExpr:
+					recv = r.X
+				case *ast.IndexListExpr:
+					recv = r.X
+				}
+				if id, ok := recv.(*ast.Ident); ok && id.IsExported() {
+					names = append(names, id.Name+"."+d.Name.Name)
+				}
+			case *ast.GenDecl:
+				for _, spec := range d.Specs {
+					switch s := spec.(type) {
+					case *ast.TypeSpec:
+						if s.Name.IsExported() {
+							names = append(names, s.Name.Name)
+						}
+					case *ast.ValueSpec:
+						for _, n := range s.Names {
+							if n.IsExported() {
+								names = append(names, n.Name)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	slices.Sort(names)
+	return names
 }

@@ -77,6 +77,10 @@ type app struct {
 	// history samples the status for the console's charts while the HTTP
 	// server runs.
 	history *ostatus.History
+	// storeErr is why migrate could not open the store: it applies the
+	// read model's schema all the same and reports the store's as not
+	// applied.
+	storeErr error
 	// presentOnce looks up once whether the default read model's tables
 	// exist (present).
 	presentOnce sync.Once
@@ -109,7 +113,10 @@ func (a *app) run(ctx context.Context) error {
 		}
 	} else if a.st != nil && r.name != "migrate" {
 		if err := a.st.CheckSchema(ctx); err != nil {
-			return fmt.Errorf("%w (run `outboxd migrate` with the same --store)", err)
+			if err = a.cliWording(err); !strings.Contains(err.Error(), "`outboxd migrate`") {
+				err = fmt.Errorf("%w (run `outboxd migrate` with the same --store)", err)
+			}
+			return err
 		}
 	}
 	if !a.o.readModelOnly {
@@ -153,30 +160,19 @@ func (a *app) open(ctx context.Context) error {
 			return err
 		}
 	}
-	if r.store && a.set.store != nil {
-		a.st, a.opened = a.set.store, a.set.store
-		if tracing.Enabled() {
-			a.st = storetrace.Wrap(a.st)
-		}
-	} else if r.store {
-		sqlite, err := a.sqliteOptions()
-		if err != nil {
-			return err
-		}
-		mongo := a.o.mongoOptions()
-		mongo.AppName = "outboxd/" + r.name
-		st, err := openStore(ctx, a.o.store, sqlite, mongo)
-		if err != nil {
-			return err
-		}
-		if ms, ok := st.(*mongostore.Store); ok {
-			for _, w := range ms.Warnings() { // an arbiter in the replica set
-				a.log.Warn(w)
+	// migrate --read-model-only leaves the store alone: it does not open it.
+	if r.store && !a.o.readModelOnly {
+		err := a.openStore(ctx)
+		if err == nil {
+			if tracing.Enabled() {
+				a.st = storetrace.Wrap(a.st)
 			}
-		}
-		a.st, a.opened = st, st
-		if tracing.Enabled() {
-			a.st = storetrace.Wrap(st)
+		} else if r.name != "migrate" || a.o.storeOnly || errors.Is(err, config.ErrUsage) {
+			return err
+		} else {
+			// A plain migrate still applies the read model's schema
+			// (applyMigrations says the store's was not).
+			a.storeErr = err
 		}
 	}
 	if r.redis {
@@ -209,6 +205,32 @@ func (a *app) open(ctx context.Context) error {
 		}
 		a.pg = pool
 	}
+	return nil
+}
+
+// openStore sets a.st and a.opened to the program's store
+// (runner.WithStore) or the one --store names.
+func (a *app) openStore(ctx context.Context) error {
+	if a.set.store != nil {
+		a.st, a.opened = a.set.store, a.set.store
+		return nil
+	}
+	sqlite, err := a.sqliteOptions()
+	if err != nil {
+		return err
+	}
+	mongo := a.o.mongoOptions()
+	mongo.AppName = "outboxd/" + a.role.name
+	st, err := openStore(ctx, a.o.store, sqlite, mongo)
+	if err != nil {
+		return err
+	}
+	if ms, ok := st.(*mongostore.Store); ok {
+		for _, w := range ms.Warnings() { // an arbiter in the replica set
+			a.log.Warn(w)
+		}
+	}
+	a.st, a.opened = st, st
 	return nil
 }
 
@@ -291,11 +313,16 @@ func (a *app) close() {
 // says which part was applied and which was not.
 func (a *app) applyMigrations(ctx context.Context) error {
 	var storeErr, pgErr error
-	if !a.o.readModelOnly {
+	switch {
+	case a.o.readModelOnly:
+	case a.st == nil:
+		kind, _, _ := storeKind(a.o.store)
+		storeErr = fmt.Errorf("the store's schema (%s) was not applied: the store could not be opened: %w", kind, a.storeErr)
+	default:
 		cfg := a.o.migrateConfig()
 		cfg.EventRetention = a.o.ttlEventRetention() // the TTL index keeps the longest retention
 		if storeErr = a.st.Migrate(ctx, cfg); storeErr != nil {
-			storeErr = fmt.Errorf("the store's schema (%s) was not applied: %w", a.st.Kind(), storeErr)
+			storeErr = fmt.Errorf("the store's schema (%s) was not applied: %w", a.st.Kind(), a.cliWording(storeErr))
 		} else {
 			a.log.Info("store schema applied", zap.String("store", a.st.Kind()))
 		}

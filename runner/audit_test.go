@@ -78,8 +78,12 @@ func TestAuditInDev(t *testing.T) {
 
 // TestAuditOffWithoutItsReadModel: `reconcile --every` beside a read model
 // of a team's own (outboxd's tables are not in the database) runs no audit
-// and says so once: the status shows neither an audit nor an unavailable
-// one, and no run is recorded, while the sweeps go on.
+// and says so once: past the first audit tick (a sweep begun 1.5s after
+// the start, with --audit-every 1s), the status shows neither an audit nor
+// an unavailable one, /metrics has no audit metric (an audit, run or not,
+// registers outboxd_audit_*; a run against the missing tables counts
+// outboxd_audit_errors_total) and no run is recorded, while the sweeps go
+// on.
 func TestAuditOffWithoutItsReadModel(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -91,6 +95,7 @@ func TestAuditOffWithoutItsReadModel(t *testing.T) {
 	require.Equal(t, ExitOK, code, out)
 	_, prefix := testkit.NewRedis(t)
 	addr := freeAddr(t)
+	started := time.Now()
 	startRole(t, addr, "reconcile", "--store", storeURI, "--postgres-url", pg.URL, "--redis-url", testkit.RedisURL(),
 		"--stream", prefix+"-stream", "--group", prefix+"-group", "--every", "1s", "--audit-every", "1s")
 	b := &devBundle{base: "http://" + addr}
@@ -101,13 +106,18 @@ func TestAuditOffWithoutItsReadModel(t *testing.T) {
 			return false
 		}
 		last = s
-		return true
+		return s.Reconciler.LastReport.StartedAt.After(started.Add(1500 * time.Millisecond))
 	}, 30*time.Second, 20*time.Millisecond)
 	require.Nil(t, last.Audit)
 	require.NotContains(t, last.Unavailable, "audit")
 	require.NotNil(t, last.ReadModel)
 	require.False(t, last.ReadModel.Checkable)
 	require.Contains(t, last.ReadModel.Unchecked, "not in this PostgreSQL database")
+	names, _ := scrape(t, addr)
+	require.True(t, names["outboxd_reconciler_sweeps_total"], "the reconciler's metrics are served")
+	for name := range names {
+		require.False(t, strings.HasPrefix(name, "outboxd_audit_"), "no audit: %s", name)
+	}
 	var tables int
 	require.NoError(t, pg.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tablename = 'audit_runs'`).Scan(&tables))
 	require.Zero(t, tables, "no audit ran (it would have found no table to record in)")

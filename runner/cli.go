@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -111,3 +112,39 @@ func exitCode(err error) int {
 // errReported ends a run whose output already said what went wrong (a
 // sweep's report, drift found by verify).
 var errReported = errors.New("failure reported above")
+
+// storeWording puts the command line's names into a store's error: the
+// stores' errors name their options and call (Options.EventsTable,
+// Store.Migrate), the command's user sets flags and runs commands.
+var storeWording = strings.NewReplacer(
+	"Options.EventsTable", "--events-collection",
+	"Options.OutboxTable", "--outbox-collection",
+	"Options.EventsCollection", "--events-collection",
+	"Options.OutboxCollection", "--outbox-collection",
+	"Options.Database", "--mongo-db",
+	"Store.Migrate", "`outboxd migrate`",
+)
+
+// cliError is an error reworded for the command line, matching what the
+// original matches (errors.Is, errors.As).
+type cliError struct {
+	msg string
+	err error
+}
+
+func (e *cliError) Error() string { return e.msg }
+func (e *cliError) Unwrap() error { return e.err }
+
+// cliWording returns the store's err in the command line's names
+// (storeWording), or err as it is when the program opened the store itself
+// (runner.WithStore): its options are the program's, not the flags.
+func (a *app) cliWording(err error) error {
+	if err == nil || a.set.store != nil {
+		return err
+	}
+	msg := storeWording.Replace(err.Error())
+	if msg == err.Error() {
+		return err
+	}
+	return &cliError{msg: msg, err: err}
+}

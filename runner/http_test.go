@@ -32,6 +32,23 @@ func TestHTTPFlagsAreValidated(t *testing.T) {
 	}
 }
 
+// withBearer sends a request without a body, with token as its bearer
+// token ("": none), and returns the status code and the body.
+func withBearer(t *testing.T, method, url, token string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	require.NoError(t, err)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, body
+}
+
 // TestPprof: --pprof serves Go's profiles under /debug/pprof/ beside the
 // API, to the operator token only, and never the command
 // line, whose arguments may hold secrets; with no token set they are open
@@ -41,17 +58,8 @@ func TestPprof(t *testing.T) {
 	t.Parallel()
 	get := func(t *testing.T, url, token string) (int, string) {
 		t.Helper()
-		req, err := http.NewRequest(http.MethodGet, url, nil)
-		require.NoError(t, err)
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		return resp.StatusCode, string(body)
+		code, body := withBearer(t, http.MethodGet, url, token)
+		return code, string(body)
 	}
 	status := func(t *testing.T, url, token string) int {
 		t.Helper()

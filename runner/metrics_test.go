@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,21 +26,33 @@ import (
 // until it is ready, and stops it (like SIGTERM, exit 0) at cleanup.
 func startRole(t *testing.T, addr string, args ...string) {
 	t.Helper()
+	startRoleWith(t, addr, nil, args...)
+}
+
+// startRoleWith is startRole for Run with opts; stop stops the role
+// before the cleanup does (once), so that a test can look at what it
+// leaves.
+func startRoleWith(t *testing.T, addr string, opts []Option, args ...string) (stop func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
 	stderr := &syncBuffer{}
 	go func() {
-		done <- run(ctx, append(args, "--http-addr", addr, "--log-level", "error"), io.Discard, stderr)
+		done <- Run(ctx, append(args, "--http-addr", addr, "--log-level", "error"), io.Discard, stderr, opts...)
 	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case code := <-done:
-			require.Equal(t, ExitOK, code, "%s: %s", args[0], stderr)
-		case <-time.After(60 * time.Second):
-			t.Errorf("%s did not stop", args[0])
-		}
-	})
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case code := <-done:
+				require.Equal(t, ExitOK, code, "%s: %s", args[0], stderr)
+			case <-time.After(60 * time.Second):
+				t.Errorf("%s did not stop", args[0])
+			}
+		})
+	}
+	t.Cleanup(stop)
 	require.Eventually(t, func() bool {
 		res, err := http.Get("http://" + addr + "/readyz")
 		if err != nil {
@@ -48,6 +61,7 @@ func startRole(t *testing.T, addr string, args ...string) {
 		res.Body.Close()
 		return res.StatusCode == http.StatusOK
 	}, 30*time.Second, 20*time.Millisecond, "%s did not become ready: %s", args[0], stderr)
+	return stop
 }
 
 // scrape returns the metric names (histograms by their _bucket, _sum and

@@ -1,15 +1,15 @@
 // Package worker turns stream entries into read-model rows.
 //
-// A Worker reads the outbox stream (outbox.StreamDefault) as a member of a
-// consumer group (stream.GroupDefault), through package stream, and, for
-// each batch of up to
-// Config.BatchSize entries:
+// A Worker reads the outbox stream (outbox.StreamDefault) in Redis as a
+// member of a consumer group (Config.Group, "read-model" by default) and,
+// for each batch of up to Config.BatchSize entries:
 //
 //  1. decodes the messages and re-reads their originals from the store with
 //     one read (the message only names the original);
 //  2. projects the batch into PostgreSQL in one transaction through a
-//     Projector (by default readmodel.NewProjector: events rows and
-//     device_daily_stats counts, idempotently), sent in one round trip
+//     Projector (by default outboxd's own read model, the one `outboxd
+//     work` builds: events rows and device_daily_stats counts,
+//     idempotently), sent in one round trip
 //     when the Projector is a PipelinedProjector;
 //  3. sets syncedAt on the originals with one store write;
 //  4. acknowledges the entries with one XACK.
@@ -48,18 +48,19 @@
 //
 // # The replay lane
 //
-// Replays (the operator's, package operator) arrive in a stream of their
-// own, the replay lane stream.Keys.Replay, which the worker consumes with
+// Replays (`outboxd replay` and the admin API's) arrive in a stream of
+// their own, the replay lane (the Redis key <stream>:replay), which the
+// worker consumes with
 // the same group and consumer name: only when the stream has no backlog for
 // it (a read of the stream came back with less than a batch: the lane then
 // gets the next turn, so that a trickle of live events does not starve it),
 // and at most Config.ReplayRate entries a second
 // (Config.ReplayLimiter, shared by the Workers of a process), in batches
 // of a twentieth of a second of that rate. A worker with nothing to do waits
-// on both streams in one XREADGROUP (stream.ReadNew). Everything else
-// holds on the lane as on the stream: its own pending entries drained at
-// start, XAUTOCLAIM, touches, delivery budgets (a hash of its own,
-// stream.Keys.ReplayLane().Failures) and the one dead-letter stream.
+// on both streams in one XREADGROUP. Everything else holds on the lane as
+// on the stream: its own pending entries drained at start, XAUTOCLAIM,
+// touches, delivery budgets (a hash of its own,
+// <stream>:replay:<group>:failures) and the one dead-letter stream.
 // outboxd_worker_replay_acked_total counts the lane's acknowledged
 // entries.
 //
@@ -69,11 +70,11 @@
 // (store.Pause, `outboxd pause`) is read from the store at most every
 // second: the paused lane is neither read nor projected (what a read had
 // returned is held, touched, until the resume), the other goes on. Entries
-// of the lane added before a cancel of the replays (store.
-// RecordReplayCancel) are acknowledged unprojected. Config.ProjectionRate
-// bounds the live projection of the whole group through one rate in Redis
-// (stream.Client.Throttle). Config.DeadLetterHook hears of each new dead
-// letter.
+// of the lane added before a cancel of the replays (`outboxd replay
+// cancel`, store.RecordReplayCancel) are acknowledged unprojected.
+// Config.ProjectionRate bounds the live projection of the whole group
+// through one rate kept in Redis, shared by its workers.
+// Config.DeadLetterHook hears of each new dead letter.
 //
 // # Batch size and PostgreSQL timeouts
 //
@@ -114,14 +115,14 @@
 //
 // Record failures have a delivery budget kept apart from Redis's delivery
 // count (which rises with every XAUTOCLAIM and history read): the hash
-// stream.Keys.Failures counts, per entry, the deliveries that failed
+// <stream>:<group>:failures counts, per entry, the deliveries that failed
 // because of the record, and only those. A failing record stays pending,
 // held by the worker, for another delivery after Config.RecordBackoff
 // doubled per failure (about 1s, then 2s, with jitter: with the default
 // MaxDeliveries of 3 the third failure dead-letters, so only those two
 // waits happen); its
 // Config.MaxDeliveries-th failure sends it to the dead-letter stream
-// stream.Keys.DLQ, as a stream.DeadLetter, and acknowledges it: as poison
+// <stream>:dlq (`outboxd dlq list` shows it) and acknowledges it: as poison
 // with syncFailure set when its projection keeps failing (a PostgreSQL data error, an error
 // wrapping ErrRecord, or an error nobody recognises), as non_retryable when
 // its original stays missing (a secondary behind, a commit not visible
@@ -136,7 +137,7 @@
 //
 // The error-streak rule watches every failure: the same code
 // Config.StreakLimit (50) times in a row, counted for the whole consumer
-// group in Redis (stream.Streak), halts automatic retries of its class in
+// group in Redis, halts automatic retries of its class in
 // every worker of the group and raises an alarm until it clears
 // (outboxd_error_streak, outboxd_retries_halted, an error log); see
 // Worker.ResumeRetries for what halted means and how it clears. A streak

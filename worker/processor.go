@@ -219,7 +219,7 @@ func (p *processor) handle(ctx context.Context, g *stream.Group, msgs []stream.E
 	maps.Copy(failures, failed)
 	deferred = append(deferred, waiting...)
 	events = slices.DeleteFunc(events, func(ev *outbox.Event) bool { return slices.Contains(waiting, ev.ID) })
-	if err := p.cfg.faults.Check(FaultAfterCommit); err != nil {
+	if err := p.cfg.faults.Check(faultAfterCommit); err != nil {
 		return nil, err
 	}
 

@@ -156,7 +156,7 @@ func (tw *tailWriter) writeTail(workCtx context.Context, t *tail) error {
 		return err
 	}
 	t.parked = nil
-	if err := tw.cfg.faults.Check(FaultAfterSyncedAt); err != nil {
+	if err := tw.cfg.faults.Check(faultAfterSyncedAt); err != nil {
 		return err
 	}
 	return tw.finish(ctx, t.g, t.out.dead, t.ack, t.charge)

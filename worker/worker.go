@@ -25,10 +25,10 @@ import (
 // Fault points (tests only). When one fires the worker stops at once, as if
 // its process had crashed: nothing more is written and nothing acknowledged.
 const (
-	// FaultAfterCommit fires after the PostgreSQL commit, before syncedAt.
-	FaultAfterCommit = "worker.after-commit"
-	// FaultAfterSyncedAt fires after syncedAt is set, before XACK.
-	FaultAfterSyncedAt = "worker.after-synced"
+	// faultAfterCommit fires after the PostgreSQL commit, before syncedAt.
+	faultAfterCommit = "worker.after-commit"
+	// faultAfterSyncedAt fires after syncedAt is set, before XACK.
+	faultAfterSyncedAt = "worker.after-synced"
 )
 
 // ErrRecord is wrapped by errors that are the record's own fault and will

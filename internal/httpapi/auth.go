@@ -212,7 +212,8 @@ func (h *handler) authenticate(r *http.Request) *tokenOf {
 }
 
 // admit checks a request before it is routed: with tokens, a request under
-// /v1/ or /debug/ needs a known one (401); without, with
+// /v1/ or /debug/, or to one of the program's own routes, needs a known one
+// (401); without, with
 // Config.LoopbackHosts, every request but the probes and /metrics needs a
 // Host that names a loopback address (403). It returns the request with
 // its scope, or false when it answered.
@@ -226,7 +227,7 @@ func (h *handler) admit(w http.ResponseWriter, r *http.Request) (*http.Request, 
 		}
 		return r.WithContext(context.WithValue(r.Context(), scopeKey{}, ScopeOpen)), true
 	}
-	if !protected(r) {
+	if !protected(r) && !h.ownRoute(r) {
 		return r, true
 	}
 	t := h.authenticate(r)
@@ -291,6 +292,16 @@ func protected(r *http.Request) bool {
 		}
 	}
 	return false
+}
+
+// ownRoute reports whether r goes to one of the program's own routes
+// (Config.Routes).
+func (h *handler) ownRoute(r *http.Request) bool {
+	if len(h.own) == 0 {
+		return false
+	}
+	_, pattern := h.mux.Handler(r)
+	return h.own[pattern]
 }
 
 // openPath reports the routes that any client may reach, whatever its Host:

@@ -254,6 +254,9 @@ type handler struct {
 	ingest     *ingestMetrics
 	writes     *writeHealth // set where the handler serves ingest
 	console    http.Handler
+	// own are the patterns of the program's own routes (Config.Routes),
+	// which admit checks tokens for wherever they are.
+	own map[string]bool
 	// decodes holds a place per body being decoded (Config.MaxDecodes).
 	decodes chan struct{}
 }
@@ -337,6 +340,10 @@ func (h *handler) handleOwn(rt Route) (err error) {
 		}
 	}()
 	h.mux.Handle(rt.Pattern, guard(accessIngest, rt.Handler))
+	if h.own == nil {
+		h.own = map[string]bool{}
+	}
+	h.own[rt.Pattern] = true
 	return nil
 }
 

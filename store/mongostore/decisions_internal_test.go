@@ -133,7 +133,7 @@ func TestClassify(t *testing.T) {
 // no pipeline: it panics on one, and the feed filters in Go there).
 func TestFeedPipeline(t *testing.T) {
 	t.Parallel()
-	p := FeedPipeline("s1", store.Partition{})
+	p := feedPipeline("s1", store.Partition{})
 	require.Len(t, p, 1)
 	match, err := bson.MarshalExtJSON(p[0], false, false)
 	require.NoError(t, err)
@@ -147,7 +147,7 @@ func TestFeedPipeline(t *testing.T) {
 // waiting for every voting member).
 func TestCollModTTL(t *testing.T) {
 	t.Parallel()
-	cmd, err := bson.MarshalExtJSON(CollModTTL(OutboxCollection, IndexOutboxTTL, 3600), false, false)
+	cmd, err := bson.MarshalExtJSON(collModTTL(OutboxCollection, IndexOutboxTTL, 3600), false, false)
 	require.NoError(t, err)
 	require.JSONEq(t, `{"collMod":"outbox","index":{"name":"dispatched_ttl","expireAfterSeconds":3600}}`, string(cmd))
 }

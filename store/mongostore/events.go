@@ -176,25 +176,25 @@ func requeueEligible(threshold time.Time) bson.E {
 	}}
 }
 
-// CandidateFilter is the reconciler's query: pending, created before
+// candidateFilter is the reconciler's query: pending, created before
 // createdBefore, never claimed or claimed before claimedBefore; sorted by
-// CandidateSort. It is exported for the explain test.
-func CandidateFilter(createdBefore, claimedBefore time.Time) bson.D {
+// candidateSort.
+func candidateFilter(createdBefore, claimedBefore time.Time) bson.D {
 	return append(pendingFilter(),
 		bson.E{Key: "createdAt", Value: bson.D{{Key: "$lt", Value: createdBefore.UTC()}}},
 		requeueEligible(claimedBefore),
 	)
 }
 
-// CandidateSort is the order of candidates: oldest first.
-var CandidateSort = bson.D{{Key: "createdAt", Value: 1}}
+// candidateSort is the order of candidates: oldest first.
+var candidateSort = bson.D{{Key: "createdAt", Value: 1}}
 
-// Candidates runs CandidateFilter, served by the reconciler index.
+// Candidates runs candidateFilter, served by the reconciler index.
 func (s *Store) Candidates(ctx context.Context, q store.CandidateQuery) ([]string, error) {
 	ctx, cancel := s.opctx(ctx)
 	defer cancel()
-	cur, err := s.events.Find(ctx, CandidateFilter(q.CreatedBefore, q.ClaimedBefore), findOptions(ctx).
-		SetSort(CandidateSort).SetLimit(int64(q.Limit)).SetProjection(bson.D{{Key: "_id", Value: 1}}))
+	cur, err := s.events.Find(ctx, candidateFilter(q.CreatedBefore, q.ClaimedBefore), findOptions(ctx).
+		SetSort(candidateSort).SetLimit(int64(q.Limit)).SetProjection(bson.D{{Key: "_id", Value: 1}}))
 	if err != nil {
 		return nil, wrap(err, "querying reconciler candidates")
 	}
@@ -312,11 +312,11 @@ func (s *Store) RollbackClaims(ctx context.Context, at time.Time, claimed []*out
 // counts each through the reconciler index.
 var knownCategories = []string{outbox.CategoryNonRetryable, outbox.CategoryPoison, store.CategoryRequeueExhausted}
 
-// CountQuery is one count that Counts runs: its collection, its filter and
+// countQuery is one count that Counts runs: its collection, its filter and
 // the index it names as hint, so the count is served by that index on
 // every server whatever the planner would pick. Exported for the explain
 // test, which explains exactly these.
-type CountQuery struct {
+type countQuery struct {
 	// Name says what it counts: "pending", "failed", "failed:<category>",
 	// "undispatched".
 	Name       string
@@ -325,31 +325,31 @@ type CountQuery struct {
 	Index      string
 }
 
-// CountQueries returns the counts of Counts, in the order it runs them.
+// countQueries returns the counts of Counts, in the order it runs them.
 // The undispatched count spans every stream: stream >= "" (every string,
 // type-bracketed) puts it on the undispatched index's first key.
-func CountQueries() []CountQuery {
-	q := []CountQuery{{Name: "pending", Collection: EventsCollection, Filter: pendingFilter(), Index: IndexReconciler}}
+func countQueries() []countQuery {
+	q := []countQuery{{Name: "pending", Collection: EventsCollection, Filter: pendingFilter(), Index: IndexReconciler}}
 	for _, cat := range knownCategories {
-		q = append(q, CountQuery{Name: "failed:" + cat, Collection: EventsCollection, Index: IndexReconciler,
+		q = append(q, countQuery{Name: "failed:" + cat, Collection: EventsCollection, Index: IndexReconciler,
 			Filter: bson.D{{Key: "syncedAt", Value: nil}, {Key: "syncFailure.category", Value: cat}}})
 	}
 	return append(q,
 		// Every parked original, whatever its category.
-		CountQuery{Name: "failed", Collection: EventsCollection, Filter: parkedFilter(), Index: IndexReconciler},
-		CountQuery{Name: "undispatched", Collection: OutboxCollection, Index: IndexUndispatched,
+		countQuery{Name: "failed", Collection: EventsCollection, Filter: parkedFilter(), Index: IndexReconciler},
+		countQuery{Name: "undispatched", Collection: OutboxCollection, Index: IndexUndispatched,
 			Filter: bson.D{{Key: "stream", Value: bson.D{{Key: "$gte", Value: ""}}}, {Key: "dispatchedAt", Value: nil}}},
 	)
 }
 
-// OldestPendingQuery is the filter, sort and index of the oldest pending
-// original's read in Counts (exported for the explain test).
-func OldestPendingQuery() (filter, sort bson.D, index string) {
-	return pendingFilter(), CandidateSort, IndexReconciler
+// oldestPendingQuery is the filter, sort and index of the oldest pending
+// original's read in Counts.
+func oldestPendingQuery() (filter, sort bson.D, index string) {
+	return pendingFilter(), candidateSort, IndexReconciler
 }
 
-// Counts reads the status figures, index-served (CountQueries,
-// OldestPendingQuery), and keeps them for Options.CountsTTL, so a burst
+// Counts reads the status figures, index-served (countQueries,
+// oldestPendingQuery), and keeps them for Options.CountsTTL, so a burst
 // of scrapes reads MongoDB once: Total is the collection's estimated count
 // (metadata, no scan). A count that cannot finish within ctx fails the
 // whole read, and that failure is kept for CountsTTL too, so scrapes
@@ -399,7 +399,7 @@ func (s *Store) readCounts(ctx context.Context, current bool) (store.Counts, err
 	}
 	c.Estimated = !s.lungo
 	n := map[string]int64{}
-	for _, q := range CountQueries() {
+	for _, q := range countQueries() {
 		coll := outbox
 		if q.Collection == EventsCollection { // the default name; the store's may be another (Options.EventsCollection)
 			coll = events
@@ -425,7 +425,7 @@ func (s *Store) readCounts(ctx context.Context, current bool) (store.Counts, err
 	var oldest struct {
 		CreatedAt time.Time `bson:"createdAt"`
 	}
-	filter, sort, index := OldestPendingQuery()
+	filter, sort, index := oldestPendingQuery()
 	err = events.FindOne(ctx, filter, options.FindOne().SetSort(sort).SetHint(s.hint(index)).
 		SetProjection(bson.D{{Key: "createdAt", Value: 1}})).Decode(&oldest)
 	switch {
@@ -450,11 +450,11 @@ func (s *Store) hint(name string) any {
 	return name
 }
 
-// SyncedBeforeFilter selects the synced originals created before before:
+// syncedBeforeFilter selects the synced originals created before before:
 // the filter of DeleteSynced and, with syncedAt of type date, the partial
 // filter of the TTL index IndexEventsTTL, whose keys serve the query when
-// the index exists. It is exported for the explain test.
-func SyncedBeforeFilter(before time.Time) bson.D {
+// the index exists.
+func syncedBeforeFilter(before time.Time) bson.D {
 	return bson.D{{Key: "createdAt", Value: bson.D{{Key: "$lt", Value: before.UTC()}}}, syncedPartial[0]}
 }
 
@@ -462,7 +462,7 @@ func SyncedBeforeFilter(before time.Time) bson.D {
 // only (a pending original's syncedAt is null, which is not a date).
 var syncedPartial = bson.D{{Key: "syncedAt", Value: bson.D{{Key: "$type", Value: "date"}}}}
 
-// scopedFilter narrows filter (SyncedBeforeFilter) to the originals scope
+// scopedFilter narrows filter (syncedBeforeFilter) to the originals scope
 // selects. The index that serves the query (the TTL index's keys, or
 // createdAt's) has neither type nor sourceKey: the documents it reads are
 // filtered, so a scope that leaves out many old originals makes each call
@@ -495,7 +495,7 @@ func (s *Store) DeleteSynced(ctx context.Context, before time.Time, scope store.
 	}
 	ctx, cancel := s.opctx(ctx)
 	defer cancel()
-	cur, err := s.events.Find(ctx, scopedFilter(SyncedBeforeFilter(before), scope), findOptions(ctx).
+	cur, err := s.events.Find(ctx, scopedFilter(syncedBeforeFilter(before), scope), findOptions(ctx).
 		SetSort(bson.D{{Key: "createdAt", Value: 1}}).SetLimit(int64(limit)).SetProjection(bson.D{{Key: "_id", Value: 1}}))
 	if err != nil {
 		return 0, wrap(err, "querying synced originals past the retention")

@@ -26,12 +26,12 @@ const pollDefault = 100 * time.Millisecond
 // error forever.
 var endOfFeed = []string{"invalidate", "drop", "rename", "dropDatabase"}
 
-// FeedPipeline is the change-stream pipeline on a server: inserts into
+// feedPipeline is the change-stream pipeline on a server: inserts into
 // stream (into its partition part, when it is one of several) and the
 // end-of-feed events, so the dispatcher's own dispatchedAt updates and the
 // TTL deletes never travel back. lungo panics on any pipeline, so on lungo
 // the same filter runs in Go (accept).
-func FeedPipeline(stream string, part store.Partition) mongo.Pipeline {
+func feedPipeline(stream string, part store.Partition) mongo.Pipeline {
 	insert := bson.D{{Key: "operationType", Value: "insert"}, {Key: "fullDocument.stream", Value: stream}}
 	if !part.Whole() {
 		insert = append(insert, bson.E{Key: "fullDocument.partition", Value: partitionValue(part)})
@@ -60,7 +60,7 @@ func partitionValue(part store.Partition) any {
 func (s *Store) OpenFeed(ctx context.Context, stream string, from store.Position, opts store.FeedOptions) (store.Feed, error) {
 	poll := cmp.Or(opts.PollInterval, pollDefault)
 	csOpts := options.ChangeStream().SetMaxAwaitTime(poll).SetBatchSize(1000)
-	pipeline := FeedPipeline(stream, opts.Partition)
+	pipeline := feedPipeline(stream, opts.Partition)
 	if s.lungo {
 		pipeline = mongo.Pipeline{}
 	}
@@ -251,10 +251,10 @@ func (s *Store) Undispatched(ctx context.Context, stream string, part store.Part
 	return out, nil
 }
 
-// OutboxEntriesFilter returns the filter and sort of OutboxEntries (nil
+// outboxEntriesFilter returns the filter and sort of OutboxEntries (nil
 // when eventID is not an ObjectID: it names no entry), served by
-// IndexOutboxEvent. It is exported for the explain test.
-func OutboxEntriesFilter(eventID string) (bson.D, bson.D) {
+// IndexOutboxEvent.
+func outboxEntriesFilter(eventID string) (bson.D, bson.D) {
 	oid, err := primitive.ObjectIDFromHex(eventID)
 	if err != nil {
 		return nil, nil
@@ -265,7 +265,7 @@ func OutboxEntriesFilter(eventID string) (bson.D, bson.D) {
 // OutboxEntries reads the entries of one original in _id order, served by
 // IndexOutboxEvent.
 func (s *Store) OutboxEntries(ctx context.Context, eventID string) ([]outbox.Entry, error) {
-	filter, sort := OutboxEntriesFilter(eventID)
+	filter, sort := outboxEntriesFilter(eventID)
 	if filter == nil {
 		return nil, nil
 	}

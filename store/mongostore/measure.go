@@ -96,6 +96,11 @@ func MeasureCommands(ctx context.Context, uri string, opts *Options, cfg Measure
 		return CommandTable{}, err
 	}
 	m := &measurer{s: s, c: o.Commands, stream: "measure", table: CommandTable{Engine: "driver"}}
+	// The number of partitions a deployment's first component records:
+	// the Writers read it until it is recorded.
+	if err := store.EnsurePartitions(ctx, s, m.stream, outbox.PartitionsDefault); err != nil {
+		return CommandTable{}, err
+	}
 	if s.lungo {
 		m.table.Engine = "lungo"
 	}
@@ -163,8 +168,8 @@ func (m *measurer) seed(ctx context.Context, n int, createdAt time.Time) ([]stri
 // insert of the originals, one of the entries, the commit).
 func (m *measurer) ingest(ctx context.Context, n int) error {
 	w := outbox.NewWriter(m.s, &outbox.WriterConfig{Stream: m.stream})
-	// A Writer reads its stream's number of partitions once, at its first
-	// write: one find that is no group's.
+	// A Writer reads its stream's recorded number of partitions once, at
+	// its first write: one find that is no group's.
 	if _, err := w.Write(ctx, m.inputs(1)); err != nil {
 		return err
 	}

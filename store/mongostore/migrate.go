@@ -386,7 +386,7 @@ func (s *Store) setTTL(ctx context.Context, spec indexSpec, seconds int64) error
 		_, err := view.CreateOne(ctx, spec.model)
 		return wrap(err, "creating the TTL index")
 	}
-	err := s.db.RunCommand(ctx, CollModTTL(coll, name, seconds)).Err()
+	err := s.db.RunCommand(ctx, collModTTL(coll, name, seconds)).Err()
 	if err != nil {
 		return wrap(err, "changing the retention of %s.%s with collMod", coll, name)
 	}
@@ -402,8 +402,8 @@ func (s *Store) setTTL(ctx context.Context, spec indexSpec, seconds int64) error
 	return fmt.Errorf("collMod did not set expireAfterSeconds=%d on %s.%s", seconds, coll, name)
 }
 
-// CollModTTL is the command that changes a TTL index's retention.
-func CollModTTL(coll, name string, seconds int64) bson.D {
+// collModTTL is the command that changes a TTL index's retention.
+func collModTTL(coll, name string, seconds int64) bson.D {
 	return bson.D{{Key: "collMod", Value: coll}, {Key: "index", Value: bson.D{{Key: "name", Value: name}, {Key: "expireAfterSeconds", Value: seconds}}}}
 }
 

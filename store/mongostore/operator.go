@@ -11,14 +11,13 @@ import (
 	"github.com/outboxd/outboxd/store"
 )
 
-// EventQueryFilter returns the filter and sort of q (ListEvents with the
+// eventQueryFilter returns the filter and sort of q (ListEvents with the
 // cursor, CountEvents without). The filter opens with the fields of the
 // index that serves it: IndexDevice's (sourceKey, deviceKey, occurredAt)
 // when both keys are given and the window is by occurredAt, else
 // IndexOccurred's or IndexCreated's time (a range of devices is filtered
-// from the time's range, as one source is); the sort is (time, _id). It is
-// exported for the explain test.
-func EventQueryFilter(q store.EventQuery, withCursor bool) (bson.D, bson.D) {
+// from the time's range, as one source is); the sort is (time, _id).
+func eventQueryFilter(q store.EventQuery, withCursor bool) (bson.D, bson.D) {
 	field := "occurredAt"
 	if q.By == store.ByCreated {
 		field = "createdAt"
@@ -78,7 +77,7 @@ func parkedFilter() bson.D {
 	return bson.D{{Key: "syncedAt", Value: nil}, {Key: "syncFailure.category", Value: bson.D{{Key: "$type", Value: "string"}}}}
 }
 
-// ListEvents runs EventQueryFilter with one Find, without payloads.
+// ListEvents runs eventQueryFilter with one Find, without payloads.
 func (s *Store) ListEvents(ctx context.Context, q store.EventQuery) ([]*outbox.Event, error) {
 	if err := q.Validate(); err != nil {
 		return nil, err
@@ -88,7 +87,7 @@ func (s *Store) ListEvents(ctx context.Context, q store.EventQuery) ([]*outbox.E
 	}
 	ctx, cancel := s.opctx(ctx)
 	defer cancel()
-	filter, sort := EventQueryFilter(q, true)
+	filter, sort := eventQueryFilter(q, true)
 	cur, err := s.events.Find(ctx, filter, findOptions(ctx).SetSort(sort).SetLimit(int64(q.Limit)).
 		SetProjection(bson.D{{Key: "payload", Value: 0}}))
 	if err != nil {
@@ -110,14 +109,14 @@ func (s *Store) ListEvents(ctx context.Context, q store.EventQuery) ([]*outbox.E
 	return out, nil
 }
 
-// CountEvents counts with EventQueryFilter, served by the same index.
+// CountEvents counts with eventQueryFilter, served by the same index.
 func (s *Store) CountEvents(ctx context.Context, q store.EventQuery) (int64, error) {
 	if err := q.Validate(); err != nil {
 		return 0, err
 	}
 	ctx, cancel := s.opctx(ctx)
 	defer cancel()
-	filter, _ := EventQueryFilter(q, false)
+	filter, _ := eventQueryFilter(q, false)
 	n, err := s.events.CountDocuments(ctx, filter)
 	if err != nil {
 		return 0, wrap(err, "counting originals")
