@@ -77,8 +77,45 @@ type prepared struct {
 	stmt     *statement
 	sqlTypes []string
 	jsonish  []bool
+	// arrays is each parameter's column in the batch form: a text array,
+	// or for :occurredAt and :createdAt bound to timestamptz a timestamptz
+	// array of the times themselves (no text to format and parse per row).
+	arrays   []arrayKind
 	perEvent string
 	perBatch string
+}
+
+// arrayKind is how the batch form sends a parameter's values.
+type arrayKind int
+
+const (
+	// textArray: text[], NULL where the value is missing (payload paths).
+	textArray arrayKind = iota
+	// originArray: text[] of a value every original has.
+	originArray
+	// timeArray: timestamptz[] of :occurredAt or :createdAt.
+	timeArray
+)
+
+// arrayType is k's SQL array type in the batch form.
+func (k arrayKind) arrayType() string {
+	if k == timeArray {
+		return "timestamptz[]"
+	}
+	return "text[]"
+}
+
+// kindOf is how the batch form sends a parameter whose type PostgreSQL
+// inferred as sqlType.
+func kindOf(pr param, sqlType string) arrayKind {
+	switch {
+	case (pr.name == "occurredAt" || pr.name == "createdAt") && sqlType == "timestamp with time zone":
+		return timeArray
+	case pr.path == nil:
+		return originArray
+	default:
+		return textArray
+	}
 }
 
 // StatementError is a statement of a file that PostgreSQL (or the file's
@@ -266,12 +303,13 @@ func (f *File) prepare(ctx context.Context, tx pgx.Tx, conn *pgconn.PgConn, s *s
 		}
 		p.sqlTypes = append(p.sqlTypes, name)
 		p.jsonish = append(p.jsonish, name == "json" || name == "jsonb")
+		p.arrays = append(p.arrays, kindOf(s.params[i], name))
 	}
 	p.perEvent = s.sql(func(i int) string { return fmt.Sprintf("($%d::text::%s)", i+1, p.sqlTypes[i]) })
 	if _, err := conn.Prepare(ctx, "", p.perEvent, nil); err != nil {
 		return nil, f.statementError(s, p.perEvent, err)
 	}
-	if batch, ok := s.batchSQL(p.sqlTypes); ok {
+	if batch, ok := s.batchSQL(p.sqlTypes, p.arrays); ok {
 		// A statement that PostgreSQL refuses in its batch form (DEFAULT
 		// in the VALUES list, say) runs once per event.
 		if _, err := conn.Prepare(ctx, "", batch, nil); err == nil {
@@ -341,9 +379,9 @@ func (s *statement) sql(ref func(int) string) string {
 }
 
 // batchSQL returns the statement with its VALUES list turned into a SELECT
-// over the batch's rows (unnest of one text array per parameter, in event
-// id order), and reports whether it has such a list.
-func (s *statement) batchSQL(sqlTypes []string) (string, bool) {
+// over the batch's rows (unnest of one array per parameter, of the type
+// arrays gives, in event id order), and reports whether it has such a list.
+func (s *statement) batchSQL(sqlTypes []string, arrays []arrayKind) (string, bool) {
 	if s.values < 0 {
 		return "", false
 	}
@@ -368,13 +406,13 @@ func (s *statement) batchSQL(sqlTypes []string) (string, bool) {
 	}
 	head = head[:len(head)-len("values")]
 	cols := []string{"event_id"}
-	arrays := []string{"$1::text[]"}
+	unnest := []string{"$1::text[]"}
 	for i := range s.params {
 		cols = append(cols, fmt.Sprintf("p%d", i+1))
-		arrays = append(arrays, fmt.Sprintf("$%d::text[]", i+2))
+		unnest = append(unnest, fmt.Sprintf("$%d::%s", i+2, arrays[i].arrayType()))
 	}
 	return fmt.Sprintf("%sSELECT %s FROM unnest(%s) AS _e(%s) ORDER BY _e.event_id%s",
-		head, text[open+1:closing], strings.Join(arrays, ", "), strings.Join(cols, ", "), text[closing+1:]), true
+		head, text[open+1:closing], strings.Join(unnest, ", "), strings.Join(cols, ", "), text[closing+1:]), true
 }
 
 // Project runs the file's statements for events in tx, as one pipeline.
@@ -454,13 +492,9 @@ func queue(b *pgx.Batch, stmts []*prepared, events []*outbox.Event) (int, error)
 			}
 			args[0] = ids
 			for k, pr := range p.stmt.params {
-				col := make([]*string, len(mine))
-				for i, d := range mine {
-					v, err := d.value(pr, p.jsonish[k])
-					if err != nil {
-						return 0, err
-					}
-					col[i] = v
+				col, err := column(mine, pr, p.jsonish[k], p.arrays[k])
+				if err != nil {
+					return 0, err
 				}
 				args[k+1] = col
 			}
@@ -486,6 +520,44 @@ func queue(b *pgx.Batch, stmts []*prepared, events []*outbox.Event) (int, error)
 		}
 	}
 	return n, nil
+}
+
+// column returns the batch form's array of pr's values for docs, of the
+// kind given: the times themselves, the texts of values every original
+// has, or texts with nil for a missing payload path.
+func column(docs []*document, pr param, jsonish bool, kind arrayKind) (any, error) {
+	switch kind {
+	case timeArray:
+		col := make([]time.Time, len(docs))
+		for i, d := range docs {
+			if pr.name == "occurredAt" {
+				col[i] = d.ev.OccurredAt
+			} else {
+				col[i] = d.ev.CreatedAt
+			}
+		}
+		return col, nil
+	case originArray:
+		col := make([]string, len(docs))
+		for i, d := range docs {
+			v, err := d.value(pr, jsonish)
+			if err != nil {
+				return nil, err
+			}
+			col[i] = *v
+		}
+		return col, nil
+	default:
+		col := make([]*string, len(docs))
+		for i, d := range docs {
+			v, err := d.value(pr, jsonish)
+			if err != nil {
+				return nil, err
+			}
+			col[i] = v
+		}
+		return col, nil
+	}
 }
 
 // document is an original being bound: its payload decoded once, on

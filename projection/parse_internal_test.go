@@ -2,6 +2,7 @@ package projection
 
 import (
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -25,13 +26,20 @@ func TestParse(t *testing.T) {
 		for _, tc := range []struct{ src, want string }{
 			{"INSERT INTO t (a, b) VALUES (:eventId, lower(:type)) ON CONFLICT DO NOTHING",
 				"INSERT INTO t (a, b) SELECT (_e.p1::text), lower((_e.p2::text)) FROM unnest($1::text[], $2::text[], $3::text[]) AS _e(event_id, p1, p2) ORDER BY _e.event_id ON CONFLICT DO NOTHING"},
+			// the times go as timestamptz where PostgreSQL takes them so
+			{"INSERT INTO t (a, b) VALUES (:occurredAt, :createdAt)",
+				"INSERT INTO t (a, b) SELECT (_e.p1::timestamp with time zone), (_e.p2::text) FROM unnest($1::text[], $2::timestamptz[], $3::text[]) AS _e(event_id, p1, p2) ORDER BY _e.event_id"},
 			{"INSERT INTO t VALUES (:eventId), (:type)", ""},                                // two rows
 			{"INSERT INTO t VALUES (:eventId) ON CONFLICT (a) DO UPDATE SET b = :type", ""}, // a parameter outside
 			{"UPDATE t SET a = 1 WHERE b = :eventId", ""},
 		} {
 			stmts, _, err := parse(tc.src)
 			require.NoError(t, err)
-			got, _ := stmts[0].batchSQL([]string{"text", "text"})
+			sqlTypes := []string{"text", "text"}
+			if strings.Contains(tc.src, ":occurredAt") {
+				sqlTypes[0] = "timestamp with time zone"
+			}
+			got, _ := stmts[0].batchSQL(sqlTypes, kinds(stmts[0], sqlTypes))
 			require.Equal(t, tc.want, got, tc.src)
 		}
 	})
@@ -40,7 +48,7 @@ func TestParse(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, &Key{Table: "events", Column: "event_id"}, key)
 		require.Len(t, stmts, 1)
-		_, ok := stmts[0].batchSQL(make([]string, len(stmts[0].params)))
+		_, ok := stmts[0].batchSQL(make([]string, len(stmts[0].params)), make([]arrayKind, len(stmts[0].params)))
 		require.True(t, ok)
 	})
 	t.Run("Kinds", func(t *testing.T) {
@@ -55,7 +63,7 @@ func TestParse(t *testing.T) {
 		require.Equal(t, []string{"a"}, stmts[2].types)
 		require.Equal(t, []string{"b"}, stmts[3].types)
 		require.Equal(t, 4, stmts[1].line, "the line after its directive")
-		_, batch := stmts[2].batchSQL([]string{"text"})
+		_, batch := stmts[2].batchSQL([]string{"text"}, []arrayKind{textArray})
 		require.True(t, batch, "a recompute statement has a batch form too")
 	})
 	t.Run("KeyedTypes", func(t *testing.T) {
@@ -79,10 +87,10 @@ func TestParse(t *testing.T) {
 	t.Run("PerEvent", func(t *testing.T) {
 		stmts, _, err := parse("-- types: a\n-- per-event:\nINSERT INTO t VALUES (:eventId) ON CONFLICT (a) DO UPDATE SET b = EXCLUDED.b;\nINSERT INTO t VALUES (:eventId)")
 		require.NoError(t, err)
-		_, batch := stmts[0].batchSQL([]string{"text"})
+		_, batch := stmts[0].batchSQL([]string{"text"}, []arrayKind{textArray})
 		require.False(t, batch, "-- per-event: keeps the statement out of its batch form")
 		require.Equal(t, []string{"a"}, stmts[0].types)
-		_, batch = stmts[1].batchSQL([]string{"text"})
+		_, batch = stmts[1].batchSQL([]string{"text"}, []arrayKind{textArray})
 		require.True(t, batch, "only the next statement")
 	})
 	t.Run("Errors", func(t *testing.T) {
@@ -112,4 +120,13 @@ func TestParse(t *testing.T) {
 			require.ErrorContains(t, err, want, src)
 		}
 	})
+}
+
+// kinds is how the batch form sends s's parameters of the given types.
+func kinds(s *statement, sqlTypes []string) []arrayKind {
+	out := make([]arrayKind, len(s.params))
+	for i, pr := range s.params {
+		out[i] = kindOf(pr, sqlTypes[i])
+	}
+	return out
 }
