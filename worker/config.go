@@ -281,10 +281,21 @@ type Config struct {
 }
 
 // DeadLetterHook is told of each new dead letter (Config.DeadLetterHook);
-// Notify must not block.
+// Notify must not block. A program implements it with the names below
+// (StreamKeys, DeadLetter), which are the worker's own.
 type DeadLetterHook interface {
-	Notify(keys stream.Keys, dl stream.DeadLetter)
+	Notify(keys StreamKeys, dl DeadLetter)
 }
+
+// StreamKeys names the Redis keys of the stream a dead letter came from:
+// Name (the stream as outbox entries name it), Stream (its Redis key,
+// partition and lane included), Group and DLQ (its dead-letter stream).
+type StreamKeys = stream.Keys
+
+// DeadLetter is a dead letter as the worker writes it into the
+// dead-letter stream: its category, code and error, the entry and the
+// original it names, where it was consumed and when.
+type DeadLetter = stream.DeadLetter
 
 // names names the instances that name none.
 var names = instance.NewNamer("worker")

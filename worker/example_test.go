@@ -117,3 +117,18 @@ func ExampleProjector() {
 	// d1 2026-03-01T10:05:00Z
 	// d2 2026-03-01T09:00:00Z
 }
+
+// deadLetterLog is a DeadLetterHook as a program outside outboxd writes
+// one, with the worker's names only: it hands each dead letter's event and
+// code to a channel and never blocks.
+type deadLetterLog struct{ out chan<- string }
+
+// Notify implements worker.DeadLetterHook.
+func (h deadLetterLog) Notify(keys worker.StreamKeys, dl worker.DeadLetter) {
+	select {
+	case h.out <- keys.DLQ() + " " + dl.EventID + " " + dl.Code:
+	default:
+	}
+}
+
+var _ worker.DeadLetterHook = deadLetterLog{}
