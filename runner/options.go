@@ -248,7 +248,7 @@ func newFlagSet(r *role) (*flag.FlagSet, *options) {
 			fs.StringVar(&o.httpAddr, "http-addr", HTTPAddrDefault, "HTTP listen address (API, /healthz, /readyz, /metrics); empty disables it for roles without the API")
 			fs.DurationVar(&o.httpBodyTimeout, "http-body-timeout", httpapi.BodyTimeoutDefault, "longest a client may take to send a request body (then 408)")
 			fs.DurationVar(&o.httpIdleTimeout, "http-idle-timeout", httpapi.IdleTimeoutDefault, "close keep-alive connections idle this long")
-			fs.IntVar(&o.httpMaxBodies, "http-max-bodies", httpapi.MaxInFlightBodiesDefault, "most request bodies read at once (more get 503), which bounds their memory to this × --max-body")
+			fs.IntVar(&o.httpMaxBodies, "http-max-bodies", httpapi.MaxInFlightBodiesDefault, "most request bodies read at once (more get 503), which bounds their memory to 5 × this × --max-body (docs/deploy.md)")
 			fs.IntVar(&o.httpMaxClientBodies, "http-max-client-bodies", 0, "most of --http-max-bodies one client may hold at once (more get 503): a named ingest client by its name, others by their address (0: half of --http-max-bodies; behind a proxy, give --http-max-bodies or name the clients)")
 			fs.DurationVar(&o.httpWriteTimeout, "http-write-timeout", httpapi.WriteTimeoutDefault, "longest the writing of one answer may take once it starts: a client that reads it slower is cut off")
 			fs.IntVar(&o.httpMaxConns, "http-max-conns", httpapi.MaxConnsDefault(), fmt.Sprintf("most open HTTP connections, by default half the open-file limit (at most %d): at the cap the longest-idle one is closed to make room, and with every one busy /healthz and /readyz are still answered on %d more", httpapi.MaxConnsCeiling, httpapi.ProbeReserve))
