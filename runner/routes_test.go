@@ -10,10 +10,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	ostatus "github.com/outboxd/outboxd/internal/status"
@@ -205,32 +207,59 @@ func mustRole(t *testing.T, name string) *role {
 // routed stream holds the events of its type only.
 func TestDevRoutes(t *testing.T) {
 	t.Parallel()
-	_, prefix := testkit.NewRedis(t)
-	other := prefix + "-other"
-	b := startDev(t, "", "--route", "c="+other, "--min-age", "1h")
-	const n = 30
-	for i := range n {
-		body := fmt.Sprintf(`{"sourceKey":"s","deviceKey":"d-%d","type":%q,"occurredAt":"2026-11-04T10:%02d:00Z"}`, i%4, []string{"a", "b", "c"}[i%3], i)
-		code, out := b.post(t, "/v1/events", "", body)
-		require.Equal(t, http.StatusCreated, code, string(out))
+	for _, partitions := range []int{1, 2} {
+		t.Run(fmt.Sprintf("Partitions%d", partitions), func(t *testing.T) {
+			t.Parallel()
+			_, prefix := testkit.NewRedis(t)
+			other := prefix + "-other"
+			b := startDev(t, "", "--route", "c="+other, "--min-age", "1h", "--partitions", strconv.Itoa(partitions))
+			const n = 30
+			for i := range n {
+				body := fmt.Sprintf(`{"sourceKey":"s","deviceKey":"d-%d","type":%q,"occurredAt":"2026-11-04T10:%02d:00Z"}`, i%4, []string{"a", "b", "c"}[i%3], i)
+				code, out := b.post(t, "/v1/events", "", body)
+				require.Equal(t, http.StatusCreated, code, string(out))
+			}
+			require.Eventually(t, func() bool {
+				s, err := b.status()
+				return err == nil && converged(s, n)
+			}, 60*time.Second, 50*time.Millisecond, "the pipeline did not converge: %s", b.stderr)
+			// The routed type's entries are in the routed stream's
+			// partitions (hash-tagged keys when there are several), and
+			// only there.
+			rdb, _ := testkit.NewRedis(t)
+			keys := []string{other}
+			if partitions > 1 {
+				keys = nil
+				for p := range partitions {
+					keys = append(keys, fmt.Sprintf("{%s:%d}", other, p))
+				}
+				unpartitioned, err := rdb.Exists(context.Background(), other).Result()
+				require.NoError(t, err)
+				require.Zero(t, unpartitioned, "nothing in the unpartitioned key")
+			}
+			var msgs []redis.XMessage
+			for _, key := range keys {
+				m, err := rdb.XRange(context.Background(), key, "-", "+").Result()
+				require.NoError(t, err)
+				msgs = append(msgs, m...)
+			}
+			require.Len(t, msgs, n/3)
+			for _, m := range msgs {
+				msg, err := outbox.DecodeMessage(m.Values)
+				require.NoError(t, err)
+				require.Equal(t, "c", msg.Type)
+			}
+			// The status shows the lag of each of the routed stream's
+			// partitions.
+			s, err := b.status()
+			require.NoError(t, err)
+			var names []string
+			for _, r := range s.RoutedStreams {
+				names = append(names, r.Name)
+			}
+			require.ElementsMatch(t, keys, names)
+		})
 	}
-	require.Eventually(t, func() bool {
-		s, err := b.status()
-		return err == nil && converged(s, n)
-	}, 60*time.Second, 50*time.Millisecond, "the pipeline did not converge: %s", b.stderr)
-	rdb, _ := testkit.NewRedis(t)
-	msgs, err := rdb.XRange(context.Background(), other, "-", "+").Result()
-	require.NoError(t, err)
-	require.Len(t, msgs, n/3)
-	for _, m := range msgs {
-		msg, err := outbox.DecodeMessage(m.Values)
-		require.NoError(t, err)
-		require.Equal(t, "c", msg.Type)
-	}
-	s, err := b.status()
-	require.NoError(t, err)
-	require.Len(t, s.RoutedStreams, 1)
-	require.Equal(t, other, s.RoutedStreams[0].Name)
 }
 
 // TestWorkRoutesReplays: a `work` instance given the writer's --route
