@@ -23,7 +23,6 @@ import (
 	"github.com/outboxd/outboxd/internal/testkit"
 	"github.com/outboxd/outboxd/outbox"
 	"github.com/outboxd/outboxd/store"
-	"github.com/outboxd/outboxd/store/sqlitestore"
 	"github.com/outboxd/outboxd/worker"
 )
 
@@ -43,11 +42,7 @@ func TestRoutes(t *testing.T) {
 	ctx := context.Background()
 	rdb, prefix := testkit.NewRedis(t)
 	s1, s2 := prefix+"-s1", prefix+"-s2"
-	path := filepath.Join(t.TempDir(), "outboxd.db")
-	st, err := sqlitestore.Open(ctx, path, nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = st.Close(context.Background()) })
-	require.NoError(t, st.Migrate(ctx, nil))
+	st, path := migratedSQLite(t, t.TempDir())
 	common := []string{"--store", "sqlite:" + path, "--stream", s1, "--route", "a=" + s1, "--route", "b=" + s1, "--route", "c=" + s2}
 	redisURL := []string{"--redis-url", testkit.RedisURL()}
 
@@ -57,7 +52,7 @@ func TestRoutes(t *testing.T) {
 
 	// The Go group on S1: a projector of the test's own, a table of ids.
 	pg := testkit.NewPostgres(t)
-	_, err = pg.Pool.Exec(ctx, `CREATE TABLE routed (event_id text PRIMARY KEY, type text NOT NULL)`)
+	_, err := pg.Pool.Exec(ctx, `CREATE TABLE routed (event_id text PRIMARY KEY, type text NOT NULL)`)
 	require.NoError(t, err)
 	w, err := worker.New(st, rdb, pg.Pool, &worker.Config{Stream: s1, Group: "go", Block: 50 * time.Millisecond,
 		Projector: worker.ProjectorFunc(func(ctx context.Context, tx pgx.Tx, events []*outbox.Event) error {
@@ -275,17 +270,13 @@ func TestWorkRoutesReplays(t *testing.T) {
 	s1, s2 := prefix+"-s1", prefix+"-s2"
 	routes := outbox.Routes{"c": s2}
 	dir := t.TempDir()
-	path := filepath.Join(dir, "outboxd.db")
-	st, err := sqlitestore.Open(ctx, path, nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = st.Close(context.Background()) })
-	require.NoError(t, st.Migrate(ctx, nil))
+	st, path := migratedSQLite(t, dir)
 	var inputs []outbox.Input
 	for i := range 6 {
 		inputs = append(inputs, outbox.Input{SourceKey: "s", DeviceKey: fmt.Sprintf("d%d", i), Type: []string{"a", "c"}[i%2],
 			OccurredAt: fmt.Sprintf("2026-11-03T10:%02d:00Z", i)})
 	}
-	_, err = outbox.NewWriter(st, &outbox.WriterConfig{Stream: s1, Routes: routes}).Write(ctx, inputs)
+	_, err := outbox.NewWriter(st, &outbox.WriterConfig{Stream: s1, Routes: routes}).Write(ctx, inputs)
 	require.NoError(t, err)
 
 	pg := testkit.NewPostgres(t)
