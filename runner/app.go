@@ -394,15 +394,9 @@ func (a *app) prepareProjection(ctx context.Context) error {
 	case a.set.projector == nil:
 		return config.Invalid("projection", "%v", err)
 	default:
-		return usageError{fmt.Errorf("the projection file of runner.WithProjector: %w", err)}
+		return config.Usagef("the projection file of runner.WithProjector: %w", err)
 	}
 }
-
-// usageError is an error that exits 2 (config.ErrUsage).
-type usageError struct{ err error }
-
-func (e usageError) Error() string   { return e.err.Error() }
-func (e usageError) Unwrap() []error { return []error{e.err, config.ErrUsage} }
 
 // checkProjector refuses --projection beside runner.WithProjector: which of
 // the two would project is not the operator's to guess.

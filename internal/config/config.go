@@ -15,13 +15,25 @@ import (
 // ErrUsage is matched by every usage or configuration error (exit code 2).
 var ErrUsage = errors.New("usage error")
 
-// usageError is a usage error whose message is only its text.
-type usageError struct{ msg string }
+// usageError is a usage error whose message is only its text; err, when
+// set, is what it wraps (errors.As finds it).
+type usageError struct {
+	msg string
+	err error
+}
 
 func (e *usageError) Error() string        { return e.msg }
 func (e *usageError) Is(target error) bool { return target == ErrUsage }
+func (e *usageError) Unwrap() error        { return e.err }
 
 func usagef(format string, args ...any) error { return &usageError{msg: fmt.Sprintf(format, args...)} }
+
+// Usagef returns a usage error (exit 2) with the formatted text; a %w in
+// format wraps its error as fmt.Errorf does.
+func Usagef(format string, args ...any) error {
+	err := fmt.Errorf(format, args...)
+	return &usageError{msg: err.Error(), err: errors.Unwrap(err)}
+}
 
 // EnvName returns the environment variable that backs flag name:
 // "redis-url" → "OUTBOXD_REDIS_URL".
