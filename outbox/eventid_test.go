@@ -1,7 +1,7 @@
 package outbox_test
 
 import (
-	"bytes"
+	"encoding/binary"
 	"encoding/hex"
 	"sync"
 	"testing"
@@ -16,41 +16,69 @@ import (
 
 // TestNewEventID: the ids outbox generates itself are ObjectIDs as the
 // MongoDB driver reads them (the MongoDB store's _id), carry their
-// creation second and 8 random bytes (no process bytes, no counter: one
-// id tells nothing of the next), and never repeat, also when generated
+// creation time (seconds, then the fraction of the second in 1/65,536 s)
+// and 6 random bytes (no process bytes, no counter: one id tells nothing of
+// the next), sort by creation time, and never repeat, also when generated
 // concurrently.
 func TestNewEventID(t *testing.T) {
 	t.Parallel()
 
 	t.Run("ObjectIDWithCreationTime", func(t *testing.T) {
 		t.Parallel()
-		before := time.Now().Truncate(time.Second)
+		before := time.Now()
 		id := outbox.NewEventID()
 		after := time.Now()
 		require.True(t, outbox.IsEventID(id), id)
 		oid, err := primitive.ObjectIDFromHex(id)
 		require.NoError(t, err)
 		require.Equal(t, id, oid.Hex())
-		require.False(t, oid.Timestamp().Before(before), "%s before %s", oid.Timestamp(), before)
+		require.False(t, oid.Timestamp().Before(before.Truncate(time.Second)), "%s before %s", oid.Timestamp(), before)
 		require.False(t, oid.Timestamp().After(after), "%s after %s", oid.Timestamp(), after)
+		// The fraction of the second, to 1/65,536 s.
+		b, err := hex.DecodeString(id)
+		require.NoError(t, err)
+		at := oid.Timestamp().Add(time.Duration(binary.BigEndian.Uint16(b[4:6])) * time.Second / 65536)
+		require.False(t, at.Before(before.Add(-time.Second/65536)), "%s before %s", at, before)
+		require.False(t, at.After(after), "%s after %s", at, after)
 	})
 
 	t.Run("Unguessable", func(t *testing.T) {
 		t.Parallel()
-		// No bytes shared with the next id, no counter: 64 random bits.
+		// No bytes shared with the next id, no counter: 48 random bits
+		// after the time.
 		a, err := hex.DecodeString(outbox.NewEventID())
 		require.NoError(t, err)
 		b, err := hex.DecodeString(outbox.NewEventID())
 		require.NoError(t, err)
-		require.NotEqual(t, a[4:9], b[4:9], "no per-process bytes")
+		require.NotEqual(t, a[6:9], b[6:9], "no per-process bytes")
 		require.NotEqual(t, a[9:], b[9:])
 		same := 0
-		for i := 4; i < 12; i++ {
+		for i := 6; i < 12; i++ {
 			if a[i] == b[i] {
 				same++
 			}
 		}
-		require.Less(t, same, 5, "random bytes, not a counter")
+		require.Less(t, same, 4, "random bytes, not a counter")
+	})
+
+	t.Run("SortByCreationTime", func(t *testing.T) {
+		t.Parallel()
+		// Ids drawn one after another over a few milliseconds sort as drawn
+		// but for those of one 1/65,536 s: what keeps the stores' id
+		// indexes appending at their end.
+		var ids []string
+		for start := time.Now(); time.Since(start) < 5*time.Millisecond; {
+			ids = append(ids, outbox.NewEventID())
+		}
+		require.Greater(t, len(ids), 100)
+		slots := 1
+		for i := 1; i < len(ids); i++ {
+			require.LessOrEqual(t, ids[i-1][:12], ids[i][:12], "the time part goes back: %s then %s", ids[i-1], ids[i])
+			if ids[i-1][:12] != ids[i][:12] {
+				slots++
+			}
+		}
+		require.Greater(t, slots, 50, "5 ms hold about 330 slots of 1/65,536 s")
 	})
 
 	t.Run("UniqueConcurrently", func(t *testing.T) {
@@ -73,7 +101,7 @@ func TestNewEventID(t *testing.T) {
 				seen[id] = true
 				if i > 0 {
 					// One goroutine's ids never go back in time.
-					require.LessOrEqual(t, bytes.Compare([]byte(list[i-1][:8]), []byte(id[:8])), 0)
+					require.LessOrEqual(t, list[i-1][:12], id[:12])
 				}
 			}
 		}

@@ -27,7 +27,9 @@ const WriteAttemptsDefault = 3
 
 // ErrDuplicateKey is wrapped by the error of Tx.InsertEvents when an
 // idempotency key is already stored: another writer committed it after this
-// transaction looked the key up. The transaction then fails as a whole.
+// transaction looked the key up. The transaction then fails as a whole. A
+// taken event id (two NewEventID draws collided) fails it the same way: the
+// transaction run again draws new ids.
 var ErrDuplicateKey = errors.New("idempotency key already stored")
 
 // ErrIdempotencyMismatch is matched by *MismatchError.

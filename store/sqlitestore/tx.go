@@ -353,6 +353,10 @@ func (w *txWriter) insertFailed(ctx context.Context, events []outbox.Event, err 
 				return fmt.Errorf("error inserting original with idempotency key %q: %w", ev.IdempotencyKey, outbox.ErrDuplicateKey)
 			}
 		}
+		// No key is taken, so an event id is (outbox.NewEventID: two ids
+		// of one slot collide with a chance of 2⁻⁴⁸). Running the
+		// transaction again draws new ids, as for MongoDB's duplicate _id.
+		return fmt.Errorf("error inserting %d originals from %s, an event id is taken: %w", len(events), events[0].ID, outbox.ErrDuplicateKey)
 	}
 	if len(events) == 1 {
 		return w.s.fail(fmt.Sprintf("inserting original %s", events[0].ID), err)

@@ -74,6 +74,7 @@ func Checks() []Check {
 		{"SameKeyOtherContentIsMismatch", checkSameKeyOtherContent},
 		{"ConcurrentWritersOfOneKeyYieldOneOriginal", checkConcurrentSameKey},
 		{"DuplicateKeyInsertIsErrDuplicateKey", checkDuplicateKeyInsert},
+		{"TakenEventIDIsErrDuplicateKey", checkTakenEventID},
 		{"FailureBetweenWritesLeavesNeither", checkFailureBetweenWrites},
 		{"PayloadReadsBackAsWritten", checkPayloadAsWritten},
 		{"FeedDeliversInCommitOrder", checkFeedOrder},
@@ -375,6 +376,32 @@ func checkDuplicateKeyInsert(t testing.TB, h Harness) {
 	require.NoError(t, err)
 	require.Equal(t, events[0].ID, known.ID)
 	require.Equal(t, events[0].ContentHash, known.ContentHash)
+}
+
+// checkTakenEventID: an original whose id is taken (two ids drawn in one
+// slot of outbox.NewEventID collided) fails with ErrDuplicateKey, which the
+// writer answers by running the transaction again with new ids; the stored
+// original is untouched.
+func checkTakenEventID(t testing.TB, h Harness) {
+	b := setup(t, h, Options{})
+	ctx := context.Background()
+	events, _, err := b.w.Records([]outbox.Input{b.input("d1")})
+	require.NoError(t, err)
+	require.NoError(t, b.s.WriteTx(ctx, func(ctx context.Context, tx outbox.Tx) error {
+		return tx.InsertEvents(ctx, events)
+	}))
+	other, _, err := b.w.Records([]outbox.Input{b.input("d2")}) // another key, the same id
+	require.NoError(t, err)
+	other[0].ID = events[0].ID
+	err = b.s.WriteTx(ctx, func(ctx context.Context, tx outbox.Tx) error {
+		return tx.InsertEvents(ctx, other)
+	})
+	require.ErrorIs(t, err, outbox.ErrDuplicateKey)
+	stored, err := b.s.EventByKey(ctx, events[0].IdempotencyKey)
+	require.NoError(t, err)
+	require.Equal(t, events[0].ID, stored.ID)
+	_, err = b.s.EventByKey(ctx, other[0].IdempotencyKey)
+	require.ErrorIs(t, err, store.ErrNotFound, "the colliding original is not stored")
 }
 
 func lookup(s store.Store, key string) (outbox.KeyRecord, error) {
