@@ -43,7 +43,7 @@ func (s *Store) OpenFeed(ctx context.Context, stream string, from store.Position
 	if opts.Gather < 0 {
 		return nil, fmt.Errorf("invalid FeedOptions.Gather %s: must not be negative", opts.Gather)
 	}
-	f := &feed{s: s, stream: stream, part: opts.Partition, poll: opts.PollInterval, gather: opts.Gather, closed: make(chan struct{})}
+	f := &feed{s: s, stream: stream, part: opts.Partition, poll: opts.PollInterval, gather: opts.Gather, idle: true, closed: make(chan struct{})}
 	if f.poll == 0 {
 		f.poll = PollIntervalDefault
 	}
@@ -119,6 +119,9 @@ type feed struct {
 
 	mu  sync.Mutex
 	pos int64 // seq of the last entry returned (or the opening position)
+	// idle: the last read found nothing (a feed opens idle), so the next
+	// looks at the last seq first (read).
+	idle bool
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -209,26 +212,29 @@ func partitionQuery(q, inPart, stream string, part store.Partition, rest ...any)
 // snapshot, that none of them was removed (the floor).
 func (f *feed) read(ctx context.Context, max int) ([]outbox.Entry, error) {
 	f.mu.Lock()
-	pos := f.pos
+	pos, idle := f.pos, f.idle
 	f.mu.Unlock()
 	what := fmt.Sprintf("reading feed of stream %s", f.stream)
-	// Nothing was committed after the position when the last seq ever
-	// assigned is not past it (sqlite_sequence is written by the
+	// After a read that found nothing (an idle feed's polls), look first
+	// whether anything was committed after the position: not when the last
+	// seq ever assigned is not past it (sqlite_sequence is written by the
 	// transaction that assigns a seq, and one writer commits at a time, so
-	// every entry up to it is committed): no entry to read, and no floor
-	// above the position either (a removed entry's seq is at most the
-	// last). One statement instead of a read transaction of two: most polls
-	// of an idle store end here.
-	lastStmt, err := f.s.readStmt(ctx, f.s.q.lastSeq)
-	if err != nil {
-		return nil, f.s.fail(what, err)
-	}
-	var last int64
-	if err := lastStmt.QueryRowContext(ctx).Scan(&last); err != nil {
-		return nil, f.s.fail(what, err)
-	}
-	if last <= pos {
-		return nil, nil
+	// every entry up to it is committed). Then there is no entry to read,
+	// and no floor above the position either (a removed entry's seq is at
+	// most the last): one statement instead of a read transaction of two.
+	// A feed that keeps finding entries skips the look.
+	if idle {
+		lastStmt, err := f.s.readStmt(ctx, f.s.q.lastSeq)
+		if err != nil {
+			return nil, f.s.fail(what, err)
+		}
+		var last int64
+		if err := lastStmt.QueryRowContext(ctx).Scan(&last); err != nil {
+			return nil, f.s.fail(what, err)
+		}
+		if last <= pos {
+			return nil, nil
+		}
 	}
 	q, args := partitionQuery(f.s.q.feed, f.s.q.feedPartition, f.stream, f.part, pos, max)
 	floorStmt, err := f.s.readStmt(ctx, qFloor)
@@ -260,11 +266,12 @@ func (f *feed) read(ctx context.Context, max int) ([]outbox.Entry, error) {
 	if err != nil {
 		return nil, f.s.fail(what, err)
 	}
+	f.mu.Lock()
+	f.idle = len(entries) == 0
 	if len(entries) > 0 {
-		f.mu.Lock()
 		f.pos = last
-		f.mu.Unlock()
 	}
+	f.mu.Unlock()
 	return entries, nil
 }
 

@@ -360,18 +360,10 @@ func checkConcurrentSameKey(t testing.TB, h Harness) {
 
 func checkDuplicateKeyInsert(t testing.TB, h Harness) {
 	b := setup(t, h, Options{})
-	ctx := context.Background()
-	events, _, err := b.w.Records([]outbox.Input{b.input("d1")})
-	require.NoError(t, err)
-	require.NoError(t, b.s.WriteTx(ctx, func(ctx context.Context, tx outbox.Tx) error {
-		return tx.InsertEvents(ctx, events)
-	}))
-	again, _, err := b.w.Records([]outbox.Input{b.input("d1")}) // same key, new id
-	require.NoError(t, err)
-	err = b.s.WriteTx(ctx, func(ctx context.Context, tx outbox.Tx) error {
-		return tx.InsertEvents(ctx, again)
-	})
-	require.ErrorIs(t, err, outbox.ErrDuplicateKey)
+	events := b.records(t, "d1")
+	require.NoError(t, b.insertEvents(events))
+	again := b.records(t, "d1") // same key, new id
+	require.ErrorIs(t, b.insertEvents(again), outbox.ErrDuplicateKey)
 	known, err := lookup(b.s, events[0].IdempotencyKey)
 	require.NoError(t, err)
 	require.Equal(t, events[0].ID, known.ID)
@@ -385,23 +377,31 @@ func checkDuplicateKeyInsert(t testing.TB, h Harness) {
 func checkTakenEventID(t testing.TB, h Harness) {
 	b := setup(t, h, Options{})
 	ctx := context.Background()
-	events, _, err := b.w.Records([]outbox.Input{b.input("d1")})
-	require.NoError(t, err)
-	require.NoError(t, b.s.WriteTx(ctx, func(ctx context.Context, tx outbox.Tx) error {
-		return tx.InsertEvents(ctx, events)
-	}))
-	other, _, err := b.w.Records([]outbox.Input{b.input("d2")}) // another key, the same id
-	require.NoError(t, err)
+	events := b.records(t, "d1")
+	require.NoError(t, b.insertEvents(events))
+	other := b.records(t, "d2") // another key, the same id
 	other[0].ID = events[0].ID
-	err = b.s.WriteTx(ctx, func(ctx context.Context, tx outbox.Tx) error {
-		return tx.InsertEvents(ctx, other)
-	})
-	require.ErrorIs(t, err, outbox.ErrDuplicateKey)
+	require.ErrorIs(t, b.insertEvents(other), outbox.ErrDuplicateKey)
 	stored, err := b.s.EventByKey(ctx, events[0].IdempotencyKey)
 	require.NoError(t, err)
 	require.Equal(t, events[0].ID, stored.ID)
 	_, err = b.s.EventByKey(ctx, other[0].IdempotencyKey)
 	require.ErrorIs(t, err, store.ErrNotFound, "the colliding original is not stored")
+}
+
+// records returns the original of one input of device, as the writer
+// would insert it (a new id each call).
+func (b *bundle) records(t testing.TB, device string) []outbox.Event {
+	events, _, err := b.w.Records([]outbox.Input{b.input(device)})
+	require.NoError(t, err)
+	return events
+}
+
+// insertEvents inserts events in a write transaction of their own.
+func (b *bundle) insertEvents(events []outbox.Event) error {
+	return b.s.WriteTx(context.Background(), func(ctx context.Context, tx outbox.Tx) error {
+		return tx.InsertEvents(ctx, events)
+	})
 }
 
 func lookup(s store.Store, key string) (outbox.KeyRecord, error) {
