@@ -24,7 +24,9 @@
 // A third connection per Store checkpoints the WAL into the file every
 // Options.CheckpointInterval (PASSIVE: it takes no write lock); SQLite's
 // automatic checkpoint, which would run inside a commit and hold every
-// queued writer, is off (see checkpointer).
+// queued writer, is off (see checkpointer). When the WAL passes 64 MiB
+// the checkpointer copies what is left on the write connection, between two
+// transactions, so that the WAL restarts under a load that never pauses.
 //
 // # Durability
 //

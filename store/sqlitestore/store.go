@@ -75,6 +75,8 @@ type Options struct {
 	// in autocommit (Park, lease renewals and releases, claim rollbacks) are
 	// not observed. Defaults to nil.
 	ObserveWriter func(role string, waited, held time.Duration)
+	// walRestartFrames replaces walRestartFrames when not zero (tests).
+	walRestartFrames int
 }
 
 func (o *Options) withDefaults() Options {
@@ -203,7 +205,7 @@ func Open(ctx context.Context, path string, opts *Options) (*Store, error) {
 		_ = s.read.Close()
 		return nil, err
 	}
-	if s.ckpt, err = startCheckpointer(ctx, abs, o.BusyTimeout, o.CheckpointInterval); err != nil {
+	if s.ckpt, err = startCheckpointer(ctx, s.write, abs, o.BusyTimeout, o.CheckpointInterval, cmp.Or(o.walRestartFrames, walRestartFrames)); err != nil {
 		_ = s.write.Close()
 		_ = s.read.Close()
 		return nil, err

@@ -821,6 +821,35 @@ func TestCheckpointInBackground(t *testing.T) {
 		require.Eventually(t, func() bool { return size(path) > before+(2<<20) }, 10*time.Second, 5*time.Millisecond,
 			"the checkpoint copied the WAL into the file")
 	})
+
+	// Under writes without pause (two writers, so one is always queued) a
+	// checkpoint beside them never copies everything, and without the
+	// checkpoint on the write connection the WAL would grow to all that
+	// was written (30 MB here); with it the WAL restarts once it holds 256
+	// frames (1 MB) and the file stays near 8 MB: one transaction of each
+	// writer and what a checkpoint beside them leaves.
+	t.Run("RestartsUnderSteadyWrites", func(t *testing.T) {
+		t.Parallel()
+		path := filepath.Join(t.TempDir(), "outboxd.db")
+		s := open(t, path, sqlitestore.WithWALRestartFrames(&sqlitestore.Options{CheckpointInterval: 2 * time.Millisecond}, 256))
+		errs := make(chan error, 2)
+		var wg sync.WaitGroup
+		for w := range 2 {
+			wg.Go(func() {
+				for i := range 10 {
+					events, entries := records(1000, "s"+strconv.Itoa(w)+"-"+strconv.Itoa(i), time.Now())
+					if err := insert(ctx, s, events, entries); err != nil {
+						errs <- err
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		require.NoError(t, <-errs)
+		require.Less(t, size(path+"-wal"), int64(16<<20), "the WAL restarted while the writes went on")
+	})
 }
 
 // TestDependencies: a program that wants only the SQLite store links
