@@ -1,6 +1,10 @@
 package outbox
 
-import "github.com/outboxd/outboxd/internal/fault"
+import (
+	"time"
+
+	"github.com/outboxd/outboxd/internal/fault"
+)
 
 // SetFaults arms cfg's fault points (tests only).
 func SetFaults(cfg *WriterConfig, f *fault.Set) { cfg.faults = f }
@@ -14,3 +18,9 @@ func Queued(c *Committer) int {
 
 // FaultBetweenInserts is the Writer's fault point (faultBetweenInserts).
 const FaultBetweenInserts = faultBetweenInserts
+
+// HashedDerivedKey is the derived key of the three fields in its form up
+// to 0.1.0 (hashedDerivedKey).
+func HashedDerivedKey(sourceKey, deviceKey string, occurredAt time.Time) string {
+	return hashedDerivedKey(derivedSum(sourceKey, deviceKey, occurredAt.UTC().Truncate(time.Millisecond)))
+}

@@ -146,15 +146,20 @@ func (e *ValidationError) Is(target error) bool {
 type prepared struct {
 	// key is the idempotency key as stored (ClientKey); clientKey as the
 	// client knows it (given or derived).
-	key        string
-	clientKey  string
-	client     string
-	sourceKey  string
-	deviceKey  string
-	typ        string
-	occurredAt time.Time
-	payload    json.RawMessage // canonical JSON
-	hash       string
+	key       string
+	clientKey string
+	// hashedKey is, for an event whose key was derived, the key as stored
+	// in the form DeriveKey had up to 0.1.0 (hashedDerivedKey), and
+	// hashedClientKey as the client knew it; "" for a key the client gave.
+	hashedKey       string
+	hashedClientKey string
+	client          string
+	sourceKey       string
+	deviceKey       string
+	typ             string
+	occurredAt      time.Time
+	payload         json.RawMessage // canonical JSON
+	hash            string
 	// bytes is what the original and its outbox entry take in the store
 	// (Writer.size).
 	bytes int
@@ -212,7 +217,13 @@ func prepare(in Input, now time.Time, index int) (prepared, []FieldError) {
 	if p.payload == nil {
 		p.payload = json.RawMessage("{}")
 	}
-	p.clientKey = cmp.Or(in.IdempotencyKey, DeriveKey(p.sourceKey, p.deviceKey, p.occurredAt))
+	p.clientKey = in.IdempotencyKey
+	if p.clientKey == "" {
+		sum := derivedSum(p.sourceKey, p.deviceKey, p.occurredAt)
+		p.clientKey = orderedDerivedKey(p.occurredAt, sum)
+		p.hashedClientKey = hashedDerivedKey(sum)
+		p.hashedKey = ClientKey(p.client, p.hashedClientKey)
+	}
 	p.key = ClientKey(p.client, p.clientKey)
 	p.hash = contentHash(p)
 	return p, nil
@@ -249,14 +260,50 @@ func KeyProblem(v string) string {
 // else's keyless event.
 const DerivedKeyPrefix = "derived:"
 
-// DeriveKey is the idempotency key of an event that carries none: a hash of
-// sourceKey, deviceKey and occurredAt (UTC, millisecond precision).
+// DeriveKey is the idempotency key of an event that carries none, made of
+// sourceKey, deviceKey and occurredAt (UTC, millisecond precision):
+// DerivedKeyPrefix, "t", occurredAt's Unix milliseconds in 12 hex digits,
+// "-" and the first 16 bytes of a SHA-256 of the three in hex, 54
+// characters in all ("derived:t019b7cd9a8c0-5f0c…").
+//
+// The time comes first so that the keys of events that occur together are
+// neighbours in the stores' unique index on the key: a commit then writes
+// a few pages of that index, where hashes alone landed all over it, one
+// page per event, the most of what a batch wrote once the store held a few
+// hundred thousand originals (docs/benchmarks.md, "Sixth pass"). Up to
+// 0.1.0 a derived key was the prefix and the whole hash in hex
+// (hashedDerivedKey); the writer looks that form up beside this one, so a
+// retry of an event stored then is still recognised.
 func DeriveKey(sourceKey, deviceKey string, occurredAt time.Time) string {
+	occurredAt = occurredAt.UTC().Truncate(time.Millisecond)
+	return orderedDerivedKey(occurredAt, derivedSum(sourceKey, deviceKey, occurredAt))
+}
+
+// derivedSum is the SHA-256 of a derived key's fields; occurredAt is UTC
+// at millisecond precision.
+func derivedSum(sourceKey, deviceKey string, occurredAt time.Time) []byte {
 	h := sha256.New()
-	for _, s := range []string{sourceKey, deviceKey, occurredAt.UTC().Truncate(time.Millisecond).Format(time.RFC3339Nano)} {
+	for _, s := range []string{sourceKey, deviceKey, occurredAt.Format(time.RFC3339Nano)} {
 		fmt.Fprintf(h, "%d:%s;", len(s), s)
 	}
-	return DerivedKeyPrefix + hex.EncodeToString(h.Sum(nil))
+	return h.Sum(nil)
+}
+
+// orderedDerivedKey is DeriveKey's form of the key with sum (derivedSum).
+func orderedDerivedKey(occurredAt time.Time, sum []byte) string {
+	ms := uint64(occurredAt.UnixMilli()) // from MinOccurredAt on: never negative
+	var b [6]byte
+	for i := len(b) - 1; i >= 0; i-- {
+		b[i] = byte(ms)
+		ms >>= 8
+	}
+	return DerivedKeyPrefix + "t" + hex.EncodeToString(b[:]) + "-" + hex.EncodeToString(sum[:16])
+}
+
+// hashedDerivedKey is the form of a derived key up to 0.1.0: the prefix
+// and the whole sum (derivedSum) in hex.
+func hashedDerivedKey(sum []byte) string {
+	return DerivedKeyPrefix + hex.EncodeToString(sum)
 }
 
 // contentHash fingerprints what the client sent, so a retry with the same key

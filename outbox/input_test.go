@@ -158,3 +158,41 @@ func TestPayloadRules(t *testing.T) {
 		})
 	}
 }
+
+// TestDeriveKey: a derived key is the prefix, the time and a hash, sorts by
+// occurredAt, and the form up to 0.1.0 is still made byte for byte as then.
+func TestDeriveKey(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 11, 1, 10, 0, 0, 123456789, time.FixedZone("x", 3600))
+
+	t.Run("Form", func(t *testing.T) {
+		t.Parallel()
+		k := outbox.DeriveKey("src", "d1", at)
+		require.Len(t, k, 54)
+		require.Equal(t, "derived:t"+fmt.Sprintf("%012x", at.UnixMilli())+"-7d35e4794b197e333daf61cc61c17ce8", k,
+			"the time in milliseconds, then the first half of the hash of the form up to 0.1.0")
+		require.Equal(t, k, outbox.DeriveKey("src", "d1", at.UTC().Truncate(time.Millisecond)), "UTC, milliseconds")
+		require.NotEqual(t, k, outbox.DeriveKey("src", "d2", at))
+		require.NotEqual(t, k, outbox.DeriveKey("src", "d1", at.Add(time.Millisecond)))
+		require.Equal(t, "", outbox.KeyProblem(k))
+	})
+
+	t.Run("SortsByOccurredAt", func(t *testing.T) {
+		t.Parallel()
+		times := []time.Time{time.Unix(0, 0), time.Unix(0, 1e6), time.Unix(1, 0), at, at.Add(24 * time.Hour * 365 * 30)}
+		for i := 1; i < len(times); i++ {
+			for _, a := range []string{"a", "z"} {
+				for _, b := range []string{"a", "z"} {
+					require.Less(t, outbox.DeriveKey(a, a, times[i-1]), outbox.DeriveKey(b, b, times[i]),
+						"an earlier occurredAt sorts first, whatever the source and device")
+				}
+			}
+		}
+	})
+
+	t.Run("HashedFormOfEarlierVersions", func(t *testing.T) {
+		t.Parallel()
+		require.Equal(t, "derived:7d35e4794b197e333daf61cc61c17ce846261bf29920d9db1cedfbb9ab5c91af",
+			outbox.HashedDerivedKey("src", "d1", at))
+	})
+}

@@ -399,6 +399,9 @@ func (w *Writer) writeGroup(ctx context.Context, tx Tx, members []*member) error
 		m.results, m.err = nil, nil
 		for _, p := range m.prep {
 			keys = append(keys, p.key)
+			if p.hashedKey != "" {
+				keys = append(keys, p.hashedKey)
+			}
 		}
 	}
 	known, err := tx.LookupKeys(ctx, keys)
@@ -435,6 +438,19 @@ func (w *Writer) writeGroup(ctx context.Context, tx Tx, members []*member) error
 	return nil
 }
 
+// stored returns the original known under p's key, or, for a derived key,
+// under its form up to 0.1.0 (prepared.hashedKey), with the key as the
+// client knows it.
+func stored(known map[string]KeyRecord, p prepared) (KeyRecord, string, bool) {
+	if k, ok := known[p.key]; ok {
+		return k, p.clientKey, true
+	}
+	if k, ok := known[p.hashedKey]; ok && p.hashedKey != "" {
+		return k, p.hashedClientKey, true
+	}
+	return KeyRecord{}, "", false
+}
+
 // plan decides what each input of one member is, against the keys known
 // so far (stored, or inserted by earlier members of the group), and returns
 // the member's results with the originals and entries to insert, which it
@@ -452,11 +468,11 @@ func (w *Writer) plan(prep []prepared, known map[string]KeyRecord, now time.Time
 			results[i] = Result{ID: results[j].ID, IdempotencyKey: p.clientKey, Duplicate: true}
 			continue
 		}
-		if k, ok := known[p.key]; ok {
+		if k, clientKey, ok := stored(known, p); ok {
 			if k.ContentHash != p.hash {
-				return nil, nil, nil, &MismatchError{Key: p.clientKey, ExistingID: k.ID, Index: i, OtherIndex: -1}
+				return nil, nil, nil, &MismatchError{Key: clientKey, ExistingID: k.ID, Index: i, OtherIndex: -1}
 			}
-			results[i] = Result{ID: k.ID, IdempotencyKey: p.clientKey, Duplicate: true}
+			results[i] = Result{ID: k.ID, IdempotencyKey: clientKey, Duplicate: true}
 			continue
 		}
 		ev, entry := w.record(p, now, traceParent)
