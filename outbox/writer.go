@@ -87,6 +87,18 @@ type Tx interface {
 	InsertEntries(ctx context.Context, entries []Entry) error
 }
 
+// KeyRanger is implemented by a Tx that can tell cheaply whether it holds
+// any key in a range (SQLite: one probe of the key's index). The Writer
+// then looks up the form up to 0.1.0 of its keyless events' keys (see
+// DeriveKey) only in the namespaces where keys of that form are stored:
+// in a store that holds none, a keyless event costs one lookup, not two.
+// A Tx without it has both forms looked up.
+type KeyRanger interface {
+	// AnyKeyBetween reports whether an original is stored under a key k
+	// with from <= k < to (byte order).
+	AnyKeyBetween(ctx context.Context, from, to string) (bool, error)
+}
+
 // PayloadSizer is implemented by a store that can tell how many bytes a
 // payload takes in it (MongoDB: the BSON document it becomes, which may be
 // several times its JSON). The Writer measures each event with it, so the
@@ -394,12 +406,16 @@ type member struct {
 // transaction as a whole (then nothing may be committed); it is repeatable,
 // as a Transactor may run it again.
 func (w *Writer) writeGroup(ctx context.Context, tx Tx, members []*member) error {
+	hashed, err := hashedKeysStored(ctx, tx, members)
+	if err != nil {
+		return err
+	}
 	var keys []string
 	for _, m := range members {
 		m.results, m.err = nil, nil
 		for _, p := range m.prep {
 			keys = append(keys, p.key)
-			if p.hashedKey != "" {
+			if p.hashedKey != "" && hashed[p.client] {
 				keys = append(keys, p.hashedKey)
 			}
 		}
@@ -436,6 +452,33 @@ func (w *Writer) writeGroup(ctx context.Context, tx Tx, members []*member) error
 		return fmt.Errorf("error inserting outbox entries: %w", err)
 	}
 	return nil
+}
+
+// hashedKeysStored returns, for the namespace (prepared.client) of each
+// keyless input of members, whether keys of the 0.1.0 derived form
+// (hashedDerivedKey: DerivedKeyPrefix and 64 hex digits, so between
+// "derived:0" and "derived:g") are stored in it; all true when tx is no
+// KeyRanger.
+func hashedKeysStored(ctx context.Context, tx Tx, members []*member) (map[string]bool, error) {
+	out := map[string]bool{}
+	kr, probe := tx.(KeyRanger)
+	for _, m := range members {
+		for _, p := range m.prep {
+			if _, seen := out[p.client]; seen || p.hashedKey == "" {
+				continue
+			}
+			if !probe {
+				out[p.client] = true
+				continue
+			}
+			found, err := kr.AnyKeyBetween(ctx, ClientKey(p.client, DerivedKeyPrefix+"0"), ClientKey(p.client, DerivedKeyPrefix+"g"))
+			if err != nil {
+				return nil, fmt.Errorf("error looking up idempotency keys: %w", err)
+			}
+			out[p.client] = found
+		}
+	}
+	return out, nil
 }
 
 // stored returns the original known under p's key, or, for a derived key,

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -191,6 +193,37 @@ func TestWriter(t *testing.T) {
 		b.requireStored(t, 2)
 	})
 
+	// On a store that can probe a range of keys (SQLite), the 0.1.0 form
+	// of a keyless event's key is looked up only in a namespace that holds
+	// keys of that form.
+	t.Run("HashedFormLookedUpOnlyWhereStored", func(t *testing.T) {
+		t.Parallel()
+		st := testkit.NewSQLite(t)
+		rec := &lookupRecorder{Transactor: st}
+		w := outbox.NewWriter(rec, nil)
+		occurred := time.Date(2026, 11, 1, 10, 0, 0, 123e6, time.UTC)
+		_, err := w.Write(ctx, []outbox.Input{input("d1")})
+		require.NoError(t, err)
+		require.Equal(t, []string{outbox.DeriveKey("src", "d1", occurred)}, rec.last(), "no key of the old form is stored")
+
+		events, entries, err := w.Records([]outbox.Input{input("old")})
+		require.NoError(t, err)
+		events[0].IdempotencyKey = outbox.HashedDerivedKey("src", "old", occurred)
+		require.NoError(t, st.WriteTx(ctx, func(ctx context.Context, tx outbox.Tx) error {
+			if err := tx.InsertEvents(ctx, events); err != nil {
+				return err
+			}
+			return tx.InsertEntries(ctx, entries)
+		}))
+		named := input("d3")
+		named.Client = "acme"
+		_, err = w.Write(ctx, []outbox.Input{input("d2"), named})
+		require.NoError(t, err)
+		require.Equal(t, []string{outbox.DeriveKey("src", "d2", occurred), outbox.HashedDerivedKey("src", "d2", occurred),
+			outbox.ClientKey("acme", outbox.DeriveKey("src", "d3", occurred))}, rec.last(),
+			"the default namespace holds a key of the old form, acme's none")
+	})
+
 	t.Run("RecordsMatchWhatWriteStores", func(t *testing.T) {
 		t.Parallel()
 		b := setupWriter(t)
@@ -324,4 +357,40 @@ func TestWriterMessage(t *testing.T) {
 	require.False(t, m[0].PayloadRef)
 	require.Nil(t, m[1].Payload, "over the bound: by reference")
 	require.True(t, m[1].PayloadRef)
+}
+
+// lookupRecorder is a Transactor whose Tx records the keys of each
+// LookupKeys and forwards outbox.KeyRanger.
+type lookupRecorder struct {
+	outbox.Transactor
+	mu   sync.Mutex
+	keys [][]string
+}
+
+func (r *lookupRecorder) WriteTx(ctx context.Context, fn func(ctx context.Context, tx outbox.Tx) error) error {
+	return r.Transactor.WriteTx(ctx, func(ctx context.Context, tx outbox.Tx) error {
+		return fn(ctx, &recordingTx{Tx: tx, r: r})
+	})
+}
+
+func (r *lookupRecorder) last() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.keys[len(r.keys)-1]
+}
+
+type recordingTx struct {
+	outbox.Tx
+	r *lookupRecorder
+}
+
+func (t *recordingTx) LookupKeys(ctx context.Context, keys []string) (map[string]outbox.KeyRecord, error) {
+	t.r.mu.Lock()
+	t.r.keys = append(t.r.keys, slices.Clone(keys))
+	t.r.mu.Unlock()
+	return t.Tx.LookupKeys(ctx, keys)
+}
+
+func (t *recordingTx) AnyKeyBetween(ctx context.Context, from, to string) (bool, error) {
+	return t.Tx.(outbox.KeyRanger).AnyKeyBetween(ctx, from, to)
 }

@@ -110,6 +110,17 @@ func (t *txTrace) LookupKeys(ctx context.Context, keys []string) (map[string]out
 	return m, err
 }
 
+// AnyKeyBetween forwards outbox.KeyRanger to the store's Tx (one index
+// probe: no span of its own); a Tx without it answers true, so the writer
+// looks up every form of a key, as it does for such a Tx.
+func (t *txTrace) AnyKeyBetween(ctx context.Context, from, to string) (bool, error) {
+	kr, ok := t.Tx.(outbox.KeyRanger)
+	if !ok {
+		return true, nil
+	}
+	return kr.AnyKeyBetween(ctx, from, to)
+}
+
 func (t *txTrace) InsertEvents(ctx context.Context, events []outbox.Event) error {
 	_, err := call(ctx, t.s, "InsertEvents", collEvents, eventIDs(events), func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, t.Tx.InsertEvents(ctx, events)

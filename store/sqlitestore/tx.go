@@ -20,6 +20,7 @@ import (
 const (
 	stmtLookupKeys = iota
 	stmtKeyExists
+	stmtKeyBetween
 	stmtInsertEvents                             // + i: insertRows[i] rows
 	stmtInsertEntries = stmtInsertEvents + rowsN // + i: insertRows[i] rows
 	stmtCount         = stmtInsertEntries + rowsN
@@ -78,6 +79,8 @@ var txQueries = func() (q [stmtCount]string) {
 		WHERE idempotency_key IN (SELECT value FROM json_each(?))`
 	// Index events_idempotency_key.
 	q[stmtKeyExists] = `SELECT 1 FROM "{events}" WHERE idempotency_key = ? AND id <> ?`
+	// Index events_idempotency_key: one probe.
+	q[stmtKeyBetween] = `SELECT EXISTS (SELECT 1 FROM "{events}" WHERE idempotency_key >= ? AND idempotency_key < ?)`
 	for i, n := range insertRows {
 		q[stmtInsertEvents+i] = insertEventHead + valuesList(n, insertEventArgs)
 		q[stmtInsertEntries+i] = insertEntryHead + valuesList(n, insertEntryArgs)
@@ -269,6 +272,20 @@ func (w *txWriter) stmt(ctx context.Context, i int) (*sql.Stmt, error) {
 	}
 	w.bound[i] = p
 	return p, nil
+}
+
+// AnyKeyBetween reports whether an original is stored under a key k with
+// from <= k < to (outbox.KeyRanger).
+func (w *txWriter) AnyKeyBetween(ctx context.Context, from, to string) (bool, error) {
+	st, err := w.stmt(ctx, stmtKeyBetween)
+	if err != nil {
+		return false, err
+	}
+	var found bool
+	if err := st.QueryRowContext(ctx, from, to).Scan(&found); err != nil {
+		return false, w.s.fail("looking up idempotency keys", err)
+	}
+	return found, nil
 }
 
 // LookupKeys returns the stored originals named by keys, by key.
