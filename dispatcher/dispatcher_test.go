@@ -85,6 +85,9 @@ func testDispatcher(t *testing.T, kind string) {
 		}
 		b.waitRelayed(all, 30*time.Second)
 		require.Equal(t, all, b.streamIDs(), "each entry once, in commit order")
+		// The counters move after the store write returns, so a moment
+		// after the store shows the marks.
+		require.Eventually(t, func() bool { return d.Stats().Dispatched == int64(len(all)) }, 10*time.Second, 2*time.Millisecond)
 		stats := d.Stats()
 		require.Zero(t, stats.Fenced, "one leadership")
 		require.Equal(t, int64(len(all)), stats.Dispatched)

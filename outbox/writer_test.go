@@ -155,42 +155,52 @@ func TestWriter(t *testing.T) {
 	// An original stored by 0.1.0 under the hashed form of its derived
 	// key is found by a retry: the same content is a Duplicate of it
 	// (with the key it is stored under), other content a MismatchError;
-	// for a named client's namespace too.
+	// for a named client's namespace too; on SQLite (which probes for keys
+	// of the old form first, outbox.KeyRanger) and on MongoDB.
 	t.Run("HashedDerivedKeyOfEarlierVersionIsFound", func(t *testing.T) {
 		t.Parallel()
-		b := setupWriter(t)
-		occurred := time.Date(2026, 11, 1, 10, 0, 0, 123e6, time.UTC)
-		in, named := input("d1"), input("d2")
-		named.Client = "acme"
-		events, entries, err := b.writer.Records([]outbox.Input{in, named})
-		require.NoError(t, err)
-		require.Equal(t, outbox.DeriveKey("src", "d1", occurred), events[0].IdempotencyKey)
-		hashed := outbox.HashedDerivedKey("src", "d1", occurred)
-		events[0].IdempotencyKey = hashed
-		events[1].IdempotencyKey = outbox.ClientKey("acme", outbox.HashedDerivedKey("src", "d2", occurred))
-		require.NoError(t, b.st.WriteTx(ctx, func(ctx context.Context, tx outbox.Tx) error {
-			if err := tx.InsertEvents(ctx, events); err != nil {
-				return err
-			}
-			return tx.InsertEntries(ctx, entries)
-		}))
+		for name, open := range map[string]func(t *testing.T) store.Store{
+			"SQLite":  func(t *testing.T) store.Store { return testkit.NewSQLite(t) },
+			"MongoDB": func(t *testing.T) store.Store { return testkit.NewMongo(t, nil) },
+		} {
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				st := open(t)
+				w := outbox.NewWriter(st, nil)
+				occurred := time.Date(2026, 11, 1, 10, 0, 0, 123e6, time.UTC)
+				in, named := input("d1"), input("d2")
+				named.Client = "acme"
+				events, entries, err := w.Records([]outbox.Input{in, named})
+				require.NoError(t, err)
+				require.Equal(t, outbox.DeriveKey("src", "d1", occurred), events[0].IdempotencyKey)
+				hashed := outbox.HashedDerivedKey("src", "d1", occurred)
+				events[0].IdempotencyKey = hashed
+				events[1].IdempotencyKey = outbox.ClientKey("acme", outbox.HashedDerivedKey("src", "d2", occurred))
+				require.NoError(t, st.WriteTx(ctx, func(ctx context.Context, tx outbox.Tx) error {
+					if err := tx.InsertEvents(ctx, events); err != nil {
+						return err
+					}
+					return tx.InsertEntries(ctx, entries)
+				}))
 
-		res, err := b.writer.Write(ctx, []outbox.Input{in, named})
-		require.NoError(t, err)
-		require.Equal(t, []outbox.Result{
-			{ID: events[0].ID, IdempotencyKey: hashed, Duplicate: true},
-			{ID: events[1].ID, IdempotencyKey: outbox.HashedDerivedKey("src", "d2", occurred), Duplicate: true},
-		}, res)
-		b.requireStored(t, 2)
+				res, err := w.Write(ctx, []outbox.Input{in, named})
+				require.NoError(t, err)
+				require.Equal(t, []outbox.Result{
+					{ID: events[0].ID, IdempotencyKey: hashed, Duplicate: true},
+					{ID: events[1].ID, IdempotencyKey: outbox.HashedDerivedKey("src", "d2", occurred), Duplicate: true},
+				}, res)
+				testkit.RequireStored(t, st, 2)
 
-		other := input("d1")
-		other.Payload = json.RawMessage(`{"t":1}`)
-		_, err = b.writer.Write(ctx, []outbox.Input{other})
-		var mm *outbox.MismatchError
-		require.ErrorAs(t, err, &mm)
-		require.Equal(t, events[0].ID, mm.ExistingID)
-		require.Equal(t, hashed, mm.Key)
-		b.requireStored(t, 2)
+				other := input("d1")
+				other.Payload = json.RawMessage(`{"t":1}`)
+				_, err = w.Write(ctx, []outbox.Input{other})
+				var mm *outbox.MismatchError
+				require.ErrorAs(t, err, &mm)
+				require.Equal(t, events[0].ID, mm.ExistingID)
+				require.Equal(t, hashed, mm.Key)
+				testkit.RequireStored(t, st, 2)
+			})
+		}
 	})
 
 	// On a store that can probe a range of keys (SQLite), the 0.1.0 form
