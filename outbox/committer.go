@@ -33,9 +33,11 @@ const (
 	// requests of the largest size (--max-batch, 500), so that concurrent
 	// batches share a transaction. On SQLite a group's commit writes every
 	// page it touched once, and the pages of the indexes whose keys the
-	// clients choose (the idempotency key, the device) are spread over the
-	// whole index: in a store of 40,000 events a group of 2,000 wrote 0.9
-	// WAL frames per event, one of 500 1.8 (docs/benchmarks.md).
+	// clients choose (their own idempotency keys, the device) are spread
+	// over the whole index: with such keys, in a store of 40,000 events a
+	// group of 2,000 wrote 0.9 WAL frames per event, one of 500 1.8
+	// (docs/benchmarks.md, "Fourth pass"; derived keys begin with the time
+	// and cost a few pages per commit).
 	GroupMaxDefault = 2000
 	// GroupMaxBytesDefault is the most bytes one group holds: a few MiB,
 	// well under MongoDB's 16 MiB document and its transaction cache

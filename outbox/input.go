@@ -148,10 +148,9 @@ type prepared struct {
 	// client knows it (given or derived).
 	key       string
 	clientKey string
-	// hashedKey is, for an event whose key was derived, the key as stored
-	// in the form DeriveKey had up to 0.1.0 (hashedDerivedKey), and
-	// hashedClientKey as the client knew it; "" for a key the client gave.
-	hashedKey       string
+	// hashedClientKey is, for an event whose key was derived, its key in
+	// the form DeriveKey had up to 0.1.0 (hashedDerivedKey), as the client
+	// knew it (stored as ClientKey of it); "" for a key the client gave.
 	hashedClientKey string
 	client          string
 	sourceKey       string
@@ -222,7 +221,6 @@ func prepare(in Input, now time.Time, index int) (prepared, []FieldError) {
 		sum := derivedSum(p.sourceKey, p.deviceKey, p.occurredAt)
 		p.clientKey = orderedDerivedKey(p.occurredAt, sum)
 		p.hashedClientKey = hashedDerivedKey(sum)
-		p.hashedKey = ClientKey(p.client, p.hashedClientKey)
 	}
 	p.key = ClientKey(p.client, p.clientKey)
 	p.hash = contentHash(p)

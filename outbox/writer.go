@@ -415,8 +415,8 @@ func (w *Writer) writeGroup(ctx context.Context, tx Tx, members []*member) error
 		m.results, m.err = nil, nil
 		for _, p := range m.prep {
 			keys = append(keys, p.key)
-			if p.hashedKey != "" && hashed[p.client] {
-				keys = append(keys, p.hashedKey)
+			if p.hashedClientKey != "" && hashed[p.client] {
+				keys = append(keys, ClientKey(p.client, p.hashedClientKey))
 			}
 		}
 	}
@@ -464,7 +464,7 @@ func hashedKeysStored(ctx context.Context, tx Tx, members []*member) (map[string
 	kr, probe := tx.(KeyRanger)
 	for _, m := range members {
 		for _, p := range m.prep {
-			if _, seen := out[p.client]; seen || p.hashedKey == "" {
+			if _, seen := out[p.client]; seen || p.hashedClientKey == "" {
 				continue
 			}
 			if !probe {
@@ -482,14 +482,16 @@ func hashedKeysStored(ctx context.Context, tx Tx, members []*member) (map[string
 }
 
 // stored returns the original known under p's key, or, for a derived key,
-// under its form up to 0.1.0 (prepared.hashedKey), with the key as the
-// client knows it.
+// under its form up to 0.1.0 (prepared.hashedClientKey), with the key as
+// the client knows it.
 func stored(known map[string]KeyRecord, p prepared) (KeyRecord, string, bool) {
 	if k, ok := known[p.key]; ok {
 		return k, p.clientKey, true
 	}
-	if k, ok := known[p.hashedKey]; ok && p.hashedKey != "" {
-		return k, p.hashedClientKey, true
+	if p.hashedClientKey != "" {
+		if k, ok := known[ClientKey(p.client, p.hashedClientKey)]; ok {
+			return k, p.hashedClientKey, true
+		}
 	}
 	return KeyRecord{}, "", false
 }

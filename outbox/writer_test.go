@@ -176,12 +176,7 @@ func TestWriter(t *testing.T) {
 				hashed := outbox.HashedDerivedKey("src", "d1", occurred)
 				events[0].IdempotencyKey = hashed
 				events[1].IdempotencyKey = outbox.ClientKey("acme", outbox.HashedDerivedKey("src", "d2", occurred))
-				require.NoError(t, st.WriteTx(ctx, func(ctx context.Context, tx outbox.Tx) error {
-					if err := tx.InsertEvents(ctx, events); err != nil {
-						return err
-					}
-					return tx.InsertEntries(ctx, entries)
-				}))
+				insertRecords(t, st, events, entries)
 
 				res, err := w.Write(ctx, []outbox.Input{in, named})
 				require.NoError(t, err)
@@ -219,12 +214,7 @@ func TestWriter(t *testing.T) {
 		events, entries, err := w.Records([]outbox.Input{input("old")})
 		require.NoError(t, err)
 		events[0].IdempotencyKey = outbox.HashedDerivedKey("src", "old", occurred)
-		require.NoError(t, st.WriteTx(ctx, func(ctx context.Context, tx outbox.Tx) error {
-			if err := tx.InsertEvents(ctx, events); err != nil {
-				return err
-			}
-			return tx.InsertEntries(ctx, entries)
-		}))
+		insertRecords(t, st, events, entries)
 		named := input("d3")
 		named.Client = "acme"
 		_, err = w.Write(ctx, []outbox.Input{input("d2"), named})
@@ -367,6 +357,18 @@ func TestWriterMessage(t *testing.T) {
 	require.False(t, m[0].PayloadRef)
 	require.Nil(t, m[1].Payload, "over the bound: by reference")
 	require.True(t, m[1].PayloadRef)
+}
+
+// insertRecords stores events and entries as they are, in one transaction
+// (an original under a key the writer would not make, as 0.1.0 did).
+func insertRecords(t *testing.T, st outbox.Transactor, events []outbox.Event, entries []outbox.Entry) {
+	t.Helper()
+	require.NoError(t, st.WriteTx(context.Background(), func(ctx context.Context, tx outbox.Tx) error {
+		if err := tx.InsertEvents(ctx, events); err != nil {
+			return err
+		}
+		return tx.InsertEntries(ctx, entries)
+	}))
 }
 
 // lookupRecorder is a Transactor whose Tx records the keys of each
