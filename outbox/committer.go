@@ -429,8 +429,8 @@ func (c *Committer) commit(workCtx context.Context, group []*request) {
 	ctx, cancel := context.WithDeadline(workCtx, deadline)
 	defer cancel()
 	ctx, span := c.startGroupSpan(ctx, group, events)
-	err := c.w.retryTx(ctx, func(ctx context.Context, tx Tx) error {
-		return c.w.writeGroup(ctx, tx, members)
+	err := c.w.retryTx(ctx, func(ctx context.Context, tx Tx, redraw bool) error {
+		return c.w.writeGroup(ctx, tx, members, redraw)
 	})
 	tracing.End(span, err)
 	if err != nil {

@@ -162,6 +162,9 @@ type prepared struct {
 	// bytes is what the original and its outbox entry take in the store
 	// (Writer.size).
 	bytes int
+	// draft is what a write needs of it beside: made by prepareAll for a
+	// write, empty for a validation.
+	draft draft
 }
 
 // prepare validates in, the input at index of its call, and normalises it.

@@ -288,3 +288,40 @@ func BenchmarkMessage(b *testing.B) {
 		}
 	})
 }
+
+// TestDraftMessage: the message record joins from an input's draft and the
+// transaction's time is, byte for byte, the one Encode writes for the
+// original record returns, on both paths of the codec and with the payload
+// carried or referred to; a redrawn record has a new id.
+func TestDraftMessage(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 6, 18, 0, 0, 120e6, time.UTC)
+	inputs := []Input{
+		{SourceKey: "plant-4", DeviceKey: "press-12", OccurredAt: "2026-12-05T10:00:00.123Z", Payload: json.RawMessage(`{"t":21.5}`)},
+		{SourceKey: "Zürich <north>", DeviceKey: `a "quoted" & key`, Type: "reading", OccurredAt: "2026-12-05T10:00:00Z",
+			IdempotencyKey: `k"createdAt":"0001-01-01T00:00:00.000000001Z"`, Payload: json.RawMessage(`{"createdAt":"0001-01-01T00:00:00.000000001Z"}`)},
+		{SourceKey: "s", DeviceKey: "d", Client: "acme", OccurredAt: "2026-12-05T10:00:00.5Z", Payload: json.RawMessage(`{"big":"` + strings.Repeat("x", 100) + `"}`)},
+	}
+	for name, opts := range map[string]*MessageOptions{"Default": nil, "Payload": {Payload: true}, "PayloadRef": {Payload: true, PayloadMax: 64}} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			w := NewWriter(nil, &WriterConfig{Message: opts, Partitions: 4, Routes: Routes{"reading": "readings"}})
+			prep, err := w.prepareAll(inputs, true)
+			require.NoError(t, err)
+			for i, p := range prep {
+				for _, redraw := range []bool{false, true} {
+					ev, entry := w.record(p, now, "", redraw)
+					require.Equal(t, ev.MessageWith(OriginOutbox, opts).Encode(), entry.Message, "input %d, redraw %v", i, redraw)
+					require.Equal(t, ev.ID, entry.EventID)
+					require.Equal(t, redraw, ev.ID != p.draft.id, "input %d: the draft's id unless redrawn", i)
+					require.Equal(t, w.StreamOf(ev.Type), entry.Stream)
+					require.Equal(t, PartitionOf(ev.SourceKey, ev.DeviceKey, 4), entry.Partition)
+					require.True(t, now.Equal(ev.CreatedAt) && now.Equal(entry.CreatedAt))
+				}
+			}
+			prep, err = w.prepareAll(inputs, false)
+			require.NoError(t, err)
+			require.Empty(t, prep[0].draft.id, "a validation makes no draft")
+		})
+	}
+}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -224,6 +226,27 @@ func TestWriter(t *testing.T) {
 			"the default namespace holds a key of the old form, acme's none")
 	})
 
+	// An event id drawn when the request was prepared that another
+	// original has taken by the time of the transaction fails the store's
+	// unique index (ErrDuplicateKey); the writer's next run draws new ids.
+	t.Run("TakenEventIDIsDrawnAgain", func(t *testing.T) {
+		t.Parallel()
+		st := testkit.NewSQLite(t)
+		taker := &idTaker{Transactor: st}
+		w := outbox.NewWriter(taker, nil)
+		res, err := w.Write(ctx, []outbox.Input{input("d1"), input("d2")})
+		require.NoError(t, err)
+		require.NotEmpty(t, taker.taken)
+		require.NotEqual(t, taker.taken, res[0].ID)
+		require.Equal(t, 3, taker.runs, "the run that captured the id, the one that failed on it, the one with new ids")
+		testkit.RequireStored(t, st, 3)
+		for i, r := range res {
+			ev := testkit.Event(t, st, r.ID)
+			require.Equal(t, outbox.DeriveKey("src", "d"+strconv.Itoa(i+1), time.Date(2026, 11, 1, 10, 0, 0, 123e6, time.UTC)), ev.IdempotencyKey)
+		}
+		require.Equal(t, "taken", testkit.Event(t, st, taker.taken).SourceKey)
+	})
+
 	t.Run("RecordsMatchWhatWriteStores", func(t *testing.T) {
 		t.Parallel()
 		b := setupWriter(t)
@@ -369,6 +392,58 @@ func insertRecords(t *testing.T, st outbox.Transactor, events []outbox.Event, en
 		}
 		return tx.InsertEntries(ctx, entries)
 	}))
+}
+
+// idTaker is a Transactor that, at its first transaction, learns the id
+// the writer gives its first original (a run rolled back), commits another
+// original under that id, and then runs the transaction: a taken id as a
+// concurrent writer could leave it. It counts the runs of the writer's fn.
+type idTaker struct {
+	outbox.Transactor
+	taken string
+	runs  int
+}
+
+var errCaptured = errors.New("id captured")
+
+func (r *idTaker) WriteTx(ctx context.Context, fn func(ctx context.Context, tx outbox.Tx) error) error {
+	if r.taken == "" {
+		err := r.Transactor.WriteTx(ctx, func(ctx context.Context, tx outbox.Tx) error {
+			r.runs++
+			return fn(ctx, &capturingTx{Tx: tx, r: r})
+		})
+		if !errors.Is(err, errCaptured) {
+			return fmt.Errorf("capturing the id: %w", err)
+		}
+		w := outbox.NewWriter(r.Transactor, nil)
+		events, entries, err := w.Records([]outbox.Input{{SourceKey: "taken", DeviceKey: "d", OccurredAt: "2026-11-01T09:00:00Z"}})
+		if err != nil {
+			return err
+		}
+		events[0].ID, entries[0].EventID = r.taken, r.taken
+		if err := r.Transactor.WriteTx(ctx, func(ctx context.Context, tx outbox.Tx) error {
+			if err := tx.InsertEvents(ctx, events); err != nil {
+				return err
+			}
+			return tx.InsertEntries(ctx, entries)
+		}); err != nil {
+			return err
+		}
+	}
+	return r.Transactor.WriteTx(ctx, func(ctx context.Context, tx outbox.Tx) error {
+		r.runs++
+		return fn(ctx, tx)
+	})
+}
+
+type capturingTx struct {
+	outbox.Tx
+	r *idTaker
+}
+
+func (t *capturingTx) InsertEvents(_ context.Context, events []outbox.Event) error {
+	t.r.taken = events[0].ID
+	return errCaptured
 }
 
 // lookupRecorder is a Transactor whose Tx records the keys of each

@@ -35,27 +35,15 @@ func BenchmarkWALFrames(b *testing.B) {
 	size := benchEnvInt(b, "OUTBOXD_BENCH_COMMIT", 2_000)
 	ctx := context.Background()
 	path := filepath.Join(b.TempDir(), "outboxd.db")
-	s, err := sqlitestore.Open(ctx, path, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := s.Migrate(ctx, nil); err != nil {
-		b.Fatal(err)
-	}
-	w := outbox.NewWriter(s, nil)
-	for i := 0; i < prefill; i += 2_000 {
-		if _, err := w.Write(ctx, benchInputs("before", i, min(2_000, prefill-i))); err != nil {
-			b.Fatal(err)
-		}
-	}
+	s, _ := prefilledStore(b, path, prefill)
 	if err := s.Close(ctx); err != nil { // checkpoints the WAL into the file
 		b.Fatal(err)
 	}
-	s, err = sqlitestore.Open(ctx, path, &sqlitestore.Options{CheckpointInterval: 24 * time.Hour})
+	s, err := sqlitestore.Open(ctx, path, &sqlitestore.Options{CheckpointInterval: 24 * time.Hour})
 	if err != nil {
 		b.Fatal(err)
 	}
-	w = outbox.NewWriter(s, nil)
+	w := outbox.NewWriter(s, nil)
 	from := walSize(b, path)
 	events := 0
 	for b.Loop() {
@@ -90,6 +78,68 @@ func BenchmarkWALFrames(b *testing.B) {
 			b.ReportMetric(per, cmp.Or(name, "free")+"-frames/event")
 		}
 	}
+}
+
+// BenchmarkIngestTx: how long ingest's transaction holds the store's one
+// writer per event, what bounds batch ingest on SQLite (docs/benchmarks.md,
+// "Seventh pass"). The store holds OUTBOXD_BENCH_PREFILL originals first
+// (default 100,000), then each iteration writes one group of
+// OUTBOXD_BENCH_COMMIT new keyless events (default 1,000, the groups four
+// clients posting batches of 500 form) prepared beforehand, as the
+// committer's requests are, with the background checkpoint running. It
+// reports µs per event; the machine's noise is some 10%, so compare two
+// builds in alternated runs.
+//
+//	go test ./store/sqlitestore -run '^$' -bench IngestTx -benchtime 150x
+func BenchmarkIngestTx(b *testing.B) {
+	prefill := benchEnvInt(b, "OUTBOXD_BENCH_PREFILL", 100_000)
+	size := benchEnvInt(b, "OUTBOXD_BENCH_COMMIT", 1_000)
+	ctx := context.Background()
+	s, w := prefilledStore(b, filepath.Join(b.TempDir(), "outboxd.db"), prefill)
+	b.Cleanup(func() { _ = s.Close(ctx) })
+	var batches []*outbox.Batch
+	next := func() *outbox.Batch {
+		batch, err := w.Prepare(benchInputs("measured", len(batches)*size, size))
+		if err != nil {
+			b.Fatal(err)
+		}
+		batches = append(batches, batch)
+		return batch
+	}
+	events := 0
+	var held time.Duration
+	for b.Loop() {
+		b.StopTimer()
+		batch := next()
+		b.StartTimer()
+		began := time.Now()
+		if _, err := w.WriteBatch(ctx, batch); err != nil {
+			b.Fatal(err)
+		}
+		held += time.Since(began)
+		events += size
+	}
+	b.ReportMetric(float64(held.Nanoseconds())/1e3/float64(events), "µs/event")
+}
+
+// prefilledStore opens a migrated store at path holding prefill originals,
+// written in commits of 2,000, with a writer on it.
+func prefilledStore(b *testing.B, path string, prefill int) (*sqlitestore.Store, *outbox.Writer) {
+	ctx := context.Background()
+	s, err := sqlitestore.Open(ctx, path, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := s.Migrate(ctx, nil); err != nil {
+		b.Fatal(err)
+	}
+	w := outbox.NewWriter(s, nil)
+	for i := 0; i < prefill; i += 2_000 {
+		if _, err := w.Write(ctx, benchInputs("before", i, min(2_000, prefill-i))); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return s, w
 }
 
 // benchInputs returns n keyless events of source from the i-th on: 100
