@@ -270,7 +270,11 @@ func (b *Batch) ContentHash(i int) string { return b.prep[i].hash }
 func (b *Batch) Bytes(i int) int { return b.prep[i].bytes }
 
 // Prepare validates inputs like Validate and returns them ready to write, so
-// a caller that validates before writing does the work once.
+// a caller that validates before writing does the work once. It also makes
+// what the write's transaction does not decide (each input's event id,
+// stream and partition, and its stream message but for createdAt), so that
+// the transaction, which on SQLite holds the store's one writer, does less:
+// the event ids carry the time of Prepare.
 func (w *Writer) Prepare(inputs []Input) (*Batch, error) {
 	prep, err := w.prepareAll(inputs, true)
 	if err != nil {
