@@ -550,12 +550,12 @@ func (w *Writer) plan(prep []prepared, known map[string]KeyRecord, now time.Time
 	return results, events, entries, nil
 }
 
-// record builds the original and the outbox entry for a validated input,
-// created at now, both with the trace context of its request: from its
-// draft, or from a new one with redraw or when it has none.
+// record builds the original and the outbox entry for a prepared input
+// (prepareAll with drafts), created at now, both with the trace context of
+// its request: from its draft, or with redraw from a new one.
 func (w *Writer) record(p prepared, now time.Time, traceParent string, redraw bool) (Event, Entry) {
 	d := p.draft
-	if redraw || d.id == "" {
+	if redraw {
 		d = w.draft(p)
 	}
 	ev := Event{
@@ -625,7 +625,7 @@ func (d *draft) message(now time.Time) string {
 // store); insert both slices in one transaction (Tx.InsertEvents and
 // Tx.InsertEntries). Write is the safe path.
 func (w *Writer) Records(inputs []Input) ([]Event, []Entry, error) {
-	prep, err := w.prepareAll(inputs, false)
+	prep, err := w.prepareAll(inputs, true)
 	if err != nil {
 		return nil, nil, err
 	}

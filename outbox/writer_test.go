@@ -386,12 +386,17 @@ func TestWriterMessage(t *testing.T) {
 // (an original under a key the writer would not make, as 0.1.0 did).
 func insertRecords(t *testing.T, st outbox.Transactor, events []outbox.Event, entries []outbox.Entry) {
 	t.Helper()
-	require.NoError(t, st.WriteTx(context.Background(), func(ctx context.Context, tx outbox.Tx) error {
+	require.NoError(t, storeRecords(context.Background(), st, events, entries))
+}
+
+// storeRecords is insertRecords returning its error.
+func storeRecords(ctx context.Context, st outbox.Transactor, events []outbox.Event, entries []outbox.Entry) error {
+	return st.WriteTx(ctx, func(ctx context.Context, tx outbox.Tx) error {
 		if err := tx.InsertEvents(ctx, events); err != nil {
 			return err
 		}
 		return tx.InsertEntries(ctx, entries)
-	}))
+	})
 }
 
 // idTaker is a Transactor that, at its first transaction, learns the id
@@ -421,12 +426,7 @@ func (r *idTaker) WriteTx(ctx context.Context, fn func(ctx context.Context, tx o
 			return err
 		}
 		events[0].ID, entries[0].EventID = r.taken, r.taken
-		if err := r.Transactor.WriteTx(ctx, func(ctx context.Context, tx outbox.Tx) error {
-			if err := tx.InsertEvents(ctx, events); err != nil {
-				return err
-			}
-			return tx.InsertEntries(ctx, entries)
-		}); err != nil {
+		if err := storeRecords(ctx, r.Transactor, events, entries); err != nil {
 			return err
 		}
 	}
